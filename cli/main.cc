@@ -1,0 +1,23 @@
+// eppctl: the command-line front of libepp. Each subcommand lives in commands/<name>.cc.
+#include <CLI/CLI.hpp>
+
+#include "commands/check.h"
+#include "epp/version.h"
+#include "output.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"eppctl: Endpoint Picker toolkit for LLM inference gateways"};
+  app.set_version_flag("--version", EPP_VERSION_STRING);
+  app.require_subcommand(1);
+  int exit_code = 0;
+  eppctl::SetupCheckCommand(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return eppctl::kExitUsage;
+  }
+  return exit_code;
+}

@@ -1,0 +1,46 @@
+// A small HTTP client for scraping model servers and probing their OpenAI APIs.
+//
+// HttpFetchAll() runs every request concurrently on the calling thread (libcurl's multi
+// interface), so the wall time of N requests is about that of the slowest one. Each request has
+// its own timeout and body-size cap. Thread-safe: independent calls share nothing.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "epp/status.h"
+
+namespace epp {
+
+inline constexpr size_t kDefaultMaxBodyBytes = size_t{16} << 20;  // 16 MiB
+inline constexpr std::chrono::milliseconds kDefaultHttpTimeout{2000};
+
+struct HttpRequest {
+  std::string url;                    // http:// or https://
+  std::string method = "GET";         // GET or POST
+  std::string body;                   // sent when method is POST
+  std::vector<std::string> headers;   // "Name: value"
+  std::chrono::milliseconds timeout = kDefaultHttpTimeout;
+  bool insecure = false;              // skip TLS certificate and host verification
+  size_t max_body_bytes = kDefaultMaxBodyBytes;
+};
+
+struct HttpResponse {
+  long status = 0;             // HTTP status code
+  std::string body;
+  std::string content_type;
+  double elapsed_ms = 0;
+};
+
+// Performs `requests` concurrently; result i answers request i. A transport failure is a Status
+// naming the method and URL: kUnavailable (refused, DNS, TLS), kDeadlineExceeded (timeout),
+// kResourceExhausted (body larger than max_body_bytes). A non-2xx answer is not an error here.
+std::vector<absl::StatusOr<HttpResponse>> HttpFetchAll(std::span<const HttpRequest> requests);
+
+// One request, same semantics.
+absl::StatusOr<HttpResponse> HttpFetch(const HttpRequest& request);
+
+}  // namespace epp

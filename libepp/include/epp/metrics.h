@@ -1,0 +1,180 @@
+// Reading model-server metrics: the Prometheus text parser, metric specs, engine mappings and
+// extraction of EndpointMetrics. Fetching over HTTP is in http.h; `eppctl check` is in check.h.
+//
+// The three steps are pure functions of their inputs and safe to call from many threads:
+//   ParsePrometheusText(text)            -> MetricFamilies   (the whole text exposition format)
+//   DetectEngine(families)               -> engine name      (which dialect the server speaks)
+//   ExtractMetrics(families, mapping)    -> MetricsExtraction (values + validation findings)
+//
+// Family grouping follows the Prometheus text parsers (Go's expfmt and Python's prometheus_client):
+// `# TYPE x histogram` groups x_bucket, x_sum and x_count; `summary` groups x, x_sum and x_count;
+// a sample whose name fits no open family forms its own untyped family. Counter families are
+// named without their `_total` suffix, as prometheus_client names them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epp/endpoint.h"
+#include "epp/status.h"
+
+namespace epp {
+
+enum class MetricType { kCounter, kGauge, kHistogram, kSummary, kUntyped };
+
+// "counter", "gauge", "histogram", "summary", "untyped".
+std::string_view MetricTypeName(MetricType type);
+
+struct Label {
+  std::string_view name;
+  std::string_view value;  // unescaped
+};
+
+struct Sample {
+  std::string_view name;
+  std::span<const Label> labels;     // in source order
+  double value = 0;
+  std::optional<int64_t> timestamp_ms;
+
+  // The value of label `name`, or nullopt.
+  std::optional<std::string_view> label(std::string_view name) const;
+};
+
+struct MetricFamily {
+  std::string_view name;  // TYPE/HELP name; counters without `_total`
+  MetricType type = MetricType::kUntyped;
+  std::string_view help;  // unescaped; empty when absent
+  std::span<const Sample> samples;
+};
+
+// The parsed text. Owns every byte its views point to; movable, not copyable. All views stay
+// valid for the object's lifetime (moves included).
+class MetricFamilies {
+ public:
+  MetricFamilies();
+  ~MetricFamilies();
+  MetricFamilies(MetricFamilies&&) noexcept;
+  MetricFamilies& operator=(MetricFamilies&&) noexcept;
+
+  std::span<const MetricFamily> families() const;
+  size_t sample_count() const;
+  // Lines skipped in lenient mode (0 in strict mode).
+  int skipped_lines() const;
+  // Line numbers (1-based) of the skipped lines and why, for reports.
+  const std::vector<std::pair<int, std::string>>& skipped() const;
+
+  // The families holding samples named exactly `sample_name` (usually one).
+  std::vector<const MetricFamily*> FindBySampleName(std::string_view sample_name) const;
+  // Every sample named `sample_name`, with the family it belongs to.
+  std::vector<std::pair<const MetricFamily*, const Sample*>> SamplesNamed(
+      std::string_view sample_name) const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  friend absl::StatusOr<MetricFamilies> ParsePrometheusText(std::string_view, const struct ParseOptions&);
+};
+
+struct ParseOptions {
+  // Skip lines that are not exposition (and count them) instead of failing on the first one.
+  bool lenient = false;
+};
+
+// Parses the Prometheus text exposition format (0.0.4, plus the OpenMetrics `# EOF` terminator).
+// Errors are kInvalidArgument "line L, column C: <what>"; in lenient mode malformed lines are
+// skipped and counted instead.
+absl::StatusOr<MetricFamilies> ParsePrometheusText(std::string_view text,
+                                                   const ParseOptions& options = {});
+
+// A PromQL-style instant selector: `name` or `name{label=value,label2="value2"}`. Unquoted values
+// are accepted (as GIE does); only `=` matchers; `__`-prefixed pseudo-labels are dropped.
+struct MetricSpec {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> labels;
+
+  static absl::StatusOr<MetricSpec> Parse(std::string_view text);
+  std::string ToString() const;
+  bool Matches(const Sample& sample) const;  // name equal and every label matcher equal
+  bool operator==(const MetricSpec&) const = default;
+};
+
+// Which metrics carry the Model Server Protocol values for one engine. Each field lists
+// candidate specs in order of preference: the first one present in a scrape is used (so vLLM's
+// `vllm:kv_cache_usage_perc` falls back to the older `vllm:gpu_cache_usage_perc`).
+struct MetricMapping {
+  std::string engine;
+  std::vector<MetricSpec> queue;       // gauge: requests waiting
+  std::vector<MetricSpec> running;     // gauge: requests running
+  std::vector<MetricSpec> kv_usage;    // gauge: fraction of KV cache used
+  std::vector<MetricSpec> lora;        // gauge whose labels describe LoRA adapters
+  std::vector<MetricSpec> cache_info;  // info gauge whose labels carry block size / count
+  std::string cache_block_size_label = "block_size";
+  std::string cache_num_blocks_label = "num_gpu_blocks";
+  std::vector<MetricSpec> cache_block_size;  // alternatively: a gauge whose value is the size
+  std::vector<MetricSpec> cache_num_blocks;  // alternatively: a gauge whose value is the count
+
+  // The built-in mapping for "vllm", "sglang", "trtllm-serve" or "triton-tensorrt-llm";
+  // kNotFound (listing the known names) otherwise.
+  static absl::StatusOr<MetricMapping> BuiltIn(std::string_view engine);
+  static std::vector<std::string> BuiltInEngines();
+};
+
+// Overrides applied on top of a mapping: a field name ("queue", "running", "kv", "lora",
+// "cache-info", "cache-block-size", "cache-num-blocks") and a spec. A spec replaces the field's
+// candidate list. An unknown field is kInvalidArgument.
+absl::Status ApplyMetricOverride(MetricMapping& mapping, std::string_view field,
+                                 std::string_view spec);
+
+// Engine mappings loaded from YAML: either a list of entries or a map with `engineConfigs:`
+// (the parameters of GIE's core-metrics-extractor). Each entry: name, queuedRequestsSpec,
+// runningRequestsSpec, kvUsageSpec, loraSpec, cacheInfoSpec, cacheBlockSizeLabelName,
+// cacheNumBlocksLabelName, cacheBlockSizeSpec, cacheNumBlocksSpec. An entry named like a
+// built-in engine replaces it whole. Errors name the file, line and key.
+absl::StatusOr<std::vector<MetricMapping>> LoadMetricMappingsYaml(std::string_view yaml,
+                                                                  std::string_view source_name);
+
+// Auto-detection: for each candidate mapping, counts how many of its queue, running and
+// KV-usage metric names (all fallbacks included) occur in the scrape. The mapping with the
+// highest count wins; ties go to the earlier candidate (built-ins are ordered vllm, sglang,
+// trtllm-serve, triton-tensorrt-llm). nullopt when no candidate has any of its names present.
+std::optional<std::string> DetectEngine(const MetricFamilies& families,
+                                        std::span<const MetricMapping> candidates);
+// The same over the built-in mappings.
+std::optional<std::string> DetectEngine(const MetricFamilies& families);
+
+enum class CheckStatus { kPass, kWarn, kFail, kSkip };
+std::string_view CheckStatusName(CheckStatus status);  // "pass", "warn", "fail", "skip"
+// The worse of two statuses (fail > warn > pass > skip).
+CheckStatus WorseStatus(CheckStatus a, CheckStatus b);
+
+// One validation finding with a stable id such as "metrics.queue".
+struct CheckResult {
+  std::string id;
+  CheckStatus status = CheckStatus::kSkip;
+  std::string message;
+};
+
+struct MetricsExtraction {
+  EndpointMetrics metrics;             // only values that passed validation
+  std::vector<CheckResult> checks;     // metrics.queue, .running, .kv_cache, .lora, .cache_info
+};
+
+// Reads the Model Server Protocol values per `mapping` and validates them:
+//  - required gauges (queue, running, kv) present, with TYPE gauge (a counter or histogram is a
+//    failure naming both types; an untyped family is a warning);
+//  - several series for one spec (one per model_name, say) are summed for counts; for KV the
+//    largest is taken; the message says how many series were read;
+//  - counts finite and >= 0; KV a fraction in [0,1] (a value in (1,100] "looks like a percent");
+//  - LoRA: of the matching series the one with the largest value (a timestamp) wins; adapter
+//    lists split on commas, trimmed, empties dropped; max_lora an integer. Absent = warning;
+//  - cache info: block size and count as positive integers. Absent = warning.
+MetricsExtraction ExtractMetrics(const MetricFamilies& families, const MetricMapping& mapping);
+
+}  // namespace epp

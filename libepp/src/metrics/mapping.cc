@@ -1,0 +1,132 @@
+// Built-in engine mappings (facts: the Model Server Protocol table in GIE's
+// docs/proposals/003-model-server-protocol and the engines' own metric names), overrides,
+// YAML-defined mappings and engine detection.
+#include <algorithm>
+#include <string>
+
+#include "epp/metrics.h"
+
+namespace epp {
+namespace {
+
+std::vector<MetricSpec> Specs(std::initializer_list<const char*> texts) {
+  std::vector<MetricSpec> out;
+  for (const char* t : texts) out.push_back(*MetricSpec::Parse(t));  // literals: always valid
+  return out;
+}
+
+std::vector<MetricMapping> MakeBuiltIns() {
+  std::vector<MetricMapping> out;
+  {
+    MetricMapping m;
+    m.engine = "vllm";
+    m.queue = Specs({"vllm:num_requests_waiting"});
+    m.running = Specs({"vllm:num_requests_running"});
+    // vLLM renamed the KV gauge; GIE switched defaults in v1.3.0 (PR #1905).
+    m.kv_usage = Specs({"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"});
+    m.lora = Specs({"vllm:lora_requests_info"});
+    m.cache_info = Specs({"vllm:cache_config_info"});
+    m.cache_block_size_label = "block_size";
+    m.cache_num_blocks_label = "num_gpu_blocks";
+    out.push_back(std::move(m));
+  }
+  {
+    MetricMapping m;
+    m.engine = "sglang";
+    // SGLang before 2025 named these num_requests_waiting / num_requests_running.
+    m.queue = Specs({"sglang:num_queue_reqs", "sglang:num_requests_waiting"});
+    m.running = Specs({"sglang:num_running_reqs", "sglang:num_requests_running"});
+    m.kv_usage = Specs({"sglang:token_usage"});
+    m.cache_info = Specs({"sglang:cache_config_info"});
+    m.cache_block_size_label = "page_size";
+    m.cache_num_blocks_label = "num_pages";
+    out.push_back(std::move(m));
+  }
+  {
+    MetricMapping m;
+    m.engine = "trtllm-serve";
+    m.queue = Specs({"trtllm_num_requests_waiting"});
+    m.running = Specs({"trtllm_num_requests_running"});
+    m.kv_usage = Specs({"trtllm_kv_cache_utilization"});
+    m.cache_block_size = Specs({"trtllm_kv_cache_tokens_per_block"});
+    m.cache_num_blocks = Specs({"trtllm_kv_cache_max_blocks"});
+    out.push_back(std::move(m));
+  }
+  {
+    MetricMapping m;
+    m.engine = "triton-tensorrt-llm";
+    m.queue = Specs({"nv_trt_llm_request_metrics{request_type=waiting}"});
+    m.running = Specs({"nv_trt_llm_request_metrics{request_type=scheduled}"});
+    m.kv_usage = Specs({"nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=fraction}"});
+    m.cache_block_size = Specs({"nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=tokens_per}"});
+    m.cache_num_blocks = Specs({"nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max}"});
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+const std::vector<MetricMapping>& BuiltIns() {
+  static const std::vector<MetricMapping>* const kBuiltIns = new std::vector<MetricMapping>(MakeBuiltIns());
+  return *kBuiltIns;
+}
+
+}  // namespace
+
+absl::StatusOr<MetricMapping> MetricMapping::BuiltIn(std::string_view engine) {
+  for (const MetricMapping& m : BuiltIns()) {
+    if (m.engine == engine) return m;
+  }
+  std::string known;
+  for (const std::string& n : BuiltInEngines()) known += (known.empty() ? "" : ", ") + n;
+  return absl::NotFoundError("unknown engine '" + std::string(engine) + "' (known: " + known + ")");
+}
+
+std::vector<std::string> MetricMapping::BuiltInEngines() {
+  std::vector<std::string> out;
+  for (const MetricMapping& m : BuiltIns()) out.push_back(m.engine);
+  return out;
+}
+
+absl::Status ApplyMetricOverride(MetricMapping& mapping, std::string_view field, std::string_view spec_text) {
+  EPP_ASSIGN_OR_RETURN(MetricSpec spec, MetricSpec::Parse(spec_text));
+  std::vector<MetricSpec>* target = nullptr;
+  if (field == "queue") target = &mapping.queue;
+  else if (field == "running") target = &mapping.running;
+  else if (field == "kv") target = &mapping.kv_usage;
+  else if (field == "lora") target = &mapping.lora;
+  else if (field == "cache-info") target = &mapping.cache_info;
+  else if (field == "cache-block-size") target = &mapping.cache_block_size;
+  else if (field == "cache-num-blocks") target = &mapping.cache_num_blocks;
+  if (target == nullptr) {
+    return absl::InvalidArgumentError(
+        "unknown metric field '" + std::string(field) +
+        "' (known: queue, running, kv, lora, cache-info, cache-block-size, cache-num-blocks)");
+  }
+  *target = {std::move(spec)};
+  return absl::OkStatus();
+}
+
+std::optional<std::string> DetectEngine(const MetricFamilies& families,
+                                        std::span<const MetricMapping> candidates) {
+  int best = 0;
+  std::optional<std::string> winner;
+  for (const MetricMapping& m : candidates) {
+    int count = 0;
+    for (const auto* list : {&m.queue, &m.running, &m.kv_usage}) {
+      for (const MetricSpec& s : *list) {
+        if (!families.FindBySampleName(s.name).empty()) ++count;
+      }
+    }
+    if (count > best) {
+      best = count;
+      winner = m.engine;
+    }
+  }
+  return winner;
+}
+
+std::optional<std::string> DetectEngine(const MetricFamilies& families) {
+  return DetectEngine(families, BuiltIns());
+}
+
+}  // namespace epp
