@@ -21,3 +21,6 @@ if(EPP_BUILD_PYTHON)
   find_package(Python COMPONENTS Interpreter Development.Module REQUIRED)
   find_package(pybind11 CONFIG REQUIRED)
 endif()
+# Debian ships cpp-httplib as a compiled library (split header) with a pkg-config file only.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
