@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands/check.h"
+#include "commands/sim.h"
 #include "epp/version.h"
 #include "output.h"
 
@@ -11,6 +12,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   eppctl::SetupCheckCommand(app, exit_code);
+  eppctl::SetupSimCommand(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -24,3 +24,4 @@ endif()
 # Debian ships cpp-httplib as a compiled library (split header) with a pkg-config file only.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)

@@ -1,0 +1,91 @@
+#include "commands/sim.h"
+
+#include <csignal>
+#include <iostream>
+#include <memory>
+
+#include "epp/sim.h"
+#include "output.h"
+
+namespace eppctl {
+namespace {
+
+struct SimCommandOptions {
+  epp::SimHttpOptions http;
+  std::vector<std::string> models;
+  int count = 1;
+  int base_port = 0;
+  double metrics_delay_s = 0;
+};
+
+int RunSim(SimCommandOptions o) {
+  if (!o.models.empty()) o.http.params.models = o.models;
+  if (o.count < 1) return PrintError(absl::InvalidArgumentError("--count must be >= 1"));
+  if (o.count > 1 && o.http.port != 0) {
+    return PrintError(absl::InvalidArgumentError("--port serves one simulator; use --base-port with --count"));
+  }
+  o.http.metrics_delay_ms = static_cast<int>(o.metrics_delay_s * 1000);
+  // Block the stop signals before any thread starts so that only sigwait() below sees them.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  std::vector<std::unique_ptr<epp::SimHttpServer>> servers;
+  for (int i = 0; i < o.count; ++i) {
+    epp::SimHttpOptions h = o.http;
+    if (o.count > 1) h.port = o.base_port == 0 ? 0 : o.base_port + i;
+    h.params.seed = o.http.params.seed + static_cast<uint64_t>(i);
+    auto s = epp::SimHttpServer::Start(h);
+    if (!s.ok()) return PrintError(s.status());
+    std::cout << "epp-sim " << h.params.engine << " listening on " << (*s)->url() << std::endl;
+    servers.push_back(*std::move(s));
+  }
+  int sig = 0;
+  sigwait(&stop, &sig);
+  std::cerr << "epp-sim: stopping (" << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ")" << std::endl;
+  for (auto& s : servers) s->Stop();
+  return kExitOk;
+}
+
+}  // namespace
+
+void SetupSimCommand(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<SimCommandOptions>();
+  epp::SimHttpOptions& h = o->http;
+  epp::SimParams& p = h.params;
+  CLI::App* cmd = app.add_subcommand("sim", "Run simulated vLLM / SGLang / trtllm-serve model servers (docs/sim.md)");
+  cmd->add_option("--host", h.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", h.port, "Port (0 picks a free port and prints it)")->capture_default_str();
+  cmd->add_option("--count", o->count, "Number of servers in this process")->capture_default_str();
+  cmd->add_option("--base-port", o->base_port, "First port with --count (0: free ports)")->capture_default_str();
+  cmd->add_option("--engine", p.engine, "Metrics dialect")->check(CLI::IsMember({"vllm", "sglang", "trtllm-serve"}))
+      ->capture_default_str();
+  cmd->add_option("--model", o->models, "Served model name (repeatable; default " + p.models.front() + ")");
+  cmd->add_option("--lora", p.loras, "LoRA adapter name (repeatable)");
+  cmd->add_option("--max-loras", p.max_loras, "Adapters resident at once")->capture_default_str();
+  cmd->add_option("--lora-load-ms", p.lora_load_ms, "Time to swap an adapter in")->capture_default_str();
+  cmd->add_option("--max-running", p.max_running, "Requests in the running batch (max-num-seqs)")->capture_default_str();
+  cmd->add_option("--kv-blocks", p.kv_blocks, "KV-cache blocks")->capture_default_str();
+  cmd->add_option("--block-size", p.block_size, "Tokens per KV block")->capture_default_str();
+  cmd->add_option("--prefill-tokens-per-s", p.prefill_tokens_per_s, "Prefill throughput")->capture_default_str();
+  cmd->add_option("--decode-step-ms", p.decode_step_ms, "Decode step time at batch size 1")->capture_default_str();
+  cmd->add_option("--decode-ms-per-seq", p.decode_ms_per_seq, "Decode step time added per running request")
+      ->capture_default_str();
+  cmd->add_option("--max-tokens-default", h.max_tokens_default, "Output tokens when a request sets none")
+      ->capture_default_str();
+  cmd->add_option("--time-scale", h.time_scale, "Real seconds per simulated second (0.01 = 100x faster)")
+      ->capture_default_str();
+  cmd->add_option("--seed", p.seed, "Seed for output text and fault injection")->capture_default_str();
+  cmd->add_option("--fail-rate", h.fail_rate, "Fraction of inference calls answered with HTTP 500")
+      ->capture_default_str();
+  cmd->add_option("--metrics-delay", o->metrics_delay_s, "Seconds to wait before answering /metrics")
+      ->capture_default_str();
+  cmd->add_flag("--metrics-malformed", h.metrics_malformed, "Put a line that is not exposition into /metrics");
+  cmd->add_option("--drop-connections", h.drop_rate, "Fraction of requests whose connection is dropped")
+      ->capture_default_str();
+  cmd->add_option("--threads", h.threads, "HTTP worker threads per server")->capture_default_str();
+  cmd->callback([o, &exit_code] { exit_code = RunSim(*o); });
+}
+
+}  // namespace eppctl

@@ -1,0 +1,433 @@
+// The simulator's HTTP front (cpp-httplib): OpenAI endpoints and /metrics over one SimServer.
+//
+// Threads: httplib's workers run handlers; a driver thread moves the SimServer's virtual clock
+// with real time (scaled by time_scale) and wakes handlers whose requests progressed. One mutex
+// guards the SimServer.
+#include <httplib.h>
+#include <xxhash.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "epp/prefix_cache.h"
+#include "epp/sim.h"
+
+namespace epp {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+// Words for deterministic output text; one word is one token.
+constexpr const char* kWords[] = {
+    "the",     "model",  "server",  "routes", "tokens", "cache",    "prefix",  "queue",  "picker", "gateway",
+    "request", "fast",   "latency", "batch",  "decode", "prefill",  "block",   "adapter", "envoy", "pool",
+    "endpoint", "score", "weight",  "filter", "random", "balanced", "warm",    "cold",   "memory", "bandwidth",
+    "stream",  "answer"};
+
+double WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void OpenAIError(httplib::Response& res, int status, const std::string& message, const char* type,
+                 const char* param = nullptr) {
+  Json err = {{"error", {{"message", message}, {"type", type}, {"param", param ? Json(param) : Json(nullptr)},
+                         {"code", status == 404 ? Json("model_not_found") : Json(nullptr)}}}};
+  res.status = status;
+  res.set_content(err.dump(), "application/json");
+}
+
+// What the simulator needs from a request body.
+struct ParsedCall {
+  std::string model;       // as requested
+  std::string adapter;     // non-empty when `model` names a LoRA adapter
+  std::string prompt;      // rendered prompt text (prefix hashing)
+  int64_t prompt_tokens = 0;
+  int64_t max_tokens = 0;
+  bool stream = false;
+  bool include_usage = false;
+  std::string cache_salt;
+};
+
+// Renders the prompt: completions' prompt as text (lists joined by newlines, token ids counted as
+// tokens), chat messages as "role\ncontent\n" with text parts concatenated.
+bool ParseCall(const Json& body, bool chat, const SimHttpOptions& o, ParsedCall& c, httplib::Response& res) {
+  if (!body.is_object()) {
+    OpenAIError(res, 400, "request body must be a JSON object", "invalid_request_error");
+    return false;
+  }
+  if (!body.contains("model") || !body["model"].is_string()) {
+    OpenAIError(res, 400, "'model' is required and must be a string", "invalid_request_error", "model");
+    return false;
+  }
+  c.model = body["model"].get<std::string>();
+  const auto& p = o.params;
+  bool base = std::find(p.models.begin(), p.models.end(), c.model) != p.models.end();
+  bool lora = std::find(p.loras.begin(), p.loras.end(), c.model) != p.loras.end();
+  if (!base && !lora) {
+    OpenAIError(res, 404, "The model '" + c.model + "' does not exist.", "NotFoundError", "model");
+    return false;
+  }
+  if (lora) c.adapter = c.model;
+  int64_t id_tokens = 0;
+  if (chat) {
+    if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty()) {
+      OpenAIError(res, 400, "'messages' must be a non-empty array", "invalid_request_error", "messages");
+      return false;
+    }
+    for (size_t i = 0; i < body["messages"].size(); ++i) {
+      const Json& m = body["messages"][i];
+      const std::string where = "messages[" + std::to_string(i) + "]";
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+        OpenAIError(res, 400, where + ".role is required", "invalid_request_error", "messages");
+        return false;
+      }
+      c.prompt += m["role"].get<std::string>() + "\n";
+      if (m.contains("content")) {
+        const Json& content = m["content"];
+        if (content.is_string()) {
+          c.prompt += content.get<std::string>();
+        } else if (content.is_array()) {
+          for (const Json& part : content) {
+            if (part.is_object() && part.contains("text") && part["text"].is_string()) c.prompt += part["text"].get<std::string>();
+          }
+        } else if (!content.is_null()) {
+          OpenAIError(res, 400, where + ".content must be a string or an array", "invalid_request_error", "messages");
+          return false;
+        }
+      }
+      c.prompt += "\n";
+    }
+  } else {
+    if (!body.contains("prompt")) {
+      OpenAIError(res, 400, "'prompt' is required", "invalid_request_error", "prompt");
+      return false;
+    }
+    const Json& pr = body["prompt"];
+    if (pr.is_string()) {
+      c.prompt = pr.get<std::string>();
+    } else if (pr.is_array()) {
+      for (size_t i = 0; i < pr.size(); ++i) {
+        if (pr[i].is_string()) {
+          c.prompt += (i ? "\n" : "") + pr[i].get<std::string>();
+        } else if (pr[i].is_number_integer()) {
+          c.prompt += (i ? " " : "") + std::to_string(pr[i].get<int64_t>());
+          ++id_tokens;
+        } else if (pr[i].is_array()) {
+          for (const Json& t : pr[i]) {
+            c.prompt += std::to_string(t.is_number_integer() ? t.get<int64_t>() : 0) + " ";
+            ++id_tokens;
+          }
+        } else {
+          OpenAIError(res, 400, "prompt[" + std::to_string(i) + "] must be a string or token ids",
+                      "invalid_request_error", "prompt");
+          return false;
+        }
+      }
+    } else {
+      OpenAIError(res, 400, "'prompt' must be a string, a list of strings or token ids", "invalid_request_error",
+                  "prompt");
+      return false;
+    }
+    if (c.prompt.empty()) {
+      OpenAIError(res, 400, "'prompt' must not be empty", "invalid_request_error", "prompt");
+      return false;
+    }
+  }
+  c.prompt_tokens = id_tokens > 0 ? id_tokens : std::max<int64_t>(1, ApproxTokens(c.prompt.size()));
+  const char* limit_key = body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (body.contains(limit_key) && !body[limit_key].is_null()) {
+    if (!body[limit_key].is_number_integer() || body[limit_key].get<int64_t>() < 1) {
+      OpenAIError(res, 400, std::string("'") + limit_key + "' must be a positive integer", "invalid_request_error",
+                  limit_key);
+      return false;
+    }
+    c.max_tokens = body[limit_key].get<int64_t>();
+  } else {
+    c.max_tokens = o.max_tokens_default;
+  }
+  if (body.contains("stream") && !body["stream"].is_null()) {
+    if (!body["stream"].is_boolean()) {
+      OpenAIError(res, 400, "'stream' must be a boolean", "invalid_request_error", "stream");
+      return false;
+    }
+    c.stream = body["stream"].get<bool>();
+  }
+  if (body.contains("stream_options") && body["stream_options"].is_object()) {
+    c.include_usage = body["stream_options"].value("include_usage", false);
+  }
+  if (body.contains("cache_salt") && body["cache_salt"].is_string()) c.cache_salt = body["cache_salt"].get<std::string>();
+  return true;
+}
+
+}  // namespace
+
+struct SimHttpServer::Impl {
+  SimHttpOptions o;
+  std::unique_ptr<SimServer> sim;
+  std::mutex mu;
+  std::condition_variable progressed;  // handlers wait here
+  std::condition_variable wake;        // the driver waits here
+  std::atomic<bool> stopping{false};
+  Clock::time_point t0 = Clock::now();
+  uint64_t next_id = 1;
+  int inflight = 0;
+  std::mt19937_64 rng;
+  httplib::Server http;
+  std::thread driver, server;
+  int port = 0;
+
+  int64_t VirtualNow() const {
+    const double real_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    return static_cast<int64_t>(real_us / o.time_scale);
+  }
+  Clock::time_point RealAt(int64_t v) const {
+    return t0 + std::chrono::microseconds(static_cast<int64_t>(static_cast<double>(v) * o.time_scale));
+  }
+
+  void Drive() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stopping) {
+      sim->AdvanceTo(std::max(sim->now_us(), VirtualNow()));
+      progressed.notify_all();
+      const int64_t next = sim->NextEventTime();
+      auto deadline = next == kNever ? Clock::now() + std::chrono::seconds(1) : RealAt(next);
+      if (inflight > 0) deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(10));
+      wake.wait_until(lock, deadline);
+    }
+    progressed.notify_all();
+  }
+
+  bool Roll(double rate) {
+    if (rate <= 0) return false;
+    std::lock_guard<std::mutex> lock(mu);
+    return std::uniform_real_distribution<double>(0, 1)(rng) < rate;
+  }
+
+  static void Drop(httplib::Response& res) {
+    res.set_content_provider(
+        1024, "text/plain", [](size_t, size_t, httplib::DataSink&) { return false; });
+  }
+
+  std::string OutputText(const ParsedCall& c, int64_t from, int64_t to) const {
+    std::mt19937_64 g(o.params.seed ^ XXH3_64bits(c.prompt.data(), c.prompt.size()));
+    std::string out;
+    for (int64_t i = 0; i < to; ++i) {
+      const char* w = kWords[g() % (sizeof(kWords) / sizeof(kWords[0]))];
+      if (i >= from) out += std::string(i == 0 ? "" : " ") + w;
+    }
+    return out;
+  }
+
+  void HandleInference(const httplib::Request& req, httplib::Response& res, bool chat) {
+    if (Roll(o.drop_rate)) return Drop(res);
+    Json body = Json::parse(req.body, nullptr, false);
+    if (body.is_discarded()) {
+      return OpenAIError(res, 400, "request body is not valid JSON", "invalid_request_error");
+    }
+    auto call = std::make_shared<ParsedCall>();
+    if (!ParseCall(body, chat, o, *call, res)) return;
+    if (Roll(o.fail_rate)) return OpenAIError(res, 500, "simulated server failure (--fail-rate)", "server_error");
+    SimRequest sr;
+    sr.adapter = call->adapter;
+    sr.prompt_tokens = call->prompt_tokens;
+    sr.output_tokens = call->max_tokens;
+    sr.block_hashes = ChainedBlockHashes(call->prompt, static_cast<size_t>(o.params.block_size) * kCharsPerToken,
+                                         PrefixSeed(call->model, call->cache_salt));
+    if (static_cast<int64_t>(sr.block_hashes.size()) * o.params.block_size > sr.prompt_tokens) {
+      sr.block_hashes.resize(sr.prompt_tokens / o.params.block_size);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      sr.id = next_id++;
+      absl::Status st = sim->Submit(sr, std::max(sim->now_us(), VirtualNow()));
+      if (!st.ok()) return OpenAIError(res, 400, std::string(st.message()), "invalid_request_error");
+      ++inflight;
+    }
+    wake.notify_all();
+    const uint64_t id = sr.id;
+    const std::string rid = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(id);
+    const int64_t created = static_cast<int64_t>(WallSeconds());
+    auto usage = [call](const SimRequestResult& r) {
+      return Json{{"prompt_tokens", r.prompt_tokens},
+                  {"completion_tokens", r.output_tokens},
+                  {"total_tokens", r.prompt_tokens + r.output_tokens},
+                  {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
+    };
+    if (!call->stream) {
+      std::optional<SimRequestResult> result;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        progressed.wait(lock, [&] { return stopping || (result = sim->TakeResult(id)).has_value(); });
+        --inflight;
+      }
+      if (!result) return OpenAIError(res, 503, "simulator shutting down", "server_error");
+      if (result->rejected) return OpenAIError(res, 400, "prompt does not fit in the KV cache", "invalid_request_error");
+      std::string text = OutputText(*call, 0, result->output_tokens);
+      Json choice = chat ? Json{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}}, {"logprobs", nullptr},
+                                {"finish_reason", "length"}}
+                         : Json{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", "length"}};
+      Json out = {{"id", rid}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
+                  {"model", call->model}, {"choices", Json::array({choice})}, {"usage", usage(*result)}};
+      res.set_content(out.dump(), "application/json");
+      return;
+    }
+    // Streaming: one SSE chunk per generated token as the simulation produces them.
+    auto emitted = std::make_shared<int64_t>(0);
+    auto finished = std::make_shared<bool>(false);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, call, id, rid, created, chat, emitted, finished, usage](size_t, httplib::DataSink& sink) {
+          if (*finished) {
+            sink.done();
+            return true;
+          }
+          std::optional<SimRequestResult> result;
+          int64_t progress = 0;
+          {
+            std::unique_lock<std::mutex> lock(mu);
+            progressed.wait(lock, [&] {
+              if (stopping) return true;
+              progress = sim->Progress(id).value_or(0);
+              return progress > *emitted;
+            });
+            if (stopping) return false;
+            result = sim->TakeResult(id);
+          }
+          if (result && result->rejected) {
+            std::string s = "data: {\"error\":{\"message\":\"prompt does not fit in the KV cache\"}}\n\n";
+            sink.write(s.data(), s.size());
+            *finished = true;
+            return true;
+          }
+          std::string payload;
+          const int64_t total = call->max_tokens;
+          for (int64_t i = *emitted; i < progress; ++i) {
+            std::string piece = OutputText(*call, i, i + 1);
+            const bool last = i + 1 == total;
+            Json choice = chat ? Json{{"index", 0},
+                                      {"delta", i == 0 ? Json{{"role", "assistant"}, {"content", piece}}
+                                                       : Json{{"content", piece}}},
+                                      {"logprobs", nullptr},
+                                      {"finish_reason", last ? Json("length") : Json(nullptr)}}
+                               : Json{{"index", 0}, {"text", piece}, {"logprobs", nullptr},
+                                      {"finish_reason", last ? Json("length") : Json(nullptr)}};
+            Json chunk = {{"id", rid}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                          {"created", created}, {"model", call->model}, {"choices", Json::array({choice})}};
+            payload += "data: " + chunk.dump() + "\n\n";
+          }
+          *emitted = progress;
+          if (result) {
+            if (call->include_usage) {
+              Json chunk = {{"id", rid}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                            {"created", created}, {"model", call->model}, {"choices", Json::array()},
+                            {"usage", usage(*result)}};
+              payload += "data: " + chunk.dump() + "\n\n";
+            }
+            payload += "data: [DONE]\n\n";
+            *finished = true;
+          }
+          if (!payload.empty() && !sink.write(payload.data(), payload.size())) return false;
+          return true;
+        },
+        [this](bool) {
+          // Runs once the stream ends for any reason; an abandoned request still runs to completion
+          // in the simulation (as in a real engine without abort), its result is simply not read.
+          std::lock_guard<std::mutex> lock(mu);
+          --inflight;
+        });
+  }
+
+  void Setup() {
+    http.new_task_queue = [n = o.threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
+    http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("", "text/plain"); });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      if (o.metrics_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.metrics_delay_ms));
+      if (Roll(o.drop_rate)) return Drop(res);
+      std::string text;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        sim->AdvanceTo(std::max(sim->now_us(), VirtualNow()));
+        text = RenderSimMetrics(o.params, sim->Snapshot(), WallSeconds());
+      }
+      if (o.metrics_malformed) {
+        size_t cut = text.find('\n', text.size() / 2);
+        text.insert(cut == std::string::npos ? text.size() : cut + 1, "...\n");
+      }
+      res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
+    });
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      Json data = Json::array();
+      const int64_t created = static_cast<int64_t>(WallSeconds());
+      for (const std::string& m : o.params.models) {
+        data.push_back({{"id", m}, {"object", "model"}, {"created", created}, {"owned_by", "epp-sim"}, {"root", m},
+                        {"parent", nullptr}});
+      }
+      for (const std::string& l : o.params.loras) {
+        data.push_back({{"id", l}, {"object", "model"}, {"created", created}, {"owned_by", "epp-sim"}, {"root", l},
+                        {"parent", o.params.models.front()}});
+      }
+      res.set_content(Json{{"object", "list"}, {"data", data}}.dump(), "application/json");
+    });
+    http.Post("/v1/completions",
+              [this](const httplib::Request& req, httplib::Response& res) { HandleInference(req, res, false); });
+    http.Post("/v1/chat/completions",
+              [this](const httplib::Request& req, httplib::Response& res) { HandleInference(req, res, true); });
+  }
+};
+
+SimHttpServer::SimHttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+SimHttpServer::~SimHttpServer() { Stop(); }
+
+absl::StatusOr<std::unique_ptr<SimHttpServer>> SimHttpServer::Start(const SimHttpOptions& options) {
+  if (!(options.time_scale > 0)) return absl::InvalidArgumentError("simulator: time_scale must be > 0");
+  if (options.fail_rate < 0 || options.fail_rate > 1) return absl::InvalidArgumentError("simulator: fail_rate must be in [0,1]");
+  if (options.drop_rate < 0 || options.drop_rate > 1) return absl::InvalidArgumentError("simulator: drop_rate must be in [0,1]");
+  if (options.port < 0 || options.port > 65535) return absl::InvalidArgumentError("simulator: port must be in [0,65535]");
+  if (options.threads < 1) return absl::InvalidArgumentError("simulator: threads must be >= 1");
+  if (options.max_tokens_default < 1) return absl::InvalidArgumentError("simulator: max_tokens_default must be >= 1");
+  auto sim = SimServer::Create(options.params);
+  if (!sim.ok()) return sim.status();
+  auto impl = std::make_unique<Impl>();
+  impl->o = options;
+  impl->sim = *std::move(sim);
+  impl->rng.seed(options.params.seed * 0x9E3779B97F4A7C15ull + 1);
+  impl->Setup();
+  if (options.port == 0) {
+    impl->port = impl->http.bind_to_any_port(options.host);
+  } else {
+    impl->port = impl->http.bind_to_port(options.host, options.port) ? options.port : -1;
+  }
+  if (impl->port <= 0) {
+    return absl::UnavailableError("simulator: cannot listen on " + options.host + ":" + std::to_string(options.port));
+  }
+  Impl* raw = impl.get();
+  impl->driver = std::thread([raw] { raw->Drive(); });
+  impl->server = std::thread([raw] { raw->http.listen_after_bind(); });
+  return std::unique_ptr<SimHttpServer>(new SimHttpServer(std::move(impl)));
+}
+
+int SimHttpServer::port() const { return impl_->port; }
+std::string SimHttpServer::url() const { return "http://" + impl_->o.host + ":" + std::to_string(impl_->port); }
+
+void SimHttpServer::Stop() {
+  if (!impl_ || impl_->stopping.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+  }
+  impl_->wake.notify_all();
+  impl_->progressed.notify_all();
+  impl_->http.stop();
+  if (impl_->server.joinable()) impl_->server.join();
+  if (impl_->driver.joinable()) impl_->driver.join();
+}
+
+}  // namespace epp

@@ -1,0 +1,139 @@
+// Prometheus text of a simulated server in the dialect of vLLM, SGLang or trtllm-serve.
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "epp/sim.h"
+
+namespace epp {
+namespace {
+
+// Python's float repr, as the engines (all Python, prometheus_client) print values: "3.0", "0.25".
+std::string Py(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  for (int prec = 1; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  return s;
+}
+
+class Writer {
+ public:
+  explicit Writer(std::string labels) : labels_(std::move(labels)) {}
+  void Family(const std::string& name, const char* type, const char* help) {
+    out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  }
+  void Sample(const std::string& name, double v, const std::string& extra = "") {
+    std::string l = labels_;
+    if (!extra.empty()) l = l.empty() ? extra : extra + "," + l;
+    out_ += name + (l.empty() ? "" : "{" + l + "}") + " " + Py(v) + "\n";
+  }
+  void Gauge(const std::string& name, const char* help, double v) {
+    Family(name, "gauge", help);
+    Sample(name, v);
+  }
+  void Counter(const std::string& name, const char* help, double v) {
+    Family(name, "counter", help);
+    Sample(name + "_total", v);
+  }
+  void Histogram(const std::string& name, const char* help, const SimHistogram& h) {
+    Family(name, "histogram", help);
+    uint64_t cum = 0;
+    for (size_t i = 0; i < h.bounds.size(); ++i) {
+      cum += h.counts[i];
+      Sample(name + "_bucket", static_cast<double>(cum), "le=\"" + Py(h.bounds[i]) + "\"");
+    }
+    Sample(name + "_bucket", static_cast<double>(h.count), "le=\"+Inf\"");
+    Sample(name + "_count", static_cast<double>(h.count));
+    Sample(name + "_sum", h.sum);
+  }
+  void Raw(const std::string& s) { out_ += s; }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string labels_;
+  std::string out_;
+};
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+}  // namespace
+
+std::string RenderSimMetrics(const SimParams& p, const SimSnapshot& s, double wall_time_s) {
+  const std::string& model = p.models.front();
+  const double hit_rate = s.prefix_query_tokens_total
+                              ? static_cast<double>(s.prefix_hit_tokens_total) / s.prefix_query_tokens_total
+                              : 0.0;
+  if (p.engine == "sglang") {
+    Writer w("model_name=\"" + model + "\"");
+    w.Gauge("sglang:num_running_reqs", "The number of running requests.", s.running);
+    w.Gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", s.waiting);
+    w.Gauge("sglang:num_used_tokens", "The number of used tokens.",
+            static_cast<double>(s.kv_blocks_used * p.block_size));
+    w.Gauge("sglang:token_usage", "The token usage.", s.kv_usage);
+    w.Gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", hit_rate);
+    w.Family("sglang:cache_config_info", "gauge", "Information of the cache configuration.");
+    w.Raw("sglang:cache_config_info{num_pages=\"" + std::to_string(p.kv_blocks) + "\",page_size=\"" +
+          std::to_string(p.block_size) + "\"} 1.0\n");
+    w.Counter("sglang:prompt_tokens", "Number of prefill tokens processed.", static_cast<double>(s.prompt_tokens_total));
+    w.Counter("sglang:generation_tokens", "Number of generation tokens processed.",
+              static_cast<double>(s.generation_tokens_total));
+    w.Counter("sglang:cached_tokens", "Number of cached prompt tokens.", static_cast<double>(s.prefix_hit_tokens_total));
+    w.Counter("sglang:num_requests", "Number of requests processed.", static_cast<double>(s.requests_finished));
+    w.Histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", s.ttft_s);
+    w.Histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", s.e2e_s);
+    return w.Take();
+  }
+  if (p.engine == "trtllm-serve") {
+    Writer w("model_name=\"" + model + "\"");
+    w.Gauge("trtllm_num_requests_waiting", "Number of requests waiting to be scheduled.", s.waiting);
+    w.Gauge("trtllm_num_requests_running", "Number of requests in the running batch.", s.running);
+    w.Gauge("trtllm_kv_cache_utilization", "Fraction of KV cache blocks in use.", s.kv_usage);
+    w.Gauge("trtllm_kv_cache_tokens_per_block", "Tokens per KV cache block.", p.block_size);
+    w.Gauge("trtllm_kv_cache_max_blocks", "Maximum number of KV cache blocks.", static_cast<double>(p.kv_blocks));
+    w.Gauge("trtllm_kv_cache_hit_rate", "KV cache reuse rate.", hit_rate);
+    w.Counter("trtllm_request_success", "Count of successfully processed requests.",
+              static_cast<double>(s.requests_finished));
+    w.Histogram("trtllm_time_to_first_token_seconds", "Histogram of time to first token in seconds.", s.ttft_s);
+    w.Histogram("trtllm_e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", s.e2e_s);
+    return w.Take();
+  }
+  Writer w("engine=\"0\",model_name=\"" + model + "\"");
+  w.Gauge("vllm:num_requests_running", "Number of requests in model execution batches.", s.running);
+  w.Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", s.waiting);
+  w.Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage);
+  if (!p.loras.empty()) {
+    w.Family("vllm:lora_requests_info", "gauge", "Running stats on lora requests.");
+    w.Raw("vllm:lora_requests_info{max_lora=\"" + std::to_string(p.max_loras) + "\",running_lora_adapters=\"" +
+          Join(s.running_adapters) + "\",waiting_lora_adapters=\"" + Join(s.waiting_adapters) + "\"} " +
+          Py(wall_time_s) + "\n");
+  }
+  w.Family("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
+  w.Raw("vllm:cache_config_info{block_size=\"" + std::to_string(p.block_size) +
+        "\",cache_dtype=\"auto\",enable_prefix_caching=\"True\",num_gpu_blocks=\"" + std::to_string(p.kv_blocks) +
+        "\"} 1.0\n");
+  w.Counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+            static_cast<double>(s.prefix_query_tokens_total));
+  w.Counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+            static_cast<double>(s.prefix_hit_tokens_total));
+  w.Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", static_cast<double>(s.prompt_tokens_total));
+  w.Counter("vllm:generation_tokens", "Number of generation tokens processed.",
+            static_cast<double>(s.generation_tokens_total));
+  w.Family("vllm:request_success_total", "counter", "Count of successfully processed requests.");
+  w.Sample("vllm:request_success_total", static_cast<double>(s.requests_finished), "finished_reason=\"length\"");
+  w.Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", s.ttft_s);
+  w.Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", s.e2e_s);
+  w.Histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", s.queue_s);
+  return w.Take();
+}
+
+}  // namespace epp
