@@ -97,7 +97,7 @@ struct SimServer::Impl {
   int64_t lora_changed = 0;
 
   bool stepping = false;
-  int64_t step_start = 0, step_dur = 0, step_k = 0;
+  int64_t step_start = 0, step_dur = 0, step_k = 0, step_prefill = 0;
   std::vector<uint64_t> admitted_in_step;
 
   SimSnapshot stats;
@@ -231,14 +231,21 @@ struct SimServer::Impl {
 
   void StartStep() {
     admitted_in_step.clear();
-    const int64_t prefill = Admit();
+    step_prefill = Admit();
+    step_start = now;
+    PlanStep();
+  }
+
+  // Sets the duration and length of the step that starts at step_start, from the running batch
+  // and the prefill work admitted into it.
+  void PlanStep() {
     if (running.empty()) {
       stepping = false;
       return;
     }
     const double n = static_cast<double>(running.size());
     step_dur = std::llround((p.decode_step_ms + p.decode_ms_per_seq * n) * 1000.0) +
-               std::llround(static_cast<double>(prefill) * 1e6 / p.prefill_tokens_per_s);
+               std::llround(static_cast<double>(step_prefill) * 1e6 / p.prefill_tokens_per_s);
     if (step_dur < 1) step_dur = 1;
     step_k = 1;
     if (admitted_in_step.empty() && loading.empty()) {
@@ -250,7 +257,6 @@ struct SimServer::Impl {
       }
       step_k = std::max<int64_t>(1, k);
     }
-    step_start = now;
     stepping = true;
   }
 
@@ -355,7 +361,11 @@ absl::Status SimServer::Submit(const SimRequest& request, int64_t t_us, std::vec
   if (!request.adapter.empty()) m.lora_changed = m.now;
   m.reqs.emplace(request.id, std::move(r));
   m.waiting.push_back(request.id);
-  if (m.stepping && m.step_k > 1) {
+  if (m.stepping && m.step_start == m.now) {
+    // The step begins at this very instant: the scheduler sees every request that arrived by now.
+    m.step_prefill += m.Admit();
+    m.PlanStep();
+  } else if (m.stepping && m.step_k > 1) {
     // Cut the multi-step run at the end of the step in progress so the newcomer is admitted then.
     m.step_k = (m.now - m.step_start) / m.step_dur + 1;
   }
