@@ -39,3 +39,51 @@ def fixtures_dir():
 @pytest.fixture(scope="session")
 def root():
     return ROOT
+
+
+class SimProcess:
+    """`eppctl sim` running in the background; `.urls` are its servers."""
+
+    def __init__(self, eppctl_path, args):
+        import re
+        self.proc = subprocess.Popen([eppctl_path, "sim", "--port", "0", *map(str, args)], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self.urls = []
+        count = 1
+        if "--count" in args:
+            count = int(args[list(args).index("--count") + 1])
+        while len(self.urls) < count:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("eppctl sim exited: " + self.proc.stderr.read())
+            m = re.search(r"listening on (http://\S+)", line)
+            if m:
+                self.urls.append(m.group(1))
+        self.url = self.urls[0]
+
+    def stop(self):
+        import signal
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=10)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc.stdout.close()
+            self.proc.stderr.close()
+
+
+@pytest.fixture
+def sim():
+    path = _eppctl_path()
+    started = []
+
+    def start(*args):
+        s = SimProcess(path, list(args))
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
