@@ -72,7 +72,9 @@ struct Input {
   bool large = false;  // also run in the pinned heap states (see the top of the file)
 };
 
-enum class Heap { kAsIs, kTrimEachParse, kWarm };
+// kAsIs: a fresh result per parse (allocate + free each time); kReuse: ParsePrometheusTextInto one
+// long-lived result, as a scraper does per endpoint; the other two pin glibc's heap state.
+enum class Heap { kAsIs, kTrimEachParse, kWarm, kReuse };
 
 std::optional<std::string> ReadFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -155,7 +157,15 @@ void BM_ParsePrometheusText(benchmark::State& state, const Input* input, Heap he
     sample_count = first->sample_count();
     family_count = first->families().size();
   }
+  epp::MetricFamilies reused;
   for (auto _ : state) {
+    if (heap == Heap::kReuse) {
+      absl::Status st = epp::ParsePrometheusTextInto(input->text, {}, reused);
+      size_t samples = reused.sample_count();
+      benchmark::DoNotOptimize(st);
+      benchmark::DoNotOptimize(samples);
+      continue;
+    }
     {
       absl::StatusOr<epp::MetricFamilies> parsed = epp::ParsePrometheusText(input->text);
       size_t samples = parsed.ok() ? parsed->sample_count() : 0;
@@ -187,6 +197,7 @@ struct Run {
 std::vector<Run> Runs(const std::vector<Input>& inputs) {
   std::vector<Run> runs;
   for (const Input& in : inputs) runs.push_back(Run{in.name, &in, Heap::kAsIs});
+  for (const Input& in : inputs) runs.push_back(Run{in.name + "/reuse", &in, Heap::kReuse});
 #ifdef EPP_BENCH_HAVE_MALLOC_TRIM
   for (const Input& in : inputs) {
     if (in.large) runs.push_back(Run{in.name + "/after-malloc_trim", &in, Heap::kTrimEachParse});

@@ -94,7 +94,6 @@ int RunCheck(const CheckCommandOptions& o) {
   epp::CheckOptions options;
   options.engine = o.engine;
   options.metrics_path = o.metrics_path;
-  if (options.metrics_path.empty() || options.metrics_path[0] != '/') options.metrics_path = "/" + options.metrics_path;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   options.insecure = o.insecure;
   options.model = o.model;
@@ -107,13 +106,7 @@ int RunCheck(const CheckCommandOptions& o) {
     }
     options.metric_overrides.emplace_back(m.substr(0, eq), m.substr(eq + 1));
   }
-  for (const std::string& h : o.headers) {
-    size_t colon = h.find(':');
-    if (colon == std::string::npos || colon == 0) {
-      return PrintError(absl::InvalidArgumentError("--header '" + h + "': expected K:V"));
-    }
-    options.headers.push_back(Trim(h.substr(0, colon)) + ": " + Trim(h.substr(colon + 1)));
-  }
+  options.headers = o.headers;
   if (!o.bearer_token_file.empty()) {
     auto token = ReadFile(o.bearer_token_file);
     if (!token.ok()) return PrintError(absl::InvalidArgumentError("--bearer-token-file: " + std::string(token.status().message())));

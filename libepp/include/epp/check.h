@@ -66,4 +66,17 @@ std::string CheckReportToJson(const CheckReport& report, int indent = 2);
 // the overrides. Exposed for pyepp and tests.
 absl::StatusOr<MetricMapping> ResolveMapping(std::string_view engine, const CheckOptions& options);
 
+// Every mapping auto-detection considers: the built-ins (custom entries of the same name replace
+// them), then the other custom engines, each with the overrides applied.
+absl::StatusOr<std::vector<MetricMapping>> CandidateMappings(const CheckOptions& options);
+
+// The engine RunChecks would use for these families: options.engine when it is not "auto",
+// otherwise DetectEngine over CandidateMappings(); kNotFound naming the candidates when none fits.
+absl::StatusOr<std::string> ResolveEngine(const MetricFamilies& families, const CheckOptions& options);
+
+// Checks and normalises options in place: timeout >= 1 ms, max_body_bytes > 0, metrics_path
+// starting with '/', headers of the form "Name: value" (spaces around the colon trimmed).
+// kInvalidArgument naming the option otherwise. RunChecks calls it on its own copy.
+absl::Status NormalizeCheckOptions(CheckOptions& options);
+
 }  // namespace epp

@@ -27,6 +27,19 @@ std::string Snippet(std::string_view body) {
   return s;
 }
 
+std::string TrimSpaces(std::string s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) s.pop_back();
+  size_t b = 0;
+  while (b < s.size() && (s[b] == ' ' || s[b] == '\t')) ++b;
+  return s.substr(b);
+}
+
+std::string NoEngineMessage(std::span<const MetricMapping> candidates) {
+  std::string names;
+  for (const MetricMapping& m : candidates) names += (names.empty() ? "" : ", ") + m.engine;
+  return "no known engine's metrics found (looked for " + names + "; use --engine or --metric)";
+}
+
 struct Pending {
   size_t target;
   std::string check_id;
@@ -81,10 +94,7 @@ void CheckMetricsText(std::string_view text, const CheckOptions& options,
   } else {
     std::optional<std::string> engine = DetectEngine(fams, candidates);
     if (!engine) {
-      std::string names;
-      for (const MetricMapping& m : candidates) names += (names.empty() ? "" : ", ") + m.engine;
-      rep.checks.push_back({"metrics.engine", CheckStatus::kFail,
-                            "no known engine's metrics found (looked for " + names + "; use --engine or --metric)"});
+      rep.checks.push_back({"metrics.engine", CheckStatus::kFail, NoEngineMessage(candidates)});
       for (const char* id : {"metrics.queue", "metrics.running", "metrics.kv_cache", "metrics.lora",
                              "metrics.cache_info"}) {
         rep.checks.push_back({id, CheckStatus::kSkip, "no engine detected"});
@@ -266,14 +276,7 @@ absl::StatusOr<MetricMapping> ResolveMapping(std::string_view engine, const Chec
   return mapping;
 }
 
-absl::StatusOr<CheckReport> RunChecks(std::span<const std::string> targets, const CheckOptions& options) {
-  if (targets.empty()) return absl::InvalidArgumentError("no targets given");
-  for (const std::string& t : targets) {
-    if (!IsUrl(t) && t.find("://") != std::string::npos) {
-      return absl::InvalidArgumentError("target '" + t + "': only http:// and https:// URLs or file paths");
-    }
-  }
-  // Candidate mappings: built-ins (replaced by custom entries of the same name), then custom ones.
+absl::StatusOr<std::vector<MetricMapping>> CandidateMappings(const CheckOptions& options) {
   std::vector<MetricMapping> candidates;
   for (const std::string& name : MetricMapping::BuiltInEngines()) {
     EPP_ASSIGN_OR_RETURN(MetricMapping m, ResolveMapping(name, options));
@@ -287,6 +290,45 @@ absl::StatusOr<CheckReport> RunChecks(std::span<const std::string> targets, cons
       candidates.push_back(std::move(r));
     }
   }
+  return candidates;
+}
+
+absl::StatusOr<std::string> ResolveEngine(const MetricFamilies& families, const CheckOptions& options) {
+  if (options.engine != "auto") {
+    EPP_RETURN_IF_ERROR(ResolveMapping(options.engine, options).status());
+    return options.engine;
+  }
+  EPP_ASSIGN_OR_RETURN(std::vector<MetricMapping> candidates, CandidateMappings(options));
+  if (std::optional<std::string> engine = DetectEngine(families, candidates)) return *engine;
+  return absl::NotFoundError(NoEngineMessage(candidates));
+}
+
+absl::Status NormalizeCheckOptions(CheckOptions& o) {
+  if (o.timeout.count() < 1) return absl::InvalidArgumentError("timeout must be at least 1 ms");
+  if (o.max_body_bytes == 0) return absl::InvalidArgumentError("max_body_bytes must be > 0");
+  if (o.metrics_path.empty() || o.metrics_path[0] != '/') o.metrics_path = "/" + o.metrics_path;
+  for (std::string& h : o.headers) {
+    const size_t colon = h.find(':');
+    std::string name = colon == std::string::npos ? "" : TrimSpaces(h.substr(0, colon));
+    if (name.empty()) return absl::InvalidArgumentError("header '" + h + "': expected 'Name: value'");
+    if (h.find_first_of("\r\n") != std::string::npos) {
+      return absl::InvalidArgumentError("header '" + name + "': expected 'Name: value' on one line");
+    }
+    h = name + ": " + TrimSpaces(h.substr(colon + 1));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckReport> RunChecks(std::span<const std::string> targets, const CheckOptions& raw_options) {
+  CheckOptions options = raw_options;
+  EPP_RETURN_IF_ERROR(NormalizeCheckOptions(options));
+  if (targets.empty()) return absl::InvalidArgumentError("no targets given");
+  for (const std::string& t : targets) {
+    if (!IsUrl(t) && t.find("://") != std::string::npos) {
+      return absl::InvalidArgumentError("target '" + t + "': only http:// and https:// URLs or file paths");
+    }
+  }
+  EPP_ASSIGN_OR_RETURN(std::vector<MetricMapping> candidates, CandidateMappings(options));
   std::optional<MetricMapping> forced;
   if (options.engine != "auto") {
     EPP_ASSIGN_OR_RETURN(forced, ResolveMapping(options.engine, options));

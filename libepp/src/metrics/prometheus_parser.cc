@@ -5,16 +5,25 @@
 // views into that copy, and only values with escape sequences are unescaped into an arena. Labels
 // of all samples share one flat vector; the spans are fixed up once at the end.
 //
+// Hot-path tricks: character classes come from a 256-entry table; label values are found with
+// memchr; a sample's metric name and label names are first compared with the previous sample's
+// (consecutive series of one metric repeat them), which turns most name scanning into one
+// memcmp; plain decimals skip from_chars. ParsePrometheusTextInto reuses every buffer.
+//
 // Family grouping reproduces the reference parsers exactly (see metrics.h), including their
 // corner cases: a sample that fits no open family closes it and becomes a singleton untyped
 // family; a counter whose TYPE name lacks `_total` gets `_total` appended to its samples.
+#include <algorithm>
+#include <array>
 #include <charconv>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <cmath>
 #include <cstring>
 #include <deque>
 #include <limits>
 #include <string>
-#include <unordered_map>
 
 #include "epp/metrics.h"
 
@@ -27,7 +36,21 @@ struct MetricFamilies::Impl {
   std::vector<Sample> samples;
   std::vector<MetricFamily> families;
   std::vector<std::pair<int, std::string>> skipped;
-  std::unordered_map<std::string_view, std::vector<uint32_t>> by_name;  // family or sample name
+  // Scratch kept between parses: (begin, count) of each sample's labels, (begin, end) of each
+  // family's samples, until the spans are fixed up.
+  std::vector<std::pair<uint32_t, uint32_t>> label_ranges;
+  std::vector<std::pair<uint32_t, uint32_t>> family_ranges;
+
+  void Clear() {
+    text.clear();
+    arena.clear();
+    labels.clear();
+    samples.clear();
+    families.clear();
+    skipped.clear();
+    label_ranges.clear();
+    family_ranges.clear();
+  }
 };
 
 MetricFamilies::MetricFamilies() : impl_(std::make_unique<Impl>()) {}
@@ -42,11 +65,33 @@ const std::vector<std::pair<int, std::string>>& MetricFamilies::skipped() const 
   return impl_->skipped;
 }
 
+namespace {
+
+// Whether a family may hold samples named `name` (or is itself named so), by the grouping rules:
+// the family's own name, plus _sum/_count for summaries and histograms, _bucket for histograms,
+// and _total for counters (whose family names drop it).
+bool FamilyOwnsName(const MetricFamily& f, std::string_view name) {
+  const std::string_view fam = f.name;
+  if (name.size() < fam.size() || name.compare(0, fam.size(), fam) != 0) return false;
+  const std::string_view suffix = name.substr(fam.size());
+  if (suffix.empty()) return true;
+  switch (f.type) {
+    case MetricType::kCounter: return suffix == "_total";
+    case MetricType::kHistogram: return suffix == "_bucket" || suffix == "_sum" || suffix == "_count";
+    case MetricType::kSummary: return suffix == "_sum" || suffix == "_count";
+    default: return false;
+  }
+}
+
+}  // namespace
+
+// A linear scan over families: exporters have tens of families, lookups happen a few times per
+// scrape, and the parse stays free of index building.
 std::vector<const MetricFamily*> MetricFamilies::FindBySampleName(std::string_view name) const {
   std::vector<const MetricFamily*> out;
-  auto it = impl_->by_name.find(name);
-  if (it == impl_->by_name.end()) return out;
-  for (uint32_t idx : it->second) out.push_back(&impl_->families[idx]);
+  for (const MetricFamily& f : impl_->families) {
+    if (FamilyOwnsName(f, name)) out.push_back(&f);
+  }
   return out;
 }
 
@@ -81,21 +126,31 @@ std::string_view MetricTypeName(MetricType type) {
 
 namespace {
 
-inline bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
-inline bool IsNameStart(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
-}
-inline bool IsNameChar(char c) { return IsNameStart(c) || (c >= '0' && c <= '9'); }
-inline bool IsLabelStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
-inline bool IsLabelChar(char c) { return IsLabelStart(c) || (c >= '0' && c <= '9'); }
+enum : uint8_t { kSpace = 1, kNameStart = 2, kNameChar = 4, kLabelStart = 8, kLabelChar = 16 };
 
-bool IsValidMetricName(std::string_view s) {
-  if (s.empty() || !IsNameStart(s[0])) return false;
-  for (char c : s) {
-    if (!IsNameChar(c)) return false;
+constexpr std::array<uint8_t, 256> MakeClasses() {
+  std::array<uint8_t, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    const bool digit = c >= '0' && c <= '9';
+    uint8_t v = 0;
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') v |= kSpace;
+    if (alpha || c == ':') v |= kNameStart | kNameChar;
+    if (digit) v |= kNameChar | kLabelChar;
+    if (alpha) v |= kLabelStart | kLabelChar;
+    t[c] = v;
   }
-  return true;
+  return t;
 }
+constexpr std::array<uint8_t, 256> kClass = MakeClasses();
+
+inline bool Is(char c, uint8_t cls) { return (kClass[static_cast<unsigned char>(c)] & cls) != 0; }
+inline bool IsSpace(char c) { return Is(c, kSpace); }
+inline bool IsNameStart(char c) { return Is(c, kNameStart); }
+inline bool IsNameChar(char c) { return Is(c, kNameChar); }
+inline bool IsLabelStart(char c) { return Is(c, kLabelStart); }
+inline bool IsLabelChar(char c) { return Is(c, kLabelChar); }
+
 
 // A parse failure within one line: the 0-based offset in the line and what went wrong.
 struct LineError {
@@ -103,8 +158,78 @@ struct LineError {
   const char* what;
 };
 
-// Parses a float the way Prometheus writes them: decimal, exponent, NaN, +Inf, -Inf
-// (case-insensitive, as Go's strconv and Python's float() accept).
+// Scans a plain number at p[i]: digits, an optional fraction, an optional exponent, no sign.
+// With at most 15 significant digits and a decimal exponent within +-22, m * 10^e is computed
+// from two exactly representable doubles and so correctly rounded (Clinger's fast path), equal
+// to what from_chars gives. Returns the end position, or 0 when the fast path does not apply.
+inline size_t ScanSimpleNumber(const char* p, size_t i, size_t n, double& out) {
+  static constexpr double kPow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                      1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+  uint64_t m = 0;
+  int digits = 0, exp10 = 0;
+  size_t k = i;
+  for (; k < n; ++k) {
+    const unsigned d = static_cast<unsigned char>(p[k]) - '0';
+    if (d > 9) break;
+    m = m * 10 + d;
+    ++digits;
+  }
+  if (k < n && p[k] == '.') {
+    for (++k; k < n; ++k) {
+      const unsigned d = static_cast<unsigned char>(p[k]) - '0';
+      if (d > 9) break;
+      m = m * 10 + d;
+      ++digits;
+      --exp10;
+    }
+  }
+  if (digits == 0 || digits > 15) return 0;
+  if (k < n && (p[k] == 'e' || p[k] == 'E')) {
+    ++k;
+    bool neg = false;
+    if (k < n && (p[k] == '+' || p[k] == '-')) neg = p[k++] == '-';
+    int e = 0, edigits = 0;
+    for (; k < n && edigits < 4; ++k, ++edigits) {
+      const unsigned d = static_cast<unsigned char>(p[k]) - '0';
+      if (d > 9) break;
+      e = e * 10 + static_cast<int>(d);
+    }
+    if (edigits == 0 || edigits == 4) return 0;
+    exp10 += neg ? -e : e;
+  }
+  if (exp10 < -22 || exp10 > 22) return 0;
+  const double v = static_cast<double>(m);
+  out = exp10 < 0 ? v / kPow10[-exp10] : v * kPow10[exp10];
+  return k;
+}
+
+// The first position in [i, n) holding '"' or a backslash, or n. Reads up to 15 bytes past
+// p + n: the parser's copy of the text is padded for that.
+inline size_t FindQuoteOrBackslash(const char* p, size_t i, size_t n) {
+#ifdef __SSE2__
+  const __m128i quote = _mm_set1_epi8('"');
+  const __m128i backslash = _mm_set1_epi8('\\');
+  while (i < n) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+    const int mask = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)));
+    if (mask != 0) {
+      const size_t j = i + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(mask)));
+      return j < n ? j : n;
+    }
+    i += 16;
+  }
+  return n;
+#else
+  while (i < n && p[i] != '"' && p[i] != '\\') ++i;
+  return i;
+#endif
+}
+
+// Bytes of padding after the parser's copy of the text (see FindQuoteOrBackslash).
+constexpr size_t kPadding = 16;
+
+// Any value Prometheus writes: decimal, exponent, NaN, +Inf, -Inf, signs (case-insensitive, as
+// Go's strconv and Python's float() accept).
 bool ParseValue(std::string_view tok, double& out) {
   if (tok.empty()) return false;
   bool neg = false;
@@ -136,14 +261,15 @@ class Parser {
   Parser(MetricFamilies::Impl& impl, bool lenient) : m_(impl), lenient_(lenient) {}
 
   absl::Status Run() {
-    const std::string& text = m_.text;
+    const char* const data = m_.text.data();
+    const size_t size = m_.text.size() - kPadding;
     size_t pos = 0;
     int line_no = 0;
-    while (pos < text.size()) {
-      size_t nl = text.find('\n', pos);
-      size_t end = nl == std::string::npos ? text.size() : nl;
+    while (pos < size) {
+      const void* nl = std::memchr(data + pos, '\n', size - pos);
+      const size_t end = nl == nullptr ? size : static_cast<size_t>(static_cast<const char*>(nl) - data);
       ++line_no;
-      std::string_view line(text.data() + pos, end - pos);
+      std::string_view line(data + pos, end - pos);
       pos = end + 1;
       std::optional<LineError> err;
       bool eof = false;
@@ -176,74 +302,69 @@ class Parser {
     }
   }
 
-  // Splits "# KEYWORD name rest" on whitespace runs, at most 4 parts (like str.split(None, 3)).
-  static int SplitComment(std::string_view line, std::string_view parts[4], size_t starts[4]) {
-    int n = 0;
-    size_t i = 0;
-    while (n < 4) {
-      while (i < line.size() && IsSpace(line[i])) ++i;
-      if (i >= line.size()) break;
-      starts[n] = i;
-      if (n == 3) {
-        parts[n++] = line.substr(i);
-        break;
-      }
-      size_t j = i;
-      while (j < line.size() && !IsSpace(line[j])) ++j;
-      parts[n++] = line.substr(i, j - i);
-      i = j;
-    }
-    return n;
-  }
 
+  // "# HELP name text", "# TYPE name type", "# EOF"; anything else is a plain comment. Tokens are
+  // split on whitespace runs as str.split(None, 3) splits them.
   void ParseComment(std::string_view line, size_t base, std::optional<LineError>& err, bool& eof) {
-    std::string_view parts[4];
-    size_t starts[4] = {0, 0, 0, 0};
-    int n = SplitComment(line, parts, starts);
-    if (n < 2 || parts[0] != "#") return;  // "#", "#HELP ..." and the like are plain comments
-    if (parts[1] == "EOF" && n == 2) {
-      eof = true;
+    const size_t size = line.size();
+    if (size < 2 || !IsSpace(line[1])) return;  // "#", "#HELP ...": plain comments
+    size_t i = 2;
+    while (i < size && IsSpace(line[i])) ++i;
+    auto keyword = [&](const char* k) {
+      return line.compare(i, 4, k) == 0 && (i + 4 == size || IsSpace(line[i + 4]));
+    };
+    const bool help = keyword("HELP");
+    const bool type = !help && keyword("TYPE");
+    if (!help && !type) {
+      if (line.compare(i, 3, "EOF") == 0 && i + 3 == size) eof = true;
       return;
     }
-    bool help = parts[1] == "HELP";
-    bool type = parts[1] == "TYPE";
-    if (!help && !type) return;
-    if (n < 3) {
-      err = LineError{base + line.size(), help ? "HELP line without a metric name"
-                                               : "TYPE line without a metric name"};
+    i += 4;
+    while (i < size && IsSpace(line[i])) ++i;
+    const size_t name_at = i;
+    if (i == size) {
+      err = LineError{base + size, help ? "HELP line without a metric name" : "TYPE line without a metric name"};
       return;
     }
-    if (!IsValidMetricName(parts[2])) {
-      err = LineError{base + starts[2], "invalid metric name"};
+    if (const size_t same = open_ ? SameAs<true>(line.data() + i, size - i, name_) : 0; same != 0) {
+      i += same;  // TYPE after HELP (or the reverse) names the open family again
+    } else if (IsNameStart(line[i])) {
+      ++i;
+      while (i < size && IsNameChar(line[i])) ++i;
+    }
+    if (i == name_at || (i < size && !IsSpace(line[i]))) {
+      err = LineError{base + name_at, "invalid metric name"};
       return;
     }
+    const std::string_view name = line.substr(name_at, i - name_at);
+    while (i < line.size() && IsSpace(line[i])) ++i;
+    const std::string_view rest = line.substr(i);
     if (help) {
-      if (parts[2] != name_) {
+      if (name != name_ || !open_) {
         CloseFamily();
-        StartFamily(parts[2]);
-        allowed_ = {parts[2], {}, {}, true};
+        StartFamily(name);
+        allowed_ = {true, false, false};
       }
-      help_ = n == 4 ? UnescapeHelp(parts[3]) : std::string_view();
+      help_ = UnescapeHelp(rest);
       return;
     }
-    if (n < 4) {
+    if (rest.empty()) {
       err = LineError{base + line.size(), "TYPE line without a type"};
       return;
     }
     MetricType t;
-    std::string_view ts = parts[3];
-    if (ts == "counter") t = MetricType::kCounter;
-    else if (ts == "gauge") t = MetricType::kGauge;
-    else if (ts == "histogram") t = MetricType::kHistogram;
-    else if (ts == "summary") t = MetricType::kSummary;
-    else if (ts == "untyped" || ts == "unknown") t = MetricType::kUntyped;
+    if (rest == "counter") t = MetricType::kCounter;
+    else if (rest == "gauge") t = MetricType::kGauge;
+    else if (rest == "histogram") t = MetricType::kHistogram;
+    else if (rest == "summary") t = MetricType::kSummary;
+    else if (rest == "untyped" || rest == "unknown") t = MetricType::kUntyped;
     else {
-      err = LineError{base + starts[3], "unknown metric type (want counter, gauge, histogram, summary or untyped)"};
+      err = LineError{base + i, "unknown metric type (want counter, gauge, histogram, summary or untyped)"};
       return;
     }
-    if (parts[2] != name_) {
+    if (name != name_ || !open_) {
       CloseFamily();
-      StartFamily(parts[2]);
+      StartFamily(name);
       help_ = {};
     }
     type_ = t;
@@ -269,153 +390,142 @@ class Parser {
   }
 
   bool Allowed(std::string_view sample) const {
-    if (name_.empty()) return false;
-    if (sample.size() < name_.size() || sample.compare(0, name_.size(), name_) != 0) return false;
-    std::string_view suffix = sample.substr(name_.size());
+    if (!open_) return false;
+    if (sample.size() < name_.size() || std::memcmp(sample.data(), name_.data(), name_.size()) != 0) return false;
+    const std::string_view suffix = sample.substr(name_.size());
     if (suffix.empty()) return allowed_.single;
     if (suffix == "_sum" || suffix == "_count") return allowed_.sum_count;
     if (suffix == "_bucket") return allowed_.bucket;
     return false;
   }
 
+  // Length of the identifier at `p` if it equals `prev` exactly (a memcmp instead of a scan).
+  template <bool kMetric>
+  static size_t SameAs(const char* p, size_t avail, std::string_view prev) {
+    const size_t n = prev.size();
+    if (n == 0 || avail <= n || std::memcmp(p, prev.data(), n) != 0) return 0;
+    return (kMetric ? IsNameChar(p[n]) : IsLabelChar(p[n])) ? 0 : n;
+  }
+
   void ParseSample(std::string_view line, size_t base, std::optional<LineError>& err) {
-    size_t i = 0;
+    const char* const p = line.data();
     const size_t n = line.size();
-    if (!IsNameStart(line[0])) {
-      err = LineError{base, "expected a metric name, a comment or a blank line"};
-      return;
+    size_t i = SameAs<true>(p, n, prev_name_);
+    if (i == 0) {
+      if (!IsNameStart(p[0])) {
+        err = LineError{base, "expected a metric name, a comment or a blank line"};
+        return;
+      }
+      i = 1;
+      while (i < n && IsNameChar(p[i])) ++i;
     }
-    while (i < n && IsNameChar(line[i])) ++i;
-    std::string_view name = line.substr(0, i);
-    while (i < n && IsSpace(line[i])) ++i;
+    const std::string_view name(p, i);
+    prev_name_ = name;
+    while (i < n && IsSpace(p[i])) ++i;
     const size_t label_begin = m_.labels.size();
-    if (i < n && line[i] == '{') {
+    auto fail = [&](size_t at, const char* what) {
+      err = LineError{base + at, what};
+      m_.labels.resize(label_begin);
+    };
+    if (i < n && p[i] == '{') {
       ++i;
+      size_t li = 0;  // index of the label within this sample
       for (;;) {
-        while (i < n && IsSpace(line[i])) ++i;
-        if (i >= n) {
-          err = LineError{base + i, "unterminated label set (missing '}')"};
-          break;
-        }
-        if (line[i] == '}') {
+        while (i < n && IsSpace(p[i])) ++i;
+        if (i >= n) return fail(i, "unterminated label set (missing '}')");
+        if (p[i] == '}') {
           ++i;
           break;
         }
-        if (!IsLabelStart(line[i])) {
-          err = LineError{base + i, "expected a label name"};
-          break;
+        const size_t ln = i;
+        size_t len = li < prev_labels_.size() ? SameAs<false>(p + i, n - i, prev_labels_[li]) : 0;
+        if (len == 0) {
+          if (!IsLabelStart(p[i])) return fail(i, "expected a label name");
+          len = 1;
+          while (i + len < n && IsLabelChar(p[i + len])) ++len;
         }
-        size_t ln = i;
-        while (i < n && IsLabelChar(line[i])) ++i;
-        std::string_view lname = line.substr(ln, i - ln);
-        while (i < n && IsSpace(line[i])) ++i;
-        if (i >= n || line[i] != '=') {
-          err = LineError{base + i, "expected '=' after label name"};
-          break;
-        }
+        i += len;
+        const std::string_view lname(p + ln, len);
+        if (li < prev_labels_.size()) prev_labels_[li] = lname;
+        else prev_labels_.push_back(lname);
+        ++li;
+        while (i < n && IsSpace(p[i])) ++i;
+        if (i >= n || p[i] != '=') return fail(i, "expected '=' after label name");
         ++i;
-        while (i < n && IsSpace(line[i])) ++i;
-        if (i >= n || line[i] != '"') {
-          err = LineError{base + i, "expected '\"' to open a label value"};
-          break;
-        }
+        while (i < n && IsSpace(p[i])) ++i;
+        if (i >= n || p[i] != '"') return fail(i, "expected '\"' to open a label value");
         ++i;
-        size_t vs = i;
+        const size_t vs = i;
         bool escaped = false;
-        while (i < n && line[i] != '"') {
-          if (line[i] == '\\') {
-            escaped = true;
-            if (i + 1 >= n) break;
-            char c = line[i + 1];
-            if (c != '\\' && c != '"' && c != 'n') {
-              err = LineError{base + i, "invalid escape in label value (only \\\\, \\\" and \\n)"};
-              break;
+        const size_t stop = FindQuoteOrBackslash(p, i, n);
+        if (stop < n && p[stop] == '"') {
+          i = stop;
+        } else {
+          while (i < n && p[i] != '"') {
+            if (p[i] == '\\') {
+              escaped = true;
+              if (i + 1 >= n) break;
+              const char c = p[i + 1];
+              if (c != '\\' && c != '"' && c != 'n') {
+                return fail(i, "invalid escape in label value (only \\\\, \\\" and \\n)");
+              }
+              i += 2;
+            } else {
+              ++i;
             }
-            i += 2;
-          } else {
-            ++i;
           }
+          if (i >= n) return fail(vs - 1, "unterminated label value");
         }
-        if (err) break;
-        if (i >= n) {
-          err = LineError{base + vs - 1, "unterminated label value"};
-          break;
-        }
-        std::string_view value = line.substr(vs, i - vs);
+        std::string_view value(p + vs, i - vs);
         ++i;  // closing quote
         if (escaped) value = UnescapeLabel(value);
         m_.labels.push_back(Label{lname, value});
-        while (i < n && IsSpace(line[i])) ++i;
-        if (i < n && line[i] == ',') {
+        while (i < n && IsSpace(p[i])) ++i;
+        if (i < n && p[i] == ',') {
           ++i;
           continue;
         }
-        if (i < n && line[i] == '}') {
+        if (i < n && p[i] == '}') {
           ++i;
           break;
         }
-        err = LineError{base + i, "expected ',' or '}' after a label value"};
-        break;
+        return fail(i, "expected ',' or '}' after a label value");
       }
-      if (err) {
-        m_.labels.resize(label_begin);
-        return;
-      }
+    } else if (i < n && i == name.size()) {
+      return fail(i, "expected a value after the metric name");
     }
-    // value
-    if (i >= n || (i > name.size() && !IsSpace(line[i - 1]) && line[i - 1] != '}')) {
-      err = LineError{base + i, "expected a value after the metric name"};
-      m_.labels.resize(label_begin);
-      return;
-    }
-    while (i < n && IsSpace(line[i])) ++i;
-    size_t vs = i;
-    while (i < n && !IsSpace(line[i])) ++i;
+    while (i < n && IsSpace(p[i])) ++i;
+    const size_t vs = i;
     double value;
-    if (vs == i) {
-      err = LineError{base + vs, "expected a value after the metric name"};
-      m_.labels.resize(label_begin);
-      return;
-    }
-    if (!ParseValue(line.substr(vs, i - vs), value)) {
-      err = LineError{base + vs, "invalid sample value (want a number, NaN, +Inf or -Inf)"};
-      m_.labels.resize(label_begin);
-      return;
-    }
-    while (i < n && IsSpace(line[i])) ++i;
-    std::optional<int64_t> ts;
-    if (i < n) {
-      size_t tsb = i;
-      while (i < n && !IsSpace(line[i])) ++i;
-      int64_t t;
-      if (!ParseTimestamp(line.substr(tsb, i - tsb), t)) {
-        err = LineError{base + tsb, "invalid timestamp (want integer milliseconds)"};
-        m_.labels.resize(label_begin);
-        return;
-      }
-      ts = t;
-      while (i < n && IsSpace(line[i])) ++i;
-      if (i < n) {
-        err = LineError{base + i, "unexpected text after the timestamp"};
-        m_.labels.resize(label_begin);
-        return;
-      }
-    }
-    Sample s;
-    s.name = name;
-    s.value = value;
-    s.timestamp_ms = ts;
-    // Labels are recorded as (begin, count) in the span's data/size until Finish().
-    label_ranges_.emplace_back(static_cast<uint32_t>(label_begin),
-                               static_cast<uint32_t>(m_.labels.size() - label_begin));
-    if (!Allowed(name)) {
-      CloseFamily();
-      name_ = {};
-      allowed_ = {};
-      m_.samples.push_back(s);
-      EmitFamily(name, MetricType::kUntyped, {}, m_.samples.size() - 1);
+    if (size_t end = ScanSimpleNumber(p, i, n, value); end != 0 && (end == n || IsSpace(p[end]))) {
+      i = end;  // the common case: plain digits with an optional fraction and exponent
     } else {
-      m_.samples.push_back(s);
+      while (i < n && !IsSpace(p[i])) ++i;
+      if (vs == i) return fail(vs, "expected a value after the metric name");
+      if (!ParseValue(line.substr(vs, i - vs), value)) {
+        return fail(vs, "invalid sample value (want a number, NaN, +Inf or -Inf)");
+      }
+    }
+    std::optional<int64_t> ts;
+    while (i < n && IsSpace(p[i])) ++i;
+    if (i < n) {
+      const size_t tsb = i;
+      while (i < n && !IsSpace(p[i])) ++i;
+      int64_t t;
+      if (!ParseTimestamp(line.substr(tsb, i - tsb), t)) return fail(tsb, "invalid timestamp (want integer milliseconds)");
+      ts = t;
+      while (i < n && IsSpace(p[i])) ++i;
+      if (i < n) return fail(i, "unexpected text after the timestamp");
+    }
+    m_.label_ranges.emplace_back(static_cast<uint32_t>(label_begin),
+                                 static_cast<uint32_t>(m_.labels.size() - label_begin));
+    if (Allowed(name)) {
+      m_.samples.push_back(Sample{name, {}, value, ts});
+    } else {
+      // Closes the open family; the sample becomes a family of its own.
+      CloseFamily();
+      m_.samples.push_back(Sample{name, {}, value, ts});
+      EmitFamily(name, MetricType::kUntyped, {}, m_.samples.size() - 1);
     }
   }
 
@@ -424,7 +534,7 @@ class Parser {
     out.reserve(s.size());
     for (size_t i = 0; i < s.size(); ++i) {
       if (s[i] == '\\' && i + 1 < s.size()) {
-        char c = s[++i];
+        const char c = s[++i];
         out.push_back(c == 'n' ? '\n' : c);
       } else {
         out.push_back(s[i]);
@@ -445,6 +555,8 @@ class Parser {
     if (!open_) return;
     open_ = false;
     EmitFamily(name_, type_, help_, first_sample_);
+    name_ = {};
+    allowed_ = {};
   }
 
   void EmitFamily(std::string_view name, MetricType type, std::string_view help, size_t first) {
@@ -456,45 +568,35 @@ class Parser {
       if (name.size() >= 6 && name.substr(name.size() - 6) == "_total") {
         f.name = name.substr(0, name.size() - 6);
       } else {
-        std::string renamed = std::string(name) + "_total";
-        m_.arena.push_back(std::move(renamed));
-        for (size_t k = first; k < m_.samples.size(); ++k) m_.samples[k].name = m_.arena.back();
+        // Each sample's own name gets the suffix (they differ only in malformed input).
+        std::string_view prev;
+        for (size_t k = first; k < m_.samples.size(); ++k) {
+          if (m_.arena.empty() || m_.samples[k].name != prev) {
+            prev = m_.samples[k].name;
+            m_.arena.push_back(std::string(prev) + "_total");
+          }
+          m_.samples[k].name = m_.arena.back();
+        }
       }
     }
-    const uint32_t idx = static_cast<uint32_t>(m_.families.size());
-    // The span is fixed in Finish(); keep the range in it for now.
-    family_ranges_.emplace_back(static_cast<uint32_t>(first), static_cast<uint32_t>(m_.samples.size()));
+    m_.family_ranges.emplace_back(static_cast<uint32_t>(first), static_cast<uint32_t>(m_.samples.size()));
     m_.families.push_back(f);
-    Index(f.name, idx);
-    std::string_view last;
-    for (size_t k = first; k < m_.samples.size(); ++k) {
-      if (m_.samples[k].name != last && m_.samples[k].name != f.name) {
-        last = m_.samples[k].name;
-        Index(last, idx);
-      }
-    }
     help_ = {};
-  }
-
-  void Index(std::string_view name, uint32_t idx) {
-    auto& v = m_.by_name[name];
-    if (v.empty() || v.back() != idx) v.push_back(idx);
   }
 
   void Finish() {
     for (size_t k = 0; k < m_.samples.size(); ++k) {
-      auto [b, c] = label_ranges_[k];
+      const auto [b, c] = m_.label_ranges[k];
       m_.samples[k].labels = std::span<const Label>(m_.labels.data() + b, c);
     }
     for (size_t k = 0; k < m_.families.size(); ++k) {
-      auto [b, e] = family_ranges_[k];
+      const auto [b, e] = m_.family_ranges[k];
       m_.families[k].samples = std::span<const Sample>(m_.samples.data() + b, e - b);
     }
   }
 
-  struct Allowed_ {
-    std::string_view name;
-    bool sum_count = false, bucket = false, single = false;
+  struct AllowedNames {
+    bool single = false, sum_count = false, bucket = false;
   };
 
   MetricFamilies::Impl& m_;
@@ -504,20 +606,31 @@ class Parser {
   std::string_view help_;
   MetricType type_ = MetricType::kUntyped;
   size_t first_sample_ = 0;
-  Allowed_ allowed_;
-  std::vector<std::pair<uint32_t, uint32_t>> label_ranges_;
-  std::vector<std::pair<uint32_t, uint32_t>> family_ranges_;
+  AllowedNames allowed_;
+  std::string_view prev_name_;
+  std::vector<std::string_view> prev_labels_;
 };
 
 }  // namespace
 
+absl::Status ParsePrometheusTextInto(std::string_view text, const ParseOptions& options, MetricFamilies& out) {
+  MetricFamilies::Impl& m = *out.impl_;
+  m.Clear();
+  m.text.reserve(text.size() + kPadding);
+  m.text.assign(text.data(), text.size());
+  m.text.append(kPadding, '\0');
+  m.samples.reserve(text.size() / 64 + 1);
+  m.labels.reserve(text.size() / 32 + 1);
+  m.label_ranges.reserve(text.size() / 64 + 1);
+  Parser parser(m, options.lenient);
+  absl::Status st = parser.Run();
+  if (!st.ok()) m.Clear();
+  return st;
+}
+
 absl::StatusOr<MetricFamilies> ParsePrometheusText(std::string_view text, const ParseOptions& options) {
   MetricFamilies result;
-  result.impl_->text.assign(text.data(), text.size());
-  result.impl_->samples.reserve(text.size() / 64 + 1);
-  result.impl_->labels.reserve(text.size() / 32 + 1);
-  Parser parser(*result.impl_, options.lenient);
-  EPP_RETURN_IF_ERROR(parser.Run());
+  EPP_RETURN_IF_ERROR(ParsePrometheusTextInto(text, options, result));
   return result;
 }
 

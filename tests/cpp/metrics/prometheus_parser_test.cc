@@ -117,6 +117,34 @@ TEST(PrometheusParserTest, CounterNamesFollowPrometheusClient) {
   EXPECT_EQ(f.FindBySampleName("reqs").size(), 1u);  // found by family name too
 }
 
+TEST(PrometheusParserTest, CounterRenamingKeepsEachSampleName) {
+  // Two TYPE lines for one name (not valid exposition, but prometheus_client accepts it): the
+  // counter's samples each get `_total` appended to their own name.
+  auto f = MustParse("# TYPE m histogram\nm_count 1\n# TYPE m counter\nm 2\n");
+  ASSERT_EQ(f.families().size(), 1u);
+  EXPECT_EQ(f.families()[0].samples[0].name, "m_count_total");
+  EXPECT_EQ(f.families()[0].samples[1].name, "m_total");
+}
+
+TEST(PrometheusParserTest, ReuseParsesIntoTheSameObject) {
+  MetricFamilies f;
+  ASSERT_TRUE(ParsePrometheusTextInto("# TYPE a gauge\na{x=\"1\"} 1\n", {}, f).ok());
+  ASSERT_TRUE(ParsePrometheusTextInto("# TYPE b_total counter\nb_total 2\n", {}, f).ok());
+  ASSERT_EQ(f.families().size(), 1u);
+  EXPECT_EQ(f.families()[0].name, "b");
+  EXPECT_TRUE(f.FindBySampleName("a").empty());
+  EXPECT_FALSE(ParsePrometheusTextInto("oops here", {}, f).ok());
+  EXPECT_EQ(f.families().size(), 0u);
+}
+
+TEST(PrometheusParserTest, NumbersParseExactlyOnTheFastPath) {
+  auto f = MustParse(
+      "a 0.1\na 8.128902e+06\na 1e22\na 123456789012345\na 1234567890123456789\na 1.5E-3\na 7e-23\n");
+  std::vector<double> want = {0.1, 8.128902e+06, 1e22, 123456789012345.0, 1234567890123456789.0, 1.5e-3, 7e-23};
+  ASSERT_EQ(f.sample_count(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(f.families()[i].samples[0].value, want[i]) << i;
+}
+
 TEST(PrometheusParserTest, SamplesWithoutTypeAreUntypedSingletons) {
   auto f = MustParse("foo 1\nfoo{a=\"b\"} 2\n");
   ASSERT_EQ(f.families().size(), 2u);
@@ -158,6 +186,8 @@ struct BadCase {
   const char* text;
   const char* expected;  // substring of the error
 };
+
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
 
 class PrometheusParserErrorTest : public ::testing::TestWithParam<BadCase> {};
 

@@ -1,0 +1,42 @@
+"""pyepp: Python bindings of libepp, the Endpoint Picker toolkit for LLM inference gateways.
+
+- :func:`parse_prometheus`: Prometheus text exposition -> metric families, in the shape
+  ``prometheus_client`` uses.
+- :func:`extract_metrics`: the Model Server Protocol values (queue, running, KV cache, LoRA,
+  cache geometry) of a vLLM, SGLang or TensorRT-LLM ``/metrics`` text.
+- :func:`check`: ``eppctl check`` (scrape, validate, probe the OpenAI APIs) as a dict.
+
+Errors are :class:`EppError` subclasses (see :mod:`pyepp.errors`).
+"""
+
+from ._native import lib as _lib
+from .checks import check
+from .errors import ConfigError, EppError, NotFoundError, UnavailableError
+from .metrics import (
+    EndpointMetrics,
+    LoraInfo,
+    MetricFamily,
+    ParseResult,
+    Sample,
+    builtin_engines,
+    extract_metrics,
+    parse_prometheus,
+)
+
+__version__: str = _lib.__version__
+
+__all__ = [
+    "EppError",
+    "ConfigError",
+    "NotFoundError",
+    "UnavailableError",
+    "Sample",
+    "MetricFamily",
+    "ParseResult",
+    "LoraInfo",
+    "EndpointMetrics",
+    "parse_prometheus",
+    "extract_metrics",
+    "check",
+    "builtin_engines",
+]

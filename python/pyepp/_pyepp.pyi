@@ -1,0 +1,70 @@
+"""Stubs of the private native module (python/src/bindings.cc). Import pyepp instead."""
+
+import datetime
+from typing import List, Optional, Tuple
+
+__version__: str
+
+class LoraInfo:
+    @property
+    def max_lora(self) -> int: ...
+    @property
+    def running(self) -> List[str]: ...
+    @property
+    def waiting(self) -> List[str]: ...
+
+class EndpointMetrics:
+    @property
+    def waiting_queue_size(self) -> Optional[float]: ...
+    @property
+    def running_requests(self) -> Optional[float]: ...
+    @property
+    def kv_cache_usage(self) -> Optional[float]: ...
+    @property
+    def lora(self) -> Optional[LoraInfo]: ...
+    @property
+    def cache_block_size(self) -> Optional[int]: ...
+    @property
+    def cache_num_blocks(self) -> Optional[int]: ...
+
+class CheckResult:
+    @property
+    def id(self) -> str: ...
+    @property
+    def status(self) -> str: ...  # "pass", "warn", "fail" or "skip"
+    @property
+    def message(self) -> str: ...
+
+class MetricMapping:
+    @property
+    def engine(self) -> str: ...
+
+# (name, labels, value, timestamp in milliseconds or None)
+_RawSample = Tuple[str, dict[str, str], float, Optional[int]]
+# (name, type as libepp spells it: counter, gauge, histogram, summary, untyped; help; samples)
+_RawFamily = Tuple[str, str, str, List[_RawSample]]
+
+def parse_prometheus(text: str, lenient: bool) -> Tuple[List[_RawFamily], List[Tuple[int, str]]]: ...
+def extract_metrics(
+    text: str, engine: str, lenient: bool, metric_overrides: List[Tuple[str, str]]
+) -> Tuple[str, EndpointMetrics, List[CheckResult]]: ...
+def builtin_engines() -> List[str]: ...
+def load_metric_mappings_yaml(yaml: str, source_name: str) -> List[MetricMapping]: ...
+
+class CheckOptions:
+    engine: str
+    metric_overrides: List[Tuple[str, str]]
+    custom_mappings: List[MetricMapping]
+    metrics_path: str
+    # Whole milliseconds; set from a timedelta (or a float of seconds).
+    timeout: datetime.timedelta
+    insecure: bool
+    bearer_token: str
+    headers: List[str]
+    model: str
+    lenient: bool
+    api: bool
+    max_body_bytes: int
+    def __init__(self) -> None: ...
+
+def run_checks_json(targets: List[str], options: CheckOptions) -> str: ...

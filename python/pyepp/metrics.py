@@ -1,0 +1,213 @@
+"""Prometheus text parsing and Model Server Protocol extraction.
+
+:func:`parse_prometheus` returns the families of a ``/metrics`` text in the shape
+``prometheus_client.parser.text_string_to_metric_families`` gives them (same family names, types,
+documentation, sample names, labels, values and timestamps), so the two can be swapped.
+:func:`extract_metrics` reads what an Endpoint Picker needs from such a text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple, Union
+
+from ._native import lib
+
+__all__ = [
+    "Sample",
+    "MetricFamily",
+    "ParseResult",
+    "LoraInfo",
+    "EndpointMetrics",
+    "parse_prometheus",
+    "extract_metrics",
+    "builtin_engines",
+]
+
+Text = Union[str, bytes, bytearray, memoryview]
+
+# libepp spells an untyped family "untyped"; prometheus_client (and OpenMetrics) say "unknown".
+_TYPE_NAMES = {"untyped": "unknown"}
+
+
+class Sample(NamedTuple):
+    """One sample line. ``timestamp`` is in seconds (the text's milliseconds / 1000) or None."""
+
+    name: str
+    labels: Dict[str, str]
+    value: float
+    timestamp: Optional[float] = None
+
+
+class MetricFamily(NamedTuple):
+    """A metric family: ``type`` is counter, gauge, histogram, summary or unknown.
+
+    Counter families are named without ``_total``; their samples keep (or gain) it, as in
+    prometheus_client. ``help`` is the unescaped HELP text ("" when absent); ``documentation``
+    is the same value under prometheus_client's name.
+    """
+
+    name: str
+    type: str
+    help: str
+    samples: List[Sample]
+
+    @property
+    def documentation(self) -> str:
+        return self.help
+
+
+class ParseResult(List[MetricFamily]):
+    """The families of one text, in order; a list with two extra attributes.
+
+    ``skipped`` lists the ``(line, reason)`` of every line lenient parsing skipped (1-based line
+    numbers); ``skipped_lines`` is its length. Both are empty / 0 after strict parsing.
+    """
+
+    skipped: List[Tuple[int, str]]
+
+    def __init__(
+        self, families: Iterable[MetricFamily] = (), skipped: Iterable[Tuple[int, str]] = ()
+    ) -> None:
+        super().__init__(families)
+        self.skipped = list(skipped)
+
+    @property
+    def skipped_lines(self) -> int:
+        return len(self.skipped)
+
+
+@dataclass(frozen=True)
+class LoraInfo:
+    """LoRA adapter state: how many fit in a batch, which are loaded, which are waiting."""
+
+    max_lora: int
+    running: List[str]
+    waiting: List[str]
+
+
+@dataclass(frozen=True)
+class EndpointMetrics:
+    """What a model server's metrics tell an Endpoint Picker.
+
+    A value is None when the server does not expose it or it failed validation; ``checks`` says
+    which (dicts with ``id``, ``status`` -- pass, warn, fail or skip -- and ``message``, ids
+    ``metrics.queue``, ``metrics.running``, ``metrics.kv_cache``, ``metrics.lora`` and
+    ``metrics.cache_info``).
+    """
+
+    engine: str
+    waiting_queue_size: Optional[float] = None
+    running_requests: Optional[float] = None
+    kv_cache_usage: Optional[float] = None
+    lora: Optional[LoraInfo] = None
+    cache_block_size: Optional[int] = None
+    cache_num_blocks: Optional[int] = None
+    checks: List[Dict[str, str]] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """A JSON-ready dict of every attribute. Its metric keys and values are those of a
+        target's ``"metrics"`` object in :func:`pyepp.check` (``eppctl check --output json``)."""
+        lora = None
+        if self.lora is not None:
+            lora = {"max_lora": self.lora.max_lora, "running": list(self.lora.running), "waiting": list(self.lora.waiting)}
+        return {
+            "engine": self.engine,
+            "waiting_queue_size": self.waiting_queue_size,
+            "running_requests": self.running_requests,
+            "kv_cache_usage": self.kv_cache_usage,
+            "lora": lora,
+            "cache_block_size": self.cache_block_size,
+            "cache_num_blocks": self.cache_num_blocks,
+            "checks": [dict(c) for c in self.checks],
+        }
+
+
+def _as_str(text: Text) -> str:
+    if isinstance(text, str):
+        return text
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        return bytes(text).decode("utf-8")
+    raise TypeError(f"text must be str or bytes, not {type(text).__name__}")
+
+
+def parse_prometheus(text: Text, lenient: bool = False) -> ParseResult:
+    """Parses Prometheus text exposition (format 0.0.4, plus a final ``# EOF``).
+
+    Returns a :class:`ParseResult`, a list of :class:`MetricFamily`. Strict parsing raises
+    :class:`pyepp.ConfigError` (a ValueError) on the first malformed line, with a message
+    starting ``line L, column C:``. With ``lenient=True`` malformed lines are skipped and
+    reported in ``skipped`` / ``skipped_lines``. ``bytes`` are decoded as UTF-8.
+    """
+    families, skipped = lib.parse_prometheus(_as_str(text), bool(lenient))
+    return ParseResult(
+        [
+            MetricFamily(
+                name,
+                _TYPE_NAMES.get(type_name, type_name),
+                help_text,
+                [Sample(n, labels, value, None if ts is None else ts / 1000) for n, labels, value, ts in samples],
+            )
+            for name, type_name, help_text, samples in families
+        ],
+        skipped,
+    )
+
+
+def _metric_overrides(metrics: Optional[Mapping[str, str]]) -> List[Tuple[str, str]]:
+    if metrics is None:
+        return []
+    if not isinstance(metrics, Mapping):
+        raise TypeError("metrics must be a mapping of field to spec, e.g. {'queue': 'my_queue{pool=\"a\"}'}")
+    out = []
+    for key, spec in metrics.items():
+        if not isinstance(key, str) or not isinstance(spec, str):
+            raise TypeError("metrics keys and specs must be str")
+        out.append((key, spec))
+    return out
+
+
+def _endpoint_metrics(engine: str, native: Any, checks: Any) -> EndpointMetrics:
+    lora = None
+    if native.lora is not None:
+        lora = LoraInfo(native.lora.max_lora, list(native.lora.running), list(native.lora.waiting))
+    return EndpointMetrics(
+        engine=engine,
+        waiting_queue_size=native.waiting_queue_size,
+        running_requests=native.running_requests,
+        kv_cache_usage=native.kv_cache_usage,
+        lora=lora,
+        cache_block_size=native.cache_block_size,
+        cache_num_blocks=native.cache_num_blocks,
+        checks=[{"id": c.id, "status": c.status, "message": c.message} for c in checks],
+    )
+
+
+def extract_metrics(
+    text: Text,
+    engine: str = "auto",
+    *,
+    lenient: bool = False,
+    metrics: Optional[Mapping[str, str]] = None,
+) -> EndpointMetrics:
+    """Reads the Model Server Protocol values from a ``/metrics`` text.
+
+    ``engine`` is ``"auto"`` (detect from the metric names) or a name from
+    :func:`builtin_engines`. ``metrics`` overrides single fields of the engine's mapping, e.g.
+    ``{"queue": "my_queue{pool=\\"a\\"}"}`` (fields: queue, running, kv, lora, cache-info,
+    cache-block-size, cache-num-blocks).
+
+    Raises :class:`pyepp.ConfigError` for text that does not parse or a bad override, and
+    :class:`pyepp.NotFoundError` for an unknown engine name or when ``"auto"`` finds no known
+    engine's metrics. Validation problems of the values themselves are not errors: they are in
+    ``checks`` and the value is None.
+    """
+    if not isinstance(engine, str):
+        raise TypeError("engine must be a str")
+    name, native, checks = lib.extract_metrics(_as_str(text), engine, bool(lenient), _metric_overrides(metrics))
+    return _endpoint_metrics(name, native, checks)
+
+
+def builtin_engines() -> List[str]:
+    """Names of the built-in engine mappings, in detection order."""
+    return list(lib.builtin_engines())

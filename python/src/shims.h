@@ -1,0 +1,78 @@
+// Signature adapters between libepp's API and what pybind11 can bind directly, and the one place
+// where an absl::Status becomes a Python exception.
+//
+// Errors: shims call ThrowIfError() / Unwrap(), which throw StatusError, a plain C++ exception.
+// That works with the GIL released. A translator registered by RegisterStatusTranslator() turns
+// it into the pyepp.errors class for its code once pybind11 holds the GIL again.
+#pragma once
+
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <pybind11/pybind11.h>
+
+#include "epp/check.h"
+#include "epp/endpoint.h"
+#include "epp/metrics.h"
+#include "epp/status.h"
+
+namespace pyepp {
+
+namespace py = pybind11;
+
+// A failed absl::Status in flight from a shim to the exception translator.
+class StatusError : public std::exception {
+ public:
+  explicit StatusError(absl::Status status);
+  const char* what() const noexcept override { return what_.c_str(); }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  absl::Status status_;
+  std::string what_;
+};
+
+// Throws StatusError when `status` is not OK. Safe without the GIL.
+void ThrowIfError(const absl::Status& status);
+
+template <typename T>
+T Unwrap(absl::StatusOr<T> result) {
+  ThrowIfError(result.status());
+  return *std::move(result);
+}
+
+// The name of the pyepp.errors class for `code`: ConfigError, NotFoundError, UnavailableError
+// or EppError.
+std::string_view ErrorClassName(absl::StatusCode code);
+
+// Registers the pybind11 translator for StatusError. Call once from PYBIND11_MODULE.
+void RegisterStatusTranslator();
+
+// ParsePrometheusText() as Python values: (families, skipped) where families is a list of
+// (name, type, help, samples), type as MetricTypeName() spells it, samples a list of
+// (name, labels dict, value, timestamp_ms or None), and skipped a list of (line, reason).
+// Parsing runs with the GIL released.
+py::tuple MetricFamilies_ParseShim(const std::string& text, bool lenient);
+
+// Parse, pick the engine ("auto": detection over the built-in mappings with the overrides
+// applied, as RunChecks() does), extract. Returns (engine, metrics, checks). No engine detected
+// is kNotFound. Call without the GIL.
+std::tuple<std::string, epp::EndpointMetrics, std::vector<epp::CheckResult>> EndpointMetrics_ExtractShim(
+    const std::string& text, const std::string& engine, bool lenient,
+    const std::vector<std::pair<std::string, std::string>>& metric_overrides);
+
+// LoadMetricMappingsYaml(), errors as exceptions.
+std::vector<epp::MetricMapping> MetricMapping_LoadYamlShim(const std::string& yaml, const std::string& source_name);
+
+// CheckStatusName() of the result's status: "pass", "warn", "fail" or "skip".
+std::string CheckResult_StatusShim(const epp::CheckResult& result);
+
+// RunChecks() rendered by CheckReportToJson() (compact). Call without the GIL.
+std::string CheckReport_RunToJsonShim(const std::vector<std::string>& targets, const epp::CheckOptions& options);
+
+}  // namespace pyepp
