@@ -5,6 +5,8 @@
 - :func:`extract_metrics`: the Model Server Protocol values (queue, running, KV cache, LoRA,
   cache geometry) of a vLLM, SGLang or TensorRT-LLM ``/metrics`` text.
 - :func:`check`: ``eppctl check`` (scrape, validate, probe the OpenAI APIs) as a dict.
+- :class:`Simulator` / :class:`SimServer`: the model-server simulator over HTTP, and its cost
+  model in virtual time.
 
 Errors are :class:`EppError` subclasses (see :mod:`pyepp.errors`).
 """
@@ -23,6 +25,8 @@ from .metrics import (
     parse_prometheus,
 )
 
+from .sim import SimServer, Simulator
+
 __version__: str = _lib.__version__
 
 __all__ = [
@@ -39,4 +43,6 @@ __all__ = [
     "extract_metrics",
     "check",
     "builtin_engines",
+    "Simulator",
+    "SimServer",
 ]

@@ -19,6 +19,8 @@
 #include "epp/check.h"
 #include "epp/endpoint.h"
 #include "epp/metrics.h"
+#include "epp/prefix_cache.h"
+#include "epp/sim.h"
 #include "epp/status.h"
 
 namespace pyepp {
@@ -74,5 +76,28 @@ std::string CheckResult_StatusShim(const epp::CheckResult& result);
 
 // RunChecks() rendered by CheckReportToJson() (compact). Call without the GIL.
 std::string CheckReport_RunToJsonShim(const std::vector<std::string>& targets, const epp::CheckOptions& options);
+
+// PrefixSeed() and ChainedBlockHashes() with Python strings (bytes of the UTF-8 text).
+uint64_t PrefixSeedShim(const std::string& model, const std::string& cache_salt);
+std::vector<uint64_t> ChainedBlockHashesShim(const std::string& text, size_t block_chars, uint64_t seed,
+                                             size_t max_blocks);
+
+// SimServer adapters: construction and Submit raise on a bad Status; events come back as
+// (kind, id, time_us) tuples with kind "first_token", "finished" or "rejected"; times in
+// integer microseconds; next_event_time is None when the server is idle.
+std::shared_ptr<epp::SimServer> SimServer_CreateShim(const epp::SimParams& params);
+py::list SimServer_SubmitShim(epp::SimServer& server, uint64_t id, int64_t prompt_tokens, int64_t output_tokens,
+                              std::vector<uint64_t> block_hashes, const std::string& adapter, int64_t t_us);
+py::list SimServer_AdvanceToShim(epp::SimServer& server, int64_t t_us);
+py::object SimServer_NextEventTimeShim(const epp::SimServer& server);
+int64_t SimServer_CachedPrefixBlocksShim(const epp::SimServer& server, const std::vector<uint64_t>& hashes);
+py::dict SimServer_SnapshotShim(const epp::SimServer& server);
+std::string SimServer_MetricsTextShim(const epp::SimServer& server, double wall_time_s);
+
+// SimHttpServer::Start() with every option spelled out; raises on failure.
+std::shared_ptr<epp::SimHttpServer> SimHttpServer_StartShim(const epp::SimParams& params, const std::string& host,
+                                                            int port, double time_scale, double fail_rate,
+                                                            int metrics_delay_ms, bool metrics_malformed,
+                                                            double drop_rate, int max_tokens_default, int threads);
 
 }  // namespace pyepp

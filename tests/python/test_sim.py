@@ -1,0 +1,98 @@
+"""pyepp.Simulator (real HTTP on 127.0.0.1) and pyepp.SimServer (virtual time)."""
+import json
+import threading
+import urllib.request
+
+import pytest
+
+import pyepp
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def _post(url, body):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def test_simulator_context_manager_serves_and_passes_check():
+    with pyepp.Simulator(engine="vllm", loras=["sql-lora"], time_scale=0.01) as sim:
+        assert sim.url == "http://127.0.0.1:%d" % sim.port
+        report = pyepp.check(sim.url)
+        assert report["status"] == "pass", report
+        prompt = "The quick brown fox jumps over the lazy dog. " * 10
+        first = _post(sim.url + "/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 2})
+        second = _post(sim.url + "/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 2})
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    # The HTTP front and SimServer.prompt_blocks hash a prompt the same way.
+    tokens, blocks = pyepp.SimServer().prompt_blocks(prompt)
+    assert first["usage"]["prompt_tokens"] == tokens
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == min(len(blocks) * 16, tokens - 1)
+
+
+def test_simulator_stop_is_idempotent_and_frees_the_port():
+    sim = pyepp.Simulator(engine="sglang", time_scale=0.01)
+    url = sim.url
+    sim.stop()
+    sim.stop()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url + "/health", timeout=2)
+
+
+def test_simulator_bad_arguments_raise():
+    with pytest.raises(pyepp.ConfigError, match="engine"):
+        pyepp.Simulator(engine="tgi")
+    with pytest.raises(pyepp.ConfigError, match="time_scale"):
+        pyepp.Simulator(time_scale=0)
+    with pytest.raises(TypeError, match="unknown simulator parameter"):
+        pyepp.Simulator(max_runing=3)
+
+
+def test_sim_server_virtual_time_is_exact():
+    s = pyepp.SimServer(decode_step_ms=10, decode_ms_per_seq=0, prefill_tokens_per_s=1000, block_size=4)
+    rid, events = s.submit(t_us=0, prompt_tokens=8, output_tokens=3, block_hashes=[11, 12])
+    assert events == []
+    events = s.run_until_idle()
+    # 8 prefill tokens (8 ms) + a 10 ms decode step, then two more steps.
+    assert events == [("first_token", rid, 18_000), ("finished", rid, 38_000)]
+    r = s.result(rid)
+    assert (r["first_token_us"], r["finish_us"], r["cached_tokens"]) == (18_000, 38_000, 0)
+    assert s.result(rid) is None
+    assert s.cached_prefix_blocks([11, 12, 13]) == 2
+    rid2, _ = s.submit(t_us=50_000, prompt_tokens=8, output_tokens=1, block_hashes=[11, 12])
+    s.run_until_idle()
+    assert s.result(rid2)["cached_tokens"] == 7
+    snap = s.snapshot()
+    assert snap["requests_finished"] == 2 and snap["prefix_hit_tokens_total"] == 7
+    text = s.metrics_text(1.7e9)
+    assert pyepp.extract_metrics(text).running_requests == 0
+
+
+def test_sim_server_errors_and_threads():
+    s = pyepp.SimServer()
+    with pytest.raises(pyepp.ConfigError):
+        s.submit(t_us=0, prompt_tokens=0, output_tokens=1)
+    with pytest.raises(pyepp.ConfigError, match="unknown LoRA"):
+        s.submit(t_us=0, prompt="hello", output_tokens=1, adapter="nope")
+    with pytest.raises(TypeError):
+        s.submit(t_us=0, output_tokens=1)
+    s.advance_to(100)
+    with pytest.raises(pyepp.ConfigError, match="backwards"):
+        s.advance_to(50)
+    # Independent servers in threads.
+    results = []
+
+    def run(i):
+        srv = pyepp.SimServer(seed=i)
+        for k in range(50):
+            srv.submit(t_us=k * 1000, prompt="shared prefix " * 20 + str(k), output_tokens=4)
+        srv.run_until_idle()
+        results.append(srv.snapshot()["requests_finished"])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [50, 50, 50, 50]
