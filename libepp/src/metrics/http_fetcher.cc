@@ -67,12 +67,12 @@ absl::Status TransferError(const Transfer& t, CURLcode code) {
 
 }  // namespace
 
-std::vector<absl::StatusOr<HttpResponse>> HttpFetchAll(std::span<const HttpRequest> requests) {
-  GlobalInitOnce();
+namespace {
+
+std::vector<absl::StatusOr<HttpResponse>> RunTransfers(CURLM* multi, std::span<const HttpRequest> requests) {
   std::vector<absl::StatusOr<HttpResponse>> results(requests.size(), absl::UnknownError("not run"));
   if (requests.empty()) return results;
   std::vector<std::unique_ptr<Transfer>> transfers;
-  CURLM* multi = curl_multi_init();
   for (const HttpRequest& req : requests) {
     auto t = std::make_unique<Transfer>();
     t->req = &req;
@@ -86,8 +86,9 @@ std::vector<absl::StatusOr<HttpResponse>> HttpFetchAll(std::span<const HttpReque
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(req.timeout.count()));
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(req.timeout.count()));
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(req.max_body_bytes));
-    curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");  // accept gzip: scrapes are compressible
+    if (req.accept_gzip) curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "gzip");
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     if (req.insecure) {
       curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
@@ -133,8 +134,25 @@ std::vector<absl::StatusOr<HttpResponse>> HttpFetchAll(std::span<const HttpReque
     curl_easy_cleanup(t->easy);
     curl_slist_free_all(t->headers);
   }
-  curl_multi_cleanup(multi);
   return results;
+}
+
+}  // namespace
+
+HttpClient::HttpClient() {
+  GlobalInitOnce();
+  multi_ = curl_multi_init();
+}
+
+HttpClient::~HttpClient() { curl_multi_cleanup(static_cast<CURLM*>(multi_)); }
+
+std::vector<absl::StatusOr<HttpResponse>> HttpClient::FetchAll(std::span<const HttpRequest> requests) {
+  return RunTransfers(static_cast<CURLM*>(multi_), requests);
+}
+
+std::vector<absl::StatusOr<HttpResponse>> HttpFetchAll(std::span<const HttpRequest> requests) {
+  HttpClient client;
+  return client.FetchAll(requests);
 }
 
 absl::StatusOr<HttpResponse> HttpFetch(const HttpRequest& request) {

@@ -6,6 +6,8 @@
 #include <httplib.h>
 #include <xxhash.h>
 
+#include <sys/socket.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -14,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "epp/prefix_cache.h"
 #include "epp/sim.h"
 
@@ -172,12 +175,17 @@ struct SimHttpServer::Impl {
   SimHttpOptions o;
   std::unique_ptr<SimServer> sim;
   std::mutex mu;
-  std::condition_variable progressed;  // handlers wait here
+  std::condition_variable progressed;  // streaming handlers wait here
+  // Non-streaming handlers wait on their own condition variable, woken by their request's
+  // events only: one shared one would wake every waiting handler on every event.
+  absl::flat_hash_map<uint64_t, std::condition_variable*> waiters;
+  int streams = 0;
   std::condition_variable wake;        // the driver waits here
   std::atomic<bool> stopping{false};
   Clock::time_point t0 = Clock::now();
   uint64_t next_id = 1;
   int inflight = 0;
+  std::vector<SimEvent> events;  // scratch for AdvanceLocked
   std::mt19937_64 rng;
   httplib::Server http;
   std::thread driver, server;
@@ -191,17 +199,34 @@ struct SimHttpServer::Impl {
     return t0 + std::chrono::microseconds(static_cast<int64_t>(static_cast<double>(v) * o.time_scale));
   }
 
+  // Moves the simulation to now; wakes waiting handlers when anything happened. REQUIRES: mu held.
+  bool AdvanceLocked() {
+    events.clear();
+    sim->AdvanceTo(std::max(sim->now_us(), VirtualNow()), &events);
+    if (events.empty()) return false;
+    for (const SimEvent& e : events) {
+      if (auto it = waiters.find(e.id); it != waiters.end()) it->second->notify_one();
+    }
+    if (streams > 0) progressed.notify_all();
+    return true;
+  }
+
+  void WakeAllLocked() {
+    for (auto& [id, cv] : waiters) cv->notify_one();
+    progressed.notify_all();
+  }
+
   void Drive() {
     std::unique_lock<std::mutex> lock(mu);
     while (!stopping) {
-      sim->AdvanceTo(std::max(sim->now_us(), VirtualNow()));
-      progressed.notify_all();
+      AdvanceLocked();
+      if (streams > 0) progressed.notify_all();  // streams poll progress between events
       const int64_t next = sim->NextEventTime();
       auto deadline = next == kNever ? Clock::now() + std::chrono::seconds(1) : RealAt(next);
-      if (inflight > 0) deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(10));
+      if (streams > 0) deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(10));
       wake.wait_until(lock, deadline);
     }
-    progressed.notify_all();
+    WakeAllLocked();
   }
 
   bool Roll(double rate) {
@@ -249,6 +274,7 @@ struct SimHttpServer::Impl {
       absl::Status st = sim->Submit(sr, std::max(sim->now_us(), VirtualNow()));
       if (!st.ok()) return OpenAIError(res, 400, std::string(st.message()), "invalid_request_error");
       ++inflight;
+      if (call->stream) ++streams;
     }
     wake.notify_all();
     const uint64_t id = sr.id;
@@ -263,8 +289,17 @@ struct SimHttpServer::Impl {
     if (!call->stream) {
       std::optional<SimRequestResult> result;
       {
+        // The handler moves the clock itself when its answer is due, rather than waiting for the
+        // driver thread to come round: at small time scales that round trip dominates latency.
+        std::condition_variable done;
         std::unique_lock<std::mutex> lock(mu);
-        progressed.wait(lock, [&] { return stopping || (result = sim->TakeResult(id)).has_value(); });
+        waiters[id] = &done;
+        while (!stopping && !(result = sim->TakeResult(id))) {
+          if (AdvanceLocked()) continue;
+          const int64_t next = sim->NextEventTime();
+          done.wait_until(lock, next == kNever ? Clock::now() + std::chrono::milliseconds(50) : RealAt(next));
+        }
+        waiters.erase(id);
         --inflight;
       }
       if (!result) return OpenAIError(res, 503, "simulator shutting down", "server_error");
@@ -342,11 +377,15 @@ struct SimHttpServer::Impl {
           // in the simulation (as in a real engine without abort), its result is simply not read.
           std::lock_guard<std::mutex> lock(mu);
           --inflight;
+          --streams;
         });
   }
 
   void Setup() {
     http.new_task_queue = [n = o.threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
+    // Headers and body go out in separate writes; without TCP_NODELAY, Nagle plus the client's
+    // delayed ACK adds ~40 ms to answers.
+    http.set_tcp_nodelay(true);
     http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("", "text/plain"); });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       if (o.metrics_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.metrics_delay_ms));
@@ -401,11 +440,21 @@ absl::StatusOr<std::unique_ptr<SimHttpServer>> SimHttpServer::Start(const SimHtt
   impl->sim = *std::move(sim);
   impl->rng.seed(options.params.seed * 0x9E3779B97F4A7C15ull + 1);
   impl->Setup();
+  // Debian's cpp-httplib is a compiled library whose listen backlog is fixed at 5: a burst of
+  // connections beyond that has its SYNs dropped and retried a second later. Remember the
+  // listening socket and widen its backlog (listen() again updates it on Linux).
+  int listen_fd = -1;
+  impl->http.set_socket_options([&listen_fd](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd = sock;
+  });
   if (options.port == 0) {
     impl->port = impl->http.bind_to_any_port(options.host);
   } else {
     impl->port = impl->http.bind_to_port(options.host, options.port) ? options.port : -1;
   }
+  if (impl->port > 0 && listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   if (impl->port <= 0) {
     return absl::UnavailableError("simulator: cannot listen on " + options.host + ":" + std::to_string(options.port));
   }
@@ -422,9 +471,9 @@ void SimHttpServer::Stop() {
   if (!impl_ || impl_->stopping.exchange(true)) return;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->WakeAllLocked();
   }
   impl_->wake.notify_all();
-  impl_->progressed.notify_all();
   impl_->http.stop();
   if (impl_->server.joinable()) impl_->server.join();
   if (impl_->driver.joinable()) impl_->driver.join();
