@@ -461,6 +461,19 @@ absl::StatusOr<std::unique_ptr<SimHttpServer>> SimHttpServer::Start(const SimHtt
   Impl* raw = impl.get();
   impl->driver = std::thread([raw] { raw->Drive(); });
   impl->server = std::thread([raw] { raw->http.listen_after_bind(); });
+  // httplib's stop() does nothing until the listen loop runs; a Stop() right after Start() would
+  // then leave the loop blocked in accept() forever. Return only once it runs.
+  const auto give_up = Clock::now() + std::chrono::seconds(10);
+  while (!impl->http.is_running()) {
+    if (Clock::now() > give_up) {
+      impl->stopping = true;
+      impl->wake.notify_all();
+      impl->driver.join();
+      impl->server.detach();
+      return absl::UnavailableError("simulator: the HTTP server did not start on " + options.host);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   return std::unique_ptr<SimHttpServer>(new SimHttpServer(std::move(impl)));
 }
 

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <string>
 #include <thread>
 
@@ -23,7 +24,8 @@ class TestServer {
   std::string Start() {
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
-    // The socket already listens (bind_to_any_port), so clients can connect right away.
+    // stop() is a no-op until the listen loop runs; wait for it so Stop() cannot hang.
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::microseconds(100));
     return url();
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
