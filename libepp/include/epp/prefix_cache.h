@@ -8,6 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -29,5 +32,47 @@ uint64_t PrefixSeed(std::string_view model, std::string_view cache_salt = {});
 // `max_blocks` of them (0 = no limit). REQUIRES: block_chars > 0.
 std::vector<uint64_t> ChainedBlockHashes(std::string_view text, size_t block_chars, uint64_t seed,
                                          size_t max_blocks = 0);
+
+// Defaults of GIE's approximate prefix cache (approx-prefix-cache-producer / prefix-cache-scorer).
+struct PrefixIndexOptions {
+  int block_size_tokens = 16;             // blockSizeTokens: 16 tokens = 64 characters per block
+  int max_prefix_blocks_to_match = 256;   // maxPrefixBlocksToMatch
+  // lruCapacityPerServer. GIE derives it as an H100 80GB serving an 8B model: ~500k tokens of KV
+  // cache / 16 tokens per block = 31,250 blocks.
+  int64_t lru_capacity_per_server = 31250;
+};
+
+// The scheduler's guess of which endpoint holds which prompt blocks: per endpoint, an LRU of the
+// block hashes of prompts routed to it (capacity lru_capacity_per_server), plus a reverse map from
+// block hash to the endpoints holding it. Thread-safe: MatchLengths may run concurrently with
+// itself and with Add/RemoveEndpoint (a reader-writer lock; Add takes it exclusively).
+class PrefixIndex {
+ public:
+  explicit PrefixIndex(const PrefixIndexOptions& options = {});
+  ~PrefixIndex();
+  PrefixIndex(const PrefixIndex&) = delete;
+  PrefixIndex& operator=(const PrefixIndex&) = delete;
+
+  const PrefixIndexOptions& options() const;
+
+  // For each endpoint, how many leading blocks of `hashes` it holds (at most
+  // max_prefix_blocks_to_match); index-aligned with `endpoints`.
+  std::vector<int> MatchLengths(std::span<const uint64_t> hashes, std::span<const std::string> endpoints) const;
+
+  // Records that `endpoint` now holds these blocks (the first max_prefix_blocks_to_match): they
+  // become its most recently used entries; the least recently used beyond capacity are dropped.
+  void Add(std::string_view endpoint, std::span<const uint64_t> hashes);
+
+  // Forgets an endpoint (it left the pool).
+  void RemoveEndpoint(std::string_view endpoint);
+
+  size_t entries() const;    // (endpoint, block) pairs held
+  size_t endpoint_count() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace epp

@@ -1,0 +1,98 @@
+// Inference requests as the scheduler sees them, parsed from OpenAI-style HTTP bodies.
+//
+// ParseOpenAIRequest() turns the body of a request to /v1/completions, /v1/chat/completions,
+// /v1/responses or /v1/embeddings into an InferenceRequest: the API kind (chosen by the path
+// suffix, as GIE's openai-parser does), the target model, the `stream` and `cache_salt` fields,
+// and the canonical prompt text the prefix-cache machinery hashes (see prefix_cache.h).
+// ParseCaptureEnvelope() accepts the same bodies wrapped with the path and headers they were
+// captured with, which is the input format of `eppctl explain` and `eppctl pick`.
+//
+// The canonical prompt text depends only on the JSON values, never on whitespace, key order or
+// string escapes, so two clients sending the same conversation produce the same text and hence
+// the same prefix blocks. Its exact grammar is in docs/scheduling.md, section "How the prompt is
+// rendered for hashing"; it is part of the contract, since changing it changes every block hash.
+//
+// Errors are kInvalidArgument (HTTP 400) and start with the JSON path of the offending value:
+//   "messages[2].content: expected a string or an array of parts, got number"
+//   "invalid JSON at byte 17: expected ',' or '}' after an object member"
+// Parsing never crashes and never throws, whatever the input. All functions are thread-safe; each
+// thread reuses its own parser buffers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "epp/status.h"
+
+namespace epp {
+
+// Which OpenAI API a request uses. kOther is for requests epp routes without understanding the
+// body (e.g. a future passthrough parser); ParseOpenAIRequest never produces it.
+enum class ApiKind { kCompletions, kChatCompletions, kResponses, kEmbeddings, kOther };
+
+// "completions", "chat_completions", "responses", "embeddings", "other".
+std::string_view ApiKindName(ApiKind api);
+
+// The path assumed when a request comes without one (as in GIE's openai-parser).
+inline constexpr std::string_view kDefaultRequestPath = "/v1/completions";
+
+// The API selected by `path`: a suffix match on the path without its query string, checked in
+// the order /chat/completions, /completions, /responses, /embeddings. Any other path (including
+// the empty one) is kCompletions.
+ApiKind ApiKindForPath(std::string_view path);
+
+struct InferenceRequest {
+  ApiKind api = ApiKind::kCompletions;
+  std::string path;        // as received (kDefaultRequestPath when none was given)
+  std::string model;       // body field `model`, never empty
+  bool stream = false;     // body field `stream`
+  std::string cache_salt;  // body field `cache_salt`; empty when absent
+  // The canonical rendering of the prompt (docs/scheduling.md), the input of prefix hashing.
+  std::string prompt;
+  // Estimated prompt tokens: the number of token ids for token-id prompts, otherwise
+  // ApproxTokens(prompt.size()).
+  int64_t prompt_tokens = 0;
+  // Request headers in arrival order, names lower-cased; a repeated header appears repeatedly.
+  // Empty for ParseOpenAIRequest (the body carries none).
+  std::vector<std::pair<std::string, std::string>> headers;
+  // Scheduling priority; negative means sheddable. Never read from the body: it comes from the
+  // InferenceObjective named by the request's headers, or from the caller.
+  int priority = 0;
+
+  // The value of the first header named `name` (compared case-insensitively), or nullopt.
+  std::optional<std::string_view> header(std::string_view name) const;
+};
+
+// Parses an OpenAI request body sent to `path` (an empty path means kDefaultRequestPath). The
+// API kind comes from ApiKindForPath(path). Requirements, each a kInvalidArgument naming the
+// JSON path when violated:
+//   all:         the body is a JSON object; `model` is a non-empty string; `stream` is a boolean
+//                and `cache_salt` a string when present (null counts as absent).
+//   completions: `prompt` is a non-empty string, or a non-empty array of strings, of token ids
+//                (non-negative integers) or of non-empty arrays of token ids.
+//   chat:        `messages` is a non-empty array of objects with a string `role`; each
+//                `content` is absent, null, a string or an array of typed parts.
+//   responses:   `input` is a non-empty string or a non-empty array of items;
+//                `instructions` is a string when present.
+//   embeddings:  `input` shaped as a completions `prompt`, or else chat-style `messages`.
+// Fields the scheduler does not need are not validated.
+absl::StatusOr<InferenceRequest> ParseOpenAIRequest(std::string_view path, std::string_view body);
+
+// Parses a captured request. Two shapes are accepted:
+//   an envelope  {"path": "/v1/chat/completions", "headers": {"x-request-id": "r1", ...},
+//                 "body": {...} or "<the body as a JSON string>"}
+//     where `path` and `headers` are optional. Header values are strings, or arrays of strings
+//     for repeated headers. Without `path`, the path comes from the headers `:path`,
+//     `x-original-path` or `x-forwarded-path` (in that order), else kDefaultRequestPath.
+//     Errors inside the body are reported under `body.` (e.g. "body.messages: must not be
+//     empty"); JSON syntax errors in a string body give the byte offset within that string.
+//   a bare body  with an optional top-level string field `path` (default kDefaultRequestPath).
+// The document is an envelope exactly when its top level has a `body` member. Unknown envelope
+// members (timestamps, ids) are ignored.
+absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json);
+
+}  // namespace epp

@@ -1,0 +1,107 @@
+#include "epp/prefix_cache.h"
+
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace epp {
+namespace {
+
+const std::vector<std::string> kPods = {"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"};
+
+TEST(PrefixHasherTest, ChainedHashesMeanPrefixEquality) {
+  const uint64_t seed = PrefixSeed("m");
+  std::string a(64 * 3, 'a'), b = a;
+  b[64 * 2] = 'b';  // third block differs
+  auto ha = ChainedBlockHashes(a, 64, seed), hb = ChainedBlockHashes(b, 64, seed);
+  ASSERT_EQ(ha.size(), 3u);
+  EXPECT_EQ(ha[0], hb[0]);
+  EXPECT_EQ(ha[1], hb[1]);
+  EXPECT_NE(ha[2], hb[2]);
+  // Same block content at another position hashes differently (the chain carries the prefix).
+  EXPECT_NE(ha[0], ha[1]);
+  // Partial blocks are not hashed; max_blocks caps the count.
+  EXPECT_EQ(ChainedBlockHashes(std::string(100, 'x'), 64, seed).size(), 1u);
+  EXPECT_EQ(ChainedBlockHashes(a, 64, seed, 2).size(), 2u);
+  // Model and cache salt separate caches.
+  EXPECT_NE(ChainedBlockHashes(a, 64, PrefixSeed("other"))[0], ha[0]);
+  EXPECT_NE(ChainedBlockHashes(a, 64, PrefixSeed("m", "salt"))[0], ha[0]);
+  EXPECT_EQ(ApproxTokens(0), 0);
+  EXPECT_EQ(ApproxTokens(5), 2);
+}
+
+TEST(PrefixIndexTest, MatchLengthIsTheLongestHeldPrefix) {
+  PrefixIndex index;
+  index.Add(kPods[0], std::vector<uint64_t>{1, 2, 3});
+  index.Add(kPods[1], std::vector<uint64_t>{1, 2});
+  index.Add(kPods[2], std::vector<uint64_t>{2, 3});  // not a prefix: block 1 missing
+  EXPECT_EQ(index.MatchLengths(std::vector<uint64_t>{1, 2, 3, 4}, kPods), (std::vector<int>{3, 2, 0}));
+  EXPECT_EQ(index.MatchLengths(std::vector<uint64_t>{9}, kPods), (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(index.MatchLengths(std::vector<uint64_t>{}, kPods), (std::vector<int>{0, 0, 0}));
+  const std::vector<std::string> unknown = {"10.9.9.9:1"};
+  EXPECT_EQ(index.MatchLengths(std::vector<uint64_t>{1}, unknown), (std::vector<int>{0}));
+  EXPECT_EQ(index.entries(), 7u);
+  EXPECT_EQ(index.endpoint_count(), 3u);
+}
+
+TEST(PrefixIndexTest, LruEvictsTheTailBeforeThePrefix) {
+  PrefixIndexOptions o;
+  o.lru_capacity_per_server = 4;
+  PrefixIndex index(o);
+  index.Add(kPods[0], std::vector<uint64_t>{1, 2, 3});
+  index.Add(kPods[0], std::vector<uint64_t>{10, 20, 30});  // 6 blocks > 4: two oldest go
+  // The first prompt's blocks were added tail first, so 3 and 2 were least recently used.
+  EXPECT_EQ(index.MatchLengths(std::vector<uint64_t>{1, 2, 3}, kPods)[0], 1);
+  EXPECT_EQ(index.MatchLengths(std::vector<uint64_t>{10, 20, 30}, kPods)[0], 3);
+  EXPECT_EQ(index.entries(), 4u);
+  // Touching a prompt again makes it most recent.
+  index.Add(kPods[0], std::vector<uint64_t>{1});
+  index.Add(kPods[0], std::vector<uint64_t>{40});
+  EXPECT_EQ(index.MatchLengths(std::vector<uint64_t>{1}, kPods)[0], 1);
+  // LRU order was 30, 20, 10, 1 (oldest first); adding 40 evicted 30, the tail of that prompt.
+  EXPECT_EQ(index.MatchLengths(std::vector<uint64_t>{10, 20, 30}, kPods)[0], 2);
+}
+
+TEST(PrefixIndexTest, MaxBlocksToMatchCapsBothSides) {
+  PrefixIndexOptions o;
+  o.max_prefix_blocks_to_match = 2;
+  PrefixIndex index(o);
+  index.Add(kPods[0], std::vector<uint64_t>{1, 2, 3, 4});
+  EXPECT_EQ(index.entries(), 2u);
+  EXPECT_EQ(index.MatchLengths(std::vector<uint64_t>{1, 2, 3, 4}, kPods)[0], 2);
+}
+
+TEST(PrefixIndexTest, RemoveEndpointForgetsItsBlocks) {
+  PrefixIndex index;
+  index.Add(kPods[0], std::vector<uint64_t>{1, 2});
+  index.Add(kPods[1], std::vector<uint64_t>{1, 2});
+  index.RemoveEndpoint(kPods[0]);
+  index.RemoveEndpoint("never-seen");
+  EXPECT_EQ(index.MatchLengths(std::vector<uint64_t>{1, 2}, kPods), (std::vector<int>{0, 2, 0}));
+  EXPECT_EQ(index.entries(), 2u);
+  EXPECT_EQ(index.endpoint_count(), 1u);
+  index.Add(kPods[0], std::vector<uint64_t>{1});
+  EXPECT_EQ(index.MatchLengths(std::vector<uint64_t>{1, 2}, kPods), (std::vector<int>{1, 2, 0}));
+}
+
+TEST(PrefixIndexTest, ConcurrentAddsAndMatchesStayConsistent) {
+  PrefixIndexOptions o;
+  o.lru_capacity_per_server = 64;
+  PrefixIndex index(o);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t i = 0; i < 2000; ++i) {
+        const std::vector<uint64_t> blocks = {i % 50, 1000 + i % 7, 2000 + i};
+        index.Add(kPods[static_cast<size_t>(t) % kPods.size()], blocks);
+        auto m = index.MatchLengths(blocks, kPods);
+        for (int v : m) ASSERT_LE(v, 3);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_LE(index.entries(), 3u * 64u);
+}
+
+}  // namespace
+}  // namespace epp
