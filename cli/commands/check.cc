@@ -10,13 +10,6 @@
 namespace eppctl {
 namespace {
 
-std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
-  size_t b = 0;
-  while (b < s.size() && (s[b] == ' ' || s[b] == '\t')) ++b;
-  return s.substr(b);
-}
-
 std::string Mark(epp::CheckStatus s, bool color) {
   const char* text = "";
   const char* code = "";
@@ -110,7 +103,7 @@ int RunCheck(const CheckCommandOptions& o) {
   if (!o.bearer_token_file.empty()) {
     auto token = ReadFile(o.bearer_token_file);
     if (!token.ok()) return PrintError(absl::InvalidArgumentError("--bearer-token-file: " + std::string(token.status().message())));
-    options.bearer_token = Trim(*token);
+    options.bearer_token = *token;
     if (options.bearer_token.empty()) {
       return PrintError(absl::InvalidArgumentError("--bearer-token-file " + o.bearer_token_file + " is empty"));
     }

@@ -75,7 +75,8 @@ absl::StatusOr<std::vector<MetricMapping>> CandidateMappings(const CheckOptions&
 absl::StatusOr<std::string> ResolveEngine(const MetricFamilies& families, const CheckOptions& options);
 
 // Checks and normalises options in place: timeout >= 1 ms, max_body_bytes > 0, metrics_path
-// starting with '/', headers of the form "Name: value" (spaces around the colon trimmed).
+// starting with '/', headers of the form "Name: value" (spaces around the colon trimmed), a
+// bearer token without surrounding whitespace (a blank one is an error).
 // kInvalidArgument naming the option otherwise. RunChecks calls it on its own copy.
 absl::Status NormalizeCheckOptions(CheckOptions& options);
 

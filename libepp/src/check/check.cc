@@ -1,6 +1,8 @@
 // `eppctl check` logic: scrape, parse, detect, extract, probe the OpenAI APIs, report.
 #include "epp/check.h"
 
+#include "common/strings.h"
+
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -27,17 +29,23 @@ std::string Snippet(std::string_view body) {
   return s;
 }
 
-std::string TrimSpaces(std::string s) {
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) s.pop_back();
-  size_t b = 0;
-  while (b < s.size() && (s[b] == ' ' || s[b] == '\t')) ++b;
-  return s.substr(b);
-}
-
 std::string NoEngineMessage(std::span<const MetricMapping> candidates) {
   std::string names;
   for (const MetricMapping& m : candidates) names += (names.empty() ? "" : ", ") + m.engine;
   return "no known engine's metrics found (looked for " + names + "; use --engine or --metric)";
+}
+
+// The metrics checks in report order.
+constexpr const char* kMetricCheckIds[] = {"metrics.parse", "metrics.engine", "metrics.queue", "metrics.running",
+                                           "metrics.kv_cache", "metrics.lora", "metrics.cache_info"};
+
+// Marks every metrics check from `first_id` on as skipped for `reason`.
+void SkipMetricChecks(TargetReport& rep, std::string_view first_id, const std::string& reason) {
+  bool on = false;
+  for (const char* id : kMetricCheckIds) {
+    on = on || first_id == id;
+    if (on) rep.checks.push_back({id, CheckStatus::kSkip, reason});
+  }
 }
 
 struct Pending {
@@ -69,10 +77,7 @@ void CheckMetricsText(std::string_view text, const CheckOptions& options,
   if (!parsed.ok()) {
     rep.checks.push_back({"metrics.parse", CheckStatus::kFail,
                           std::string(parsed.status().message()) + " (use --lenient to skip malformed lines)"});
-    for (const char* id : {"metrics.engine", "metrics.queue", "metrics.running", "metrics.kv_cache",
-                           "metrics.lora", "metrics.cache_info"}) {
-      rep.checks.push_back({id, CheckStatus::kSkip, "metrics did not parse"});
-    }
+    SkipMetricChecks(rep, "metrics.engine", "metrics did not parse");
     return;
   }
   const MetricFamilies& fams = *parsed;
@@ -95,10 +100,7 @@ void CheckMetricsText(std::string_view text, const CheckOptions& options,
     std::optional<std::string> engine = DetectEngine(fams, candidates);
     if (!engine) {
       rep.checks.push_back({"metrics.engine", CheckStatus::kFail, NoEngineMessage(candidates)});
-      for (const char* id : {"metrics.queue", "metrics.running", "metrics.kv_cache", "metrics.lora",
-                             "metrics.cache_info"}) {
-        rep.checks.push_back({id, CheckStatus::kSkip, "no engine detected"});
-      }
+      SkipMetricChecks(rep, "metrics.queue", "no engine detected");
       return;
     }
     for (const MetricMapping& m : candidates) {
@@ -307,14 +309,18 @@ absl::Status NormalizeCheckOptions(CheckOptions& o) {
   if (o.timeout.count() < 1) return absl::InvalidArgumentError("timeout must be at least 1 ms");
   if (o.max_body_bytes == 0) return absl::InvalidArgumentError("max_body_bytes must be > 0");
   if (o.metrics_path.empty() || o.metrics_path[0] != '/') o.metrics_path = "/" + o.metrics_path;
+  if (!o.bearer_token.empty()) {
+    o.bearer_token = std::string(internal::TrimSpace(o.bearer_token));  // token files end in a newline
+    if (o.bearer_token.empty()) return absl::InvalidArgumentError("bearer token is blank");
+  }
   for (std::string& h : o.headers) {
     const size_t colon = h.find(':');
-    std::string name = colon == std::string::npos ? "" : TrimSpaces(h.substr(0, colon));
+    std::string name = colon == std::string::npos ? "" : std::string(internal::TrimSpace(std::string_view(h).substr(0, colon)));
     if (name.empty()) return absl::InvalidArgumentError("header '" + h + "': expected 'Name: value'");
     if (h.find_first_of("\r\n") != std::string::npos) {
       return absl::InvalidArgumentError("header '" + name + "': expected 'Name: value' on one line");
     }
-    h = name + ": " + TrimSpaces(h.substr(colon + 1));
+    h = name + ": " + std::string(internal::TrimSpace(std::string_view(h).substr(colon + 1)));
   }
   return absl::OkStatus();
 }
@@ -347,10 +353,7 @@ absl::StatusOr<CheckReport> RunChecks(std::span<const std::string> targets, cons
       std::ifstream in(targets[i], std::ios::binary);
       if (!in) {
         rep.checks.push_back({"metrics.reachable", CheckStatus::kFail, "cannot read file " + targets[i]});
-        for (const char* id : {"metrics.parse", "metrics.engine", "metrics.queue", "metrics.running",
-                               "metrics.kv_cache", "metrics.lora", "metrics.cache_info"}) {
-          rep.checks.push_back({id, CheckStatus::kSkip, "metrics unavailable"});
-        }
+        SkipMetricChecks(rep, "metrics.parse", "metrics unavailable");
       } else {
         std::stringstream ss;
         ss << in.rdbuf();
@@ -387,10 +390,7 @@ absl::StatusOr<CheckReport> RunChecks(std::span<const std::string> targets, cons
         rep.checks.push_back({"metrics.reachable", CheckStatus::kFail,
                               r.ok() ? "GET " + round1[k].url + ": HTTP " + std::to_string(r->status) + ": " + Snippet(r->body)
                                      : std::string(r.status().message())});
-        for (const char* id : {"metrics.parse", "metrics.engine", "metrics.queue", "metrics.running",
-                               "metrics.kv_cache", "metrics.lora", "metrics.cache_info"}) {
-          rep.checks.push_back({id, CheckStatus::kSkip, "metrics unavailable"});
-        }
+        SkipMetricChecks(rep, "metrics.parse", "metrics unavailable");
         continue;
       }
       char ms[32];

@@ -3,9 +3,13 @@
 #include <cstdio>
 #include <string>
 
+#include "common/strings.h"
 #include "epp/metrics.h"
 
 namespace epp {
+
+using internal::ShortestDouble;
+using internal::TrimSpace;
 
 std::string_view CheckStatusName(CheckStatus status) {
   switch (status) {
@@ -31,18 +35,6 @@ CheckStatus WorseStatus(CheckStatus a, CheckStatus b) {
 }
 
 namespace {
-
-std::string Num(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  // Prefer the shortest representation that round-trips.
-  for (int prec = 1; prec <= 17; ++prec) {
-    char shortbuf[64];
-    std::snprintf(shortbuf, sizeof shortbuf, "%.*g", prec, v);
-    if (std::strtod(shortbuf, nullptr) == v) return shortbuf;
-  }
-  return buf;
-}
 
 std::string JoinNames(const std::vector<MetricSpec>& specs) {
   std::string out;
@@ -110,12 +102,12 @@ std::optional<double> ReadGauge(const MetricFamilies& families, const std::vecto
   for (const Sample* s : samples) {
     if (!std::isfinite(s->value) || s->value < 0) {
       checks.push_back({id, CheckStatus::kFail,
-                        name + " = " + Num(s->value) + ": " + what + " must be finite and >= 0"});
+                        name + " = " + ShortestDouble(s->value) + ": " + what + " must be finite and >= 0"});
       return std::nullopt;
     }
     total = combine == Combine::kSum ? total + s->value : std::max(total, s->value);
   }
-  r.message = name + " = " + Num(total);
+  r.message = name + " = " + ShortestDouble(total);
   if (samples.size() > 1) {
     r.message += std::string(" (") + (combine == Combine::kSum ? "sum" : "max") + " of " +
                  std::to_string(samples.size()) + " series)";
@@ -126,11 +118,11 @@ std::optional<double> ReadGauge(const MetricFamilies& families, const std::vecto
   if (fraction) {
     if (total > 1 && total <= 100) {
       checks.push_back({id, CheckStatus::kFail,
-                        name + " = " + Num(total) + " looks like a percent; expected a fraction in [0,1]"});
+                        name + " = " + ShortestDouble(total) + " looks like a percent; expected a fraction in [0,1]"});
       return std::nullopt;
     }
     if (total > 1) {
-      checks.push_back({id, CheckStatus::kFail, name + " = " + Num(total) + " is outside [0,1]"});
+      checks.push_back({id, CheckStatus::kFail, name + " = " + ShortestDouble(total) + " is outside [0,1]"});
       return std::nullopt;
     }
   }
@@ -142,19 +134,13 @@ std::optional<double> ReadGauge(const MetricFamilies& families, const std::vecto
   return total;
 }
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 std::vector<std::string> SplitAdapters(std::string_view s) {
   std::vector<std::string> out;
   size_t i = 0;
   while (i <= s.size()) {
     size_t c = s.find(',', i);
     if (c == std::string_view::npos) c = s.size();
-    std::string_view part = Trim(s.substr(i, c - i));
+    std::string_view part = TrimSpace(s.substr(i, c - i));
     if (!part.empty()) out.emplace_back(part);
     i = c + 1;
   }
@@ -162,7 +148,7 @@ std::vector<std::string> SplitAdapters(std::string_view s) {
 }
 
 std::optional<int64_t> ParsePositiveInt(std::string_view s, bool allow_zero) {
-  s = Trim(s);
+  s = TrimSpace(s);
   if (s.empty()) return std::nullopt;
   int64_t v = 0;
   for (char c : s) {

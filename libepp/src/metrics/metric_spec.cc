@@ -1,16 +1,13 @@
 // MetricSpec parsing: `name` or `name{label=value,label2="value2"}`.
 #include <string>
 
+#include "common/strings.h"
 #include "epp/metrics.h"
 
 namespace epp {
-namespace {
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
+using internal::TrimSpace;
+namespace {
 
 bool ValidName(std::string_view s, bool metric) {
   if (s.empty()) return false;
@@ -29,11 +26,11 @@ absl::Status SpecError(std::string_view text, const std::string& why) {
 }  // namespace
 
 absl::StatusOr<MetricSpec> MetricSpec::Parse(std::string_view text) {
-  std::string_view s = Trim(text);
+  std::string_view s = TrimSpace(text);
   if (s.empty()) return SpecError(text, "empty");
   MetricSpec spec;
   size_t brace = s.find('{');
-  std::string_view name = Trim(s.substr(0, brace));
+  std::string_view name = TrimSpace(s.substr(0, brace));
   if (!ValidName(name, true)) return SpecError(text, "metric name must match [a-zA-Z_:][a-zA-Z0-9_:]*");
   spec.name = std::string(name);
   if (brace == std::string_view::npos) return spec;
@@ -43,10 +40,10 @@ absl::StatusOr<MetricSpec> MetricSpec::Parse(std::string_view text) {
   while (i < body.size()) {
     size_t eq = body.find('=', i);
     if (eq == std::string_view::npos) {
-      if (Trim(body.substr(i)).empty()) break;
+      if (TrimSpace(body.substr(i)).empty()) break;
       return SpecError(text, "expected label=value");
     }
-    std::string_view lname = Trim(body.substr(i, eq - i));
+    std::string_view lname = TrimSpace(body.substr(i, eq - i));
     if (!lname.empty() && (lname.back() == '!' || lname.back() == '=' || lname.back() == '~'))
       return SpecError(text, "only '=' matchers are supported");
     if (!ValidName(lname, false)) return SpecError(text, "invalid label name '" + std::string(lname) + "'");
@@ -71,7 +68,7 @@ absl::StatusOr<MetricSpec> MetricSpec::Parse(std::string_view text) {
       if (i < body.size() && body[i] != ',') return SpecError(text, "expected ',' after a quoted value");
     } else {
       size_t comma = body.find(',', i);
-      value = std::string(Trim(body.substr(i, comma == std::string_view::npos ? std::string_view::npos : comma - i)));
+      value = std::string(TrimSpace(body.substr(i, comma == std::string_view::npos ? std::string_view::npos : comma - i)));
       i = comma == std::string_view::npos ? body.size() : comma;
     }
     if (i < body.size() && body[i] == ',') ++i;

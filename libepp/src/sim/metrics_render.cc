@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "common/strings.h"
 #include "epp/sim.h"
 
 namespace epp {
@@ -12,12 +13,7 @@ namespace {
 std::string Py(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[64];
-  for (int prec = 1; prec <= 17; ++prec) {
-    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  std::string s = buf;
+  std::string s = internal::ShortestDouble(v);
   if (s.find_first_of(".eE") == std::string::npos) s += ".0";
   return s;
 }

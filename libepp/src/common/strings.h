@@ -1,0 +1,30 @@
+// Small string helpers shared by libepp's sources (private: not part of the public API).
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+namespace epp::internal {
+
+// `s` without leading and trailing spaces, tabs, CR and LF.
+inline std::string_view TrimSpace(std::string_view s) {
+  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  while (!s.empty() && space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// The shortest "%g" spelling of `v` that reads back as exactly `v` ("0.25", "1e+06", "3").
+inline std::string ShortestDouble(double v) {
+  char buf[32];
+  for (int prec = 1; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (std::isnan(v) || std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+}  // namespace epp::internal
