@@ -2,6 +2,9 @@
 #include <CLI/CLI.hpp>
 
 #include "commands/check.h"
+#include "commands/config.h"
+#include "commands/explain.h"
+#include "commands/pick.h"
 #include "commands/sim.h"
 #include "epp/version.h"
 #include "output.h"
@@ -13,6 +16,9 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   eppctl::SetupCheckCommand(app, exit_code);
   eppctl::SetupSimCommand(app, exit_code);
+  eppctl::SetupExplainCommand(app, exit_code);
+  eppctl::SetupPickCommand(app, exit_code);
+  eppctl::SetupConfigCommand(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

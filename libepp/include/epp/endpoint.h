@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,20 @@ struct EndpointMetrics {
   std::optional<int64_t> cache_block_size;   // tokens per KV block
   std::optional<int64_t> cache_num_blocks;   // KV blocks on the accelerator
   bool operator==(const EndpointMetrics&) const = default;
+};
+
+// One model server as the scheduler sees it: its address (the identity the gateway receives in
+// x-gateway-destination-endpoint), its labels (label-selector-filter, P/D roles), the engine its
+// metrics follow, and the latest metrics snapshot with the time it was taken.
+struct Endpoint {
+  std::string address;                        // "ip:port"
+  std::map<std::string, std::string> labels;
+  std::string engine;                         // "vllm", "sglang", ...; empty when unknown
+  EndpointMetrics metrics;
+  // Clock time (microseconds, see plugin.h) of the scrape that produced `metrics`; nullopt when
+  // the endpoint has never been scraped successfully (its metrics count as stale).
+  std::optional<int64_t> metrics_time_us;
+  std::string metrics_error;                  // last scrape or extraction error; empty when fine
 };
 
 }  // namespace epp

@@ -58,10 +58,13 @@ class PrefixIndex {
   // For each endpoint, how many leading blocks of `hashes` it holds (at most
   // max_prefix_blocks_to_match); index-aligned with `endpoints`.
   std::vector<int> MatchLengths(std::span<const uint64_t> hashes, std::span<const std::string> endpoints) const;
+  std::vector<int> MatchLengths(std::span<const uint64_t> hashes, std::span<const std::string_view> endpoints) const;
 
   // Records that `endpoint` now holds these blocks (the first max_prefix_blocks_to_match): they
   // become its most recently used entries; the least recently used beyond capacity are dropped.
-  void Add(std::string_view endpoint, std::span<const uint64_t> hashes);
+  // `capacity` > 0 overrides lru_capacity_per_server for this endpoint (autoTune: the server's
+  // own KV block count).
+  void Add(std::string_view endpoint, std::span<const uint64_t> hashes, int64_t capacity = 0);
 
   // Forgets an endpoint (it left the pool).
   void RemoveEndpoint(std::string_view endpoint);

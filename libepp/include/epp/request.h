@@ -93,6 +93,7 @@ absl::StatusOr<InferenceRequest> ParseOpenAIRequest(std::string_view path, std::
 //   a bare body  with an optional top-level string field `path` (default kDefaultRequestPath).
 // The document is an envelope exactly when its top level has a `body` member. Unknown envelope
 // members (timestamps, ids) are ignored.
-absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json);
+// A non-empty `path_override` replaces the path the capture names (or implies).
+absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json, std::string_view path_override = {});
 
 }  // namespace epp

@@ -27,4 +27,11 @@ inline std::string ShortestDouble(double v) {
   return buf;
 }
 
+// `v` for humans: at most 4 significant digits ("0.9231", "2.76", "1200", "1.5e+07").
+inline std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
 }  // namespace epp::internal

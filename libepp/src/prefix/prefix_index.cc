@@ -44,16 +44,18 @@ PrefixIndex::~PrefixIndex() = default;
 
 const PrefixIndexOptions& PrefixIndex::options() const { return impl_->options; }
 
-std::vector<int> PrefixIndex::MatchLengths(std::span<const uint64_t> hashes,
-                                           std::span<const std::string> endpoints) const {
-  const Impl& m = *impl_;
+namespace {
+
+template <typename Name>
+std::vector<int> MatchLengthsImpl(const PrefixIndex::Impl& m, std::span<const uint64_t> hashes,
+                                  std::span<const Name> endpoints) {
   std::vector<int> out(endpoints.size(), 0);
   const size_t n = std::min(hashes.size(), static_cast<size_t>(std::max(0, m.options.max_prefix_blocks_to_match)));
   std::shared_lock<std::shared_mutex> lock(m.mu);
   // Candidate ids still matching every block so far, with their position in `endpoints`.
   std::vector<std::pair<uint32_t, size_t>> alive;
   for (size_t i = 0; i < endpoints.size(); ++i) {
-    auto it = m.ids.find(endpoints[i]);
+    auto it = m.ids.find(absl::string_view(endpoints[i].data(), endpoints[i].size()));
     if (it != m.ids.end()) alive.emplace_back(it->second, i);
   }
   for (size_t b = 0; b < n && !alive.empty(); ++b) {
@@ -69,10 +71,22 @@ std::vector<int> PrefixIndex::MatchLengths(std::span<const uint64_t> hashes,
   return out;
 }
 
-void PrefixIndex::Add(std::string_view endpoint, std::span<const uint64_t> hashes) {
+}  // namespace
+
+std::vector<int> PrefixIndex::MatchLengths(std::span<const uint64_t> hashes,
+                                           std::span<const std::string> endpoints) const {
+  return MatchLengthsImpl(*impl_, hashes, endpoints);
+}
+
+std::vector<int> PrefixIndex::MatchLengths(std::span<const uint64_t> hashes,
+                                           std::span<const std::string_view> endpoints) const {
+  return MatchLengthsImpl(*impl_, hashes, endpoints);
+}
+
+void PrefixIndex::Add(std::string_view endpoint, std::span<const uint64_t> hashes, int64_t capacity) {
   Impl& m = *impl_;
   const size_t n = std::min(hashes.size(), static_cast<size_t>(std::max(0, m.options.max_prefix_blocks_to_match)));
-  const int64_t capacity = std::max<int64_t>(1, m.options.lru_capacity_per_server);
+  capacity = std::max<int64_t>(1, capacity > 0 ? capacity : m.options.lru_capacity_per_server);
   std::unique_lock<std::shared_mutex> lock(m.mu);
   auto [it, inserted] = m.ids.try_emplace(std::string(endpoint), static_cast<uint32_t>(m.endpoints.size()));
   if (inserted) {

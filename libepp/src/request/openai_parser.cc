@@ -999,7 +999,7 @@ absl::StatusOr<InferenceRequest> ParseOpenAIRequest(std::string_view path, std::
   return req;
 }
 
-absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json) {
+absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json, std::string_view path_override) {
   const JsonPath root;
   Document doc;
   EPP_RETURN_IF_ERROR(doc.Parse(json, 0, nullptr));
@@ -1012,6 +1012,7 @@ absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json) {
   absl::Status status;
   std::optional<std::string_view> path = OptionalString(*top, "path", root, status);
   EPP_RETURN_IF_ERROR(status);
+  if (!path_override.empty()) path = path_override;
 
   std::optional<element> body = Member(*top, "body");
   if (!body.has_value()) {  // a bare body

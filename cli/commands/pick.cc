@@ -1,0 +1,115 @@
+#include "commands/pick.h"
+
+#include <chrono>
+#include <deque>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "epp/request.h"
+#include "epp/scheduler.h"
+#include "output.h"
+
+namespace eppctl {
+
+void SetupPickCommand(CLI::App& app, int& exit_code) {
+  auto opts = std::make_shared<PickCommandOptions>();
+  CLI::App* cmd = app.add_subcommand("pick", "Dry-run a JSONL stream of requests: where each would go");
+  cmd->add_option("--trace,-t", opts->trace, "JSONL: one capture envelope or bare body (with optional \"path\") per line; '-' = stdin")
+      ->required();
+  cmd->add_option("--path", opts->path, "Path for every line (overrides the lines' own; lines without one default to /v1/completions)");
+  cmd->add_option("--concurrency", opts->concurrency,
+                  "Requests in flight at once: each stays in flight for the next N-1 picks (1 = one at a time)")
+      ->capture_default_str()->check(CLI::Range(1, 1000000));
+  cmd->add_option("--output,-o", opts->output, "text (summary) or jsonl (one decision per line)")
+      ->check(CLI::IsMember({"text", "jsonl", "json"}))->capture_default_str();
+  AddPoolFlags(cmd, opts->pool);
+  cmd->callback([opts, &exit_code] { exit_code = RunPick(*opts); });
+}
+
+int RunPick(const PickCommandOptions& o) {
+  auto pool_or = BuildPool(o.pool);
+  if (!pool_or.ok()) return PrintError(pool_or.status());
+  const Pool& pool = **pool_or;
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (o.trace != "-") {
+    file.open(o.trace);
+    if (!file) return PrintError(absl::NotFoundError("cannot read trace file '" + o.trace + "'"));
+    in = &file;
+  }
+  const bool jsonl = o.output != "text";
+  std::map<std::string, int64_t> per_endpoint;
+  std::map<int, int64_t> per_status;
+  double ratio_sum = 0;
+  int64_t ratio_n = 0, total = 0;
+  double sched_s = 0;
+  std::deque<epp::PickResult> in_flight;
+  std::string line;
+  int n = 0;
+  while (std::getline(*in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    ++total;
+    epp::PickResult r;
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<epp::InferenceRequest> req = epp::ParseCaptureEnvelope(line, o.path);
+    if (!req.ok()) {
+      r = epp::PickResult::BadRequest(req.status());
+    } else {
+      r = pool.scheduler->Pick(*req, pool.endpoints);
+    }
+    sched_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    per_status[r.status]++;
+    if (r.status == 200) {
+      per_endpoint[r.endpoints.front()]++;
+      if (r.prefix_blocks > 0) {
+        ratio_sum += static_cast<double>(r.prefix_match_blocks) / r.prefix_blocks;
+        ++ratio_n;
+      }
+    }
+    if (jsonl) {
+      nlohmann::ordered_json j;
+      j["line"] = n;
+      j["status"] = r.status;
+      j["endpoint"] = r.endpoints.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.endpoints.front());
+      j["fallbacks"] = r.endpoints.size() > 1 ? std::vector<std::string>(r.endpoints.begin() + 1, r.endpoints.end())
+                                              : std::vector<std::string>{};
+      if (req.ok()) j["model"] = req->model;
+      j["prefix_blocks"] = r.prefix_blocks;
+      j["prefix_match_blocks"] = r.prefix_match_blocks;
+      j["reason"] = r.reason;
+      std::cout << j.dump() << "\n";
+    }
+    in_flight.push_back(std::move(r));
+    while (static_cast<int>(in_flight.size()) >= o.concurrency) {
+      pool.scheduler->Release(in_flight.front());
+      in_flight.pop_front();
+    }
+  }
+  if (!jsonl) {
+    std::cout << total << " requests";
+    for (const auto& [status, count] : per_status) std::cout << "  " << status << ": " << count;
+    std::cout << "\n\npicks per endpoint\n";
+    for (const epp::Endpoint& e : pool.endpoints) {
+      const int64_t c = per_endpoint.count(e.address) ? per_endpoint.at(e.address) : 0;
+      char pct[32];
+      std::snprintf(pct, sizeof pct, "%5.1f%%", total ? 100.0 * static_cast<double>(c) / static_cast<double>(total) : 0.0);
+      std::cout << "  " << e.address << "  " << c << "  " << pct << "\n";
+    }
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "\nmean prefix match ratio %.3f over %lld requests with at least one block\n",
+                  ratio_n ? ratio_sum / static_cast<double>(ratio_n) : 0.0, static_cast<long long>(ratio_n));
+    std::cout << buf;
+    std::snprintf(buf, sizeof buf, "%.0f picks per second (parse + schedule, %.3f s)\n",
+                  sched_s > 0 ? static_cast<double>(total) / sched_s : 0.0, sched_s);
+    std::cout << buf;
+  }
+  // Exit 1 when any request was not routed (400, 429 or 503), as for a failed check.
+  return per_status.size() > (per_status.count(200) ? 1u : 0u) ? kExitFailure : kExitOk;
+}
+
+}  // namespace eppctl

@@ -1,0 +1,89 @@
+// EndpointPickerConfig: load, default, validate, and build a Scheduler from it.
+//
+// The YAML vocabulary is GIE's (`kind: EndpointPickerConfig`, apiVersion
+// `inference.networking.x-k8s.io/v1alpha1` or `llm-d.ai/v1alpha1`): `plugins[]{name, type,
+// parameters}`, `schedulingProfiles[]{name, plugins[]{pluginRef, weight}}`, `saturationDetector`,
+// `featureGates`, `parser`, `dataLayer`, `flowControl`, `requestHandler`. Keys are strict (an
+// unknown key is an error naming its path and line). Sections epp does not implement
+// (`dataLayer` wiring, `flowControl`, feature gates) load with a warning, so production configs
+// work unchanged. docs/config.md has the full rules.
+//
+// Pipeline: ParseConfig (YAML -> EppConfig, strict) -> BuildScheduler (GIE's defaulting rules,
+// plugin instantiation through a PluginRegistry, validation). A document that is not itself an
+// EndpointPickerConfig but embeds exactly one as a string (a Helm values file, a ConfigMap) is
+// accepted: the embedded document is loaded and its location reported in `source`.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epp/params.h"
+#include "epp/plugin.h"
+#include "epp/registry.h"
+#include "epp/status.h"
+
+namespace epp {
+
+inline constexpr std::string_view kGieApiVersion = "inference.networking.x-k8s.io/v1alpha1";
+inline constexpr std::string_view kLlmdApiVersion = "llm-d.ai/v1alpha1";
+
+struct PluginSpec {
+  std::string name;  // defaults to type
+  std::string type;
+  Params parameters;  // null when absent
+  std::string path;   // "plugins[2]"
+  int line = 0;
+};
+
+struct ProfilePluginRef {
+  std::string plugin_ref;
+  std::optional<double> weight;
+  std::string path;  // "schedulingProfiles[0].plugins[1]"
+  int line = 0;
+};
+
+struct ProfileSpec {
+  std::string name;
+  std::vector<ProfilePluginRef> plugins;
+  std::string path;
+  int line = 0;
+};
+
+struct EppConfig {
+  std::string api_version = std::string(kGieApiVersion);
+  std::string source;  // file name (and embedded location) for messages; "<default>" for the default
+  std::vector<std::string> feature_gates;
+  std::vector<PluginSpec> plugins;
+  std::vector<ProfileSpec> profiles;
+  std::string saturation_detector_ref;  // empty: the default utilization-detector
+  // Parameters given inline under `saturationDetector` (legacy form); applied to the default
+  // utilization-detector when no pluginRef is given.
+  Params saturation_detector_params;
+  std::string parser_ref;
+  // Sections loaded but not acted on, and other notes, e.g.
+  // "flowControl: loaded but not implemented by epp; requests are never queued".
+  std::vector<std::string> warnings;
+};
+
+// Parses a YAML document (strict keys). `source` names it in errors ("config.yaml:12: ...").
+absl::StatusOr<EppConfig> ParseConfig(std::string_view yaml, std::string_view source = "<config>");
+absl::StatusOr<EppConfig> LoadConfigFile(const std::string& path);
+
+// GIE's configuration when none is given: queue-scorer 2, kv-cache-utilization-scorer 2,
+// prefix-cache-scorer 3 in one profile `default`.
+EppConfig DefaultConfig();
+
+class Scheduler;
+
+// Applies the defaulting rules, creates every plugin through `registry` and validates the
+// result. Every plugin type missing from the registry is reported at once:
+//   "config.yaml: unsupported plugin types: decode-filter (plugins[1]), ... ; known types: ..."
+// The context's clock and rng are used by the plugins; `rng` may be null (a SeededRng(0) owned by
+// the scheduler is used then).
+absl::StatusOr<std::unique_ptr<Scheduler>> BuildScheduler(const EppConfig& config, const PluginRegistry& registry,
+                                                          const PluginContext& context = {});
+
+}  // namespace epp

@@ -1,0 +1,109 @@
+// Endpoint sets: the pool of model servers that `eppctl explain`, `pick` and `serve` schedule
+// over. Describing it (LoadEndpointsFile, ParseEndpointsYaml, ParseEndpointFlag -> EndpointSpec)
+// is strict and fails before any I/O; resolving it (ResolveEndpoints -> Endpoint) reads or
+// scrapes the metrics, picks the engine mapping as `eppctl check` does and extracts
+// EndpointMetrics. RefreshEndpointMetrics repeats the metrics part (serve's scrape loop).
+//
+// The endpoints file, YAML or JSON; a bare top-level list works too:
+//   endpoints:
+//     - address: 10.0.0.1:8000     # required; "ip:port", "[v6]:port" (quoted) or "host:port"
+//       metrics: m/a.prom          # file (relative to this file), http(s) URL or "none";
+//                                  # absent or "": scrape http://ADDRESS/metrics
+//       labels: {role: prefill}    # optional, string -> string
+//       engine: vllm               # optional; absent or "auto": detect from the metrics
+//     - 10.0.0.2:8000              # shorthand for {address: 10.0.0.2:8000}
+// Unknown keys, duplicate keys, duplicate addresses and an empty list are errors.
+//
+// Thread-safety: the functions share no state; independent calls may run concurrently. A
+// ResolveOptions::http_client serves one call at a time.
+#pragma once
+
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epp/check.h"
+#include "epp/endpoint.h"
+#include "epp/http.h"
+#include "epp/plugin.h"
+#include "epp/status.h"
+
+namespace epp {
+
+// The metrics value meaning "this endpoint publishes no metrics" (a file of that name: "./none").
+inline constexpr std::string_view kNoMetrics = "none";
+
+// One endpoint as a file or flag describes it, before anything is read.
+struct EndpointSpec {
+  std::string address;  // "ip:port", "[v6]:port" or "host:port" (ValidateEndpointAddress)
+  // A file path, an http(s) URL (fetched as is), "none", or empty = scrape
+  // "http://ADDRESS" + CheckOptions::metrics_path.
+  std::string metrics;
+  std::map<std::string, std::string> labels;
+  // "" = ResolveOptions::check.engine (default "auto"); "auto" = detect; else a mapping name
+  // (vllm, sglang, trtllm-serve, triton-tensorrt-llm or a custom one).
+  std::string engine;
+  // "endpoints.yaml:4" or "--endpoint #2", for messages; when empty they say "endpoints[i]".
+  std::string origin;
+
+  bool operator==(const EndpointSpec&) const = default;
+};
+
+// Reads an endpoints file; relative metrics paths resolve against its directory. kNotFound when
+// it cannot be read, kInvalidArgument "FILE:LINE: endpoints[2].address: message" otherwise.
+absl::StatusOr<std::vector<EndpointSpec>> LoadEndpointsFile(const std::string& path);
+
+// The same over text: `source` names it in messages and origins; relative metrics paths are
+// joined onto `base_dir` (kept as written when it is empty). A duplicate names both places.
+absl::StatusOr<std::vector<EndpointSpec>> ParseEndpointsYaml(std::string_view text, std::string_view source,
+                                                             const std::string& base_dir);
+
+// One `--endpoint ADDR[=METRICS]` value (METRICS: file relative to the working directory, URL or
+// "none"); `index` (1-based) gives the origin "--endpoint #N". kInvalidArgument naming it.
+absl::StatusOr<EndpointSpec> ParseEndpointFlag(std::string_view flag, int index);
+
+// "a.b.c.d:port", "[v6]:port" or "hostname:port" (RFC 1123 labels), port 1..65535 in decimal
+// without a leading zero. kInvalidArgument saying what is wrong: "'10.0.0.1' has no port".
+absl::Status ValidateEndpointAddress(std::string_view address);
+
+// What ResolveEndpoints() checks before any I/O: valid and unique addresses, metrics of a known
+// kind (no ftp://), non-empty label names. kInvalidArgument naming the spec's origin.
+absl::Status ValidateEndpointSpecs(std::span<const EndpointSpec> specs);
+
+struct ResolveOptions {
+  // Mappings (custom ones, overrides, the default engine) and scrape settings (metrics_path,
+  // timeout, insecure, headers, bearer_token, lenient; max_body_bytes also caps files).
+  CheckOptions check;
+  Clock* clock = nullptr;  // stamps metrics_time_us; nullptr = SteadyClock::Get()
+  // false: an endpoint whose metrics cannot be used keeps metrics_error (its metrics are stale);
+  // true: the first such problem in spec order is the call's error.
+  bool fail_on_metrics_error = false;
+  // When set, scrapes reuse this client's connections (one caller at a time).
+  HttpClient* http_client = nullptr;
+};
+
+// One Endpoint per spec, in spec order: address and labels copied; metrics read from files and
+// scraped from URLs (all URLs concurrently); engine = the spec's, else options.check.engine,
+// "auto" detecting as `eppctl check` does; EndpointMetrics extracted with that mapping.
+//  - metrics "none": no metrics, no error, no metrics_time_us;
+//  - read: metrics_time_us = the clock after all I/O of the call; metrics_error lists failed
+//    extraction checks ("metrics.queue: ..."), empty when every required value was read;
+//  - not read (unreadable file, transport error, HTTP non-2xx, parse error, no engine found):
+//    no metrics and no metrics_time_us; metrics_error = "endpoints[0] (10.0.0.1:8000): metrics
+//    file 'x.prom' cannot be read: No such file or directory". With fail_on_metrics_error that
+//    is the call's error instead, and so is a failed extraction check.
+// Invalid specs or options, an unknown engine or a bad override fail the call before any I/O.
+absl::StatusOr<std::vector<Endpoint>> ResolveEndpoints(std::span<const EndpointSpec> specs,
+                                                       const ResolveOptions& options);
+
+// Re-reads the metrics of endpoints that ResolveEndpoints() built from `specs` (same order and
+// addresses, else kInvalidArgument), updating metrics, metrics_time_us, metrics_error and engine
+// in place. An endpoint that cannot be read keeps its last metrics and time (they age into
+// staleness). An auto-detected engine is kept once known. All endpoints are updated even when
+// fail_on_metrics_error makes the call fail.
+absl::Status RefreshEndpointMetrics(std::span<const EndpointSpec> specs, std::span<Endpoint> endpoints,
+                                    const ResolveOptions& options);
+
+}  // namespace epp

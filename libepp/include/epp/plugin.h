@@ -1,0 +1,132 @@
+// The plugin base class and what plugins may depend on: time (Clock) and randomness (Rng).
+//
+// Every scheduling extension (filter, scorer, picker, profile handler, saturation detector, data
+// producer) is a Plugin with a TypedName ("name/type"). A plugin exposes the extension points it
+// implements through the accessors below (a utilization-detector is both a SaturationDetector and
+// a Filter). Plugins get time and randomness only from the PluginContext they were created with,
+// so tests and the replay engine control both (a ManualClock and a seeded Rng make every pick
+// reproducible).
+//
+// Thread-safety: plugins are built once and then shared by all request threads; every extension
+// method may be called concurrently. A plugin with mutable state (the prefix index, a radix tree)
+// synchronizes it itself. Clock and Rng implementations here are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "epp/params.h"
+
+namespace epp {
+
+// Monotonic time in microseconds. The epoch is arbitrary but shared by everything reading the
+// same clock (metrics timestamps, staleness checks).
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual int64_t NowMicros() const = 0;
+};
+
+// std::chrono::steady_clock.
+class SteadyClock final : public Clock {
+ public:
+  int64_t NowMicros() const override;
+  static SteadyClock& Get();  // a process-wide instance
+};
+
+// A clock that moves only when told to: tests and virtual-time replay.
+class ManualClock final : public Clock {
+ public:
+  explicit ManualClock(int64_t now_us = 0) : now_(now_us) {}
+  int64_t NowMicros() const override { return now_.load(std::memory_order_relaxed); }
+  void Set(int64_t now_us) { now_.store(now_us, std::memory_order_relaxed); }
+  void Advance(int64_t delta_us) { now_.fetch_add(delta_us, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> now_;
+};
+
+// A source of random numbers. Next() is the only virtual; the helpers derive from it.
+class Rng {
+ public:
+  virtual ~Rng() = default;
+  virtual uint64_t Next() = 0;
+  // Uniform in [0, 1) with 53 bits of precision.
+  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+  // Uniform integer in [0, n). REQUIRES: n > 0.
+  uint64_t Below(uint64_t n);
+  // Fisher-Yates shuffle driven by Below().
+  template <typename T>
+  void Shuffle(std::span<T> items) {
+    for (size_t i = items.size(); i > 1; --i) {
+      const size_t j = static_cast<size_t>(Below(i));
+      std::swap(items[i - 1], items[j]);
+    }
+  }
+};
+
+// A seeded generator (SplitMix64 stream), safe to share between threads (a mutex). The same seed
+// gives the same sequence.
+class SeededRng final : public Rng {
+ public:
+  explicit SeededRng(uint64_t seed) : state_(seed) {}
+  uint64_t Next() override;
+
+ private:
+  std::mutex mu_;
+  uint64_t state_;
+};
+
+// What a plugin factory gets besides its parameters. The pointees outlive every plugin.
+struct PluginContext {
+  Clock* clock = &SteadyClock::Get();
+  Rng* rng = nullptr;  // required for pickers and probabilistic filters
+};
+
+struct TypedName {
+  std::string type;
+  std::string name;
+  // "name/type", as GIE prints it.
+  std::string ToString() const { return name + "/" + type; }
+};
+
+class Filter;
+class Scorer;
+class Picker;
+class ProfileHandler;
+class SaturationDetector;
+class DataProducer;
+class RequestObserver;
+
+class Plugin {
+ public:
+  explicit Plugin(TypedName typed_name) : typed_name_(std::move(typed_name)) {}
+  virtual ~Plugin() = default;
+  Plugin(const Plugin&) = delete;
+  Plugin& operator=(const Plugin&) = delete;
+
+  const TypedName& typed_name() const { return typed_name_; }
+  const std::string& name() const { return typed_name_.name; }
+  const std::string& type() const { return typed_name_.type; }
+
+  // The parameters in effect, defaults filled in (a map; empty for plugins without any).
+  virtual Params EffectiveParams() const { return Params::Map(); }
+
+  // The extension points this plugin implements; nullptr for the others.
+  virtual const Filter* AsFilter() const { return nullptr; }
+  virtual const Scorer* AsScorer() const { return nullptr; }
+  virtual const Picker* AsPicker() const { return nullptr; }
+  virtual const ProfileHandler* AsProfileHandler() const { return nullptr; }
+  virtual const SaturationDetector* AsSaturationDetector() const { return nullptr; }
+  virtual const DataProducer* AsDataProducer() const { return nullptr; }
+  virtual const RequestObserver* AsRequestObserver() const { return nullptr; }
+
+ private:
+  TypedName typed_name_;
+};
+
+}  // namespace epp

@@ -1,0 +1,150 @@
+// Scheduler: one scheduling cycle per request, the same code for `eppctl explain`, `eppctl pick`,
+// `eppctl serve`, replay and pyepp.
+//
+// Pick(request, endpoints) runs, in GIE's order:
+//   1. candidates: the endpoints, narrowed by the gateway's subset hint when one is given
+//      (entries "ip:port" match exactly, a bare "ip" matches every port); none left -> 503;
+//   2. data producers (prefix hashing and index lookup);
+//   3. admission: a sheddable request (priority < 0) is rejected with 429 when the saturation
+//      detector reports saturation >= 1.0 over the candidates;
+//   4. profiles chosen by the profile handler; per profile: filters in order (all removed ->
+//      the profile fails), score = sum over scorers of weight * clamp(score, 0, 1), picker;
+//   5. the primary profile's endpoints are the answer (primary first, then fallbacks); a failed
+//      primary profile -> 503 "no eligible endpoint";
+//   6. when `record` is set: request observers learn the decision (prefix index update) and the
+//      request's load estimate is added to the primary endpoint's in-flight counters until
+//      Release().
+// With `trace` set the result carries every filter's kept/removed lists with reasons and every
+// scorer's raw, weighted and explained score per endpoint: the data behind `eppctl explain`.
+//
+// Thread-safety: Pick and Release may be called concurrently. The endpoints span must stay
+// valid and unchanged during a Pick.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "epp/endpoint.h"
+#include "epp/plugin.h"
+#include "epp/request.h"
+#include "epp/scheduling.h"
+#include "epp/status.h"
+
+namespace epp {
+
+struct FilterTrace {
+  std::string plugin;  // plugin name
+  std::string type;
+  std::vector<std::string> kept;
+  struct Removed {
+    std::string endpoint;
+    std::string reason;
+  };
+  std::vector<Removed> removed;
+};
+
+struct ScorerTrace {
+  std::string plugin;
+  std::string type;
+  double raw = 0;       // clamped to [0, 1]
+  double weight = 0;
+  double weighted = 0;  // raw * weight
+  std::string detail;   // the scorer's own explanation, may be empty
+};
+
+struct EndpointScoreTrace {
+  std::string endpoint;
+  double total = 0;
+  std::vector<ScorerTrace> scorers;  // in profile order
+};
+
+struct ProfileTrace {
+  std::string name;
+  std::vector<FilterTrace> filters;
+  std::vector<EndpointScoreTrace> scores;  // sorted by total, highest first
+  std::string picker;                      // picker plugin name
+  std::vector<std::string> picked;
+  std::string error;  // non-empty when the profile produced no endpoint
+};
+
+struct PickResult {
+  int status = 200;  // 200 picked, 400 bad request, 429 shed, 503 no eligible endpoint
+  std::vector<std::string> endpoints;  // primary first, then fallbacks; empty unless 200
+  std::string reason;                  // why, in one line (always set)
+  std::string primary_profile;
+  double saturation = 0;               // detector figure over the candidates
+  std::string saturation_detail;
+  int64_t load_tokens = 0;             // in-flight token estimate recorded for this request
+  int candidates = 0;                  // endpoints after the subset hint
+  // Prefix view of the request (from the producer): block size and blocks hashed.
+  int prefix_block_size_tokens = 0;
+  int prefix_blocks = 0;
+  int prefix_match_blocks = 0;         // blocks the index said the primary endpoint held
+  std::vector<ProfileTrace> profiles;  // only with PickOptions::trace
+
+  const std::string* primary() const { return endpoints.empty() ? nullptr : &endpoints.front(); }
+  // The x-gateway-destination-endpoint value: endpoints joined with ','.
+  std::string DestinationValue() const;
+  // A result for a request that did not parse (status 400, reason = the parse error).
+  static PickResult BadRequest(const absl::Status& parse_error);
+};
+
+struct PickOptions {
+  // The gateway's subset hint; nullopt = no hint (every endpoint is a candidate).
+  std::optional<std::vector<std::string>> subset;
+  bool trace = false;   // fill PickResult::profiles
+  bool record = true;   // update the prefix index and in-flight load (false: a pure what-if)
+};
+
+class Scheduler {
+ public:
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  PickResult Pick(const InferenceRequest& request, std::span<const Endpoint> endpoints,
+                  const PickOptions& options = {}) const;
+  // Ends a recorded request: removes its load from the endpoint it was sent to. Releasing more
+  // than was recorded clamps at zero.
+  void Release(const PickResult& result) const;
+  void Release(std::string_view endpoint, int64_t tokens) const;
+  // Drops per-endpoint state (prefix index entries, in-flight counters) of an endpoint that left.
+  void ForgetEndpoint(std::string_view endpoint) const;
+
+  // The configuration after defaults, as YAML (`eppctl config effective`): every plugin with its
+  // effective parameters, profiles with explicit weights, the saturation detector.
+  std::string EffectiveConfigYaml() const;
+  const std::vector<std::string>& warnings() const;
+  std::vector<std::string> ProfileNames() const;
+  // Entries in the prefix index of the approx-prefix-cache-producer (0 without one).
+  size_t PrefixIndexEntries() const;
+  // In-flight counters of an endpoint: {requests, tokens}.
+  std::pair<int64_t, int64_t> Inflight(std::string_view endpoint) const;
+
+  // GIE's SimpleTokenEstimator: input tokens (request.prompt_tokens, at least 1) plus
+  // round(1.5 * input) expected output tokens.
+  static int64_t EstimateLoadTokens(const InferenceRequest& request);
+
+  struct Impl;
+  explicit Scheduler(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// True when `address` ("ip:port") is selected by a subset hint entry: "ip:port" exactly, or a
+// bare "ip" (IPv6 in brackets or not) matching any port.
+bool SubsetEntryMatches(std::string_view entry, std::string_view address);
+
+// The explain JSON of one decision (docs/cli.md): {"request": {...}, "profiles": [...],
+// "result": {...}, "decision": {...}}. `request` may be null (a request that did not parse).
+std::string PickResultToJson(const InferenceRequest* request, const PickResult& result, int indent = 2);
+// The same as a human-readable report (filters, score table, winner vs runner-up and what decided
+// the margin, outcome, the decision the gateway receives).
+std::string PickResultToText(const InferenceRequest* request, const PickResult& result, bool color = false);
+
+}  // namespace epp

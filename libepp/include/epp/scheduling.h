@@ -1,0 +1,140 @@
+// The scheduling extension points and the per-request state they share.
+//
+// One scheduling cycle (see scheduler.h) runs, for one request: data producers (prefix hashing
+// and matching), then for each profile its filters in order, its scorers (weighted sum), and its
+// picker. Extensions receive a SchedulingContext: the request, every endpoint of the pool, the
+// clock and RNG, and per-cycle data computed once (prefix match lengths, in-flight load), kept in
+// arrays indexed by the endpoint's position in `endpoints` (IndexOf()).
+//
+// Contracts shared by all extension points:
+//   - Filter, Score and Pick cannot fail: missing inputs degrade (score 0, keep all).
+//   - They may be called concurrently from many threads; implementations must not mutate shared
+//     state without synchronization.
+//   - Randomness comes only from ctx.rng, time only from ctx.now_us, so a seeded cycle is
+//     reproducible.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "epp/endpoint.h"
+#include "epp/plugin.h"
+#include "epp/request.h"
+#include "epp/status.h"
+
+namespace epp {
+
+// Prefix-cache information for one cycle, filled by the approx-prefix-cache-producer.
+struct PrefixState {
+  bool computed = false;            // a producer ran for this cycle
+  int block_size_tokens = 0;        // tokens per block (block_chars = tokens * kCharsPerToken)
+  std::vector<uint64_t> hashes;     // the request's chained block hashes (capped)
+  std::vector<int> match_blocks;    // per endpoint index: leading blocks the index says it holds
+  std::string producer;             // name of the producer that filled this
+};
+
+struct SchedulingContext {
+  const InferenceRequest* request = nullptr;
+  std::span<const Endpoint> endpoints;  // the whole pool; candidates point into it
+  Rng* rng = nullptr;
+  int64_t now_us = 0;
+  // Per endpoint index: requests and estimated tokens the scheduler has in flight there.
+  std::vector<int64_t> inflight_requests;
+  std::vector<int64_t> inflight_tokens;
+  PrefixState prefix;
+
+  // Position of `e` in `endpoints`. REQUIRES: e points into endpoints.
+  size_t IndexOf(const Endpoint* e) const { return static_cast<size_t>(e - endpoints.data()); }
+  int PrefixMatchBlocks(const Endpoint* e) const {
+    const size_t i = IndexOf(e);
+    return i < prefix.match_blocks.size() ? prefix.match_blocks[i] : 0;
+  }
+  int64_t InflightRequests(const Endpoint* e) const {
+    const size_t i = IndexOf(e);
+    return i < inflight_requests.size() ? inflight_requests[i] : 0;
+  }
+  int64_t InflightTokens(const Endpoint* e) const {
+    const size_t i = IndexOf(e);
+    return i < inflight_tokens.size() ? inflight_tokens[i] : 0;
+  }
+  // True when e's metrics were never scraped or are older than `staleness_us`.
+  bool MetricsStale(const Endpoint& e, int64_t staleness_us) const {
+    return !e.metrics_time_us.has_value() || now_us - *e.metrics_time_us > staleness_us;
+  }
+};
+
+using Candidates = std::span<const Endpoint* const>;
+
+// Removes endpoints. Returns the kept ones in their original order (never reorders, never adds).
+class Filter {
+ public:
+  virtual ~Filter() = default;
+  virtual std::vector<const Endpoint*> Apply(const SchedulingContext& ctx, Candidates candidates) const = 0;
+  // Why `e` would be removed (explain output); called only for removed endpoints.
+  virtual std::string WhyRemoved(const SchedulingContext& ctx, const Endpoint& e) const = 0;
+};
+
+enum class ScorerCategory { kAffinity, kDistribution, kBalance };
+std::string_view ScorerCategoryName(ScorerCategory category);
+
+// Writes one score per candidate, index-aligned, nominally in [0, 1]; the profile clamps to
+// [0, 1], multiplies by the configured weight and sums over scorers.
+class Scorer {
+ public:
+  virtual ~Scorer() = default;
+  virtual ScorerCategory category() const = 0;
+  virtual void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const = 0;
+  // A short human explanation of e's score (explain output), e.g. "12 of 40 blocks cached".
+  virtual std::string Explain(const SchedulingContext& /*ctx*/, const Endpoint& /*e*/) const { return {}; }
+};
+
+struct ScoredEndpoint {
+  const Endpoint* endpoint = nullptr;
+  double score = 0;
+};
+
+// Chooses the target endpoints, primary first. Ties are broken with ctx.rng, never by order.
+class Picker {
+ public:
+  virtual ~Picker() = default;
+  virtual std::vector<const Endpoint*> Pick(const SchedulingContext& ctx, std::span<const ScoredEndpoint> scored) const = 0;
+};
+
+// Decides which profiles run and which result is primary.
+class ProfileHandler {
+ public:
+  virtual ~ProfileHandler() = default;
+  // Profiles to run next given those already run (`done`); empty when the cycle is complete.
+  virtual std::vector<std::string> PickProfiles(const SchedulingContext& ctx, std::span<const std::string> profiles,
+                                                std::span<const std::string> done) const = 0;
+  // The primary profile among those that ran (`ran`, with whether each produced endpoints).
+  virtual absl::StatusOr<std::string> PrimaryProfile(std::span<const std::string> ran) const = 0;
+};
+
+// Pool saturation in [0, +inf): >= 1.0 means saturated (sheddable requests are rejected with 429).
+class SaturationDetector {
+ public:
+  virtual ~SaturationDetector() = default;
+  virtual double Saturation(const SchedulingContext& ctx, Candidates candidates) const = 0;
+  // A one-line account of the figure (explain output).
+  virtual std::string ExplainSaturation(const SchedulingContext& ctx, Candidates candidates) const = 0;
+};
+
+// Computes per-cycle data before the profiles run (prefix hashing and matching).
+class DataProducer {
+ public:
+  virtual ~DataProducer() = default;
+  virtual void Prepare(SchedulingContext& ctx, Candidates candidates) const = 0;
+};
+
+// Learns from decisions: called after a successful, recorded pick with the primary endpoint (the
+// prefix index records the request's blocks there, the cache-aware scorer its prompt).
+class RequestObserver {
+ public:
+  virtual ~RequestObserver() = default;
+  virtual void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const = 0;
+};
+
+}  // namespace epp

@@ -1,0 +1,568 @@
+// Endpoint sets: parsing endpoints files and --endpoint flags, and resolving them into Endpoints.
+// yaml-cpp throws; ParseEndpointsYaml() is the one place its exceptions are caught.
+#include "epp/endpoints.h"
+
+#include <arpa/inet.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+
+namespace epp {
+namespace {
+
+enum class SourceKind { kDefault, kNone, kFile, kUrl };
+
+bool IsUrl(std::string_view s) { return s.rfind("http://", 0) == 0 || s.rfind("https://", 0) == 0; }
+
+SourceKind KindOf(std::string_view metrics) {
+  if (metrics.empty()) return SourceKind::kDefault;
+  if (metrics == kNoMetrics) return SourceKind::kNone;
+  if (IsUrl(metrics)) return SourceKind::kUrl;
+  return SourceKind::kFile;
+}
+
+// An empty string when `metrics` is an acceptable value, else why not.
+std::string MetricsProblem(std::string_view metrics) {
+  if (!IsUrl(metrics) && metrics.find("://") != std::string_view::npos) {
+    return "'" + std::string(metrics) + "': only http:// and https:// URLs, file paths or 'none'";
+  }
+  return "";
+}
+
+bool IsDigits(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
+// RFC 1123 host names: dot-separated labels of letters, digits and '-', no label starting or
+// ending with '-'. Underscores are rejected: Kubernetes Service and Pod DNS names never have them.
+bool IsHostName(std::string_view host) {
+  if (host.empty() || host.size() > 253) return false;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = host.find('.', start);
+    const std::string_view label = host.substr(start, dot == std::string_view::npos ? host.npos : dot - start);
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') return false;
+    for (char c : label) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+      if (!ok) return false;
+    }
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
+}
+
+std::string Where(const EndpointSpec& spec, size_t i) {
+  return spec.origin.empty() ? "endpoints[" + std::to_string(i) + "]" : spec.origin;
+}
+
+// The prefix of per-endpoint metrics messages, independent of where the spec was written.
+std::string Who(const EndpointSpec& spec, size_t i) {
+  return "endpoints[" + std::to_string(i) + "] (" + spec.address + "): ";
+}
+
+// Reads a whole file with stdio, whose errno is reliable (std::ifstream's is not specified).
+absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
+  errno = 0;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  auto fail = [](int err) {
+    const std::string msg = std::strerror(err);
+    if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(msg);
+    if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
+    return absl::UnavailableError(msg);
+  };
+  if (f == nullptr) return fail(errno);
+  std::string out;
+  char buf[1 << 16];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) {
+    if (out.size() + n > max_bytes) {
+      std::fclose(f);
+      return absl::ResourceExhaustedError("larger than the cap of " + std::to_string(max_bytes) + " bytes");
+    }
+    out.append(buf, n);
+  }
+  const int err = std::ferror(f) ? errno : 0;  // a directory fails here with EISDIR
+  std::fclose(f);
+  if (err != 0) return fail(err);
+  return out;
+}
+
+std::string Snippet(std::string_view body) {
+  std::string s(body.substr(0, 160));
+  for (char& c : s) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  if (body.size() > 160) s += "...";
+  return s;
+}
+
+// ---- YAML ----------------------------------------------------------------------------------
+
+std::string LineOf(std::string_view source, const YAML::Node& node) {
+  std::string out(source);
+  if (node.Mark().line >= 0) out += ":" + std::to_string(node.Mark().line + 1);
+  return out;
+}
+
+absl::Status YamlError(std::string_view source, const YAML::Node& node, const std::string& path,
+                       const std::string& message) {
+  return absl::InvalidArgumentError(LineOf(source, node) + ": " + path + ": " + message);
+}
+
+// A scalar value as a string; an error naming `path` for maps, lists and nulls. A null value
+// carries the mark of the token after it (often the next line), so nulls are placed at `key`.
+absl::StatusOr<std::string> ScalarAt(std::string_view source, const YAML::Node& key, const YAML::Node& node,
+                                     const std::string& path) {
+  if (node.IsScalar()) return node.Scalar();
+  if (node.IsNull()) return YamlError(source, key, path, "expected a string");
+  if (node.IsSequence() && path.ends_with("].address")) {
+    // An unquoted [::1]:8000 is a YAML flow list.
+    return YamlError(source, node, path, "expected a string (quote IPv6 addresses: \"[::1]:8000\")");
+  }
+  return YamlError(source, node, path, "expected a string");
+}
+
+absl::Status ParseEntry(std::string_view source, const YAML::Node& entry, const std::string& path,
+                        const std::string& base_dir, EndpointSpec& spec, YAML::Node& address_node) {
+  spec.origin = LineOf(source, entry);
+  // reset() rebinds; operator= on a bound yaml-cpp Node would overwrite the node it points to.
+  address_node.reset(entry);
+  if (entry.IsScalar()) {
+    spec.address = entry.Scalar();
+  } else if (entry.IsMap()) {
+    std::set<std::string> keys;
+    for (const auto& kv : entry) {
+      if (!kv.first.IsScalar()) return YamlError(source, kv.first, path, "keys must be strings");
+      const std::string key = kv.first.Scalar();
+      const std::string kpath = path + "." + key;
+      if (!keys.insert(key).second) return YamlError(source, kv.first, kpath, "duplicate key");
+      if (key == "address") {
+        EPP_ASSIGN_OR_RETURN(spec.address, ScalarAt(source, kv.first, kv.second, kpath));
+        address_node.reset(kv.second);
+      } else if (key == "metrics") {
+        EPP_ASSIGN_OR_RETURN(spec.metrics, ScalarAt(source, kv.first, kv.second, kpath));
+        if (std::string p = MetricsProblem(spec.metrics); !p.empty()) return YamlError(source, kv.second, kpath, p);
+      } else if (key == "engine") {
+        EPP_ASSIGN_OR_RETURN(spec.engine, ScalarAt(source, kv.first, kv.second, kpath));
+      } else if (key == "labels") {
+        if (kv.second.IsNull()) continue;  // `labels:` with nothing under it
+        if (!kv.second.IsMap()) return YamlError(source, kv.second, kpath, "expected a map of label names to values");
+        for (const auto& label : kv.second) {
+          if (!label.first.IsScalar() || label.first.Scalar().empty()) {
+            return YamlError(source, label.first, kpath, "label names must be non-empty strings");
+          }
+          const std::string name = label.first.Scalar();
+          EPP_ASSIGN_OR_RETURN(std::string value, ScalarAt(source, label.first, label.second, kpath + "." + name));
+          if (!spec.labels.emplace(name, std::move(value)).second) {
+            return YamlError(source, label.first, kpath + "." + name, "duplicate key");
+          }
+        }
+      } else {
+        return YamlError(source, kv.first, kpath, "unknown key (expected address, metrics, labels or engine)");
+      }
+    }
+    if (!keys.contains("address")) return YamlError(source, entry, path, "missing 'address'");
+  } else {
+    return YamlError(source, entry, path, "expected a map or an address string");
+  }
+  if (absl::Status s = ValidateEndpointAddress(spec.address); !s.ok()) {
+    return YamlError(source, address_node, path + ".address", std::string(s.message()));
+  }
+  if (KindOf(spec.metrics) == SourceKind::kFile && !base_dir.empty() &&
+      std::filesystem::path(spec.metrics).is_relative()) {
+    spec.metrics = (std::filesystem::path(base_dir) / spec.metrics).lexically_normal().string();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<EndpointSpec>> ParseYamlOrThrow(std::string_view text, std::string_view source,
+                                                          const std::string& base_dir) {
+  const YAML::Node root = YAML::Load(std::string(text));
+  YAML::Node list;
+  YAML::Node list_key;  // where to report a null list
+  if (root.IsMap()) {
+    bool found = false;
+    for (const auto& kv : root) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+      if (key != "endpoints") return YamlError(source, kv.first, key.empty() ? "(root)" : key, "unknown key (expected 'endpoints')");
+      if (found) return YamlError(source, kv.first, key, "duplicate key");
+      found = true;
+      list.reset(kv.second);
+      list_key.reset(kv.first);
+    }
+    if (!found) return YamlError(source, root, "endpoints", "missing");
+  } else if (root.IsSequence()) {
+    list.reset(root);
+    list_key.reset(root);
+  } else {
+    return absl::InvalidArgumentError(LineOf(source, root) +
+                                      ": expected a map with 'endpoints' or a list of endpoints");
+  }
+  if (!list.IsSequence()) {
+    return YamlError(source, list.IsNull() ? list_key : list, "endpoints", "expected a list of endpoints");
+  }
+  if (list.size() == 0) return YamlError(source, list, "endpoints", "the list is empty");
+
+  std::vector<EndpointSpec> specs;
+  std::map<std::string, std::pair<size_t, std::string>> seen;  // address -> (index, line)
+  size_t i = 0;
+  for (auto entry = list.begin(); entry != list.end(); ++entry, ++i) {
+    const std::string path = "endpoints[" + std::to_string(i) + "]";
+    EndpointSpec spec;
+    YAML::Node address_node;
+    EPP_RETURN_IF_ERROR(ParseEntry(source, *entry, path, base_dir, spec, address_node));
+    auto [it, inserted] = seen.emplace(spec.address, std::make_pair(i, LineOf(source, address_node)));
+    if (!inserted) {
+      return YamlError(source, address_node, path + ".address",
+                       "duplicate address '" + spec.address + "' (first at " + it->second.second + ", endpoints[" +
+                           std::to_string(it->second.first) + "])");
+    }
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+// ---- Resolving -----------------------------------------------------------------------------
+
+// What every endpoint of one call needs, computed (and validated) before any I/O.
+struct Plan {
+  CheckOptions check;                             // normalised
+  std::vector<MetricMapping> candidates;          // for auto-detection; empty when none is auto
+  std::map<std::string, MetricMapping> forced;    // explicitly named engines
+  std::vector<std::string> engine;                // per spec: "auto" or a key of `forced`
+};
+
+absl::StatusOr<Plan> MakePlan(std::span<const EndpointSpec> specs, const ResolveOptions& options) {
+  EPP_RETURN_IF_ERROR(ValidateEndpointSpecs(specs));
+  Plan plan;
+  plan.check = options.check;
+  EPP_RETURN_IF_ERROR(NormalizeCheckOptions(plan.check));
+  bool need_auto = false;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    std::string e = specs[i].engine.empty() ? plan.check.engine : specs[i].engine;
+    if (e.empty()) e = "auto";
+    if (e == "auto") {
+      need_auto = true;
+    } else if (!plan.forced.contains(e)) {
+      auto m = ResolveMapping(e, plan.check);
+      if (!m.ok()) {
+        // Blame the spec only when it named the engine; a default engine is the caller's option.
+        const std::string where = specs[i].engine.empty() ? "engine '" + e + "'" : Where(specs[i], i) + ": engine";
+        return absl::Status(m.status().code(), where + ": " + std::string(m.status().message()));
+      }
+      plan.forced.emplace(e, *std::move(m));
+    }
+    plan.engine.push_back(std::move(e));
+  }
+  if (need_auto) {
+    EPP_ASSIGN_OR_RETURN(plan.candidates, CandidateMappings(plan.check));
+  }
+  return plan;
+}
+
+// The result of reading one endpoint's metrics.
+struct Outcome {
+  bool read = false;             // text obtained, parsed and matched to an engine
+  std::string engine;            // the engine used (or configured); empty when unknown
+  EndpointMetrics metrics;
+  absl::Status error;            // why the metrics were not read, or failed extraction checks
+};
+
+void Process(std::string_view text, const std::string& what, size_t i, const EndpointSpec& spec, const Plan& plan,
+             std::string_view known_engine, Outcome& out) {
+  ParseOptions po;
+  po.lenient = plan.check.lenient;
+  auto fams = ParsePrometheusText(text, po);
+  if (!fams.ok()) {
+    out.error = absl::InvalidArgumentError(Who(spec, i) + "cannot parse " + what + ": " +
+                                           std::string(fams.status().message()));
+    return;
+  }
+  const MetricMapping* mapping = nullptr;
+  if (plan.engine[i] != "auto") {
+    mapping = &plan.forced.at(plan.engine[i]);
+  } else {
+    auto find = [&](std::string_view name) {
+      for (const MetricMapping& m : plan.candidates) {
+        if (m.engine == name) mapping = &m;
+      }
+    };
+    // Refresh keeps the engine detected earlier: detection runs once per endpoint, and a server
+    // whose metrics fit two mappings cannot flap between them from one scrape to the next.
+    if (!known_engine.empty()) find(known_engine);
+    if (mapping == nullptr) {
+      if (std::optional<std::string> engine = DetectEngine(*fams, plan.candidates)) find(*engine);
+    }
+    if (mapping == nullptr) {
+      // Rare path: let ResolveEngine word the message exactly as `eppctl check` does.
+      CheckOptions detect = plan.check;
+      detect.engine = "auto";
+      auto r = ResolveEngine(*fams, detect);
+      out.error = absl::NotFoundError(Who(spec, i) + (r.ok() ? "engine detection failed" : std::string(r.status().message())));
+      return;
+    }
+  }
+  out.engine = mapping->engine;
+  // The scrape succeeded even if some values failed validation: the values that passed are fresh,
+  // so the caller stamps them, and the failures travel in `error`.
+  MetricsExtraction ex = ExtractMetrics(*fams, *mapping);
+  out.read = true;
+  out.metrics = std::move(ex.metrics);
+  std::string failed;
+  for (const CheckResult& c : ex.checks) {
+    if (c.status == CheckStatus::kFail) failed += (failed.empty() ? "" : "; ") + c.id + ": " + c.message;
+  }
+  if (!failed.empty()) out.error = absl::FailedPreconditionError(Who(spec, i) + failed);
+}
+
+HttpRequest MakeRequest(const CheckOptions& o, std::string url) {
+  HttpRequest r;
+  r.url = std::move(url);
+  r.timeout = o.timeout;
+  r.insecure = o.insecure;
+  r.max_body_bytes = o.max_body_bytes;
+  r.headers = o.headers;
+  if (!o.bearer_token.empty()) r.headers.push_back("Authorization: Bearer " + o.bearer_token);
+  return r;
+}
+
+// Reads every endpoint's metrics: files one by one, then all URLs in one concurrent round.
+// `known_engines` (empty, or one per spec) are engines already detected for auto specs.
+std::vector<Outcome> Collect(std::span<const EndpointSpec> specs, const Plan& plan, const ResolveOptions& options,
+                             std::span<const std::string> known_engines) {
+  std::vector<Outcome> out(specs.size());
+  std::vector<HttpRequest> requests;
+  std::vector<size_t> owner;  // requests[k] belongs to specs[owner[k]]
+  auto known = [&](size_t i) { return known_engines.empty() ? std::string_view() : std::string_view(known_engines[i]); };
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const EndpointSpec& spec = specs[i];
+    if (plan.engine[i] != "auto") out[i].engine = plan.engine[i];
+    switch (KindOf(spec.metrics)) {
+      case SourceKind::kNone:
+        break;
+      case SourceKind::kFile: {
+        auto text = ReadFile(spec.metrics, plan.check.max_body_bytes);
+        if (!text.ok()) {
+          out[i].error = absl::Status(text.status().code(), Who(spec, i) + "metrics file '" + spec.metrics +
+                                                                "' cannot be read: " + std::string(text.status().message()));
+        } else {
+          Process(*text, "metrics file '" + spec.metrics + "'", i, spec, plan, known(i), out[i]);
+        }
+        break;
+      }
+      case SourceKind::kUrl:
+        requests.push_back(MakeRequest(plan.check, spec.metrics));
+        owner.push_back(i);
+        break;
+      case SourceKind::kDefault:
+        requests.push_back(MakeRequest(plan.check, "http://" + spec.address + plan.check.metrics_path));
+        owner.push_back(i);
+        break;
+    }
+  }
+  if (requests.empty()) return out;
+  std::vector<absl::StatusOr<HttpResponse>> responses =
+      options.http_client != nullptr ? options.http_client->FetchAll(requests) : HttpFetchAll(requests);
+  for (size_t k = 0; k < responses.size(); ++k) {
+    const size_t i = owner[k];
+    const auto& r = responses[k];
+    if (!r.ok()) {
+      out[i].error = absl::Status(r.status().code(), Who(specs[i], i) + std::string(r.status().message()));
+    } else if (r->status < 200 || r->status > 299) {
+      out[i].error = absl::UnavailableError(Who(specs[i], i) + "GET " + requests[k].url + ": HTTP " +
+                                            std::to_string(r->status) + ": " + Snippet(r->body));
+    } else {
+      Process(r->body, "metrics from " + requests[k].url, i, specs[i], plan, known(i), out[i]);
+    }
+  }
+  return out;
+}
+
+int64_t Now(const ResolveOptions& options) {
+  return options.clock != nullptr ? options.clock->NowMicros() : SteadyClock::Get().NowMicros();
+}
+
+}  // namespace
+
+absl::Status ValidateEndpointAddress(std::string_view address) {
+  const std::string q = "'" + std::string(address) + "'";
+  if (address.empty()) return absl::InvalidArgumentError("address is empty");
+  for (char c : address) {
+    if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) {
+      return absl::InvalidArgumentError(q + " contains whitespace or a control character");
+    }
+  }
+  std::string_view host, port;
+  if (address.front() == '[') {
+    const size_t close = address.find(']');
+    if (close == std::string_view::npos) return absl::InvalidArgumentError(q + " has no closing ']'");
+    host = address.substr(1, close - 1);
+    const std::string_view rest = address.substr(close + 1);
+    if (rest.empty()) return absl::InvalidArgumentError(q + " has no port");
+    if (rest.front() != ':') return absl::InvalidArgumentError(q + ": expected ':PORT' after ']'");
+    port = rest.substr(1);
+    in6_addr v6;
+    if (::inet_pton(AF_INET6, std::string(host).c_str(), &v6) != 1) {
+      return absl::InvalidArgumentError(q + " has an invalid IPv6 address '" + std::string(host) + "'");
+    }
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == std::string_view::npos) return absl::InvalidArgumentError(q + " has no port");
+    if (address.find(':') != colon) {
+      return absl::InvalidArgumentError(q + ": write an IPv6 address in brackets, as in '[::1]:8000'");
+    }
+    host = address.substr(0, colon);
+    port = address.substr(colon + 1);
+    if (host.empty()) return absl::InvalidArgumentError(q + " has no host");
+    if (host.find_first_not_of("0123456789.") == std::string_view::npos) {
+      in_addr v4;
+      if (::inet_pton(AF_INET, std::string(host).c_str(), &v4) != 1) {
+        return absl::InvalidArgumentError(q + " has an invalid IPv4 address '" + std::string(host) + "'");
+      }
+    } else if (!IsHostName(host)) {
+      return absl::InvalidArgumentError(q + " has an invalid host name '" + std::string(host) + "'");
+    }
+  }
+  if (port.empty()) return absl::InvalidArgumentError(q + " has no port");
+  if (!IsDigits(port)) return absl::InvalidArgumentError(q + " has a non-numeric port '" + std::string(port) + "'");
+  if (port.size() > 1 && port.front() == '0') {
+    return absl::InvalidArgumentError(q + " has a port with a leading zero");
+  }
+  if (port.size() > 5 || std::stoi(std::string(port)) < 1 || std::stoi(std::string(port)) > 65535) {
+    return absl::InvalidArgumentError(q + " has port " + std::string(port) + "; expected 1..65535");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateEndpointSpecs(std::span<const EndpointSpec> specs) {
+  std::map<std::string, size_t> seen;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const EndpointSpec& spec = specs[i];
+    if (absl::Status s = ValidateEndpointAddress(spec.address); !s.ok()) {
+      return absl::InvalidArgumentError(Where(spec, i) + ": address: " + std::string(s.message()));
+    }
+    auto [it, inserted] = seen.emplace(spec.address, i);
+    if (!inserted) {
+      return absl::InvalidArgumentError(Where(spec, i) + ": address: duplicate address '" + spec.address +
+                                        "' (first at " + Where(specs[it->second], it->second) + ")");
+    }
+    if (std::string p = MetricsProblem(spec.metrics); !p.empty()) {
+      return absl::InvalidArgumentError(Where(spec, i) + ": metrics: " + p);
+    }
+    for (const auto& [name, value] : spec.labels) {
+      if (name.empty()) return absl::InvalidArgumentError(Where(spec, i) + ": labels: empty label name");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<EndpointSpec>> ParseEndpointsYaml(std::string_view text, std::string_view source,
+                                                             const std::string& base_dir) {
+  try {
+    return ParseYamlOrThrow(text, source, base_dir);
+  } catch (const YAML::Exception& e) {
+    std::string where(source);
+    if (e.mark.line >= 0) where += ":" + std::to_string(e.mark.line + 1);
+    return absl::InvalidArgumentError(where + ": " + e.msg);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(std::string(source) + ": " + e.what());
+  }
+}
+
+absl::StatusOr<std::vector<EndpointSpec>> LoadEndpointsFile(const std::string& path) {
+  // Endpoints files are hand-written lists; 16 MiB is far beyond any real pool.
+  auto text = ReadFile(path, kDefaultMaxBodyBytes);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        "cannot read endpoints file '" + path + "': " + std::string(text.status().message()));
+  }
+  return ParseEndpointsYaml(*text, path, std::filesystem::path(path).parent_path().string());
+}
+
+absl::StatusOr<EndpointSpec> ParseEndpointFlag(std::string_view flag, int index) {
+  EndpointSpec spec;
+  spec.origin = "--endpoint #" + std::to_string(index);
+  const size_t eq = flag.find('=');  // addresses never hold '='; URLs may, after it
+  spec.address = std::string(flag.substr(0, eq));
+  if (absl::Status s = ValidateEndpointAddress(spec.address); !s.ok()) {
+    return absl::InvalidArgumentError(spec.origin + ": " + std::string(s.message()));
+  }
+  if (eq != std::string_view::npos) {
+    spec.metrics = std::string(flag.substr(eq + 1));
+    if (spec.metrics.empty()) {
+      return absl::InvalidArgumentError(spec.origin + ": expected METRICS (a file, an http(s) URL or 'none') after '='");
+    }
+    if (std::string p = MetricsProblem(spec.metrics); !p.empty()) {
+      return absl::InvalidArgumentError(spec.origin + ": metrics: " + p);
+    }
+  }
+  return spec;
+}
+
+absl::StatusOr<std::vector<Endpoint>> ResolveEndpoints(std::span<const EndpointSpec> specs,
+                                                       const ResolveOptions& options) {
+  EPP_ASSIGN_OR_RETURN(Plan plan, MakePlan(specs, options));
+  std::vector<Outcome> outcomes = Collect(specs, plan, options, {});
+  // One stamp after all I/O: the scrapes ran concurrently, and staleness is judged per call.
+  const int64_t now = Now(options);
+  std::vector<Endpoint> endpoints(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    Outcome& o = outcomes[i];
+    if (options.fail_on_metrics_error && !o.error.ok()) return o.error;
+    Endpoint& ep = endpoints[i];
+    ep.address = specs[i].address;
+    ep.labels = specs[i].labels;
+    ep.engine = o.engine;
+    if (o.read) {
+      ep.metrics = std::move(o.metrics);
+      ep.metrics_time_us = now;
+    }
+    ep.metrics_error = std::string(o.error.message());
+  }
+  return endpoints;
+}
+
+absl::Status RefreshEndpointMetrics(std::span<const EndpointSpec> specs, std::span<Endpoint> endpoints,
+                                    const ResolveOptions& options) {
+  if (specs.size() != endpoints.size()) {
+    return absl::InvalidArgumentError("refresh: " + std::to_string(specs.size()) + " specs for " +
+                                      std::to_string(endpoints.size()) + " endpoints");
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].address != endpoints[i].address) {
+      return absl::InvalidArgumentError("refresh: endpoints[" + std::to_string(i) + "] is '" + endpoints[i].address +
+                                        "' but its spec says '" + specs[i].address + "'");
+    }
+  }
+  EPP_ASSIGN_OR_RETURN(Plan plan, MakePlan(specs, options));
+  std::vector<std::string> known(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) known[i] = endpoints[i].engine;
+  std::vector<Outcome> outcomes = Collect(specs, plan, options, known);
+  const int64_t now = Now(options);
+  absl::Status first = absl::OkStatus();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    Outcome& o = outcomes[i];
+    Endpoint& ep = endpoints[i];
+    if (!o.engine.empty()) ep.engine = o.engine;
+    if (o.read) {
+      ep.metrics = std::move(o.metrics);
+      ep.metrics_time_us = now;
+    }
+    ep.metrics_error = std::string(o.error.message());
+    if (options.fail_on_metrics_error && first.ok()) first = o.error;
+  }
+  return first;
+}
+
+}  // namespace epp

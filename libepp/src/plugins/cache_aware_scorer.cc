@@ -1,0 +1,152 @@
+// cache-aware-scorer: SGLang Model Gateway's cache_aware routing decision as a scorer, so the
+// two schools (GIE's block-hash index vs SGLang's character radix tree) run side by side.
+//
+// Per request (sgl-model-gateway src/policies/cache_aware.rs):
+//   loads = requests this scheduler has in flight per candidate;
+//   imbalanced iff max - min > balance_abs_threshold AND max > min * balance_rel_threshold
+//     -> the least-loaded candidate;
+//   else match the prompt in the model's radix tree: match_rate = matched chars / prompt chars;
+//     match_rate > cache_threshold -> the tenant holding the match, else the least-loaded.
+// The chosen endpoint scores 1, every other 0; after the pick the prompt is inserted under the
+// endpoint actually picked. Defaults are the SGLang launcher's (cache_threshold 0.3,
+// balance_abs_threshold 64, balance_rel_threshold 1.5, max_tree_size 2^26 characters).
+// Deviation: eviction runs inline when a tenant exceeds max_tree_size, not on a 60 s timer, so
+// results do not depend on wall time.
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/strings.h"
+#include "epp/scheduling.h"
+#include "plugins/plugins.h"
+#include "plugins/scorer/approx_radix_tree.h"
+
+namespace epp::plugins {
+namespace {
+
+using internal::ApproxRadixTree;
+using internal::Num;
+
+struct CacheAwareOptions {
+  double cache_threshold = 0.3;
+  int64_t balance_abs_threshold = 64;
+  double balance_rel_threshold = 1.5;
+  int64_t max_tree_size = int64_t{1} << 26;
+};
+
+class CacheAwareScorer : public Plugin, public Scorer, public RequestObserver, public EndpointState {
+ public:
+  CacheAwareScorer(TypedName tn, CacheAwareOptions o) : Plugin(std::move(tn)), o_(o) {}
+  const Scorer* AsScorer() const override { return this; }
+  const RequestObserver* AsRequestObserver() const override { return this; }
+  ScorerCategory category() const override { return ScorerCategory::kAffinity; }
+  Params EffectiveParams() const override {
+    Params p = Params::Map();
+    p.Set("cache_threshold", Params::Number(o_.cache_threshold));
+    p.Set("balance_abs_threshold", Params::Int(o_.balance_abs_threshold));
+    p.Set("balance_rel_threshold", Params::Number(o_.balance_rel_threshold));
+    p.Set("max_tree_size", Params::Int(o_.max_tree_size));
+    return p;
+  }
+
+  void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
+    const Decision d = Decide(ctx, candidates);
+    for (size_t i = 0; i < candidates.size(); ++i) scores[i] = candidates[i] == d.chosen ? 1.0 : 0.0;
+  }
+  // Per endpoint: its load and whether it holds the longest tree match. (The decision itself
+  // shows in the scores: 1 for the chosen endpoint.)
+  std::string Explain(const SchedulingContext& ctx, const Endpoint& e) const override {
+    const ApproxRadixTree::Match m = Tree(ctx.request->model).PrefixMatch(ctx.request->prompt);
+    const double rate = m.text_chars ? static_cast<double>(m.matched_chars) / static_cast<double>(m.text_chars) : 0.0;
+    return absl::StrCat(ctx.InflightRequests(&e), " in flight",
+                        m.tenant == e.address ? absl::StrCat("; holds the longest match (", Num(rate * 100), "%)") : "");
+  }
+
+  void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const override {
+    ApproxRadixTree& tree = Tree(ctx.request->model);
+    tree.Insert(ctx.request->prompt, picked.address);
+    if (static_cast<int64_t>(tree.TenantChars(picked.address)) > o_.max_tree_size)
+      tree.EvictTenantsOver(static_cast<size_t>(o_.max_tree_size));
+  }
+  void ForgetEndpoint(std::string_view endpoint) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [model, tree] : trees_) tree->RemoveTenant(endpoint);
+  }
+
+ private:
+  struct Decision {
+    const Endpoint* chosen = nullptr;
+    std::string why;
+  };
+
+  Decision Decide(const SchedulingContext& ctx, Candidates candidates) const {
+    Decision d;
+    if (candidates.empty()) return d;
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    const Endpoint* least = nullptr;
+    for (const Endpoint* e : candidates) {
+      const int64_t l = ctx.InflightRequests(e);
+      if (l < lo) least = e;
+      lo = std::min(lo, l);
+      hi = std::max(hi, l);
+    }
+    const bool imbalanced = hi - lo > o_.balance_abs_threshold &&
+                            static_cast<double>(hi) > static_cast<double>(lo) * o_.balance_rel_threshold;
+    if (imbalanced) {
+      d.chosen = least;
+      d.why = absl::StrCat("load imbalanced (in flight ", lo, "..", hi, "): least loaded ", least->address);
+      return d;
+    }
+    const ApproxRadixTree::Match m = Tree(ctx.request->model).PrefixMatch(ctx.request->prompt);
+    const double rate = m.text_chars ? static_cast<double>(m.matched_chars) / static_cast<double>(m.text_chars) : 0.0;
+    if (rate > o_.cache_threshold) {
+      for (const Endpoint* e : candidates) {
+        if (e->address == m.tenant) {
+          d.chosen = e;
+          d.why = absl::StrCat("cache hit: ", Num(rate * 100), "% of the prompt matched at ", e->address,
+                               " (> cache_threshold ", Num(o_.cache_threshold), ")");
+          return d;
+        }
+      }
+    }
+    d.chosen = least;
+    d.why = absl::StrCat("cache miss (best match ", Num(rate * 100), "% <= ", Num(o_.cache_threshold * 100),
+                         "% or holder not a candidate): least loaded ", least->address);
+    return d;
+  }
+
+  ApproxRadixTree& Tree(const std::string& model) const {
+    // SGLang keys trees by model, "default" for an empty model id.
+    const std::string& key = model.empty() ? kDefaultKey : model;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = trees_[key];
+    if (!slot) slot = std::make_unique<ApproxRadixTree>();
+    return *slot;
+  }
+
+  inline static const std::string kDefaultKey = "default";
+  CacheAwareOptions o_;
+  mutable std::mutex mu_;
+  mutable absl::flat_hash_map<std::string, std::unique_ptr<ApproxRadixTree>> trees_;
+};
+
+}  // namespace
+
+PluginOr CreateCacheAwareScorer(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({"cache_threshold", "balance_abs_threshold", "balance_rel_threshold", "max_tree_size"}));
+  CacheAwareOptions o;
+  EPP_ASSIGN_OR_RETURN(o.cache_threshold, params.GetDouble("cache_threshold", o.cache_threshold));
+  EPP_ASSIGN_OR_RETURN(o.balance_abs_threshold, params.GetInt("balance_abs_threshold", o.balance_abs_threshold));
+  EPP_ASSIGN_OR_RETURN(o.balance_rel_threshold, params.GetDouble("balance_rel_threshold", o.balance_rel_threshold));
+  EPP_ASSIGN_OR_RETURN(o.max_tree_size, params.GetInt("max_tree_size", o.max_tree_size));
+  if (o.cache_threshold < 0 || o.cache_threshold > 1)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".cache_threshold: must be in [0, 1]"));
+  if (o.balance_abs_threshold < 0)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".balance_abs_threshold: must be >= 0"));
+  if (o.balance_rel_threshold < 0)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".balance_rel_threshold: must be >= 0"));
+  if (o.max_tree_size <= 0) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".max_tree_size: must be > 0"));
+  return std::make_unique<CacheAwareScorer>(TypedName{std::string(kCacheAwareScorerType), name}, o);
+}
+
+}  // namespace epp::plugins

@@ -1,0 +1,299 @@
+// Filters: label-selector-filter (and the deprecated by-label-selector / by-label), llm-d's role
+// filters (decode-filter, prefill-filter, encode-filter) and prefix-cache-affinity-filter.
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/strings.h"
+#include "epp/scheduling.h"
+#include "plugins/plugins.h"
+
+namespace epp::plugins {
+namespace {
+
+using internal::Num;
+
+// A Kubernetes label selector: matchLabels AND every matchExpression.
+struct Requirement {
+  std::string key;
+  std::string op;  // In, NotIn, Exists, DoesNotExist
+  std::vector<std::string> values;
+};
+
+struct Selector {
+  std::vector<std::pair<std::string, std::string>> match_labels;
+  std::vector<Requirement> expressions;
+
+  // Empty string when `labels` match, else the first reason they do not.
+  std::string Mismatch(const std::map<std::string, std::string>& labels) const {
+    for (const auto& [k, v] : match_labels) {
+      auto it = labels.find(k);
+      if (it == labels.end()) return absl::StrCat("label ", k, " missing (want ", v, ")");
+      if (it->second != v) return absl::StrCat("label ", k, "=", it->second, " (want ", v, ")");
+    }
+    for (const Requirement& r : expressions) {
+      auto it = labels.find(r.key);
+      const bool has = it != labels.end();
+      const bool in = has && std::find(r.values.begin(), r.values.end(), it->second) != r.values.end();
+      if (r.op == "Exists" && !has) return absl::StrCat("label ", r.key, " missing");
+      if (r.op == "DoesNotExist" && has) return absl::StrCat("label ", r.key, " present");
+      if (r.op == "In" && !in)
+        return absl::StrCat("label ", r.key, has ? "=" + it->second : " missing", " not in [",
+                            absl::StrJoin(r.values, ", "), "]");
+      if (r.op == "NotIn" && in) return absl::StrCat("label ", r.key, "=", it->second, " is excluded");
+    }
+    return {};
+  }
+};
+
+class SelectorFilter : public Plugin, public Filter {
+ public:
+  SelectorFilter(TypedName tn, Selector sel, Params effective)
+      : Plugin(std::move(tn)), sel_(std::move(sel)), effective_(std::move(effective)) {}
+  const Filter* AsFilter() const override { return this; }
+  Params EffectiveParams() const override { return effective_; }
+  std::vector<const Endpoint*> Apply(const SchedulingContext&, Candidates candidates) const override {
+    std::vector<const Endpoint*> out;
+    out.reserve(candidates.size());
+    for (const Endpoint* e : candidates)
+      if (sel_.Mismatch(e->labels).empty()) out.push_back(e);
+    return out;
+  }
+  std::string WhyRemoved(const SchedulingContext&, const Endpoint& e) const override { return sel_.Mismatch(e.labels); }
+
+ private:
+  Selector sel_;
+  Params effective_;
+};
+
+// llm-d's role filters: keep endpoints whose llm-d.ai/role is one of `roles` (and, for decode,
+// endpoints with no role label at all).
+class RoleFilter : public Plugin, public Filter {
+ public:
+  RoleFilter(TypedName tn, std::set<std::string> roles, bool keep_unlabeled)
+      : Plugin(std::move(tn)), roles_(std::move(roles)), keep_unlabeled_(keep_unlabeled) {}
+  const Filter* AsFilter() const override { return this; }
+  std::vector<const Endpoint*> Apply(const SchedulingContext&, Candidates candidates) const override {
+    std::vector<const Endpoint*> out;
+    for (const Endpoint* e : candidates)
+      if (Keeps(*e)) out.push_back(e);
+    return out;
+  }
+  std::string WhyRemoved(const SchedulingContext&, const Endpoint& e) const override {
+    auto it = e.labels.find(std::string(kRoleLabel));
+    if (it == e.labels.end()) return absl::StrCat("no ", ToAbsl(kRoleLabel), " label");
+    return absl::StrCat(ToAbsl(kRoleLabel), "=", it->second, " (want one of ", absl::StrJoin(roles_, ", "), ")");
+  }
+
+ private:
+  bool Keeps(const Endpoint& e) const {
+    auto it = e.labels.find(std::string(kRoleLabel));
+    if (it == e.labels.end()) return keep_unlabeled_;
+    return roles_.count(it->second) > 0;
+  }
+  std::set<std::string> roles_;
+  bool keep_unlabeled_;
+};
+
+// Keeps the "sticky" endpoints (prefix match ratio >= affinityThreshold) when there are any,
+// unless exploring (probability explorationProbability) or the best sticky endpoint's estimated
+// TTFT (in-flight tokens / peak prefill throughput) exceeds the best other one's by more than
+// maxTTFTPenaltyMs. llm-d-router's defaults.
+class PrefixAffinityFilter : public Plugin, public Filter {
+ public:
+  struct Options {
+    double threshold = 0.80;
+    double exploration = 0.0;
+    double max_ttft_penalty_ms = 18000;
+    double peak_prefill_tokens_per_s = 15928;
+  };
+  PrefixAffinityFilter(TypedName tn, Options o, Rng* rng) : Plugin(std::move(tn)), o_(o), rng_(rng) {}
+  const Filter* AsFilter() const override { return this; }
+  Params EffectiveParams() const override {
+    Params p = Params::Map();
+    p.Set("affinityThreshold", Params::Number(o_.threshold));
+    p.Set("explorationProbability", Params::Number(o_.exploration));
+    p.Set("maxTTFTPenaltyMs", Params::Number(o_.max_ttft_penalty_ms));
+    p.Set("peakPrefillThroughput", Params::Number(o_.peak_prefill_tokens_per_s));
+    return p;
+  }
+  std::vector<const Endpoint*> Apply(const SchedulingContext& ctx, Candidates candidates) const override {
+    std::vector<const Endpoint*> all(candidates.begin(), candidates.end());
+    if (!ctx.prefix.computed || ctx.prefix.hashes.empty()) return all;
+    if (o_.exploration > 0) {
+      Rng* rng = ctx.rng ? ctx.rng : rng_;
+      if (rng && rng->Uniform() < o_.exploration) return all;
+    }
+    std::vector<const Endpoint*> sticky;
+    double best_sticky = 1e300, best_other = 1e300;
+    for (const Endpoint* e : candidates) {
+      const double ttft_ms = 1000.0 * static_cast<double>(ctx.InflightTokens(e)) / o_.peak_prefill_tokens_per_s;
+      if (Sticky(ctx, e)) {
+        sticky.push_back(e);
+        best_sticky = std::min(best_sticky, ttft_ms);
+      } else {
+        best_other = std::min(best_other, ttft_ms);
+      }
+    }
+    if (sticky.empty()) return all;
+    if (best_other < 1e300 && best_sticky - best_other > o_.max_ttft_penalty_ms) return all;
+    return sticky;
+  }
+  std::string WhyRemoved(const SchedulingContext& ctx, const Endpoint& e) const override {
+    return absl::StrCat("prefix match ", Num(Ratio(ctx, &e)), " < affinityThreshold ", Num(o_.threshold),
+                        " while other endpoints hold the prefix");
+  }
+
+ private:
+  static double Ratio(const SchedulingContext& ctx, const Endpoint* e) {
+    return PrefixRatio(ctx.PrefixMatchBlocks(e), static_cast<int>(ctx.prefix.hashes.size()));
+  }
+  bool Sticky(const SchedulingContext& ctx, const Endpoint* e) const { return Ratio(ctx, e) >= o_.threshold; }
+  Options o_;
+  Rng* rng_;
+};
+
+TypedName TN(std::string_view type, const std::string& name) { return TypedName{std::string(type), name}; }
+
+absl::Status ReadStringList(const Params& list, std::vector<std::string>& out) {
+  if (list.kind() != Params::Kind::kList) return absl::InvalidArgumentError(absl::StrCat(list.path(), ": expected a list"));
+  for (const Params& item : list.items()) {
+    EPP_ASSIGN_OR_RETURN(std::string s, item.AsString());
+    out.push_back(std::move(s));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Selector> ReadSelector(const Params& p) {
+  Selector sel;
+  EPP_RETURN_IF_ERROR(p.CheckKeys({"matchLabels", "matchExpressions"}));
+  if (const Params* ml = p.Find("matchLabels"); ml && !ml->is_null()) {
+    if (!ml->is_map()) return absl::InvalidArgumentError(absl::StrCat(ml->path(), ": expected a map of label: value"));
+    for (const auto& [k, v] : ml->entries()) {
+      EPP_ASSIGN_OR_RETURN(std::string s, v.AsString());
+      sel.match_labels.emplace_back(k, s);
+    }
+  }
+  if (const Params* me = p.Find("matchExpressions"); me && !me->is_null()) {
+    if (me->kind() != Params::Kind::kList) return absl::InvalidArgumentError(absl::StrCat(me->path(), ": expected a list"));
+    for (const Params& item : me->items()) {
+      EPP_RETURN_IF_ERROR(item.CheckKeys({"key", "operator", "values"}));
+      Requirement r;
+      EPP_ASSIGN_OR_RETURN(r.key, item.GetString("key", ""));
+      EPP_ASSIGN_OR_RETURN(r.op, item.GetString("operator", ""));
+      if (r.key.empty()) return absl::InvalidArgumentError(absl::StrCat(item.path(), ".key: required"));
+      if (r.op != "In" && r.op != "NotIn" && r.op != "Exists" && r.op != "DoesNotExist")
+        return absl::InvalidArgumentError(absl::StrCat(item.path(), ".operator: '", r.op,
+                                                       "' is not one of In, NotIn, Exists, DoesNotExist"));
+      if (const Params* vals = item.Find("values"); vals && !vals->is_null()) EPP_RETURN_IF_ERROR(ReadStringList(*vals, r.values));
+      if ((r.op == "In" || r.op == "NotIn") && r.values.empty())
+        return absl::InvalidArgumentError(absl::StrCat(item.path(), ".values: required for operator ", r.op));
+      sel.expressions.push_back(std::move(r));
+    }
+  }
+  return sel;
+}
+
+}  // namespace
+
+PluginOr CreateLabelSelectorFilter(const std::string& name, const Params& params, const PluginContext&) {
+  // Accept the selector at the top level of the parameters or under `selector`.
+  const Params* sel_params = &params;
+  if (const Params* s = params.Find("selector")) {
+    EPP_RETURN_IF_ERROR(params.CheckKeys({"selector"}));
+    sel_params = s;
+  }
+  EPP_ASSIGN_OR_RETURN(Selector sel, ReadSelector(*sel_params));
+  if (sel.match_labels.empty() && sel.expressions.empty())
+    return absl::InvalidArgumentError(absl::StrCat(params.path().empty() ? name : params.path(),
+                                                   ": a label selector needs matchLabels or matchExpressions"));
+  Params effective = params.is_null() ? Params::Map() : params;
+  return std::make_unique<SelectorFilter>(TN(kLabelSelectorFilterType, name), std::move(sel), std::move(effective));
+}
+
+// by-label (deprecated in llm-d): keep endpoints whose `label` has one of `validValues` (any
+// value when none are listed); unlabeled endpoints pass only with allowsNoLabel.
+class ByLabelFilter : public Plugin, public Filter {
+ public:
+  ByLabelFilter(TypedName tn, std::string label, std::vector<std::string> values, bool allow_missing)
+      : Plugin(std::move(tn)), label_(std::move(label)), values_(std::move(values)), allow_missing_(allow_missing) {}
+  const Filter* AsFilter() const override { return this; }
+  Params EffectiveParams() const override {
+    Params p = Params::Map();
+    p.Set("label", Params::String(label_));
+    Params vals = Params::List();
+    for (const auto& v : values_) vals.Append(Params::String(v));
+    p.Set("validValues", std::move(vals));
+    p.Set("allowsNoLabel", Params::Bool(allow_missing_));
+    return p;
+  }
+  std::vector<const Endpoint*> Apply(const SchedulingContext& ctx, Candidates candidates) const override {
+    std::vector<const Endpoint*> out;
+    for (const Endpoint* e : candidates)
+      if (WhyRemoved(ctx, *e).empty()) out.push_back(e);
+    return out;
+  }
+  std::string WhyRemoved(const SchedulingContext&, const Endpoint& e) const override {
+    auto it = e.labels.find(label_);
+    if (it == e.labels.end()) return allow_missing_ ? "" : absl::StrCat("label ", label_, " missing");
+    if (values_.empty() || std::find(values_.begin(), values_.end(), it->second) != values_.end()) return "";
+    return absl::StrCat("label ", label_, "=", it->second, " not in [", absl::StrJoin(values_, ", "), "]");
+  }
+
+ private:
+  std::string label_;
+  std::vector<std::string> values_;
+  bool allow_missing_;
+};
+
+PluginOr CreateByLabelFilter(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({"label", "validValues", "allowsNoLabel"}));
+  EPP_ASSIGN_OR_RETURN(std::string label, params.GetString("label", ""));
+  EPP_ASSIGN_OR_RETURN(bool allows_no_label, params.GetBool("allowsNoLabel", false));
+  if (label.empty()) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".label: required"));
+  std::vector<std::string> values;
+  if (const Params* v = params.Find("validValues"); v && !v->is_null()) EPP_RETURN_IF_ERROR(ReadStringList(*v, values));
+  return std::make_unique<ByLabelFilter>(TN(kByLabelFilterType, name), label, std::move(values), allows_no_label);
+}
+
+PluginOr CreateDecodeFilter(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  return std::make_unique<RoleFilter>(TN(kDecodeFilterType, name),
+                                      std::set<std::string>{"decode", "prefill-decode", "both", "encode-prefill-decode"},
+                                      /*keep_unlabeled=*/true);
+}
+
+PluginOr CreatePrefillFilter(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  return std::make_unique<RoleFilter>(
+      TN(kPrefillFilterType, name),
+      std::set<std::string>{"prefill", "encode-prefill", "prefill-decode", "both", "encode-prefill-decode"},
+      /*keep_unlabeled=*/false);
+}
+
+PluginOr CreateEncodeFilter(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  return std::make_unique<RoleFilter>(TN(kEncodeFilterType, name),
+                                      std::set<std::string>{"encode", "encode-prefill", "encode-prefill-decode"},
+                                      /*keep_unlabeled=*/false);
+}
+
+PluginOr CreatePrefixAffinityFilter(const std::string& name, const Params& params, const PluginContext& ctx) {
+  EPP_RETURN_IF_ERROR(
+      params.CheckKeys({"affinityThreshold", "explorationProbability", "maxTTFTPenaltyMs", "peakPrefillThroughput"}));
+  PrefixAffinityFilter::Options o;
+  EPP_ASSIGN_OR_RETURN(o.threshold, params.GetDouble("affinityThreshold", o.threshold));
+  EPP_ASSIGN_OR_RETURN(o.exploration, params.GetDouble("explorationProbability", o.exploration));
+  EPP_ASSIGN_OR_RETURN(o.max_ttft_penalty_ms, params.GetDouble("maxTTFTPenaltyMs", o.max_ttft_penalty_ms));
+  EPP_ASSIGN_OR_RETURN(o.peak_prefill_tokens_per_s, params.GetDouble("peakPrefillThroughput", o.peak_prefill_tokens_per_s));
+  if (o.threshold < 0 || o.threshold > 1)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".affinityThreshold: must be in [0, 1]"));
+  if (o.exploration < 0 || o.exploration > 1)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".explorationProbability: must be in [0, 1]"));
+  if (o.peak_prefill_tokens_per_s <= 0)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".peakPrefillThroughput: must be > 0"));
+  return std::make_unique<PrefixAffinityFilter>(TN(kPrefixAffinityFilterType, name), o, ctx.rng);
+}
+
+}  // namespace epp::plugins

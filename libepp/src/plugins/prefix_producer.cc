@@ -1,0 +1,116 @@
+// approx-prefix-cache-producer: hashes the request's prompt into chained blocks, looks up how
+// many leading blocks each candidate holds in the PrefixIndex, and after a pick records the
+// blocks on the picked endpoint (GIE's approximateprefix data producer, PreRequest update).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "epp/prefix_cache.h"
+#include "epp/scheduling.h"
+#include "plugins/plugins.h"
+
+namespace epp::plugins {
+namespace {
+
+struct ProducerOptions {
+  bool auto_tune = true;
+  int block_size_tokens = 16;
+  int max_prefix_blocks = 256;
+  int64_t max_prefix_tokens = 0;  // 0: use max_prefix_blocks
+  int64_t lru_capacity = 31250;   // 500k tokens of KV (H100 80GB, 8B model) / 16 tokens per block
+};
+
+class ApproxPrefixProducer : public Plugin, public DataProducer, public RequestObserver, public EndpointState {
+ public:
+  ApproxPrefixProducer(TypedName tn, ProducerOptions o)
+      : Plugin(std::move(tn)),
+        o_(o),
+        index_(PrefixIndexOptions{o.block_size_tokens, MaxBlocksCap(o), o.lru_capacity}) {}
+  const DataProducer* AsDataProducer() const override { return this; }
+  const RequestObserver* AsRequestObserver() const override { return this; }
+  Params EffectiveParams() const override {
+    Params p = Params::Map();
+    p.Set("autoTune", Params::Bool(o_.auto_tune));
+    p.Set("blockSizeTokens", Params::Int(o_.block_size_tokens));
+    p.Set("maxPrefixBlocksToMatch", Params::Int(o_.max_prefix_blocks));
+    p.Set("maxPrefixTokensToMatch", Params::Int(o_.max_prefix_tokens));
+    p.Set("lruCapacityPerServer", Params::Int(o_.lru_capacity));
+    return p;
+  }
+
+  void Prepare(SchedulingContext& ctx, Candidates candidates) const override {
+    PrefixState& st = ctx.prefix;
+    st.computed = true;
+    st.producer = name();
+    int bs = o_.block_size_tokens;
+    // autoTune: the first candidate's KV block size (GIE does the same).
+    if (o_.auto_tune && !candidates.empty() && candidates.front()->metrics.cache_block_size.value_or(0) > 0)
+      bs = static_cast<int>(std::min<int64_t>(*candidates.front()->metrics.cache_block_size, 1 << 16));
+    st.block_size_tokens = bs;
+    const int64_t max_blocks = o_.max_prefix_tokens > 0 ? std::max<int64_t>(1, o_.max_prefix_tokens / bs)
+                                                        : static_cast<int64_t>(o_.max_prefix_blocks);
+    const InferenceRequest& r = *ctx.request;
+    st.hashes = ChainedBlockHashes(r.prompt, static_cast<size_t>(bs) * kCharsPerToken, PrefixSeed(r.model, r.cache_salt),
+                                   static_cast<size_t>(max_blocks));
+    st.match_blocks.assign(ctx.endpoints.size(), 0);
+    if (st.hashes.empty() || candidates.empty() || index_.entries() == 0) return;
+    std::vector<std::string_view> names;
+    names.reserve(candidates.size());
+    for (const Endpoint* e : candidates) names.emplace_back(e->address);
+    const std::vector<int> m = index_.MatchLengths(st.hashes, names);
+    for (size_t i = 0; i < candidates.size(); ++i) st.match_blocks[ctx.IndexOf(candidates[i])] = m[i];
+  }
+
+  void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const override {
+    if (!ctx.prefix.computed || ctx.prefix.producer != name() || ctx.prefix.hashes.empty()) return;
+    int64_t capacity = 0;
+    if (o_.auto_tune && picked.metrics.cache_num_blocks.value_or(0) > 0) capacity = *picked.metrics.cache_num_blocks;
+    index_.Add(picked.address, ctx.prefix.hashes, capacity);
+  }
+
+  void ForgetEndpoint(std::string_view endpoint) const override { index_.RemoveEndpoint(endpoint); }
+  size_t PrefixEntries() const override { return index_.entries(); }
+
+ private:
+  static int MaxBlocksCap(const ProducerOptions& o) {
+    // The index caps matching at this many blocks; with a token budget it is the budget over the
+    // smallest block size autoTune could pick (1 token), bounded to keep the index sane.
+    if (o.max_prefix_tokens > 0) return static_cast<int>(std::min<int64_t>(o.max_prefix_tokens, 1 << 20));
+    return o.max_prefix_blocks;
+  }
+  ProducerOptions o_;
+  mutable PrefixIndex index_;
+};
+
+}  // namespace
+
+PluginOr CreateApproxPrefixProducer(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({"autoTune", "blockSizeTokens", "blockSize", "maxPrefixBlocksToMatch",
+                                        "maxPrefixTokensToMatch", "lruCapacityPerServer"}));
+  ProducerOptions o;
+  EPP_ASSIGN_OR_RETURN(o.auto_tune, params.GetBool("autoTune", o.auto_tune));
+  EPP_ASSIGN_OR_RETURN(int64_t bst, params.GetInt("blockSizeTokens", o.block_size_tokens));
+  if (params.Has("blockSize") && !params.Has("blockSizeTokens")) {
+    // The deprecated character block size: accepted when it converts to whole tokens.
+    EPP_ASSIGN_OR_RETURN(int64_t chars, params.GetInt("blockSize", 64));
+    if (chars <= 0 || chars % kCharsPerToken != 0)
+      return absl::InvalidArgumentError(absl::StrCat(params.path(), ".blockSize: deprecated character block size must be a positive multiple of ",
+                                                     kCharsPerToken, "; use blockSizeTokens"));
+    bst = chars / kCharsPerToken;
+  }
+  EPP_ASSIGN_OR_RETURN(int64_t mb, params.GetInt("maxPrefixBlocksToMatch", o.max_prefix_blocks));
+  EPP_ASSIGN_OR_RETURN(o.max_prefix_tokens, params.GetInt("maxPrefixTokensToMatch", o.max_prefix_tokens));
+  EPP_ASSIGN_OR_RETURN(o.lru_capacity, params.GetInt("lruCapacityPerServer", o.lru_capacity));
+  if (bst <= 0 || bst > 65536)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".blockSizeTokens: must be in [1, 65536]"));
+  if (mb <= 0 || mb > (1 << 20))
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".maxPrefixBlocksToMatch: must be in [1, 1048576]"));
+  if (o.max_prefix_tokens < 0)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".maxPrefixTokensToMatch: must be >= 0"));
+  if (o.lru_capacity <= 0)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".lruCapacityPerServer: must be > 0"));
+  o.block_size_tokens = static_cast<int>(bst);
+  o.max_prefix_blocks = static_cast<int>(mb);
+  return std::make_unique<ApproxPrefixProducer>(TypedName{std::string(kApproxPrefixProducerType), name}, o);
+}
+
+}  // namespace epp::plugins

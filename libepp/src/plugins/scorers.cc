@@ -1,0 +1,223 @@
+// Metric and load scorers: queue-scorer, running-requests-size-scorer,
+// kv-cache-utilization-scorer, lora-affinity-scorer, token-load-scorer, prefix-cache-scorer.
+// Formulas follow GIE (docs/scheduling.md gives each with its source).
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "common/strings.h"
+#include "plugins/plugins.h"
+#include "epp/scheduling.h"
+
+namespace epp::plugins {
+namespace {
+
+using internal::Num;
+
+// Min-max normalisation shared by the queue and running-requests scorers: the smallest value
+// scores 1, the largest 0, all equal -> 1 (GIE's queuedepth / runningrequests). Endpoints
+// without the metric score 0 and do not take part in min/max.
+class MinMaxScorer : public Plugin, public Scorer {
+ public:
+  using Getter = std::optional<double> (*)(const Endpoint&);
+  MinMaxScorer(TypedName tn, Getter get, const char* what) : Plugin(std::move(tn)), get_(get), what_(what) {}
+  const Scorer* AsScorer() const override { return this; }
+  ScorerCategory category() const override { return ScorerCategory::kDistribution; }
+
+  void Score(const SchedulingContext&, Candidates candidates, std::span<double> scores) const override {
+    double lo = 0, hi = 0;
+    const bool any = Range(candidates, lo, hi);
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const auto v = get_(*candidates[i]);
+      if (!v || !any) {
+        scores[i] = 0;
+      } else {
+        scores[i] = hi == lo ? 1.0 : (hi - *v) / (hi - lo);
+      }
+    }
+  }
+  std::string Explain(const SchedulingContext&, const Endpoint& e) const override {
+    const auto v = get_(e);
+    if (!v) return absl::StrCat("no ", what_, " metric");
+    return absl::StrCat(what_, " ", Num(*v));
+  }
+
+ private:
+  bool Range(Candidates candidates, double& lo, double& hi) const {
+    bool any = false;
+    for (const Endpoint* e : candidates) {
+      const auto v = get_(*e);
+      if (!v) continue;
+      if (!any) {
+        lo = hi = *v;
+        any = true;
+      } else {
+        lo = std::min(lo, *v);
+        hi = std::max(hi, *v);
+      }
+    }
+    return any;
+  }
+  Getter get_;
+  const char* what_;
+};
+
+class KvCacheScorer : public Plugin, public Scorer {
+ public:
+  using Plugin::Plugin;
+  const Scorer* AsScorer() const override { return this; }
+  ScorerCategory category() const override { return ScorerCategory::kDistribution; }
+  void Score(const SchedulingContext&, Candidates candidates, std::span<double> scores) const override {
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const auto& kv = candidates[i]->metrics.kv_cache_usage;
+      scores[i] = kv ? 1.0 - *kv : 0.0;
+    }
+  }
+  std::string Explain(const SchedulingContext&, const Endpoint& e) const override {
+    const auto& kv = e.metrics.kv_cache_usage;
+    return kv ? absl::StrCat("KV cache ", Num(*kv * 100), "% used") : "no KV-cache metric";
+  }
+};
+
+class LoraAffinityScorer : public Plugin, public Scorer {
+ public:
+  using Plugin::Plugin;
+  const Scorer* AsScorer() const override { return this; }
+  ScorerCategory category() const override { return ScorerCategory::kAffinity; }
+  void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
+    for (size_t i = 0; i < candidates.size(); ++i) scores[i] = Value(ctx, *candidates[i]).first;
+  }
+  std::string Explain(const SchedulingContext& ctx, const Endpoint& e) const override { return Value(ctx, e).second; }
+
+ private:
+  // GIE's order: active, then free slot, then waiting (the capacity test precedes the waiting one).
+  static std::pair<double, const char*> Value(const SchedulingContext& ctx, const Endpoint& e) {
+    if (!e.metrics.lora) return {0.0, "no LoRA metric"};
+    const LoraInfo& l = *e.metrics.lora;
+    const std::string& m = ctx.request->model;
+    auto has = [&](const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), m) != v.end(); };
+    if (has(l.running)) return {1.0, "adapter active"};
+    if (static_cast<int64_t>(l.running.size() + l.waiting.size()) < l.max_lora) return {0.8, "free adapter slot"};
+    if (has(l.waiting)) return {0.6, "adapter waiting to load"};
+    return {0.0, "adapter absent and no free slot"};
+  }
+};
+
+class TokenLoadScorer : public Plugin, public Scorer {
+ public:
+  TokenLoadScorer(TypedName tn, int64_t threshold) : Plugin(std::move(tn)), threshold_(threshold) {}
+  const Scorer* AsScorer() const override { return this; }
+  ScorerCategory category() const override { return ScorerCategory::kDistribution; }
+  Params EffectiveParams() const override {
+    Params p = Params::Map();
+    p.Set("queueThresholdTokens", Params::Int(threshold_));
+    return p;
+  }
+  void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const double t = static_cast<double>(ctx.InflightTokens(candidates[i]));
+      scores[i] = 1.0 - std::min(1.0, t / static_cast<double>(threshold_));
+    }
+  }
+  std::string Explain(const SchedulingContext& ctx, const Endpoint& e) const override {
+    return absl::StrCat(ctx.InflightTokens(&e), " tokens in flight of ", threshold_);
+  }
+
+ private:
+  int64_t threshold_;
+};
+
+class PrefixCacheScorer : public Plugin, public Scorer {
+ public:
+  PrefixCacheScorer(TypedName tn, double w, int64_t scale, std::string producer)
+      : Plugin(std::move(tn)), weight_(w), scale_tokens_(scale), producer_(std::move(producer)) {}
+  const Scorer* AsScorer() const override { return this; }
+  ScorerCategory category() const override { return ScorerCategory::kAffinity; }
+  Params EffectiveParams() const override {
+    Params p = Params::Map();
+    p.Set("matchLengthWeight", Params::Number(weight_));
+    p.Set("matchLengthScaleTokens", Params::Int(scale_tokens_));
+    if (!producer_.empty()) p.Set("prefixMatchInfoProducerName", Params::String(producer_));
+    return p;
+  }
+  void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
+    for (size_t i = 0; i < candidates.size(); ++i) scores[i] = Value(ctx, candidates[i]);
+  }
+  std::string Explain(const SchedulingContext& ctx, const Endpoint& e) const override {
+    if (!ctx.prefix.computed) return "no prefix data";
+    const int total = static_cast<int>(ctx.prefix.hashes.size());
+    if (total == 0) return "prompt shorter than one block";
+    const int m = ctx.PrefixMatchBlocks(&e);
+    return absl::StrCat(m, "/", total, " blocks cached (", static_cast<int64_t>(m) * ctx.prefix.block_size_tokens,
+                        " tokens)");
+  }
+
+ private:
+  double Value(const SchedulingContext& ctx, const Endpoint* e) const {
+    const int total = static_cast<int>(ctx.prefix.hashes.size());
+    if (!ctx.prefix.computed || total == 0) return 0.0;
+    const int m = ctx.PrefixMatchBlocks(e);
+    const double ratio = PrefixRatio(m, total);
+    if (weight_ <= 0) return ratio;
+    const double len = std::min(1.0, static_cast<double>(m) * ctx.prefix.block_size_tokens /
+                                         static_cast<double>(scale_tokens_));
+    return weight_ * len * len + (1.0 - weight_) * ratio;
+  }
+  double weight_;
+  int64_t scale_tokens_;
+  std::string producer_;
+};
+
+TypedName TN(std::string_view type, const std::string& name) { return TypedName{std::string(type), name}; }
+
+}  // namespace
+
+double PrefixRatio(int match_blocks, int total_blocks) {
+  return total_blocks <= 0 ? 0.0 : static_cast<double>(match_blocks) / static_cast<double>(total_blocks);
+}
+
+PluginOr CreateQueueScorer(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  return std::make_unique<MinMaxScorer>(
+      TN(kQueueScorerType, name), [](const Endpoint& e) { return e.metrics.waiting_queue_size; }, "queue");
+}
+
+PluginOr CreateRunningRequestsScorer(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  return std::make_unique<MinMaxScorer>(
+      TN(kRunningRequestsScorerType, name), [](const Endpoint& e) { return e.metrics.running_requests; },
+      "running");
+}
+
+PluginOr CreateKvCacheScorer(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  return std::make_unique<KvCacheScorer>(TN(kKvCacheScorerType, name));
+}
+
+PluginOr CreateLoraAffinityScorer(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  return std::make_unique<LoraAffinityScorer>(TN(kLoraAffinityScorerType, name));
+}
+
+// GIE's default: 4 Mi tokens in flight saturate the score (tokenload/token_load.go).
+constexpr int64_t kDefaultQueueThresholdTokens = 4194304;
+
+PluginOr CreateTokenLoadScorer(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({"queueThresholdTokens"}));
+  EPP_ASSIGN_OR_RETURN(int64_t t, params.GetInt("queueThresholdTokens", kDefaultQueueThresholdTokens));
+  if (t <= 0) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".queueThresholdTokens: must be > 0"));
+  return std::make_unique<TokenLoadScorer>(TN(kTokenLoadScorerType, name), t);
+}
+
+PluginOr CreatePrefixCacheScorer(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({"matchLengthWeight", "matchLengthScaleTokens", "prefixMatchInfoProducerName"}));
+  EPP_ASSIGN_OR_RETURN(double w, params.GetDouble("matchLengthWeight", 0.0));
+  EPP_ASSIGN_OR_RETURN(int64_t scale, params.GetInt("matchLengthScaleTokens", 8192));
+  EPP_ASSIGN_OR_RETURN(std::string producer, params.GetString("prefixMatchInfoProducerName", ""));
+  if (w < 0 || w > 1) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".matchLengthWeight: must be in [0, 1]"));
+  if (scale <= 0) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".matchLengthScaleTokens: must be > 0"));
+  return std::make_unique<PrefixCacheScorer>(TN(kPrefixCacheScorerType, name), w, scale, producer);
+}
+
+}  // namespace epp::plugins

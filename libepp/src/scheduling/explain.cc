@@ -1,0 +1,237 @@
+// Rendering one decision for people (explain text) and programs (explain JSON).
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/strings.h"
+#include "epp/prefix_cache.h"
+#include "epp/scheduler.h"
+
+namespace epp {
+namespace {
+
+using internal::Num;
+using json = nlohmann::ordered_json;
+
+const char* StatusText(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 413: return "Payload Too Large";
+    case 429: return "Too Many Requests";
+    case 503: return "Service Unavailable";
+    default: return "";
+  }
+}
+
+// The scorer that contributed most to the winner's lead over the runner-up.
+struct Margin {
+  const ScorerTrace* win = nullptr;
+  const ScorerTrace* lose = nullptr;
+};
+
+Margin DecidingScorer(const EndpointScoreTrace& a, const EndpointScoreTrace& b) {
+  Margin m;
+  double best = -1e300;
+  for (size_t i = 0; i < a.scorers.size() && i < b.scorers.size(); ++i) {
+    const double d = a.scorers[i].weighted - b.scorers[i].weighted;
+    if (d > best) {
+      best = d;
+      m.win = &a.scorers[i];
+      m.lose = &b.scorers[i];
+    }
+  }
+  return m;
+}
+
+const ProfileTrace* PrimaryTrace(const PickResult& r) {
+  for (const ProfileTrace& p : r.profiles)
+    if (p.name == r.primary_profile) return &p;
+  return r.profiles.empty() ? nullptr : &r.profiles.front();
+}
+
+}  // namespace
+
+std::string PickResultToJson(const InferenceRequest* request, const PickResult& r, int indent) {
+  json j;
+  if (request) {
+    j["request"] = {{"model", request->model},
+                    {"path", request->path},
+                    {"api", std::string(ApiKindName(request->api))},
+                    {"stream", request->stream},
+                    {"priority", request->priority},
+                    {"prompt_chars", request->prompt.size()},
+                    {"prompt_tokens", request->prompt_tokens},
+                    {"prefix_blocks", r.prefix_blocks},
+                    {"prefix_block_size_tokens", r.prefix_block_size_tokens}};
+  } else {
+    j["request"] = nullptr;
+  }
+  json profiles = json::array();
+  for (const ProfileTrace& p : r.profiles) {
+    json jp;
+    jp["name"] = p.name;
+    json filters = json::array();
+    for (const FilterTrace& f : p.filters) {
+      json removed = json::array();
+      for (const auto& x : f.removed) removed.push_back({{"endpoint", x.endpoint}, {"reason", x.reason}});
+      filters.push_back({{"plugin", f.plugin}, {"type", f.type}, {"kept", f.kept}, {"removed", removed}});
+    }
+    jp["filters"] = filters;
+    json scores = json::array();
+    for (const EndpointScoreTrace& s : p.scores) {
+      json sc = json::array();
+      for (const ScorerTrace& t : s.scorers)
+        sc.push_back({{"plugin", t.plugin}, {"type", t.type}, {"raw", t.raw}, {"weight", t.weight},
+                      {"weighted", t.weighted}, {"detail", t.detail}});
+      scores.push_back({{"endpoint", s.endpoint}, {"total", s.total}, {"scorers", sc}});
+    }
+    jp["scores"] = scores;
+    jp["picker"] = p.picker;
+    jp["picked"] = p.picked;
+    if (!p.error.empty()) jp["error"] = p.error;
+    profiles.push_back(jp);
+  }
+  j["profiles"] = profiles;
+  json result;
+  result["status"] = r.status;
+  result["endpoint"] = r.endpoints.empty() ? json(nullptr) : json(r.endpoints.front());
+  result["fallbacks"] = r.endpoints.size() > 1 ? json(std::vector<std::string>(r.endpoints.begin() + 1, r.endpoints.end()))
+                                               : json::array();
+  result["reason"] = r.reason;
+  result["candidates"] = r.candidates;
+  result["saturation"] = std::isfinite(r.saturation) ? json(r.saturation) : json(nullptr);
+  if (!r.saturation_detail.empty()) result["saturation_detail"] = r.saturation_detail;
+  j["result"] = result;
+  if (r.status == 200) {
+    const std::string v = r.DestinationValue();
+    j["decision"] = {{"header", {{"x-gateway-destination-endpoint", v}}},
+                     {"dynamic_metadata", {{"envoy.lb", {{"x-gateway-destination-endpoint", v}}}}}};
+  } else {
+    j["decision"] = {{"immediate_response", {{"status", r.status}, {"body", r.reason}}}};
+  }
+  return j.dump(indent);
+}
+
+std::string PickResultToText(const InferenceRequest* request, const PickResult& r, bool color) {
+  const std::string bold = color ? "\033[1m" : "", dim = color ? "\033[2m" : "", reset = color ? "\033[0m" : "";
+  const std::string green = color ? "\033[32m" : "", red = color ? "\033[31m" : "";
+  std::string out;
+  if (request) {
+    absl::StrAppend(&out, bold, "request", reset, "    ", request->path, "  model=", request->model, "  ",
+                    request->prompt.size(), " prompt chars (~", request->prompt_tokens, " tokens)");
+    if (r.prefix_block_size_tokens > 0)
+      absl::StrAppend(&out, ", ", r.prefix_blocks, " prefix blocks of ", r.prefix_block_size_tokens, " tokens (",
+                      r.prefix_block_size_tokens * kCharsPerToken, " chars)");
+    if (request->priority != 0) absl::StrAppend(&out, "  priority ", request->priority);
+    out += "\n";
+  }
+  if (r.status != 400) {
+    absl::StrAppend(&out, bold, "candidates", reset, " ", r.candidates, "\n");
+    if (!r.saturation_detail.empty()) absl::StrAppend(&out, bold, "saturation", reset, " ", r.saturation_detail, "\n");
+  }
+  for (const ProfileTrace& p : r.profiles) {
+    absl::StrAppend(&out, "\n", bold, "profile ", p.name, reset, "\n");
+    for (const FilterTrace& f : p.filters) {
+      absl::StrAppend(&out, "  filter ", f.plugin, f.plugin != f.type ? " (" + f.type + ")" : "", ": kept ",
+                      f.kept.size(), ", removed ", f.removed.size(), "\n");
+      for (const auto& x : f.removed) absl::StrAppend(&out, "    ", red, "- ", x.endpoint, reset, "  ", x.reason, "\n");
+    }
+    if (!p.scores.empty()) {
+      // Table: endpoint | per scorer "raw x weight = weighted" | total.
+      std::vector<std::string> header = {"endpoint"};
+      for (const ScorerTrace& t : p.scores.front().scorers) header.push_back(absl::StrCat(t.plugin, " (x", Num(t.weight), ")"));
+      header.push_back("total");
+      std::vector<std::vector<std::string>> rows;
+      for (const EndpointScoreTrace& s : p.scores) {
+        const bool picked = std::find(p.picked.begin(), p.picked.end(), s.endpoint) != p.picked.end();
+        std::vector<std::string> row = {(picked ? "* " : "  ") + s.endpoint};
+        for (const ScorerTrace& t : s.scorers) row.push_back(absl::StrCat(Num(t.raw), " -> ", Num(t.weighted)));
+        row.push_back(Num(s.total));
+        rows.push_back(std::move(row));
+      }
+      std::vector<size_t> width(header.size(), 0);
+      width[0] = 2;
+      for (size_t c = 0; c < header.size(); ++c) width[c] = std::max(width[c], header[c].size() + (c == 0 ? 2 : 0));
+      for (const auto& row : rows)
+        for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+      out += "  ";
+      for (size_t c = 0; c < header.size(); ++c) {
+        std::string h = c == 0 ? "  " + header[c] : header[c];
+        absl::StrAppend(&out, dim, h, reset, std::string(width[c] - h.size() + 2, ' '));
+      }
+      out += "\n";
+      for (const auto& row : rows) {
+        out += "  ";
+        for (size_t c = 0; c < row.size(); ++c) absl::StrAppend(&out, row[c], std::string(width[c] - row[c].size() + 2, ' '));
+        while (!out.empty() && out.back() == ' ') out.pop_back();
+        out += "\n";
+      }
+      // Scorer details (why each raw score is what it is), for the top endpoints.
+      const size_t shown = std::min<size_t>(p.scores.size(), 4);
+      for (size_t i = 0; i < shown; ++i) {
+        std::vector<std::string> details;
+        for (const ScorerTrace& t : p.scores[i].scorers)
+          if (!t.detail.empty()) details.push_back(absl::StrCat(t.plugin, ": ", t.detail));
+        if (!details.empty()) absl::StrAppend(&out, "  ", dim, p.scores[i].endpoint, "  ", absl::StrJoin(details, "; "), reset, "\n");
+      }
+      if (p.scores.size() > shown) absl::StrAppend(&out, "  ", dim, "(", p.scores.size() - shown, " more endpoints)", reset, "\n");
+    }
+    if (!p.picked.empty()) absl::StrAppend(&out, "  picked ", absl::StrJoin(p.picked, ", "), " by ", p.picker, "\n");
+    if (!p.error.empty()) absl::StrAppend(&out, "  ", red, "no endpoint: ", p.error, reset, "\n");
+  }
+
+  // Winner vs runner-up.
+  if (const ProfileTrace* p = PrimaryTrace(r); p && r.status == 200 && !p->scores.empty()) {
+    const EndpointScoreTrace* win = nullptr;
+    for (const auto& s : p->scores)
+      if (s.endpoint == r.endpoints.front()) win = &s;
+    const EndpointScoreTrace* second = nullptr;
+    for (const auto& s : p->scores)
+      if (&s != win) {
+        second = &s;
+        break;
+      }
+    if (win) {
+      absl::StrAppend(&out, "\n", bold, "winner", reset, "     ", win->endpoint, " total ", Num(win->total));
+      if (second) {
+        absl::StrAppend(&out, " vs runner-up ", second->endpoint, " ", Num(second->total));
+        const double gap = win->total - second->total;
+        if (gap > 1e-12) {
+          const Margin m = DecidingScorer(*win, *second);
+          if (m.win)
+            absl::StrAppend(&out, "\n           won on ", m.win->plugin, ": ", Num(m.win->raw), " x ", Num(m.win->weight), " = ",
+                            Num(m.win->weighted), " vs ", Num(m.lose->raw), " x ", Num(m.lose->weight), " = ",
+                            Num(m.lose->weighted), " (margin ", Num(gap), ")");
+        } else if (gap > -1e-12) {
+          absl::StrAppend(&out, "\n           tie on total score: broken at random by the picker (seed decides)");
+        } else {
+          absl::StrAppend(&out, "\n           a lower total won: the picker (", p->picker, ") is not max-score");
+        }
+      }
+      out += "\n";
+    }
+  }
+
+  absl::StrAppend(&out, "\n", bold, "result", reset, "     ", r.status == 200 ? green : red, r.status, " ",
+                  StatusText(r.status), reset);
+  if (r.status == 200) {
+    absl::StrAppend(&out, "  endpoint ", r.endpoints.front());
+    if (r.endpoints.size() > 1)
+      absl::StrAppend(&out, "  fallbacks ", absl::StrJoin(r.endpoints.begin() + 1, r.endpoints.end(), ","));
+  }
+  absl::StrAppend(&out, "\n           ", r.reason, "\n");
+  absl::StrAppend(&out, bold, "decision", reset, "   ");
+  if (r.status == 200) {
+    const std::string v = r.DestinationValue();
+    absl::StrAppend(&out, "header x-gateway-destination-endpoint: ", v, "\n           metadata envoy.lb {\"x-gateway-destination-endpoint\": \"", v, "\"}\n");
+  } else {
+    absl::StrAppend(&out, "ImmediateResponse ", r.status, ": ", r.reason, "\n");
+  }
+  return out;
+}
+
+}  // namespace epp

@@ -1,0 +1,289 @@
+// The scheduling cycle (see scheduler.h for the order of steps and the outcome rules).
+//
+// Deliberate deviation from GIE: when the primary profile's filters remove every candidate, GIE
+// answers 429 ("failed to find target endpoint"); epp answers 503, because nothing was shed:
+// no endpoint is eligible, which is what 503 means in the protocol (docs/scheduling.md).
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/strings.h"
+#include "epp/scheduler.h"
+#include "plugins/plugins.h"
+#include "scheduling/scheduler_impl.h"
+
+namespace epp {
+
+using internal::Num;
+
+void LoadTracker::Add(std::string_view endpoint, int64_t requests, int64_t tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& v = load_[absl::string_view(endpoint.data(), endpoint.size())];
+  v.first = std::max<int64_t>(0, v.first + requests);
+  v.second = std::max<int64_t>(0, v.second + tokens);
+}
+
+void LoadTracker::Snapshot(std::span<const Endpoint> endpoints, std::vector<int64_t>& requests,
+                           std::vector<int64_t>& tokens) const {
+  requests.assign(endpoints.size(), 0);
+  tokens.assign(endpoints.size(), 0);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (load_.empty()) return;
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    auto it = load_.find(endpoints[i].address);
+    if (it == load_.end()) continue;
+    requests[i] = it->second.first;
+    tokens[i] = it->second.second;
+  }
+}
+
+std::pair<int64_t, int64_t> LoadTracker::Get(std::string_view endpoint) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = load_.find(absl::string_view(endpoint.data(), endpoint.size()));
+  return it == load_.end() ? std::pair<int64_t, int64_t>{0, 0} : it->second;
+}
+
+void LoadTracker::Forget(std::string_view endpoint) {
+  std::lock_guard<std::mutex> lock(mu_);
+  load_.erase(absl::string_view(endpoint.data(), endpoint.size()));
+}
+
+std::string_view ScorerCategoryName(ScorerCategory category) {
+  switch (category) {
+    case ScorerCategory::kAffinity:
+      return "affinity";
+    case ScorerCategory::kDistribution:
+      return "distribution";
+    case ScorerCategory::kBalance:
+      return "balance";
+  }
+  return "unknown";
+}
+
+std::string PickResult::DestinationValue() const { return absl::StrJoin(endpoints, ","); }
+
+PickResult PickResult::BadRequest(const absl::Status& parse_error) {
+  PickResult r;
+  r.status = 400;
+  r.reason = std::string(parse_error.message());
+  return r;
+}
+
+bool SubsetEntryMatches(std::string_view entry, std::string_view address) {
+  entry = internal::TrimSpace(entry);
+  if (entry.empty()) return false;
+  if (entry == address) return true;
+  // A bare IP (no port) matches every port of that IP. "[v6]" and "v6" both count as bare.
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos) return false;
+  std::string_view ip = address.substr(0, colon);
+  if (entry == ip) return true;
+  if (ip.size() > 2 && ip.front() == '[' && ip.back() == ']') return entry == ip.substr(1, ip.size() - 2);
+  return false;
+}
+
+Scheduler::Scheduler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Scheduler::~Scheduler() = default;
+
+int64_t Scheduler::EstimateLoadTokens(const InferenceRequest& request) {
+  const int64_t input = std::max<int64_t>(1, request.prompt_tokens);
+  return input + std::llround(1.5 * static_cast<double>(input));
+}
+
+namespace {
+
+// Runs one profile; returns the picked endpoints (empty with `error` set when filters removed all).
+std::vector<const Endpoint*> RunProfile(const Profile& profile, const SchedulingContext& ctx,
+                                        const std::vector<const Endpoint*>& candidates, ProfileTrace* trace,
+                                        std::string& error) {
+  std::vector<const Endpoint*> cur = candidates;
+  for (const auto& [plugin, filter] : profile.filters) {
+    std::vector<const Endpoint*> next = filter->Apply(ctx, cur);
+    if (trace) {
+      FilterTrace ft{plugin->name(), plugin->type(), {}, {}};
+      size_t j = 0;
+      for (const Endpoint* e : cur) {
+        if (j < next.size() && next[j] == e) {
+          ft.kept.push_back(e->address);
+          ++j;
+        } else {
+          ft.removed.push_back({e->address, filter->WhyRemoved(ctx, *e)});
+        }
+      }
+      trace->filters.push_back(std::move(ft));
+    }
+    cur = std::move(next);
+    if (cur.empty()) {
+      error = absl::StrCat("filter '", plugin->name(), "' removed every remaining endpoint");
+      return {};
+    }
+  }
+  const size_t n = cur.size();
+  std::vector<double> total(n, 0.0), raw(n);
+  std::vector<EndpointScoreTrace> score_trace;
+  if (trace) {
+    score_trace.resize(n);
+    for (size_t i = 0; i < n; ++i) score_trace[i].endpoint = cur[i]->address;
+  }
+  for (const WeightedScorer& ws : profile.scorers) {
+    std::fill(raw.begin(), raw.end(), 0.0);
+    ws.scorer->Score(ctx, cur, raw);
+    for (size_t i = 0; i < n; ++i) {
+      double s = raw[i];
+      if (!(s >= 0)) s = 0;  // also NaN
+      if (s > 1) s = 1;
+      total[i] += ws.weight * s;
+      if (trace)
+        score_trace[i].scorers.push_back(
+            {ws.plugin->name(), ws.plugin->type(), s, ws.weight, ws.weight * s, ws.scorer->Explain(ctx, *cur[i])});
+    }
+  }
+  std::vector<ScoredEndpoint> scored(n);
+  for (size_t i = 0; i < n; ++i) scored[i] = {cur[i], total[i]};
+  std::vector<const Endpoint*> picked = profile.picker->Pick(ctx, scored);
+  if (trace) {
+    for (size_t i = 0; i < n; ++i) score_trace[i].total = total[i];
+    std::stable_sort(score_trace.begin(), score_trace.end(),
+                     [](const EndpointScoreTrace& a, const EndpointScoreTrace& b) { return a.total > b.total; });
+    trace->scores = std::move(score_trace);
+    trace->picker = profile.picker_plugin->name();
+    for (const Endpoint* e : picked) trace->picked.push_back(e->address);
+  }
+  if (picked.empty()) error = absl::StrCat("picker '", profile.picker_plugin->name(), "' chose no endpoint");
+  return picked;
+}
+
+}  // namespace
+
+PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endpoint> endpoints,
+                           const PickOptions& options) const {
+  const Impl& m = *impl_;
+  PickResult r;
+  SchedulingContext ctx;
+  ctx.request = &request;
+  ctx.endpoints = endpoints;
+  ctx.rng = m.rng;
+  ctx.now_us = m.clock->NowMicros();
+
+  std::vector<const Endpoint*> candidates;
+  candidates.reserve(endpoints.size());
+  for (const Endpoint& e : endpoints) {
+    if (options.subset) {
+      bool in = false;
+      for (const std::string& s : *options.subset) in = in || SubsetEntryMatches(s, e.address);
+      if (!in) continue;
+    }
+    candidates.push_back(&e);
+  }
+  r.candidates = static_cast<int>(candidates.size());
+  if (candidates.empty()) {
+    r.status = 503;
+    if (!options.subset)
+      r.reason = "no endpoints in the pool";
+    else if (options.subset->empty())
+      r.reason = "the subset hint is empty: no endpoint may serve the request";
+    else
+      r.reason = absl::StrCat("no endpoint of the pool matches the subset hint [", absl::StrJoin(*options.subset, ", "), "]");
+    return r;
+  }
+
+  m.load.Snapshot(endpoints, ctx.inflight_requests, ctx.inflight_tokens);
+  for (const DataProducer* p : m.producers) p->Prepare(ctx, candidates);
+  r.prefix_block_size_tokens = ctx.prefix.block_size_tokens;
+  r.prefix_blocks = static_cast<int>(ctx.prefix.hashes.size());
+
+  if (m.detector) {
+    r.saturation = m.detector->Saturation(ctx, candidates);
+    if (options.trace || request.priority < 0) r.saturation_detail = m.detector->ExplainSaturation(ctx, candidates);
+    if (request.priority < 0 && r.saturation >= 1.0) {
+      r.status = 429;
+      r.reason = absl::StrCat("system saturated, sheddable request dropped (priority ", request.priority,
+                              ", saturation ", Num(r.saturation), " >= 1)");
+      return r;
+    }
+  }
+
+  std::vector<std::string> names;
+  names.reserve(m.profiles.size());
+  for (const Profile& p : m.profiles) names.push_back(p.name);
+  std::vector<std::string> ran;
+  std::vector<std::pair<std::string, std::vector<const Endpoint*>>> results;
+  std::vector<std::string> errors;
+  for (int round = 0; round < 16; ++round) {  // bounded: a handler cannot loop forever
+    std::vector<std::string> next = m.handler->PickProfiles(ctx, names, ran);
+    if (next.empty()) break;
+    for (const std::string& name : next) {
+      auto it = std::find_if(m.profiles.begin(), m.profiles.end(), [&](const Profile& p) { return p.name == name; });
+      if (it == m.profiles.end() || std::find(ran.begin(), ran.end(), name) != ran.end()) continue;
+      ProfileTrace* trace = nullptr;
+      if (options.trace) {
+        r.profiles.push_back(ProfileTrace{name, {}, {}, {}, {}, {}});
+        trace = &r.profiles.back();
+      }
+      std::string error;
+      results.emplace_back(name, RunProfile(*it, ctx, candidates, trace, error));
+      if (trace) trace->error = error;
+      if (!error.empty()) errors.push_back(absl::StrCat(name, ": ", error));
+      ran.push_back(name);
+    }
+  }
+  absl::StatusOr<std::string> primary = m.handler->PrimaryProfile(ran);
+  if (!primary.ok()) {
+    r.status = 503;
+    r.reason = std::string(primary.status().message());
+    return r;
+  }
+  r.primary_profile = *primary;
+  const std::vector<const Endpoint*>* picked = nullptr;
+  for (const auto& [name, eps] : results)
+    if (name == *primary) picked = &eps;
+  if (!picked || picked->empty()) {
+    r.status = 503;
+    r.reason = absl::StrCat("no eligible endpoint: ", errors.empty() ? "profile produced no endpoint" : absl::StrJoin(errors, "; "));
+    return r;
+  }
+  for (const Endpoint* e : *picked) r.endpoints.push_back(e->address);
+  r.status = 200;
+  r.reason = absl::StrCat("picked by profile '", *primary, "'");
+  r.prefix_match_blocks = ctx.PrefixMatchBlocks(picked->front());
+  if (options.record) {
+    const Endpoint& target = *picked->front();
+    for (const RequestObserver* o : m.observers) o->PreRequest(ctx, target);
+    r.load_tokens = EstimateLoadTokens(request);
+    m.load.Add(target.address, 1, r.load_tokens);
+  }
+  return r;
+}
+
+void Scheduler::Release(const PickResult& result) const {
+  if (result.status != 200 || result.endpoints.empty() || result.load_tokens == 0) return;
+  Release(result.endpoints.front(), result.load_tokens);
+}
+
+void Scheduler::Release(std::string_view endpoint, int64_t tokens) const { impl_->load.Add(endpoint, -1, -tokens); }
+
+void Scheduler::ForgetEndpoint(std::string_view endpoint) const {
+  impl_->load.Forget(endpoint);
+  for (const auto& p : impl_->plugins)
+    if (auto* s = dynamic_cast<const plugins::EndpointState*>(p.get())) s->ForgetEndpoint(endpoint);
+}
+
+const std::vector<std::string>& Scheduler::warnings() const { return impl_->warnings; }
+
+std::vector<std::string> Scheduler::ProfileNames() const {
+  std::vector<std::string> out;
+  for (const Profile& p : impl_->profiles) out.push_back(p.name);
+  return out;
+}
+
+size_t Scheduler::PrefixIndexEntries() const {
+  size_t n = 0;
+  for (const auto& p : impl_->plugins)
+    if (auto* s = dynamic_cast<const plugins::EndpointState*>(p.get())) n += s->PrefixEntries();
+  return n;
+}
+
+std::pair<int64_t, int64_t> Scheduler::Inflight(std::string_view endpoint) const { return impl_->load.Get(endpoint); }
+
+}  // namespace epp
