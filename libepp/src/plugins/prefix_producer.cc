@@ -41,10 +41,7 @@ class ApproxPrefixProducer : public Plugin, public DataProducer, public RequestO
     PrefixState& st = ctx.prefix;
     st.computed = true;
     st.producer = name();
-    int bs = o_.block_size_tokens;
-    // autoTune: the first candidate's KV block size (GIE does the same).
-    if (o_.auto_tune && !candidates.empty() && candidates.front()->metrics.cache_block_size.value_or(0) > 0)
-      bs = static_cast<int>(std::min<int64_t>(*candidates.front()->metrics.cache_block_size, 1 << 16));
+    const int bs = candidates.empty() ? o_.block_size_tokens : BlockSize(*candidates.front());
     st.block_size_tokens = bs;
     const int64_t max_blocks = o_.max_prefix_tokens > 0 ? std::max<int64_t>(1, o_.max_prefix_tokens / bs)
                                                         : static_cast<int64_t>(o_.max_prefix_blocks);
@@ -62,9 +59,22 @@ class ApproxPrefixProducer : public Plugin, public DataProducer, public RequestO
 
   void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const override {
     if (!ctx.prefix.computed || ctx.prefix.producer != name() || ctx.prefix.hashes.empty()) return;
+    // autoTune: the server's KV capacity, converted from its blocks to ours.
     int64_t capacity = 0;
-    if (o_.auto_tune && picked.metrics.cache_num_blocks.value_or(0) > 0) capacity = *picked.metrics.cache_num_blocks;
+    if (o_.auto_tune && picked.metrics.cache_num_blocks.value_or(0) > 0) {
+      const int64_t server_bs = std::max<int64_t>(1, picked.metrics.cache_block_size.value_or(ctx.prefix.block_size_tokens));
+      capacity = std::max<int64_t>(1, *picked.metrics.cache_num_blocks * server_bs / ctx.prefix.block_size_tokens);
+    }
     index_.Add(picked.address, ctx.prefix.hashes, capacity);
+  }
+
+  // autoTune: the endpoint's KV block size, as GIE takes the first candidate's. Deviation: a
+  // block smaller than blockSizeTokens (SGLang's page size is 1 token) is not used, since with
+  // maxPrefixBlocksToMatch 256 it would cap matching at the first 1 KB of the prompt.
+  int BlockSize(const Endpoint& e) const {
+    const int64_t server = e.metrics.cache_block_size.value_or(0);
+    if (!o_.auto_tune || server < o_.block_size_tokens) return o_.block_size_tokens;
+    return static_cast<int>(std::min<int64_t>(server, 1 << 16));
   }
 
   void ForgetEndpoint(std::string_view endpoint) const override { index_.RemoveEndpoint(endpoint); }

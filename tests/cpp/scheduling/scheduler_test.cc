@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <set>
 
@@ -79,6 +80,34 @@ TEST(SchedulerTest, PrefixIndexLearnsFromPicks) {
     PickResult again = f.sched->Pick(Chat(prompt), pool);
     EXPECT_EQ(again.endpoints, first.endpoints);
   }
+}
+
+TEST(SchedulerTest, AutoTuneTakesTheFirstCandidatesBlockSizeButNotSmallerThanConfigured) {
+  Fixture f;
+  struct Case {
+    std::optional<int64_t> server_block;
+    int want;
+  };
+  for (const Case& c : {Case{std::nullopt, 16}, Case{64, 64}, Case{32, 32}, Case{1, 16}, Case{8, 16}}) {
+    SCOPED_TRACE(c.server_block.value_or(-1));
+    std::vector<Endpoint> pool = {Ep("a:1", 0, 0.1)};
+    pool[0].metrics.cache_block_size = c.server_block;
+    PickOptions o;
+    o.record = false;
+    PickResult r = f.sched->Pick(Chat(Long('k', 1024)), pool, o);
+    EXPECT_EQ(r.prefix_block_size_tokens, c.want);
+    // The prompt renders with a few characters of framing around the 1024 'k's.
+    EXPECT_EQ(r.prefix_blocks, static_cast<int>(Chat(Long('k', 1024)).prompt.size() / (c.want * 4)));
+  }
+}
+
+TEST(SchedulerTest, AutoTuneCapsTheIndexAtTheServersKvCapacity) {
+  Fixture f;
+  std::vector<Endpoint> pool = {Ep("a:1", 0, 0.1)};
+  pool[0].metrics.cache_block_size = 16;
+  pool[0].metrics.cache_num_blocks = 20;  // 20 blocks of 16 tokens = 320 tokens
+  for (int i = 0; i < 5; ++i) f.sched->Pick(Chat(std::to_string(i) + Long('c', 1000)), pool);
+  EXPECT_EQ(f.sched->PrefixIndexEntries(), 20u);
 }
 
 TEST(SchedulerTest, WhatIfPicksDoNotLearn) {
