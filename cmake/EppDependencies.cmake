@@ -5,6 +5,12 @@ find_package(CURL REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(simdjson REQUIRED)
 find_package(Threads REQUIRED)
+# ext_proc: our own .proto files compiled with Debian's protoc and grpc_cpp_plugin; OpenSSL
+# (already under gRPC and libcurl) generates serve's self-signed certificate.
+find_package(Protobuf REQUIRED)
+find_package(gRPC CONFIG REQUIRED)
+find_package(OpenSSL REQUIRED)
+find_program(EPP_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 if(EPP_BUILD_CLI)
   find_package(CLI11 REQUIRED)
 endif()

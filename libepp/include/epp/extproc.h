@@ -1,0 +1,219 @@
+// ext_proc: epp as an Envoy external processor (the Endpoint Picker protocol).
+//
+// A gateway opens one gRPC stream (`/envoy.service.ext_proc.v3.ExternalProcessor/Process`) per
+// HTTP request in FULL_DUPLEX_STREAMED mode. ExtProcSession is the per-stream state machine,
+// independent of any transport: it takes ProcessingRequest messages (serialized protobuf) and
+// produces the ProcessingResponse messages to send back, in order:
+//   request headers  -> remembered; with end_of_stream (no body) a random candidate is answered
+//                       at once; otherwise the headers response waits for the whole body;
+//   request body     -> buffered up to max_request_bytes (beyond: ImmediateResponse 413); at end
+//                       of stream: parse (400 on error, naming the JSON path), optional model
+//                       rewrite (header x-gateway-model-name-rewrite), Scheduler::Pick, then the
+//                       headers response (clear_route_cache, x-gateway-destination-endpoint,
+//                       Content-Length when the body changed) with dynamic metadata
+//                       {"envoy.lb": {"x-gateway-destination-endpoint": ...}}, then the body as
+//                       streamed_response chunks of at most 62,000 bytes; 429 / 503 as
+//                       ImmediateResponse whose body says why;
+//   response headers / body / trailers -> echoed (streamed_response chunks mirroring end of
+//                       stream); usage parsed from JSON or SSE; the served endpoint read from the
+//                       `envoy.lb` metadata; the request's load released at the end.
+// ExtProcServer runs sessions behind a gRPC server (callback API, TLS optional); HealthServer
+// answers grpc.health.v1 on its own port. Wire names live here and nowhere else.
+//
+// Thread-safety: a session is used by one stream at a time; servers and EndpointSnapshot are
+// thread-safe. The Scheduler and EndpointSource given to a server must outlive it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "epp/endpoint.h"
+#include "epp/scheduler.h"
+#include "epp/status.h"
+
+namespace epp {
+
+// Wire names (GIE pkg/epp/metadata/consts.go and the Endpoint Picker protocol).
+inline constexpr std::string_view kDestinationEndpointHeader = "x-gateway-destination-endpoint";
+inline constexpr std::string_view kDestinationEndpointNamespace = "envoy.lb";
+inline constexpr std::string_view kDestinationEndpointKey = "x-gateway-destination-endpoint";
+inline constexpr std::string_view kDestinationEndpointServedKey = "x-gateway-destination-endpoint-served";
+inline constexpr std::string_view kSubsetHintNamespace = "envoy.lb.subset_hint";
+inline constexpr std::string_view kDestinationEndpointSubsetKey = "x-gateway-destination-endpoint-subset";
+inline constexpr std::string_view kModelNameRewriteHeader = "x-gateway-model-name-rewrite";
+inline constexpr std::string_view kObjectiveHeader = "x-gateway-inference-objective";
+inline constexpr std::string_view kExtProcServiceName = "envoy.service.ext_proc.v3.ExternalProcessor";
+// Largest streamed body chunk sent back (GIE's BodyByteLimit: below a 64 KiB per-chunk limit some
+// proxies enforce).
+inline constexpr size_t kBodyChunkBytes = 62000;
+inline constexpr size_t kDefaultMaxRequestBytes = size_t{16} << 20;
+
+// The pool as of now. Implementations return an immutable snapshot; readers keep it alive for as
+// long as they use it.
+class EndpointSource {
+ public:
+  virtual ~EndpointSource() = default;
+  virtual std::shared_ptr<const std::vector<Endpoint>> Snapshot() const = 0;
+};
+
+// An EndpointSource whose snapshot is replaced whole (by serve's scrape loop).
+class EndpointSnapshot final : public EndpointSource {
+ public:
+  explicit EndpointSnapshot(std::vector<Endpoint> endpoints = {})
+      : current_(std::make_shared<const std::vector<Endpoint>>(std::move(endpoints))) {}
+  std::shared_ptr<const std::vector<Endpoint>> Snapshot() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return current_;
+  }
+  void Set(std::vector<Endpoint> endpoints) {
+    auto next = std::make_shared<const std::vector<Endpoint>>(std::move(endpoints));
+    std::lock_guard<std::mutex> lock(mu_);
+    current_ = std::move(next);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const std::vector<Endpoint>> current_;
+};
+
+// Counters shared by every session of a server (serve's /metrics renders them).
+struct ExtProcStats {
+  std::atomic<int64_t> streams_total{0};
+  std::atomic<int64_t> streams_active{0};
+  std::atomic<int64_t> requests_in_flight{0};  // picked, response not finished
+  // Outcomes: picked (200), bad request (400), too large (413), shed (429), unavailable (503),
+  // internal (500).
+  std::atomic<int64_t> outcome_200{0}, outcome_400{0}, outcome_413{0}, outcome_429{0}, outcome_503{0}, outcome_500{0};
+  std::atomic<int64_t> served_mismatch{0};   // served endpoint differed from the primary pick
+  std::atomic<int64_t> prompt_tokens{0}, completion_tokens{0}, cached_tokens{0};  // from response usage
+  // Pick latency (parse + schedule + encode), histogram in microseconds with these upper bounds.
+  static constexpr double kLatencyBucketsUs[] = {10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000, 100000};
+  static constexpr size_t kLatencyBuckets = sizeof(kLatencyBucketsUs) / sizeof(kLatencyBucketsUs[0]);
+  std::atomic<int64_t> latency_count[kLatencyBuckets + 1] = {};
+  std::atomic<int64_t> latency_sum_us{0};
+  std::atomic<int64_t> prefix_blocks{0}, prefix_match_blocks{0};  // over picked requests
+
+  void RecordOutcome(int status);
+  void RecordLatencyMicros(int64_t us);
+};
+
+struct ExtProcOptions {
+  size_t max_request_bytes = kDefaultMaxRequestBytes;
+  // InferenceObjective priorities by name (header x-gateway-inference-objective); unknown -> 0.
+  std::map<std::string, int, std::less<>> objective_priorities;
+  bool ignore_subset_hint = false;  // GIE's --disable-endpoint-subset-filter
+  bool trace = false;               // keep the pick's explain trace (explain --ext-proc)
+};
+
+// The per-stream state machine over serialized messages (see the file comment).
+class ExtProcSession {
+ public:
+  ExtProcSession(const Scheduler& scheduler, const EndpointSource& endpoints, const ExtProcOptions& options,
+                 ExtProcStats* stats = nullptr);
+  ~ExtProcSession();  // releases the request's load if the response never finished
+  ExtProcSession(const ExtProcSession&) = delete;
+  ExtProcSession& operator=(const ExtProcSession&) = delete;
+
+  // Feeds one serialized ProcessingRequest and appends the serialized responses to send, in
+  // order. kInvalidArgument when the bytes are not a ProcessingRequest or arrive out of protocol
+  // order (the server then closes the stream with that error).
+  absl::Status OnMessage(std::string_view request, std::vector<std::string>& responses);
+  // True once an ImmediateResponse was produced: nothing more will be answered.
+  bool finished() const;
+  // The decision, once made (nullptr before the request body ended).
+  const PickResult* result() const;
+  // The parsed request, once the body ended and parsed.
+  const InferenceRequest* request() const;
+  // The served endpoint the gateway reported on the response path, if any.
+  const std::string& served() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// A captured HTTP request turned into the ProcessingRequest stream a gateway would send:
+// request headers (with ":path"; end_of_stream when the body is empty), then the body in chunks
+// of `chunk_bytes` (0: one chunk), the last with end_of_stream. The subset hint, when given, is
+// attached to every message's metadata_context as a list (or, with subset_as_string, as one
+// comma-separated string).
+struct HttpRequestCapture {
+  std::string path = "/v1/completions";
+  std::string method = "POST";
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+  std::optional<std::vector<std::string>> subset;
+  bool subset_as_string = false;
+  size_t chunk_bytes = 0;
+};
+std::vector<std::string> BuildProcessingRequests(const HttpRequestCapture& capture);
+// Serialized response messages a model server's answer produces on the response path.
+std::vector<std::string> BuildResponseMessages(int status, const std::vector<std::pair<std::string, std::string>>& headers,
+                                               std::string_view body, std::string_view served_endpoint = {});
+
+// protobuf JSON of serialized messages (for captures, explain --ext-proc, pyepp).
+absl::StatusOr<std::string> ProcessingRequestToJson(std::string_view bytes);
+absl::StatusOr<std::string> ProcessingResponseToJson(std::string_view bytes);
+absl::StatusOr<std::string> ProcessingRequestFromJson(std::string_view json);
+
+struct ExtProcServerOptions {
+  std::string listen = "0.0.0.0:9002";  // host:port; port 0 picks a free one
+  bool tls = false;
+  std::string cert_pem, key_pem;        // required with tls
+  ExtProcOptions session;
+  std::string capture_dir;              // when set: every stream's messages as protobuf JSON lines
+};
+
+class ExtProcServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<ExtProcServer>> Start(const Scheduler& scheduler, const EndpointSource& endpoints,
+                                                               const ExtProcServerOptions& options);
+  ~ExtProcServer();
+  int port() const;
+  ExtProcStats& stats();
+  // Stops accepting streams, lets open ones finish for up to `drain`, then cancels the rest.
+  void Shutdown(std::chrono::milliseconds drain);
+
+  struct Impl;
+
+ private:
+  explicit ExtProcServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// grpc.health.v1.Health on its own port. Services `liveness` (always serving once started),
+// `readiness`, `inference-extension`, `envoy.service.ext_proc.v3.ExternalProcessor` and "" follow
+// SetReady().
+class HealthServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<HealthServer>> Start(const std::string& listen);
+  ~HealthServer();
+  int port() const;
+  void SetReady(bool ready);
+  void Shutdown();
+
+  struct Impl;
+
+ private:
+  explicit HealthServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// A self-signed certificate for TLS serving (RSA 2048, CN "epp", 10 years), PEM encoded.
+struct PemKeyPair {
+  std::string cert_pem;
+  std::string key_pem;
+};
+absl::StatusOr<PemKeyPair> GenerateSelfSignedCertificate();
+
+}  // namespace epp

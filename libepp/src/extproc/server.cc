@@ -1,0 +1,213 @@
+// ExtProcServer (gRPC callback API: one reactor per stream, no thread per stream) and
+// HealthServer (gRPC's default health service on its own port).
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <fstream>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "envoy/service/ext_proc/v3/external_processor.grpc.pb.h"
+#include "extproc/session_impl.h"
+
+namespace epp {
+namespace {
+
+namespace pb = extproc_pb;
+
+// One JSON line per message in and out, for `eppctl explain --ext-proc`.
+class CaptureFile {
+ public:
+  CaptureFile(const std::string& dir, int64_t id) {
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    path_ = absl::StrCat(dir, "/stream-", std::chrono::duration_cast<std::chrono::milliseconds>(now).count(), "-", id, ".jsonl");
+    out_.open(path_);
+  }
+  void Write(const char* direction, const google::protobuf::Message& m) {
+    if (!out_) return;
+    std::string json;
+    google::protobuf::util::JsonPrintOptions o;
+    o.preserve_proto_field_names = true;
+    if (!google::protobuf::util::MessageToJsonString(m, &json, o).ok()) return;
+    out_ << "{\"direction\":\"" << direction << "\",\"message\":" << json << "}\n";
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace
+
+struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService {
+  const Scheduler* scheduler = nullptr;
+  const EndpointSource* source = nullptr;
+  ExtProcServerOptions options;
+  ExtProcStats stats;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  std::atomic<int64_t> next_id{0};
+
+  class Reactor final : public grpc::ServerBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse> {
+   public:
+    explicit Reactor(Impl* s) : s_(s), session_(*s->scheduler, *s->source, s->options.session, &s->stats) {
+      s_->stats.streams_total++;
+      s_->stats.streams_active++;
+      if (!s_->options.capture_dir.empty()) capture_ = std::make_unique<CaptureFile>(s_->options.capture_dir, s_->next_id++);
+      StartRead(&in_);
+    }
+    void OnReadDone(bool ok) override {
+      std::lock_guard<std::recursive_mutex> lock(mu_);
+      if (!ok) {  // the client half-closed (or the call died)
+        read_closed_ = true;
+        MaybeFinish();
+        return;
+      }
+      if (capture_) capture_->Write("request", in_);
+      std::vector<pb::ProcessingResponse> out;
+      absl::Status st = session_.Process(in_, out);
+      for (auto& r : out) {
+        if (capture_) capture_->Write("response", r);
+        queue_.push_back(std::move(r));
+      }
+      if (!st.ok()) {
+        status_ = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(st.message()));
+        read_closed_ = true;
+      } else if (session_.finished) {
+        read_closed_ = true;  // an ImmediateResponse ends the exchange
+      } else {
+        StartRead(&in_);
+      }
+      MaybeWrite();
+      MaybeFinish();
+    }
+    void OnWriteDone(bool ok) override {
+      std::lock_guard<std::recursive_mutex> lock(mu_);
+      writing_ = false;
+      if (!queue_.empty()) queue_.pop_front();
+      if (!ok) {
+        queue_.clear();
+        read_closed_ = true;
+      }
+      MaybeWrite();
+      MaybeFinish();
+    }
+    void OnCancel() override {}
+    void OnDone() override {
+      s_->stats.streams_active--;
+      delete this;
+    }
+
+   private:
+    void MaybeWrite() {
+      if (writing_ || queue_.empty()) return;
+      writing_ = true;
+      StartWrite(&queue_.front());
+    }
+    void MaybeFinish() {
+      if (finished_ || !read_closed_ || writing_ || !queue_.empty()) return;
+      finished_ = true;
+      Finish(status_);
+    }
+
+    Impl* s_;
+    ExtProcSession::Impl session_;
+    std::unique_ptr<CaptureFile> capture_;
+    std::recursive_mutex mu_;  // reactions may run inline from Start* calls
+    pb::ProcessingRequest in_;
+    std::deque<pb::ProcessingResponse> queue_;  // front = being written; deque keeps it in place
+    bool writing_ = false, read_closed_ = false, finished_ = false;
+    grpc::Status status_ = grpc::Status::OK;
+  };
+
+  grpc::ServerBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse>* Process(grpc::CallbackServerContext*) override {
+    return new Reactor(this);
+  }
+};
+
+ExtProcServer::ExtProcServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ExtProcServer::~ExtProcServer() { Shutdown(std::chrono::milliseconds(0)); }
+
+absl::StatusOr<std::unique_ptr<ExtProcServer>> ExtProcServer::Start(const Scheduler& scheduler, const EndpointSource& endpoints,
+                                                                    const ExtProcServerOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->scheduler = &scheduler;
+  impl->source = &endpoints;
+  impl->options = options;
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (options.tls) {
+    if (options.cert_pem.empty() || options.key_pem.empty())
+      return absl::InvalidArgumentError("TLS serving needs a certificate and a key");
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({options.key_pem, options.cert_pem});
+    creds = grpc::SslServerCredentials(ssl);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, creds, &impl->port);
+  builder.RegisterService(impl.get());
+  // A body chunk may be as large as the whole body.
+  const size_t max_msg = std::max<size_t>(size_t{4} << 20, options.session.max_request_bytes + (size_t{1} << 20));
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(max_msg, INT32_MAX)));
+  builder.SetMaxSendMessageSize(static_cast<int>(std::min<size_t>(max_msg, INT32_MAX)));
+  impl->server = builder.BuildAndStart();
+  if (!impl->server || impl->port == 0)
+    return absl::UnavailableError(absl::StrCat("cannot listen for ext_proc on ", options.listen));
+  return std::unique_ptr<ExtProcServer>(new ExtProcServer(std::move(impl)));
+}
+
+int ExtProcServer::port() const { return impl_->port; }
+ExtProcStats& ExtProcServer::stats() { return impl_->stats; }
+
+void ExtProcServer::Shutdown(std::chrono::milliseconds drain) {
+  if (!impl_ || !impl_->server) return;
+  impl_->server->Shutdown(std::chrono::system_clock::now() + drain);
+  impl_->server->Wait();
+  impl_->server.reset();
+}
+
+struct HealthServer::Impl {
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+
+HealthServer::HealthServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HealthServer::~HealthServer() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(const std::string& listen) {
+  grpc::EnableDefaultHealthCheckService(true);
+  auto impl = std::make_unique<Impl>();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &impl->port);
+  impl->server = builder.BuildAndStart();
+  if (!impl->server || impl->port == 0) return absl::UnavailableError(absl::StrCat("cannot listen for health checks on ", listen));
+  auto h = std::unique_ptr<HealthServer>(new HealthServer(std::move(impl)));
+  h->SetReady(false);
+  return h;
+}
+
+int HealthServer::port() const { return impl_->port; }
+
+void HealthServer::SetReady(bool ready) {
+  if (!impl_->server) return;
+  grpc::HealthCheckServiceInterface* hc = impl_->server->GetHealthCheckService();
+  if (!hc) return;
+  hc->SetServingStatus("liveness", true);
+  for (const char* s : {"", "readiness", "inference-extension"}) hc->SetServingStatus(s, ready);
+  hc->SetServingStatus(std::string(kExtProcServiceName), ready);
+}
+
+void HealthServer::Shutdown() {
+  if (!impl_ || !impl_->server) return;
+  if (auto* hc = impl_->server->GetHealthCheckService()) hc->Shutdown();
+  impl_->server->Shutdown(std::chrono::system_clock::now());
+  impl_->server->Wait();
+  impl_->server.reset();
+}
+
+}  // namespace epp

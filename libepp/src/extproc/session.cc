@@ -1,0 +1,400 @@
+// The ext_proc per-stream state machine (behaviour in epp/extproc.h; GIE reference in
+// gie-epp.md section 1.4). Deliberate differences from GIE's EPP:
+//   - request headers are not echoed back (GIE re-sets every original header; it changes
+//     nothing), and no debug header is added to responses;
+//   - the body is forwarded byte for byte unless the model is rewritten (GIE re-marshals always);
+//   - a body-less request with no candidate is a 503, not a 500.
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/strings.h"
+#include "extproc/session_impl.h"
+
+namespace epp {
+namespace {
+
+namespace pb = extproc_pb;
+namespace core = ::envoy::config::core::v3;
+
+const char* ErrorCodeName(int status) {
+  switch (status) {
+    case 400: return "BadRequest";
+    case 413: return "PayloadTooLarge";
+    case 429: return "ResourceExhausted";
+    case 503: return "ServiceUnavailable";
+    default: return "Internal";
+  }
+}
+
+void SetHeader(pb::HeaderMutation* m, std::string_view key, std::string_view value) {
+  core::HeaderValueOption* o = m->add_set_headers();
+  o->mutable_header()->set_key(std::string(key));
+  o->mutable_header()->set_raw_value(std::string(value));
+  o->set_append_action(core::HeaderValueOption::OVERWRITE_IF_EXISTS_OR_ADD);
+}
+
+void AppendChunks(std::string_view body, bool end_of_stream, bool request_path, std::vector<pb::ProcessingResponse>& out) {
+  size_t off = 0;
+  do {
+    const size_t n = std::min(kBodyChunkBytes, body.size() - off);
+    pb::ProcessingResponse r;
+    pb::BodyResponse* br = request_path ? r.mutable_request_body() : r.mutable_response_body();
+    pb::StreamedBodyResponse* s = br->mutable_response()->mutable_body_mutation()->mutable_streamed_response();
+    s->set_body(std::string(body.substr(off, n)));
+    off += n;
+    s->set_end_of_stream(end_of_stream && off >= body.size());
+    out.push_back(std::move(r));
+  } while (off < body.size());
+}
+
+// A thread-local generator for body-less picks (no scoring, like GIE's GetRandomEndpoint).
+uint64_t RandomBelow(uint64_t n) {
+  thread_local std::mt19937_64 gen{std::random_device{}()};
+  return std::uniform_int_distribution<uint64_t>(0, n - 1)(gen);
+}
+
+}  // namespace
+
+void ExtProcStats::RecordOutcome(int status) {
+  switch (status) {
+    case 200: outcome_200++; break;
+    case 400: outcome_400++; break;
+    case 413: outcome_413++; break;
+    case 429: outcome_429++; break;
+    case 503: outcome_503++; break;
+    default: outcome_500++; break;
+  }
+}
+
+void ExtProcStats::RecordLatencyMicros(int64_t us) {
+  size_t i = 0;
+  while (i < kLatencyBuckets && static_cast<double>(us) > kLatencyBucketsUs[i]) ++i;
+  latency_count[i]++;
+  latency_sum_us += us;
+}
+
+ExtProcSession::Impl::~Impl() { EndResponse(); }
+
+void ExtProcSession::Impl::ReadMetadata(const pb::ProcessingRequest& in) {
+  if (!in.has_metadata_context()) return;
+  const auto& fm = in.metadata_context().filter_metadata();
+  if (!options.ignore_subset_hint) {
+    auto ns = fm.find(std::string(kSubsetHintNamespace));
+    if (ns != fm.end()) {
+      auto key = ns->second.fields().find(std::string(kDestinationEndpointSubsetKey));
+      if (key != ns->second.fields().end()) {
+        // A list of "ip:port" (each may itself be a comma list) or one comma-separated string.
+        std::vector<std::string> entries;
+        auto add = [&](const std::string& s) {
+          size_t start = 0;
+          while (start <= s.size()) {
+            size_t end = s.find(',', start);
+            if (end == std::string::npos) end = s.size();
+            std::string_view item = internal::TrimSpace(std::string_view(s).substr(start, end - start));
+            if (!item.empty()) entries.emplace_back(item);
+            start = end + 1;
+          }
+        };
+        const auto& v = key->second;
+        if (v.has_list_value()) {
+          for (const auto& item : v.list_value().values())
+            if (item.has_string_value()) add(item.string_value());
+          subset = std::move(entries);
+        } else if (v.has_string_value()) {
+          add(v.string_value());
+          subset = std::move(entries);
+        }
+      }
+    }
+  }
+  auto lb = fm.find(std::string(kDestinationEndpointNamespace));
+  if (lb != fm.end()) {
+    auto key = lb->second.fields().find(std::string(kDestinationEndpointServedKey));
+    if (key != lb->second.fields().end() && key->second.has_string_value()) served = key->second.string_value();
+  }
+}
+
+std::string ExtProcSession::Impl::Path() const {
+  for (std::string_view name : {":path", "x-original-path", "x-forwarded-path"})
+    for (const auto& [k, v] : headers)
+      if (k == name && !v.empty()) return v;
+  return std::string(kDefaultRequestPath);
+}
+
+void ExtProcSession::Impl::Immediate(int status, const std::string& message, std::vector<pb::ProcessingResponse>& out) {
+  pb::ProcessingResponse r;
+  pb::ImmediateResponse* ir = r.mutable_immediate_response();
+  ir->mutable_status()->set_code(static_cast<::envoy::type::v3::StatusCode>(status));
+  ir->set_body(absl::StrCat("inference error: ", ErrorCodeName(status), " - ", message));
+  ir->set_details(message);
+  SetHeader(ir->mutable_headers(), "content-type", "text/plain; charset=utf-8");
+  out.push_back(std::move(r));
+  finished = true;
+  if (stats) stats->RecordOutcome(status);
+}
+
+void ExtProcSession::Impl::EmitPick(const std::string& new_body, bool body_changed, bool bodyless,
+                                    std::vector<pb::ProcessingResponse>& out) {
+  const std::string dest = result->DestinationValue();
+  pb::ProcessingResponse hr;
+  pb::CommonResponse* common = hr.mutable_request_headers()->mutable_response();
+  common->set_clear_route_cache(true);
+  pb::HeaderMutation* m = common->mutable_header_mutation();
+  SetHeader(m, kDestinationEndpointHeader, dest);
+  if (body_changed) SetHeader(m, "content-length", std::to_string(new_body.size()));
+  auto& ns = (*hr.mutable_dynamic_metadata()->mutable_fields())[std::string(kDestinationEndpointNamespace)];
+  (*ns.mutable_struct_value()->mutable_fields())[std::string(kDestinationEndpointKey)].set_string_value(dest);
+  out.push_back(std::move(hr));
+  if (!bodyless) AppendChunks(new_body, true, true, out);
+}
+
+void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool bodyless) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<const std::vector<Endpoint>> pool = source.Snapshot();
+  if (bodyless) {
+    // No body to understand: a random candidate, no scoring (GIE PR #526).
+    std::vector<const Endpoint*> candidates;
+    for (const Endpoint& e : *pool) {
+      bool in = !subset.has_value();
+      if (subset)
+        for (const std::string& s : *subset) in = in || SubsetEntryMatches(s, e.address);
+      if (in) candidates.push_back(&e);
+    }
+    if (candidates.empty()) {
+      Immediate(503, subset ? "no endpoint of the pool matches the subset hint" : "no endpoints in the pool", out);
+      return;
+    }
+    PickResult r;
+    r.endpoints.push_back(candidates[RandomBelow(candidates.size())]->address);
+    r.reason = "request without a body: random candidate";
+    r.candidates = static_cast<int>(candidates.size());
+    result = std::move(r);
+    EmitPick({}, false, true, out);
+    if (stats) stats->RecordOutcome(200);
+    return;
+  }
+  absl::StatusOr<InferenceRequest> parsed = ParseOpenAIRequest(Path(), body);
+  if (!parsed.ok()) {
+    result = PickResult::BadRequest(parsed.status());
+    Immediate(400, std::string(parsed.status().message()), out);
+    return;
+  }
+  request = std::move(*parsed);
+  request->headers = headers;
+  std::string new_body;
+  bool changed = false;
+  for (const auto& [k, v] : headers) {
+    if (k != kModelNameRewriteHeader || v.empty() || v == request->model) continue;
+    // Rewrite the body's model (key order kept); the target model also seeds the prefix hashes.
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) {
+      j["model"] = v;
+      new_body = j.dump();
+      changed = true;
+      request->model = v;
+    }
+    break;
+  }
+  for (const auto& [k, v] : headers) {
+    if (k != kObjectiveHeader) continue;
+    auto it = options.objective_priorities.find(v);
+    if (it != options.objective_priorities.end()) request->priority = it->second;
+    break;
+  }
+  PickOptions po;
+  po.subset = subset;
+  po.trace = options.trace;
+  po.record = true;
+  result = scheduler.Pick(*request, *pool, po);
+  if (stats) {
+    stats->RecordLatencyMicros(std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
+  }
+  if (result->status != 200) {
+    Immediate(result->status, result->reason, out);
+    return;
+  }
+  load_recorded = result->load_tokens > 0;
+  if (stats) {
+    stats->RecordOutcome(200);
+    stats->requests_in_flight++;
+    stats->prefix_blocks += result->prefix_blocks;
+    stats->prefix_match_blocks += result->prefix_match_blocks;
+  }
+  if (changed) {
+    EmitPick(new_body, true, false, out);
+  } else {
+    EmitPick(body, false, false, out);
+  }
+  body.clear();
+  body.shrink_to_fit();
+}
+
+void ExtProcSession::Impl::EndResponse() {
+  if (response_done) return;
+  response_done = true;
+  if (stats && result && !served.empty() && !result->endpoints.empty() && served != result->endpoints.front())
+    stats->served_mismatch++;
+  if (load_recorded && result) {
+    scheduler.Release(*result);
+    load_recorded = false;
+    if (stats) stats->requests_in_flight--;
+  }
+}
+
+void ExtProcSession::Impl::ParseUsage() {
+  if (!stats || response_body.empty()) return;
+  auto take = [&](const nlohmann::json& j) -> bool {
+    if (!j.is_object()) return false;
+    const nlohmann::json* u = nullptr;
+    if (j.contains("usage") && j["usage"].is_object()) u = &j["usage"];
+    if (!u && j.contains("response") && j["response"].is_object() && j["response"].contains("usage") &&
+        j["response"]["usage"].is_object())
+      u = &j["response"]["usage"];
+    if (!u) return false;
+    auto num = [&](const char* a, const char* b) -> int64_t {
+      if (u->contains(a) && (*u)[a].is_number()) return (*u)[a].get<int64_t>();
+      if (b && u->contains(b) && (*u)[b].is_number()) return (*u)[b].get<int64_t>();
+      return 0;
+    };
+    stats->prompt_tokens += num("prompt_tokens", "input_tokens");
+    stats->completion_tokens += num("completion_tokens", "output_tokens");
+    for (const char* details : {"prompt_tokens_details", "prompt_token_details", "input_tokens_details"})
+      if (u->contains(details) && (*u)[details].is_object() && (*u)[details].contains("cached_tokens") &&
+          (*u)[details]["cached_tokens"].is_number())
+        stats->cached_tokens += (*u)[details]["cached_tokens"].get<int64_t>();
+    return true;
+  };
+  if (!response_streaming && !response_body_truncated) {
+    take(nlohmann::json::parse(response_body, nullptr, false));
+    return;
+  }
+  // SSE: the last `data:` event carrying usage wins.
+  size_t end = response_body.size();
+  while (end > 0) {
+    size_t start = response_body.rfind('\n', end - 1);
+    start = start == std::string::npos ? 0 : start + 1;
+    std::string_view line = internal::TrimSpace(std::string_view(response_body).substr(start, end - start));
+    if (line.substr(0, 5) == "data:") {
+      std::string_view payload = internal::TrimSpace(line.substr(5));
+      if (payload != "[DONE]" && take(nlohmann::json::parse(payload.begin(), payload.end(), nullptr, false))) return;
+    }
+    if (start == 0) break;
+    end = start - 1;
+  }
+}
+
+absl::Status ExtProcSession::Impl::Process(const pb::ProcessingRequest& in, std::vector<pb::ProcessingResponse>& out) {
+  ReadMetadata(in);
+  switch (in.request_case()) {
+    case pb::ProcessingRequest::kRequestHeaders: {
+      if (headers_seen) return absl::InvalidArgumentError("request_headers received twice");
+      headers_seen = true;
+      for (const auto& h : in.request_headers().headers().headers()) {
+        std::string key = absl::AsciiStrToLower(h.key());
+        headers.emplace_back(std::move(key), h.raw_value().empty() ? h.value() : h.raw_value());
+      }
+      if (in.request_headers().end_of_stream()) {
+        body_done = true;
+        Decide(out, /*bodyless=*/true);
+      }
+      // Otherwise the headers response waits for the body (FULL_DUPLEX_STREAMED).
+      return absl::OkStatus();
+    }
+    case pb::ProcessingRequest::kRequestBody: {
+      if (!headers_seen) return absl::InvalidArgumentError("request_body before request_headers");
+      if (body_done || finished) return absl::OkStatus();  // after an immediate response: ignore
+      const std::string& chunk = in.request_body().body();
+      if (body.size() + chunk.size() > options.max_request_bytes) {
+        body_done = true;
+        body.clear();
+        Immediate(413, absl::StrCat("request body larger than ", options.max_request_bytes, " bytes"), out);
+        return absl::OkStatus();
+      }
+      body.append(chunk);
+      if (in.request_body().end_of_stream() || in.request_body().end_of_stream_without_message()) {
+        body_done = true;
+        Decide(out, /*bodyless=*/false);
+      }
+      return absl::OkStatus();
+    }
+    case pb::ProcessingRequest::kRequestTrailers: {
+      if (!body_done && !finished) {
+        // Trailers end the body when it did not say end_of_stream itself.
+        body_done = true;
+        Decide(out, body.empty());
+        if (finished) return absl::OkStatus();
+      }
+      pb::ProcessingResponse r;
+      r.mutable_request_trailers();
+      out.push_back(std::move(r));
+      return absl::OkStatus();
+    }
+    case pb::ProcessingRequest::kResponseHeaders: {
+      for (const auto& h : in.response_headers().headers().headers()) {
+        const std::string key = absl::AsciiStrToLower(h.key());
+        const std::string& v = h.raw_value().empty() ? h.value() : h.raw_value();
+        if (key == "content-type" && v.find("text/event-stream") != std::string::npos) response_streaming = true;
+      }
+      if (request && request->stream) response_streaming = true;
+      pb::ProcessingResponse r;
+      r.mutable_response_headers()->mutable_response()->mutable_header_mutation();
+      out.push_back(std::move(r));
+      if (in.response_headers().end_of_stream()) EndResponse();
+      return absl::OkStatus();
+    }
+    case pb::ProcessingRequest::kResponseBody: {
+      const std::string& chunk = in.response_body().body();
+      // Keep at most 1 MiB for usage parsing; beyond that only the tail (where SSE usage is).
+      constexpr size_t kKeep = size_t{1} << 20, kTail = size_t{64} << 10;
+      response_body.append(chunk);
+      if (response_body.size() > kKeep) {
+        response_body.erase(0, response_body.size() - kTail);
+        response_body_truncated = true;
+      }
+      const bool eos = in.response_body().end_of_stream() || in.response_body().end_of_stream_without_message();
+      AppendChunks(chunk, eos, /*request_path=*/false, out);
+      if (eos) {
+        ParseUsage();
+        EndResponse();
+      }
+      return absl::OkStatus();
+    }
+    case pb::ProcessingRequest::kResponseTrailers: {
+      pb::ProcessingResponse r;
+      r.mutable_response_trailers();
+      out.push_back(std::move(r));
+      EndResponse();
+      return absl::OkStatus();
+    }
+    case pb::ProcessingRequest::REQUEST_NOT_SET:
+      return absl::InvalidArgumentError("ProcessingRequest without a request");
+  }
+  return absl::OkStatus();
+}
+
+ExtProcSession::ExtProcSession(const Scheduler& scheduler, const EndpointSource& endpoints, const ExtProcOptions& options,
+                               ExtProcStats* stats)
+    : impl_(std::make_unique<Impl>(scheduler, endpoints, options, stats)) {}
+ExtProcSession::~ExtProcSession() = default;
+
+absl::Status ExtProcSession::OnMessage(std::string_view request, std::vector<std::string>& responses) {
+  pb::ProcessingRequest in;
+  if (!in.ParseFromArray(request.data(), static_cast<int>(request.size())))
+    return absl::InvalidArgumentError("not a serialized envoy.service.ext_proc.v3.ProcessingRequest");
+  std::vector<pb::ProcessingResponse> out;
+  absl::Status s = impl_->Process(in, out);
+  for (const auto& r : out) responses.push_back(r.SerializeAsString());
+  return s;
+}
+
+bool ExtProcSession::finished() const { return impl_->finished; }
+const PickResult* ExtProcSession::result() const { return impl_->result ? &*impl_->result : nullptr; }
+const InferenceRequest* ExtProcSession::request() const { return impl_->request ? &*impl_->request : nullptr; }
+const std::string& ExtProcSession::served() const { return impl_->served; }
+
+}  // namespace epp

@@ -1,0 +1,56 @@
+// Private: the ext_proc session state machine over generated protobuf messages. The public
+// ExtProcSession (serialized bytes) and the gRPC server both drive it.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "envoy/service/ext_proc/v3/external_processor.pb.h"
+#include "epp/extproc.h"
+
+namespace epp {
+
+namespace extproc_pb = ::envoy::service::ext_proc::v3;
+
+struct ExtProcSession::Impl {
+  Impl(const Scheduler& s, const EndpointSource& e, const ExtProcOptions& o, ExtProcStats* st)
+      : scheduler(s), source(e), options(o), stats(st) {}
+  ~Impl();
+
+  // Handles one inbound message, appending responses. kInvalidArgument on a protocol violation.
+  absl::Status Process(const extproc_pb::ProcessingRequest& in, std::vector<extproc_pb::ProcessingResponse>& out);
+
+  const Scheduler& scheduler;
+  const EndpointSource& source;
+  const ExtProcOptions& options;
+  ExtProcStats* stats;
+
+  bool headers_seen = false;
+  bool body_done = false;
+  bool finished = false;  // an ImmediateResponse was sent
+  std::vector<std::pair<std::string, std::string>> headers;  // lower-cased names
+  std::string body;
+  std::optional<std::vector<std::string>> subset;
+  std::optional<PickResult> result;
+  std::optional<InferenceRequest> request;
+  bool load_recorded = false;
+  std::string served;
+  // Response path.
+  bool response_streaming = false;
+  bool response_done = false;
+  std::string response_body;       // bounded, for usage parsing
+  bool response_body_truncated = false;
+
+ private:
+  void ReadMetadata(const extproc_pb::ProcessingRequest& in);
+  std::string Path() const;
+  void Decide(std::vector<extproc_pb::ProcessingResponse>& out, bool bodyless);
+  void Immediate(int status, const std::string& message, std::vector<extproc_pb::ProcessingResponse>& out);
+  void EmitPick(const std::string& new_body, bool body_changed, bool bodyless,
+                std::vector<extproc_pb::ProcessingResponse>& out);
+  void EndResponse();
+  void ParseUsage();
+};
+
+}  // namespace epp

@@ -1,0 +1,423 @@
+"""Structural checks of the deployment examples: examples/envoy (a standalone Envoy in front of
+`eppctl serve`) and deploy/ (Kubernetes manifests, Dockerfile).
+
+These files are data, not code, so what can break is consistency: a port, a header name, a file
+name or a label that one file changes and another still expects. Each test states one such fact.
+Only PyYAML and the standard library are used; nothing touches the network.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import pytest
+import yaml
+
+SOURCE_DIR = Path(os.environ.get("EPP_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+ENVOY_DIR = SOURCE_DIR / "examples" / "envoy"
+DEPLOY_DIR = SOURCE_DIR / "deploy"
+
+DESTINATION_HEADER = "x-gateway-destination-endpoint"
+EXT_PROC_TYPE = "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor"
+HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+TLS_TYPE = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+RAW_BUFFER_TYPE = "type.googleapis.com/envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer"
+GRPC_PORT, HEALTH_PORT, METRICS_PORT = 9002, 9003, 9090
+
+
+def yaml_files() -> List[Path]:
+    files = [p for d in (ENVOY_DIR, DEPLOY_DIR) for p in sorted(d.rglob("*")) if p.suffix in (".yaml", ".yml")]
+    assert files, "no YAML found under examples/envoy or deploy"
+    return files
+
+
+def load_all(path: Path) -> List[Dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+@pytest.mark.parametrize("path", yaml_files(), ids=lambda p: str(p.relative_to(SOURCE_DIR)))
+def test_every_yaml_file_parses(path: Path) -> None:
+    docs = load_all(path)
+    assert docs, f"{path} holds no document"
+    for doc in docs:
+        assert isinstance(doc, dict), f"{path}: a document is not a mapping"
+
+
+# ---------------------------------------------------------------------------------------------
+# examples/envoy/envoy.yaml
+
+
+@pytest.fixture(scope="module")
+def envoy() -> Dict[str, Any]:
+    (doc,) = load_all(ENVOY_DIR / "envoy.yaml")
+    return doc
+
+
+def clusters(envoy: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    return {c["name"]: c for c in envoy["static_resources"]["clusters"]}
+
+
+def hcm(envoy: Dict[str, Any]) -> Dict[str, Any]:
+    (listener,) = envoy["static_resources"]["listeners"]
+    found = [f["typed_config"] for chain in listener["filter_chains"] for f in chain["filters"]
+             if f["typed_config"]["@type"] == HCM_TYPE]
+    assert len(found) == 1
+    return found[0]
+
+
+def http_filters(envoy: Dict[str, Any]) -> List[Dict[str, Any]]:
+    return hcm(envoy)["http_filters"]
+
+
+def ext_proc(envoy: Dict[str, Any]) -> Dict[str, Any]:
+    found = [f["typed_config"] for f in http_filters(envoy) if f["typed_config"]["@type"] == EXT_PROC_TYPE]
+    assert len(found) == 1, "exactly one ext_proc filter"
+    return found[0]
+
+
+def test_envoy_listens_on_8081(envoy: Dict[str, Any]) -> None:
+    (listener,) = envoy["static_resources"]["listeners"]
+    assert listener["address"]["socket_address"]["port_value"] == 8081
+
+
+def test_original_dst_cluster_routes_on_the_destination_header(envoy: Dict[str, Any]) -> None:
+    c = clusters(envoy)["original_destination_cluster"]
+    assert c["type"] == "ORIGINAL_DST"
+    assert c["lb_policy"] == "CLUSTER_PROVIDED"
+    assert c["original_dst_lb_config"] == {"use_http_header": True, "http_header_name": DESTINATION_HEADER}
+    assert "load_assignment" not in c, "ORIGINAL_DST clusters take no endpoint list"
+
+
+def test_every_route_goes_to_the_original_dst_cluster(envoy: Dict[str, Any]) -> None:
+    routes = [r for vh in hcm(envoy)["route_config"]["virtual_hosts"] for r in vh["routes"]]
+    assert routes
+    for route in routes:
+        assert route["route"]["cluster"] == "original_destination_cluster"
+
+
+def test_ext_proc_uses_the_endpoint_picker_protocol_modes(envoy: Dict[str, Any]) -> None:
+    cfg = ext_proc(envoy)
+    assert cfg["processing_mode"] == {
+        "request_header_mode": "SEND",
+        "response_header_mode": "SEND",
+        # FULL_DUPLEX_STREAMED requires the matching trailer mode to be SEND.
+        "request_body_mode": "FULL_DUPLEX_STREAMED",
+        "response_body_mode": "FULL_DUPLEX_STREAMED",
+        "request_trailer_mode": "SEND",
+        "response_trailer_mode": "SEND",
+    }
+    assert cfg["message_timeout"] == "1000s"
+    assert cfg["failure_mode_allow"] is False  # FailClose
+    assert cfg["allow_mode_override"] is False
+    assert cfg["grpc_service"]["timeout"] == "10s"
+
+
+def test_ext_proc_exchanges_the_protocol_metadata(envoy: Dict[str, Any]) -> None:
+    options = ext_proc(envoy)["metadata_options"]
+    assert options["forwarding_namespaces"]["untyped"] == ["envoy.lb.subset_hint"]
+    assert options["receiving_namespaces"]["untyped"] == ["envoy.lb"]
+
+
+def test_filter_order_strips_client_header_then_ext_proc_then_router(envoy: Dict[str, Any]) -> None:
+    names = [f["name"] for f in http_filters(envoy)]
+    assert names[-1] == "envoy.filters.http.router"
+    assert names.index("envoy.filters.http.header_mutation") < names.index("envoy.filters.http.ext_proc")
+    strip = next(f["typed_config"] for f in http_filters(envoy) if f["name"] == "envoy.filters.http.header_mutation")
+    assert {"remove": DESTINATION_HEADER} in strip["mutations"]["request_mutations"]
+
+
+def test_epp_cluster_serves_grpc_on_9002_and_health_checks_9003(envoy: Dict[str, Any]) -> None:
+    all_clusters = clusters(envoy)
+    cluster_name = ext_proc(envoy)["grpc_service"]["envoy_grpc"]["cluster_name"]
+    assert cluster_name == "epp"
+    c = all_clusters[cluster_name]
+    options = c["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+    assert "http2_protocol_options" in options["explicit_http_config"], "gRPC needs HTTP/2"
+    (locality,) = c["load_assignment"]["endpoints"]
+    (lb_endpoint,) = locality["lb_endpoints"]
+    endpoint = lb_endpoint["endpoint"]
+    assert endpoint["address"]["socket_address"]["port_value"] == GRPC_PORT
+    assert endpoint["health_check_config"]["port_value"] == HEALTH_PORT
+    (check,) = c["health_checks"]
+    assert check["grpc_health_check"]["service_name"] == "envoy.service.ext_proc.v3.ExternalProcessor"
+
+
+def test_epp_cluster_speaks_tls_but_health_checks_plaintext(envoy: Dict[str, Any]) -> None:
+    c = clusters(envoy)["epp"]
+    tls = c["transport_socket"]["typed_config"]
+    assert tls["@type"] == TLS_TYPE
+    assert tls["common_tls_context"]["alpn_protocols"] == ["h2"]
+    assert tls["common_tls_context"]["validation_context"] == {}, "accepts serve's self-signed certificate"
+    (check,) = c["health_checks"]
+    criteria = check["transport_socket_match_criteria"]
+    matching = [m for m in c["transport_socket_matches"] if m["match"] == criteria]
+    assert len(matching) == 1
+    assert matching[0]["transport_socket"]["typed_config"]["@type"] == RAW_BUFFER_TYPE
+
+
+def test_plaintext_variant_from_the_readme_is_valid(envoy: Dict[str, Any]) -> None:
+    # README: delete the lines from "# ---- TLS to the EPP" to "# ---- end of TLS to the EPP".
+    lines = (ENVOY_DIR / "envoy.yaml").read_text().splitlines(keepends=True)
+    start = [i for i, l in enumerate(lines) if "# ---- TLS to the EPP" in l]
+    end = [i for i, l in enumerate(lines) if "# ---- end of TLS to the EPP" in l]
+    assert len(start) == 1 and len(end) == 1 and start[0] < end[0]
+    plain = yaml.safe_load("".join(lines[: start[0]] + lines[end[0] + 1:]))
+    epp = clusters(plain)["epp"]
+    assert "transport_socket" not in epp
+    assert epp["transport_socket_matches"] == clusters(envoy)["epp"]["transport_socket_matches"]
+    rest = dict(clusters(envoy)["epp"])
+    del rest["transport_socket"]
+    assert epp == rest, "the marked block must hold the transport socket and nothing else"
+    assert "secure-serving=false" in (ENVOY_DIR / "README.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# deploy/
+
+
+@pytest.fixture(scope="module")
+def manifests() -> Dict[Tuple[str, str], Dict[str, Any]]:
+    """(kind, name) -> object, over every manifest in deploy/ except kustomization.yaml."""
+    objects: Dict[Tuple[str, str], Dict[str, Any]] = {}
+    for path in sorted(DEPLOY_DIR.glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        for doc in load_all(path):
+            key = (doc["kind"], doc["metadata"]["name"])
+            assert key not in objects, f"duplicate {key}"
+            assert "namespace" not in doc["metadata"], f"{key}: keep manifests namespace-free for kustomize"
+            objects[key] = doc
+    return objects
+
+
+def one(manifests: Dict[Tuple[str, str], Dict[str, Any]], kind: str) -> Dict[str, Any]:
+    found = [o for (k, _), o in manifests.items() if k == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def epp_container(manifests: Dict[Tuple[str, str], Dict[str, Any]]) -> Dict[str, Any]:
+    (container,) = [c for c in one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"]
+                    if c["name"] == "epp"]
+    return container
+
+
+def flag_value(args: List[str], flag: str) -> Optional[str]:
+    for i, arg in enumerate(args):
+        if arg == flag:
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg[len(flag) + 1:]
+    return None
+
+
+def configmap_files(manifests: Dict[Tuple[str, str], Dict[str, Any]], volume: Dict[str, Any]) -> Iterator[Tuple[str, str, str]]:
+    """(path inside the volume, ConfigMap name, key) for a configMap or projected volume."""
+    sources = [s["configMap"] for s in volume.get("projected", {}).get("sources", []) if "configMap" in s]
+    if "configMap" in volume:
+        sources.append(volume["configMap"])
+    for source in sources:
+        cm = manifests[("ConfigMap", source["name"])]
+        items = source.get("items") or [{"key": k, "path": k} for k in cm["data"]]
+        for item in items:
+            yield item["path"], source["name"], item["key"]
+
+
+def test_deployment_args_name_files_the_configmaps_provide(manifests: Dict[Tuple[str, str], Dict[str, Any]]) -> None:
+    pod = one(manifests, "Deployment")["spec"]["template"]["spec"]
+    container = epp_container(manifests)
+    args = container["args"]
+    assert args[0] == "serve"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for flag in ("--config", "--endpoints"):
+        path = flag_value(args, flag)
+        assert path, f"{flag} missing from the Deployment's args"
+        mounts = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"].rstrip("/") + "/")]
+        assert len(mounts) == 1, f"{path} is under no (or several) volume mounts"
+        assert "subPath" not in mounts[0], "subPath mounts never see ConfigMap updates"
+        relative = path[len(mounts[0]["mountPath"].rstrip("/")) + 1:]
+        provided = {p: (name, key) for p, name, key in configmap_files(manifests, volumes[mounts[0]["name"]])}
+        assert relative in provided, f"{path}: no ConfigMap provides {relative}"
+        name, key = provided[relative]
+        assert key in manifests[("ConfigMap", name)]["data"], f"ConfigMap {name} has no key {key}"
+    assert flag_value(args, "--config") == "/etc/epp/config.yaml"
+    assert flag_value(args, "--endpoints") == "/etc/epp/endpoints.yaml"
+
+
+def configmap_document(manifests: Dict[Tuple[str, str], Dict[str, Any]], flag: str) -> Dict[str, Any]:
+    pod = one(manifests, "Deployment")["spec"]["template"]["spec"]
+    container = epp_container(manifests)
+    path = flag_value(container["args"], flag)
+    assert path
+    for volume in pod["volumes"]:
+        for mount in container["volumeMounts"]:
+            if mount["name"] != volume["name"]:
+                continue
+            for inner, name, key in configmap_files(manifests, volume):
+                if mount["mountPath"].rstrip("/") + "/" + inner == path:
+                    return yaml.safe_load(manifests[("ConfigMap", name)]["data"][key])
+    raise AssertionError(f"{path} not found")
+
+
+def test_configmap_holds_an_endpoint_picker_config(manifests: Dict[Tuple[str, str], Dict[str, Any]]) -> None:
+    config = configmap_document(manifests, "--config")
+    assert config["kind"] == "EndpointPickerConfig"
+    assert config["apiVersion"] in ("inference.networking.x-k8s.io/v1alpha1", "llm-d.ai/v1alpha1")
+    names = {p.get("name", p["type"]) for p in config["plugins"]}
+    for profile in config["schedulingProfiles"]:
+        for ref in profile["plugins"]:
+            assert ref["pluginRef"] in names
+
+
+def test_configmap_endpoints_use_the_pool_target_port(manifests: Dict[Tuple[str, str], Dict[str, Any]]) -> None:
+    endpoints = configmap_document(manifests, "--endpoints")["endpoints"]
+    assert endpoints, "an empty endpoints list is rejected by serve"
+    ports = {p["number"] for p in one(manifests, "InferencePool")["spec"]["targetPorts"]}
+    for entry in endpoints:
+        address = entry["address"] if isinstance(entry, dict) else entry
+        host, _, port = address.rpartition(":")
+        assert host and int(port) in ports, f"{address} is not on a target port {sorted(ports)}"
+
+
+def test_configmap_config_is_valid_for_eppctl(manifests: Dict[Tuple[str, str], Dict[str, Any]], tmp_path: Path) -> None:
+    eppctl = Path(os.environ.get("EPP_BUILD_DIR", SOURCE_DIR / "build")) / "cli" / "eppctl"
+    if not eppctl.is_file():
+        pytest.skip(f"{eppctl} not built")
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(configmap_document(manifests, "--config")))
+    result = subprocess.run([str(eppctl), "config", "validate", str(config)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_container_ports_and_probes(manifests: Dict[Tuple[str, str], Dict[str, Any]]) -> None:
+    container = epp_container(manifests)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"grpc": GRPC_PORT, "grpc-health": HEALTH_PORT, "metrics": METRICS_PORT}
+    args = container["args"]
+    for flag, port in (("--grpc-port", GRPC_PORT), ("--grpc-health-port", HEALTH_PORT), ("--metrics-port", METRICS_PORT)):
+        value = flag_value(args, flag)
+        assert value is None or int(value) == port, f"{flag}={value} but the container port is {port}"
+    assert container["livenessProbe"]["grpc"] == {"port": HEALTH_PORT, "service": "liveness"}
+    assert container["readinessProbe"]["grpc"] == {"port": HEALTH_PORT, "service": "readiness"}
+
+
+def test_pod_runs_as_non_root(manifests: Dict[Tuple[str, str], Dict[str, Any]]) -> None:
+    pod = one(manifests, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    sc = epp_container(manifests)["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert "resources" in epp_container(manifests)
+
+
+def test_labels_selectors_and_service_account_agree(manifests: Dict[Tuple[str, str], Dict[str, Any]]) -> None:
+    deployment = one(manifests, "Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    for key, value in deployment["spec"]["selector"]["matchLabels"].items():
+        assert pod_labels.get(key) == value
+    service = manifests[("Service", "epp")]
+    for key, value in service["spec"]["selector"].items():
+        assert pod_labels.get(key) == value, "Service selects no epp Pod"
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    assert ("ServiceAccount", account) in manifests
+    binding = one(manifests, "RoleBinding")
+    assert ("Role", binding["roleRef"]["name"]) in manifests
+    assert {"kind": "ServiceAccount", "name": account} in [
+        {"kind": s["kind"], "name": s["name"]} for s in binding["subjects"]]
+    rules = {(g, r): set(rule["verbs"]) for rule in manifests[("Role", binding["roleRef"]["name"])]["rules"]
+             for g in rule["apiGroups"] for r in rule["resources"]}
+    assert {"get", "list", "watch"} <= rules[("", "pods")]
+    assert {"get", "list", "watch"} <= rules[("inference.networking.k8s.io", "inferencepools")]
+
+
+def service_port_for(service: Dict[str, Any], container: Dict[str, Any], container_port: int) -> int:
+    by_name = {p["name"]: p["containerPort"] for p in container["ports"]}
+    found = [p["port"] for p in service["spec"]["ports"]
+             if by_name.get(p.get("targetPort"), p.get("targetPort", p["port"])) == container_port]
+    assert len(found) == 1, f"expected one Service port targeting container port {container_port}"
+    return found[0]
+
+
+def test_inference_pool_points_at_the_epp_service_grpc_port(manifests: Dict[Tuple[str, str], Dict[str, Any]]) -> None:
+    pool = one(manifests, "InferencePool")
+    assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
+    ref = pool["spec"]["endpointPickerRef"]
+    assert ref.get("kind", "Service") == "Service" and ref.get("group", "") == ""
+    service = manifests[("Service", ref["name"])]
+    grpc_service_port = service_port_for(service, epp_container(manifests), GRPC_PORT)
+    assert ref["port"]["number"] == grpc_service_port
+    assert ref["failureMode"] == "FailClose"
+
+
+def test_inference_pool_spec_is_within_the_api(manifests: Dict[Tuple[str, str], Dict[str, Any]]) -> None:
+    spec = one(manifests, "InferencePool")["spec"]
+    assert set(spec["selector"]) == {"matchLabels"} and spec["selector"]["matchLabels"]
+    numbers = [p["number"] for p in spec["targetPorts"]]
+    assert 1 <= len(numbers) <= 8 and len(set(numbers)) == len(numbers)
+    assert spec.get("appProtocol", "http") in ("http", "kubernetes.io/h2c")
+
+
+def test_epp_service_ports_have_no_h2c_app_protocol(manifests: Dict[Tuple[str, str], Dict[str, Any]]) -> None:
+    # With --secure-serving (the default) port 9002 is HTTP/2 over TLS, not h2c.
+    for port in manifests[("Service", "epp")]["spec"]["ports"]:
+        assert port.get("appProtocol") != "kubernetes.io/h2c"
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    kustomization = yaml.safe_load((DEPLOY_DIR / "kustomization.yaml").read_text())
+    listed = set(kustomization["resources"])
+    present = {p.name for p in DEPLOY_DIR.glob("*.yaml")} - {"kustomization.yaml"}
+    assert listed == present
+
+
+def dockerfile_instructions() -> List[Tuple[str, str]]:
+    text = (DEPLOY_DIR / "Dockerfile").read_text()
+    joined = re.sub(r"\\\n", " ", text)
+    out = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def test_dockerfile_builds_with_project_scripts_on_debian_12(manifests: Dict[Tuple[str, str], Dict[str, Any]]) -> None:
+    instructions = dockerfile_instructions()
+    stages = [rest for word, rest in instructions if word == "FROM"]
+    assert len(stages) == 2
+    assert all(re.match(r"debian:12(-slim)?\b", s) for s in stages), stages
+    runs = " ".join(rest for word, rest in instructions if word == "RUN")
+    assert "scripts/setup" in runs and "scripts/build" in runs
+    assert "apt-get install" in runs
+    for script in ("setup", "build"):
+        assert (SOURCE_DIR / "scripts" / script).is_file()
+    copies = [shlex.split(rest) for word, rest in instructions if word == "COPY" and rest.startswith("--from=")]
+    (copy,) = copies
+    assert copy[1] == "/src/build/cli/eppctl"
+    # The Deployment runs the binary where the image puts it, as a non-root user.
+    assert epp_container(manifests)["command"] == [copy[2]]
+    (user,) = [rest for word, rest in instructions if word == "USER"]
+    assert not user.startswith("0") and user != "root"
+    exposed = {int(p) for word, rest in instructions if word == "EXPOSE" for p in rest.split()}
+    assert exposed == {GRPC_PORT, HEALTH_PORT, METRICS_PORT}
+
+
+def test_runtime_packages_exist_in_debian_12_names() -> None:
+    # Sonames of Debian 12 runtime packages for the -dev packages scripts/setup installs.
+    runs = " ".join(rest for word, rest in dockerfile_instructions() if word == "RUN")
+    setup = (SOURCE_DIR / "scripts" / "setup").read_text()
+    pairs = {
+        "libabsl-dev": "libabsl20220623", "libyaml-cpp-dev": "libyaml-cpp0.7", "libcurl4-openssl-dev": "libcurl4",
+        "libcpp-httplib-dev": "libcpp-httplib0.11", "libxxhash-dev": "libxxhash0", "libsimdjson-dev": "libsimdjson14",
+        "libgrpc++-dev": "libgrpc++1.51", "libprotobuf-dev": "libprotobuf32", "libssl-dev": "libssl3",
+    }
+    for dev, runtime in pairs.items():
+        if re.search(rf"(^|\s){re.escape(dev)}(\s|$)", setup):
+            assert re.search(rf"(^|\s){re.escape(runtime)}(\s|$)", runs), f"{runtime} (for {dev}) not installed"
