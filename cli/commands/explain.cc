@@ -68,7 +68,8 @@ int RunExplain(const ExplainCommandOptions& o) {
   epp::PickResult result;
   absl::StatusOr<epp::InferenceRequest> req = epp::ParseCaptureEnvelope(*text, o.path);
   if (!req.ok()) {
-    result = epp::PickResult::BadRequest(absl::InvalidArgumentError(o.request + ": " + std::string(req.status().message())));
+    std::cerr << o.request << ": request does not parse (the gateway would answer 400)\n";
+    result = epp::PickResult::BadRequest(req.status());
   } else {
     req->priority = o.priority;
     epp::PickOptions po;

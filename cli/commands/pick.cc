@@ -91,7 +91,7 @@ int RunPick(const PickCommandOptions& o) {
     }
   }
   if (!jsonl) {
-    std::cout << total << " requests";
+    std::cout << total << (total == 1 ? " request" : " requests");
     for (const auto& [status, count] : per_status) std::cout << "  " << status << ": " << count;
     std::cout << "\n\npicks per endpoint\n";
     for (const epp::Endpoint& e : pool.endpoints) {

@@ -4,12 +4,14 @@
 // entry point catches YAML::Exception and returns kInvalidArgument "SOURCE:LINE:COL: message".
 // Our own errors are "SOURCE:LINE: PATH: message" with the 1-based line of the offending key or
 // item (0 = unknown, then the line is left out).
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -155,8 +157,7 @@ absl::Status Parser::ExpectMap(const YAML::Node& node, int line, const std::stri
   return Error(line, path, "expected a map, got " + Describe(node));
 }
 
-absl::StatusOr<Params> Parser::BuildParams(const YAML::Node& node, const std::string& path, int line,
-                                           int depth) const {
+absl::StatusOr<Params> Parser::BuildParams(const YAML::Node& node, const std::string& path, int line, int depth) const {
   if (depth > kMaxDepth) return Error(line, path, "nested too deeply");
   Params out;
   switch (node.Type()) {
@@ -256,7 +257,8 @@ absl::Status Parser::ParseFeatureGates(const Entry& e) {
     if (name == "dataLayer") {
       warning = "featureGates: 'dataLayer' is deprecated and has no effect";
     } else if (name == "flowControl") {
-      warning = "featureGates: 'flowControl' accepted, but epp does not implement flow control; requests are never queued";
+      warning =
+          "featureGates: 'flowControl' accepted, but epp does not implement flow control; requests are never queued";
     } else if (name == "enableLegacyMetrics") {
       warning = "featureGates: 'enableLegacyMetrics' accepted; epp always scrapes metrics directly";
     } else if (name == "haPopulateNonLeaderDatastore") {
@@ -476,7 +478,7 @@ struct Embedded {
   absl::Status load_error;  // set when the text looks like a config but is not valid YAML
 };
 
-bool IsConfigMap(const YAML::Node& node) {
+bool IsEppConfigDocument(const YAML::Node& node) {
   if (!node.IsMap()) return false;
   for (auto it = node.begin(); it != node.end(); ++it) {
     if (it->first.IsScalar() && it->first.Scalar() == "kind") {
@@ -501,7 +503,7 @@ void FindEmbedded(const YAML::Node& node, const std::string& location, int depth
     const std::string& text = node.Scalar();
     if (text.find(kKind) == std::string::npos) return;
     try {
-      if (IsConfigMap(YAML::Load(text))) found.push_back({location, text, absl::OkStatus()});
+      if (IsEppConfigDocument(YAML::Load(text))) found.push_back({location, text, absl::OkStatus()});
     } catch (const YAML::Exception& e) {
       // Keep the error only for text that clearly means to be a config; anything else is unrelated.
       if (text.find("kind: EndpointPickerConfig") != std::string::npos) {
@@ -558,10 +560,49 @@ absl::StatusOr<const Embedded*> PickEmbedded(const std::vector<Embedded>& found,
                                     "); expected exactly one");
 }
 
+// Sees only where each document starts.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override { start = mark; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+  YAML::Mark start;
+};
+
+// YAML::LoadAll, except that it terminates: yaml-cpp 0.7 loops forever on input such as
+// ",a: 1" (the parser yields an empty document without consuming the stray token, again and
+// again). A first pass over the events stops when a document starts where the previous one did.
+// Throws YAML::Exception like LoadAll.
+absl::StatusOr<std::vector<YAML::Node>> LoadAllDocuments(const std::string& text, std::string_view source) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  int last_pos = -1;
+  while (parser.HandleNextDocument(starts)) {
+    if (starts.start.pos == last_pos) {
+      const YAML::Mark m = starts.start;
+      const std::string what = m.pos >= 0 && static_cast<size_t>(m.pos) < text.size()
+                                   ? "unexpected '" + text.substr(m.pos, 1) + "'"
+                                   : "unexpected content";
+      return absl::InvalidArgumentError(std::string(source) + ":" + std::to_string(m.line + 1) + ":" +
+                                        std::to_string(m.column + 1) + ": " + what);
+    }
+    last_pos = starts.start.pos;
+  }
+  return YAML::LoadAll(text);
+}
+
 absl::StatusOr<EppConfig> ParseText(std::string_view yaml, std::string_view source, bool search_embedded) {
   std::vector<YAML::Node> docs;
   try {
-    std::vector<YAML::Node> all = YAML::LoadAll(std::string(yaml));
+    EPP_ASSIGN_OR_RETURN(std::vector<YAML::Node> all, LoadAllDocuments(std::string(yaml), source));
     for (YAML::Node& d : all) {
       if (!d.IsNull()) docs.push_back(d);  // a stray "---" adds an empty document
     }
@@ -570,11 +611,14 @@ absl::StatusOr<EppConfig> ParseText(std::string_view yaml, std::string_view sour
   }
   try {
     if (docs.empty()) {
-      return absl::InvalidArgumentError(std::string(source) + ": expected a map at the top level, got an empty document");
+      return absl::InvalidArgumentError(std::string(source) +
+                                        ": expected a map at the top level, got an empty document");
     }
     if (docs.size() == 1) {
       const YAML::Node& root = docs.front();
-      if (!search_embedded || !root.IsMap() || IsConfigMap(root)) return ParseDocument(root, std::string(source));
+      if (!search_embedded || !root.IsMap() || IsEppConfigDocument(root)) {
+        return ParseDocument(root, std::string(source));
+      }
       // Not itself a config: a Helm values file or a ConfigMap may carry one as a string.
       std::vector<Embedded> found;
       FindEmbedded(root, "", 0, found);
@@ -590,7 +634,7 @@ absl::StatusOr<EppConfig> ParseText(std::string_view yaml, std::string_view sour
     std::vector<const YAML::Node*> direct;
     std::vector<Embedded> found;
     for (size_t i = 0; i < docs.size(); ++i) {
-      if (IsConfigMap(docs[i])) {
+      if (IsEppConfigDocument(docs[i])) {
         direct.push_back(&docs[i]);
       } else if (search_embedded) {
         const size_t before = found.size();

@@ -26,6 +26,7 @@ void RegisterBuiltinPlugins(PluginRegistry& registry) {
       {kMaxScorePickerType, CreateMaxScorePicker},
       {kRandomPickerType, CreateRandomPicker},
       {kWeightedRandomPickerType, CreateWeightedRandomPicker},
+      {kRoundRobinPickerType, CreateRoundRobinPicker},
       {kSingleProfileHandlerType, CreateSingleProfileHandler},
       {kUtilizationDetectorType, CreateUtilizationDetector},
       {kApproxPrefixProducerType, CreateApproxPrefixProducer},

@@ -1,6 +1,7 @@
 // Pickers (max-score, random, weighted-random), the single-profile handler, the utilization
 // detector (saturation and filter), and the plugin types that name what epp does anyway.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -78,6 +79,30 @@ PluginOr MakePicker(std::string_view type, PickKind kind, const std::string& nam
   if (!ctx.rng) return absl::InvalidArgumentError(absl::StrCat("plugin '", name, "' needs a random number generator"));
   return std::make_unique<BasicPicker>(TN(type, name), kind, static_cast<int>(std::min<int64_t>(n, 1 << 20)), ctx.rng);
 }
+
+// epp's own: candidates in turn (a shared counter modulo the candidate count), for baselines.
+class RoundRobinPicker : public Plugin, public Picker {
+ public:
+  RoundRobinPicker(TypedName tn, int max_endpoints) : Plugin(std::move(tn)), max_(max_endpoints) {}
+  const Picker* AsPicker() const override { return this; }
+  Params EffectiveParams() const override {
+    Params p = Params::Map();
+    p.Set("maxNumOfEndpoints", Params::Int(max_));
+    return p;
+  }
+  std::vector<const Endpoint*> Pick(const SchedulingContext&, std::span<const ScoredEndpoint> scored) const override {
+    std::vector<const Endpoint*> out;
+    if (scored.empty()) return out;
+    const uint64_t start = next_.fetch_add(1, std::memory_order_relaxed);
+    const size_t n = std::min(scored.size(), static_cast<size_t>(max_));
+    for (size_t i = 0; i < n; ++i) out.push_back(scored[(start + i) % scored.size()].endpoint);
+    return out;
+  }
+
+ private:
+  int max_;
+  mutable std::atomic<uint64_t> next_{0};
+};
 
 class SingleProfileHandler : public Plugin, public ProfileHandler {
  public:
@@ -181,6 +206,13 @@ PluginOr CreateRandomPicker(const std::string& name, const Params& params, const
 }
 PluginOr CreateWeightedRandomPicker(const std::string& name, const Params& params, const PluginContext& ctx) {
   return MakePicker(kWeightedRandomPickerType, PickKind::kWeightedRandom, name, params, ctx);
+}
+
+PluginOr CreateRoundRobinPicker(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({"maxNumOfEndpoints"}));
+  EPP_ASSIGN_OR_RETURN(int64_t n, params.GetInt("maxNumOfEndpoints", 1));
+  if (n <= 0) n = 1;
+  return std::make_unique<RoundRobinPicker>(TN(kRoundRobinPickerType, name), static_cast<int>(std::min<int64_t>(n, 1 << 20)));
 }
 
 PluginOr CreateSingleProfileHandler(const std::string& name, const Params& params, const PluginContext&) {

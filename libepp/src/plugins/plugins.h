@@ -37,6 +37,7 @@ inline constexpr std::string_view kPrefixAffinityFilterType = "prefix-cache-affi
 inline constexpr std::string_view kMaxScorePickerType = "max-score-picker";
 inline constexpr std::string_view kRandomPickerType = "random-picker";
 inline constexpr std::string_view kWeightedRandomPickerType = "weighted-random-picker";
+inline constexpr std::string_view kRoundRobinPickerType = "round-robin-picker";  // epp's own
 // Others.
 inline constexpr std::string_view kSingleProfileHandlerType = "single-profile-handler";
 inline constexpr std::string_view kUtilizationDetectorType = "utilization-detector";
@@ -68,6 +69,7 @@ PluginOr CreatePrefixAffinityFilter(const std::string& name, const Params& param
 PluginOr CreateMaxScorePicker(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateRandomPicker(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateWeightedRandomPicker(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateRoundRobinPicker(const std::string& name, const Params& params, const PluginContext& ctx);
 
 PluginOr CreateSingleProfileHandler(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateUtilizationDetector(const std::string& name, const Params& params, const PluginContext& ctx);

@@ -1,6 +1,8 @@
 // BuildScheduler: GIE's defaulting rules (pkg/epp/config/loader/defaults.go), plugin
 // instantiation and validation, and the effective configuration document.
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -41,6 +43,25 @@ bool PlainSafe(const std::string& s) {
   return kReserved.count(s) == 0;
 }
 
+// True when plain style would not change the scalar's text (reserved words allowed).
+bool PlainSyntaxSafe(const std::string& s) {
+  if (s.empty()) return false;
+  static const std::string kSpecialStart = "-?:,[]{}#&*!|>'\"%@` ";
+  if (kSpecialStart.find(s.front()) != std::string::npos && !(s.front() == '-' && s.size() > 1 && std::isdigit(static_cast<unsigned char>(s[1]))))
+    return false;
+  if (s.back() == ' ') return false;
+  for (char c : s)
+    if (c == '\n' || c == '\t' || c == '#' || c == ':' || static_cast<unsigned char>(c) < 0x20) return false;
+  return true;
+}
+
+// A plain scalar YAML would read as a number (so a string spelled so must be quoted).
+bool LooksTyped(const std::string& s) {
+  char* end = nullptr;
+  std::strtod(s.c_str(), &end);
+  return end && *end == '\0' && !s.empty();
+}
+
 std::string Quote(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
@@ -62,10 +83,13 @@ std::string Quote(const std::string& s) {
   return out + "\"";
 }
 
+// Strings (quoted in the source, or built with Params::String) stay strings: quoted when plain
+// style would read back as something else. Unquoted scalars (numbers, booleans, plain words)
+// are written plain, so `autoTune: true` stays a boolean for every YAML reader.
 std::string ScalarYaml(const Params& p) {
   if (p.is_null()) return "null";
-  if (p.quoted()) return Quote(p.text());
-  return PlainSafe(p.text()) ? p.text() : Quote(p.text());
+  if (p.quoted()) return PlainSafe(p.text()) && !LooksTyped(p.text()) ? p.text() : Quote(p.text());
+  return PlainSyntaxSafe(p.text()) ? p.text() : Quote(p.text());
 }
 
 void EmitYaml(const Params& p, int indent, std::string& out);

@@ -124,7 +124,8 @@ std::string PickResultToText(const InferenceRequest* request, const PickResult& 
     absl::StrAppend(&out, bold, "request", reset, "    ", request->path, "  model=", request->model, "  ",
                     request->prompt.size(), " prompt chars (~", request->prompt_tokens, " tokens)");
     if (r.prefix_block_size_tokens > 0)
-      absl::StrAppend(&out, ", ", r.prefix_blocks, " prefix blocks of ", r.prefix_block_size_tokens, " tokens (",
+      absl::StrAppend(&out, ", ", r.prefix_blocks, r.prefix_blocks == 1 ? " prefix block of " : " prefix blocks of ",
+                      r.prefix_block_size_tokens, " tokens (",
                       r.prefix_block_size_tokens * kCharsPerToken, " chars)");
     if (request->priority != 0) absl::StrAppend(&out, "  priority ", request->priority);
     out += "\n";
@@ -161,7 +162,7 @@ std::string PickResultToText(const InferenceRequest* request, const PickResult& 
       out += "  ";
       for (size_t c = 0; c < header.size(); ++c) {
         std::string h = c == 0 ? "  " + header[c] : header[c];
-        absl::StrAppend(&out, dim, h, reset, std::string(width[c] - h.size() + 2, ' '));
+        absl::StrAppend(&out, dim, h, reset, c + 1 < header.size() ? std::string(width[c] - h.size() + 2, ' ') : "");
       }
       out += "\n";
       for (const auto& row : rows) {
@@ -216,7 +217,7 @@ std::string PickResultToText(const InferenceRequest* request, const PickResult& 
     }
   }
 
-  absl::StrAppend(&out, "\n", bold, "result", reset, "     ", r.status == 200 ? green : red, r.status, " ",
+  absl::StrAppend(&out, out.empty() ? "" : "\n", bold, "result", reset, "     ", r.status == 200 ? green : red, r.status, " ",
                   StatusText(r.status), reset);
   if (r.status == 200) {
     absl::StrAppend(&out, "  endpoint ", r.endpoints.front());

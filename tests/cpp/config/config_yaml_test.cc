@@ -1,11 +1,11 @@
 // ParseConfig / LoadConfigFile / DefaultConfig: synthetic cases plus every real configuration in
 // ../shared/fixtures/configs.
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "epp/config.h"
 
@@ -115,7 +115,8 @@ TEST(ConfigYamlTest, Errors) {
        "c.yaml:7: plugins[2]: unknown key 'paramters' (known: name, type, parameters)"},
       {"unknown profile key", h + "schedulingProfiles:\n- name: p\n  plugin: []\n",
        "c.yaml:5: schedulingProfiles[0]: unknown key 'plugin' (known: name, plugins)"},
-      {"unknown profile plugin key", h + "plugins:\n- type: a\nschedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: a\n    wieght: 1\n",
+      {"unknown profile plugin key",
+       h + "plugins:\n- type: a\nschedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: a\n    wieght: 1\n",
        "c.yaml:9: schedulingProfiles[0].plugins[0]: unknown key 'wieght' (known: pluginRef, weight)"},
       {"duplicate yaml key", h + "plugins:\n- type: a\n  type: b\n", "c.yaml:5: plugins[0]: duplicate key 'type'"},
       {"duplicate top-level key", h + "plugins: []\nplugins: []\n", "c.yaml:4: duplicate key 'plugins'"},
@@ -135,7 +136,8 @@ TEST(ConfigYamlTest, Errors) {
       {"duplicate parameter key", h + "plugins:\n- type: a\n  parameters:\n    x: 1\n    x: 2\n",
        "c.yaml:7: plugins[0].parameters: duplicate key 'x'"},
       {"undefined plugin ref",
-       h + "plugins:\n- type: a\n- type: b\nschedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: a\n  - pluginRef: b\n  - pluginRef: foo\n",
+       h + "plugins:\n- type: a\n- type: b\nschedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: a\n  - "
+           "pluginRef: b\n  - pluginRef: foo\n",
        "c.yaml:11: schedulingProfiles[0].plugins[2]: references undefined plugin 'foo'"},
       {"missing pluginRef", h + "schedulingProfiles:\n- name: p\n  plugins:\n  - weight: 1\n",
        "c.yaml:6: schedulingProfiles[0].plugins[0]: missing 'pluginRef'"},
@@ -143,11 +145,14 @@ TEST(ConfigYamlTest, Errors) {
        "c.yaml:4: schedulingProfiles[0]: missing 'name'"},
       {"duplicate profile name", h + "schedulingProfiles:\n- name: p\n- name: q\n- name: p\n",
        "c.yaml:6: schedulingProfiles[2]: duplicate profile name 'p' (first at schedulingProfiles[0])"},
-      {"weight not a number", h + "plugins:\n- type: a\nschedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: a\n    weight: high\n",
+      {"weight not a number",
+       h + "plugins:\n- type: a\nschedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: a\n    weight: high\n",
        "c.yaml:9: schedulingProfiles[0].plugins[0].weight: expected a number, got 'high'"},
-      {"weight negative", h + "plugins:\n- type: a\nschedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: a\n    weight: -1\n",
+      {"weight negative",
+       h + "plugins:\n- type: a\nschedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: a\n    weight: -1\n",
        "c.yaml:9: schedulingProfiles[0].plugins[0].weight: must be >= 0, got -1"},
-      {"weight infinite", h + "plugins:\n- type: a\nschedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: a\n    weight: .inf\n",
+      {"weight infinite",
+       h + "plugins:\n- type: a\nschedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: a\n    weight: .inf\n",
        "c.yaml:9: schedulingProfiles[0].plugins[0].weight: expected a number, got '.inf'"},
       {"bad apiVersion", "apiVersion: v2\nkind: EndpointPickerConfig\n",
        "c.yaml:1: apiVersion: unsupported apiVersion 'v2' (expected inference.networking.x-k8s.io/v1alpha1 or "
@@ -161,6 +166,9 @@ TEST(ConfigYamlTest, Errors) {
       {"empty document", "# nothing\n", "c.yaml: expected a map at the top level, got an empty document"},
       {"malformed flow", h + "plugins: [a, b\nschedulingProfiles: []\n", "c.yaml:4:19: end of sequence flow not found"},
       {"malformed indentation", "apiVersion: x\n  kind: y\n", "c.yaml:2:7: illegal map value"},
+      // yaml-cpp's own LoadAll would loop forever on this one.
+      {"stray flow entry", ",apiVersion: x\n", "c.yaml:1:1: unexpected ','"},
+      {"stray flow entry after a document", std::string(kHeader) + "---\n,a: 1\n", "c.yaml:4:1: unexpected ','"},
       {"no kind anywhere", "foo: bar\nplugins: []\n",
        "c.yaml: not an EndpointPickerConfig (no 'kind' at the top level and no embedded EndpointPickerConfig "
        "found)"},
@@ -237,12 +245,14 @@ TEST(ConfigYamlTest, FeatureGateForms) {
 }
 
 TEST(ConfigYamlTest, SaturationDetectorForms) {
-  auto ref = Parse(std::string(kHeader) + "plugins:\n- type: concurrency-detector\nsaturationDetector:\n  pluginRef: concurrency-detector\n");
+  auto ref = Parse(std::string(kHeader) +
+                   "plugins:\n- type: concurrency-detector\nsaturationDetector:\n  pluginRef: concurrency-detector\n");
   ASSERT_TRUE(ref.ok()) << ref.status();
   EXPECT_EQ(ref->saturation_detector_ref, "concurrency-detector");
   EXPECT_TRUE(ref->saturation_detector_params.is_null());
 
-  auto inline_form = Parse(std::string(kHeader) + "saturationDetector:\n  metricsStalenessThreshold: 150ms\n  queueDepthThreshold: 5\n");
+  auto inline_form = Parse(std::string(kHeader) +
+                           "saturationDetector:\n  metricsStalenessThreshold: 150ms\n  queueDepthThreshold: 5\n");
   ASSERT_TRUE(inline_form.ok()) << inline_form.status();
   EXPECT_TRUE(inline_form->saturation_detector_ref.empty());
   const Params& p = inline_form->saturation_detector_params;
@@ -255,7 +265,8 @@ TEST(ConfigYamlTest, SaturationDetectorForms) {
 
 TEST(ConfigYamlTest, FlowControlDetectorRef) {
   const std::string plugins = "plugins:\n- type: utilization-detector\n- type: concurrency-detector\n";
-  auto c = Parse(std::string(kHeader) + plugins + "flowControl:\n  maxRequests: 10\n  saturationDetector:\n    pluginRef: utilization-detector\n");
+  auto c = Parse(std::string(kHeader) + plugins +
+                 "flowControl:\n  maxRequests: 10\n  saturationDetector:\n    pluginRef: utilization-detector\n");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->saturation_detector_ref, "utilization-detector");
   EXPECT_EQ(c->warnings, (std::vector<std::string>{"flowControl: loaded but not implemented by epp; requests are "
@@ -266,8 +277,9 @@ TEST(ConfigYamlTest, FlowControlDetectorRef) {
                     "flowControl: {saturationDetector: {pluginRef: utilization-detector}}\n");
   ASSERT_TRUE(both.ok()) << both.status();
   EXPECT_EQ(both->saturation_detector_ref, "utilization-detector");
-  EXPECT_TRUE(HasWarning(*both, "saturationDetector: pluginRef 'concurrency-detector' overridden by "
-                                "flowControl.saturationDetector.pluginRef 'utilization-detector'"));
+  EXPECT_TRUE(HasWarning(*both,
+                         "saturationDetector: pluginRef 'concurrency-detector' overridden by "
+                         "flowControl.saturationDetector.pluginRef 'utilization-detector'"));
   // Any other flowControl content is accepted as is.
   auto other = Parse(std::string(kHeader) + "flowControl: [whatever, {x: 1}]\ndataLayer: {sources: []}\n");
   ASSERT_TRUE(other.ok()) << other.status();
@@ -293,7 +305,9 @@ requestHandler:
   EXPECT_EQ(c->warnings, (std::vector<std::string>{"requestHandler: loaded, but epp implements only OpenAI request "
                                                    "parsing; parsers not used: 'passthrough-parser' "
                                                    "(passthrough-parser)"}));
-  auto openai_only = Parse(std::string(kHeader) + "plugins: [{type: openai-parser}]\nrequestHandler: {parsers: [{pluginRef: openai-parser}]}\n");
+  auto openai_only =
+      Parse(std::string(kHeader) +
+            "plugins: [{type: openai-parser}]\nrequestHandler: {parsers: [{pluginRef: openai-parser}]}\n");
   ASSERT_TRUE(openai_only.ok()) << openai_only.status();
   EXPECT_TRUE(openai_only->warnings.empty());
 }
@@ -329,8 +343,10 @@ TEST(ConfigYamlTest, EmbeddedDocumentFound) {
 }
 
 TEST(ConfigYamlTest, EmbeddedDocumentErrorsNameTheEmbeddedSource) {
-  auto bad = ParseConfig("data:\n  c.yaml: |\n    apiVersion: llm-d.ai/v1alpha1\n    kind: EndpointPickerConfig\n    plugins:\n    - typ: x\n",
-                         "cm.yaml");
+  auto bad = ParseConfig(
+      "data:\n  c.yaml: |\n    apiVersion: llm-d.ai/v1alpha1\n    kind: EndpointPickerConfig\n    plugins:\n    - typ: "
+      "x\n",
+      "cm.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(Msg(bad.status()),
             "cm.yaml (embedded at data.c.yaml, line numbers within the embedded text):4: plugins[0]: unknown key "
@@ -381,8 +397,9 @@ TEST(ConfigYamlTest, MultiDocumentStreams) {
   ASSERT_FALSE(direct.ok());
   // Line numbers count through the whole stream.
   EXPECT_EQ(Msg(direct.status()), "all.yaml:9: plugins[1]: unknown key 'bad' (known: name, type, parameters)");
-  auto embedded = ParseConfig("kind: Service\n---\ndata:\n  c: |\n    kind: EndpointPickerConfig\n    apiVersion: llm-d.ai/v1alpha1\n",
-                              "all.yaml");
+  auto embedded = ParseConfig(
+      "kind: Service\n---\ndata:\n  c: |\n    kind: EndpointPickerConfig\n    apiVersion: llm-d.ai/v1alpha1\n",
+      "all.yaml");
   ASSERT_TRUE(embedded.ok()) << embedded.status();
   EXPECT_EQ(embedded->source, "all.yaml (embedded at document 2: data.c, line numbers within the embedded text)");
   auto none = ParseConfig("kind: Service\n---\nkind: Deployment\n", "all.yaml");
@@ -390,7 +407,8 @@ TEST(ConfigYamlTest, MultiDocumentStreams) {
   EXPECT_EQ(Msg(none.status()), "all.yaml: none of the 2 YAML documents is or embeds an EndpointPickerConfig");
   auto two = ParseConfig(std::string(kHeader) + "---\n" + kHeader, "all.yaml");
   ASSERT_FALSE(two.ok());
-  EXPECT_EQ(Msg(two.status()), "all.yaml: 2 YAML documents with more than one EndpointPickerConfig; expected exactly one");
+  EXPECT_EQ(Msg(two.status()),
+            "all.yaml: 2 YAML documents with more than one EndpointPickerConfig; expected exactly one");
   auto trailing = ParseConfig(std::string(kHeader) + "---\n", "all.yaml");
   EXPECT_TRUE(trailing.ok()) << trailing.status();
 }
@@ -451,18 +469,38 @@ struct FixtureCase {
 TEST_F(ConfigFixturesTest, EveryConfigParses) {
   const std::string gie(kGieApiVersion), llmd(kLlmdApiVersion);
   const FixtureCase cases[] = {
-      {"gie-1748e829__test_integration_epp_testdata_default-config.yaml", 5, 1, gie, false,
-       {"'enableLegacyMetrics' accepted"}, ""},
+      {"gie-1748e829__test_integration_epp_testdata_default-config.yaml",
+       5,
+       1,
+       gie,
+       false,
+       {"'enableLegacyMetrics' accepted"},
+       ""},
       // Unknown plugin types (test-one, ...) are BuildScheduler's business; the legacy inline
       // saturationDetector form is accepted.
-      {"gie-1748e829__test_testdata_configloader_1_test.yaml", 6, 1, gie, false,
-       {"'dataLayer' is deprecated", "dataLayer: loaded but not implemented"}, ""},
+      {"gie-1748e829__test_testdata_configloader_1_test.yaml",
+       6,
+       1,
+       gie,
+       false,
+       {"'dataLayer' is deprecated", "dataLayer: loaded but not implemented"},
+       ""},
       {"llm-d-router__deploy_config_epp-config.yaml", 4, 1, llmd, false, {}, ""},
-      {"llm-d-router__deploy_config_epp-precise-prefix-cache-config.yaml", 11, 1, llmd, false,
-       {"dataLayer: loaded but not implemented"}, ""},
+      {"llm-d-router__deploy_config_epp-precise-prefix-cache-config.yaml",
+       11,
+       1,
+       llmd,
+       false,
+       {"dataLayer: loaded but not implemented"},
+       ""},
       {"llm-d-router__deploy_config_pd-epp-config.yaml", 8, 2, llmd, false, {}, ""},
-      {"llm-d-router__deploy_config_probabilistic-admitter-epp-config.yaml", 3, 1, gie, false,
-       {"flowControl: loaded but not implemented"}, "utilization-detector"},
+      {"llm-d-router__deploy_config_probabilistic-admitter-epp-config.yaml",
+       3,
+       1,
+       gie,
+       false,
+       {"flowControl: loaded but not implemented"},
+       "utilization-detector"},
       {"llm-d-router__deploy_config_sim-epp-config.yaml", 5, 1, llmd, false, {}, ""},
       {"llm-d-router__test_perf_config_router-configs_optimized-baseline.yaml", 5, 1, llmd, true, {}, ""},
       {"llm-d-router__test_perf_config_router-configs_random-only-default-parsers.yaml", 1, 1, llmd, true, {}, ""},

@@ -1,10 +1,10 @@
 #include "epp/params.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <limits>
 #include <string>
-
-#include <gtest/gtest.h>
 
 namespace epp {
 namespace {
@@ -61,10 +61,10 @@ TEST(ParamsTest, GetDouble) {
     bool ok;
     double want;
   } cases[] = {
-      {"0.8", true, 0.8},  {"1e3", true, 1000}, {"-2", true, -2},   {"+1.5", true, 1.5},  {".5", true, 0.5},
-      {"1.", true, 1},     {"7", true, 7},      {"high", false, 0}, {"1_000", false, 0},  {"0x10", false, 0},
-      {"inf", false, 0},   {".inf", false, 0},  {"nan", false, 0},  {"1e999", false, 0},  {"", false, 0},
-      {" 1", false, 0},    {"1.5x", false, 0},  {"--1", false, 0},  {"1e", false, 0},     {".", false, 0},
+      {"0.8", true, 0.8}, {"1e3", true, 1000}, {"-2", true, -2},   {"+1.5", true, 1.5}, {".5", true, 0.5},
+      {"1.", true, 1},    {"7", true, 7},      {"high", false, 0}, {"1_000", false, 0}, {"0x10", false, 0},
+      {"inf", false, 0},  {".inf", false, 0},  {"nan", false, 0},  {"1e999", false, 0}, {"", false, 0},
+      {" 1", false, 0},   {"1.5x", false, 0},  {"--1", false, 0},  {"1e", false, 0},    {".", false, 0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.text);
@@ -133,7 +133,8 @@ TEST(ParamsTest, GetBoolAndString) {
   for (const char* t : {"yes", "1", "on", ""}) {
     auto v = One(t).GetBool("v", false);
     ASSERT_FALSE(v.ok()) << t;
-    EXPECT_EQ(Msg(v.status()), "plugins[3].parameters.v: expected a boolean (true or false), got '" + std::string(t) + "'");
+    EXPECT_EQ(Msg(v.status()),
+              "plugins[3].parameters.v: expected a boolean (true or false), got '" + std::string(t) + "'");
   }
   EXPECT_EQ(*One("hf-repo/model").GetString("v", ""), "hf-repo/model");
   EXPECT_EQ(*One("123").GetString("v", ""), "123");
@@ -234,7 +235,8 @@ TEST(ParamsTest, CheckKeys) {
   EXPECT_EQ(Msg(p.CheckKeys({"blockSizeTokens", "autoTune"})),
             "plugins[2].parameters: unknown parameter 'blokSize' (known: blockSizeTokens, autoTune)");
   EXPECT_TRUE(p.CheckKeys({"blockSizeTokens", "blokSize"}).ok());
-  EXPECT_EQ(Msg(p.CheckKeys({})), "plugins[2].parameters: unknown parameter 'blockSizeTokens' (this plugin takes no parameters)");
+  EXPECT_EQ(Msg(p.CheckKeys({})),
+            "plugins[2].parameters: unknown parameter 'blockSizeTokens' (this plugin takes no parameters)");
   EXPECT_TRUE(Params().CheckKeys({"a"}).ok());
   EXPECT_TRUE(Params::Map().CheckKeys({}).ok());
   EXPECT_EQ(Msg(Params::List("plugins[0].parameters").CheckKeys({"a"})),
