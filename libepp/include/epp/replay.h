@@ -1,0 +1,147 @@
+// Replay: routing quality at cluster scale, in virtual time (`eppctl replay`, pyepp.replay).
+//
+// RunReplay() drives N simulated model servers (SimServer, the simulator's cost model) with a
+// trace, routing every request through a real Scheduler built from a policy (any
+// EndpointPickerConfig, or a named baseline). The scheduler sees metrics as a deployed EPP
+// would: scraped every scrape_interval, stale in between, and keeps its own prefix index; the
+// servers' true KV-cache state is separate, so the report can say how often the EPP's predicted
+// prefix match was wrong. Everything runs in integer-microsecond virtual time and is
+// deterministic for a seed.
+//
+// Requests are described compactly as segments (an id and a token count): equal segment
+// sequences render to equal prompt text, so shared system prompts, multi-turn conversations and
+// Mooncake's 512-token hash_ids all become real shared prefixes that both the scheduler and the
+// simulator hash. A segment of T tokens renders as 4*T characters (kCharsPerToken).
+//
+// Thread-safety: functions are reentrant; RunReplay uses only its own state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "epp/config.h"
+#include "epp/sim.h"
+#include "epp/status.h"
+
+namespace epp {
+
+struct ReplaySegment {
+  uint64_t id = 0;
+  int32_t tokens = 0;
+};
+
+struct ReplayRequest {
+  int64_t arrival_us = 0;
+  std::string model = "model";
+  std::vector<ReplaySegment> segments;  // the prompt, as segments (ignored when `text` is set)
+  std::string text;                     // a literal prompt (captured requests)
+  int64_t prompt_tokens = 0;            // sum of segment tokens, or ApproxTokens(text)
+  int64_t output_tokens = 1;
+  int priority = 0;
+};
+
+// The prompt text of a request: `text`, or its segments rendered deterministically.
+std::string RenderReplayPrompt(const ReplayRequest& request);
+
+// inference-perf's shared_prefix data (peers.md section 7.1) with Poisson or constant arrivals.
+struct SharedPrefixWorkload {
+  int groups = 10;                 // num_groups: distinct system prompts
+  int prompts_per_group = 10;      // num_prompts_per_group: distinct questions per system prompt
+  int64_t system_len = 100;        // tokens
+  int64_t question_len = 50;       // tokens
+  int64_t output_len = 50;         // tokens
+  bool multi_turn = false;         // each group is one conversation whose turns accumulate
+  double rate = 10;                // requests per second
+  bool poisson = true;             // else constant spacing
+  double duration_s = 0;           // 0: every (group, prompt) once; else rate * duration requests
+  uint64_t seed = 0;
+  std::string model = "model";
+};
+// kInvalidArgument naming the bad field.
+absl::StatusOr<std::vector<ReplayRequest>> GenerateSharedPrefix(const SharedPrefixWorkload& workload);
+// The four GIE prefix-cache benchmark configurations (peers.md section 7.2), by file name:
+// short-questions__many-system-prompts, long-questions__many-system-prompts,
+// short-questions__few-system-prompts__multi-chat, long-questions__few-system-prompts__multi-chat.
+// Rates and durations are left to the caller (the GIE files ramp through several stages).
+absl::StatusOr<SharedPrefixWorkload> GieBenchmarkWorkload(std::string_view name);
+
+// Mooncake FAST'25 trace lines: {"timestamp": ms, "input_length", "output_length", "hash_ids":
+// [...]} where each hash id is one 512-token block (the last may be partial). `time_scale`
+// multiplies timestamps (0.5 = twice as fast). Errors name file:line.
+absl::StatusOr<std::vector<ReplayRequest>> LoadMooncakeTrace(const std::string& path, double time_scale = 1.0);
+// Captured OpenAI requests, one per line as `eppctl pick` reads them, each with an arrival time
+// in a top-level "timestamp" (ms) or "arrival_s" member and optionally "output_tokens" (default
+// max_tokens of the body, else 128).
+absl::StatusOr<std::vector<ReplayRequest>> LoadOpenAITrace(const std::string& path, double time_scale = 1.0);
+
+// A routing policy: a name and a configuration.
+struct ReplayPolicy {
+  std::string name;
+  EppConfig config;
+};
+// Named baselines: round-robin, random, least-queue, gie-default (queue 2, kv 2, prefix 3),
+// sglang-cache-aware (SGLang's defaults), least-inflight (token-load). kNotFound listing them.
+absl::StatusOr<ReplayPolicy> NamedReplayPolicy(std::string_view name);
+std::vector<std::string> NamedReplayPolicies();
+
+struct ReplayOptions {
+  int servers = 8;
+  SimParams server;                     // one profile for every server
+  std::vector<SimParams> per_server;    // optional: one per server (overrides `server`)
+  int64_t scrape_interval_us = 50000;   // --refresh-metrics-interval
+  uint64_t seed = 0;
+  int timeline_buckets = 40;            // points of the hit-rate-over-time series
+  std::function<void(double fraction)> progress;  // called now and then with work done in [0, 1]
+};
+
+struct Percentiles {
+  double p50 = 0, p90 = 0, p99 = 0, mean = 0;
+};
+
+struct ReplayTraceInfo {
+  int64_t requests = 0;
+  int64_t blocks = 0;         // 16-token prompt blocks (the simulator's block size)
+  int64_t prompt_tokens = 0;
+  double duration_s = 0;      // last arrival - first arrival
+  double upper_bound_block_hit_rate = 0;         // one infinite cache
+  double pooled_cache_bound_block_hit_rate = 0;  // one LRU as large as all servers together
+};
+
+struct ReplayPolicyReport {
+  std::string name;
+  int64_t completed = 0;
+  int64_t failed = 0;         // never admitted (too large for a server's KV cache)
+  int64_t shed = 0;           // 429 / 503 from the scheduler
+  double block_hit_rate = 0;
+  double token_hit_rate = 0;
+  Percentiles ttft_s, e2e_s, queue_s;
+  double throughput_rps = 0;
+  double load_max_over_mean = 0;   // requests per server, max / mean
+  double prediction_error_rate = 0;
+  std::vector<int64_t> requests_per_server;
+  std::vector<double> kv_usage_mean_per_server;  // mean over scrapes
+  std::vector<double> ttft_samples_s;            // at most 2000, evenly subsampled, sorted
+  std::vector<double> hit_rate_timeline;         // block hit rate per arrival-time bucket
+  double wall_s = 0;                             // real time this policy took to replay
+};
+
+struct ReplayReport {
+  ReplayTraceInfo trace;
+  std::vector<ReplayPolicyReport> policies;
+};
+
+// Replays `trace` (sorted by arrival) once per policy. kInvalidArgument for bad options or
+// server parameters, or a policy whose config does not build.
+absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, const std::vector<ReplayPolicy>& policies,
+                                       const ReplayOptions& options);
+// The two bounds alone (also part of RunReplay's report).
+ReplayTraceInfo AnalyzeTrace(const std::vector<ReplayRequest>& trace, int64_t pooled_capacity_blocks, int block_size_tokens = 16);
+
+// JSON as documented in docs/routing.md.
+std::string ReplayReportToJson(const ReplayReport& report, int indent = 2);
+// A table for terminals.
+std::string ReplayReportToText(const ReplayReport& report);
+
+}  // namespace epp

@@ -1,0 +1,368 @@
+// The replay engine: a discrete-event loop in virtual time over N SimServers and one Scheduler
+// per policy (behaviour in epp/replay.h).
+//
+// Event order at a given microsecond: scrapes due at or before an arrival run first (so a
+// request sees metrics at most one interval old, as a deployed EPP does), then the arrival is
+// scheduled and submitted. Completions are collected whenever a server is advanced (at scrapes
+// and submissions), and release the scheduler's in-flight load then: a completion is noticed at
+// most one scrape interval late, a documented simplification of "at response end".
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <list>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/strings.h"
+#include "epp/prefix_cache.h"
+#include "epp/registry.h"
+#include "epp/replay.h"
+#include "epp/scheduler.h"
+
+namespace epp {
+namespace {
+
+using internal::Num;
+
+Percentiles Summarize(std::vector<double>& v) {
+  Percentiles p;
+  if (v.empty()) return p;
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) {
+    const double pos = q * static_cast<double>(v.size() - 1);
+    const size_t lo = static_cast<size_t>(std::floor(pos)), hi = static_cast<size_t>(std::ceil(pos));
+    return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+  };
+  p.p50 = at(0.5);
+  p.p90 = at(0.9);
+  p.p99 = at(0.99);
+  double sum = 0;
+  for (double x : v) sum += x;
+  p.mean = sum / static_cast<double>(v.size());
+  return p;
+}
+
+// An LRU of block hashes (the pooled-cache bound).
+class BlockLru {
+ public:
+  explicit BlockLru(int64_t capacity) : capacity_(std::max<int64_t>(1, capacity)) {}
+  bool Contains(uint64_t h) const { return map_.contains(h); }
+  void Touch(uint64_t h) {
+    auto it = map_.find(h);
+    if (it != map_.end()) {
+      order_.splice(order_.end(), order_, it->second);
+      return;
+    }
+    order_.push_back(h);
+    map_.emplace(h, std::prev(order_.end()));
+    if (static_cast<int64_t>(map_.size()) > capacity_) {
+      map_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+
+ private:
+  int64_t capacity_;
+  std::list<uint64_t> order_;
+  absl::flat_hash_map<uint64_t, std::list<uint64_t>::iterator> map_;
+};
+
+struct Pending {
+  int64_t arrival_us = 0;
+  size_t server = 0;
+  int64_t predicted_tokens = 0;
+  int64_t matchable_tokens = 0;  // what the EPP hashed (its block cap): the window it can predict
+  int64_t blocks = 0;
+  int64_t load_tokens = 0;
+  size_t bucket = 0;
+};
+
+}  // namespace
+
+ReplayTraceInfo AnalyzeTrace(const std::vector<ReplayRequest>& trace, int64_t pooled_capacity_blocks, int block_size_tokens) {
+  ReplayTraceInfo info;
+  info.requests = static_cast<int64_t>(trace.size());
+  if (trace.empty()) return info;
+  info.duration_s = static_cast<double>(trace.back().arrival_us - trace.front().arrival_us) / 1e6;
+  absl::flat_hash_set<uint64_t> seen;
+  BlockLru pooled(pooled_capacity_blocks);
+  int64_t upper_hits = 0, pooled_hits = 0;
+  for (const ReplayRequest& r : trace) {
+    info.prompt_tokens += r.prompt_tokens;
+    const std::string text = RenderReplayPrompt(r);
+    const std::vector<uint64_t> h =
+        ChainedBlockHashes(text, static_cast<size_t>(block_size_tokens) * kCharsPerToken, PrefixSeed(r.model));
+    info.blocks += static_cast<int64_t>(h.size());
+    for (uint64_t b : h) upper_hits += seen.contains(b);
+    for (uint64_t b : h) seen.insert(b);
+    // The pooled cache serves the longest leading run it holds, as a server's prefix cache does.
+    size_t run = 0;
+    while (run < h.size() && pooled.Contains(h[run])) ++run;
+    pooled_hits += static_cast<int64_t>(run);
+    for (size_t k = h.size(); k-- > 0;) pooled.Touch(h[k]);  // first block most recent
+  }
+  if (info.blocks > 0) {
+    info.upper_bound_block_hit_rate = static_cast<double>(upper_hits) / static_cast<double>(info.blocks);
+    info.pooled_cache_bound_block_hit_rate = static_cast<double>(pooled_hits) / static_cast<double>(info.blocks);
+  }
+  return info;
+}
+
+absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, const std::vector<ReplayPolicy>& policies,
+                                       const ReplayOptions& options) {
+  if (options.servers <= 0) return absl::InvalidArgumentError("servers must be > 0");
+  if (options.scrape_interval_us <= 0) return absl::InvalidArgumentError("the metrics refresh interval must be > 0");
+  if (!options.per_server.empty() && static_cast<int>(options.per_server.size()) != options.servers)
+    return absl::InvalidArgumentError("per-server parameters must list every server");
+  if (policies.empty()) return absl::InvalidArgumentError("no policy to replay");
+  for (size_t i = 1; i < trace.size(); ++i)
+    if (trace[i].arrival_us < trace[i - 1].arrival_us) return absl::InvalidArgumentError("the trace is not sorted by arrival time");
+  std::vector<SimParams> params(static_cast<size_t>(options.servers), options.server);
+  if (!options.per_server.empty()) params = options.per_server;
+  int64_t total_kv = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].seed = options.seed + i;
+    if (params[i].models.empty()) params[i].models = {"model"};
+    EPP_RETURN_IF_ERROR(params[i].Validate());
+    total_kv += params[i].kv_blocks * params[i].block_size / 16;
+  }
+  const int sim_block = params.front().block_size;
+  ReplayReport report;
+  report.trace = AnalyzeTrace(trace, total_kv, 16);
+  const PluginRegistry registry = BuiltinRegistry();
+  const int64_t t0 = trace.empty() ? 0 : trace.front().arrival_us;
+  const int64_t span = trace.empty() ? 1 : std::max<int64_t>(1, trace.back().arrival_us - t0 + 1);
+  const size_t buckets = static_cast<size_t>(std::max(1, options.timeline_buckets));
+  const double total_work = static_cast<double>(trace.size() * policies.size());
+
+  for (size_t pi = 0; pi < policies.size(); ++pi) {
+    const auto wall0 = std::chrono::steady_clock::now();
+    const ReplayPolicy& policy = policies[pi];
+    ManualClock clock(t0);
+    SeededRng rng(options.seed);
+    EPP_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> sched, BuildScheduler(policy.config, registry, PluginContext{&clock, &rng}));
+    std::vector<std::unique_ptr<SimServer>> servers;
+    std::vector<Endpoint> endpoints(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      SimParams p = params[i];
+      // Every model the trace uses is served by every server.
+      for (const ReplayRequest& r : trace)
+        if (std::find(p.models.begin(), p.models.end(), r.model) == p.models.end()) p.models.push_back(r.model);
+      EPP_ASSIGN_OR_RETURN(auto s, SimServer::Create(p));
+      servers.push_back(std::move(s));
+      endpoints[i].address = absl::StrCat("10.0.", i / 250, ".", i % 250 + 1, ":8000");
+      endpoints[i].engine = p.engine;
+      endpoints[i].metrics.cache_block_size = p.block_size;
+      endpoints[i].metrics.cache_num_blocks = p.kv_blocks;
+    }
+    ReplayPolicyReport rep;
+    rep.name = policy.name;
+    rep.requests_per_server.assign(params.size(), 0);
+    rep.kv_usage_mean_per_server.assign(params.size(), 0.0);
+    int64_t scrapes = 0;
+    absl::flat_hash_map<uint64_t, Pending> pending;
+    std::vector<double> ttft, e2e, queue;
+    int64_t hit_blocks = 0, all_blocks = 0, hit_tokens = 0, all_tokens = 0, wrong = 0, judged = 0;
+    int64_t first_arrival = INT64_MAX, last_finish = 0;
+    std::vector<int64_t> bucket_hits(buckets, 0), bucket_blocks(buckets, 0);
+    std::vector<SimEvent> events;
+
+    auto collect = [&](size_t s) {
+      for (const SimEvent& ev : events) {
+        if (ev.kind == SimEvent::Kind::kFirstToken) continue;
+        auto it = pending.find(ev.id);
+        if (it == pending.end()) continue;
+        const Pending pd = it->second;
+        pending.erase(it);
+        sched->Release(endpoints[s].address, pd.load_tokens);
+        std::optional<SimRequestResult> res = servers[s]->TakeResult(ev.id);
+        if (ev.kind == SimEvent::Kind::kRejected || !res || res->rejected) {
+          rep.failed++;
+          continue;
+        }
+        rep.completed++;
+        ttft.push_back(static_cast<double>(res->first_token_us - res->arrival_us) / 1e6);
+        e2e.push_back(static_cast<double>(res->finish_us - res->arrival_us) / 1e6);
+        queue.push_back(static_cast<double>(res->admitted_us - res->arrival_us) / 1e6);
+        last_finish = std::max(last_finish, res->finish_us);
+        const int64_t cached_blocks = res->cached_tokens / sim_block;
+        hit_blocks += cached_blocks;
+        all_blocks += pd.blocks;
+        hit_tokens += res->cached_tokens;
+        all_tokens += res->prompt_tokens;
+        bucket_hits[pd.bucket] += cached_blocks;
+        bucket_blocks[pd.bucket] += pd.blocks;
+        // The EPP's guess is wrong when it is off by at least one of the server's blocks, within
+        // the window it hashes (maxPrefixBlocksToMatch caps what it can predict).
+        ++judged;
+        const int64_t truth = std::min(res->cached_tokens, pd.matchable_tokens);
+        if (std::llabs(pd.predicted_tokens - truth) >= sim_block) ++wrong;
+      }
+      events.clear();
+    };
+    auto scrape = [&](int64_t t) {
+      for (size_t s = 0; s < servers.size(); ++s) {
+        servers[s]->AdvanceTo(t, &events);
+        collect(s);
+        const SimSnapshot snap = servers[s]->Snapshot();
+        Endpoint& e = endpoints[s];
+        e.metrics.waiting_queue_size = snap.waiting;
+        e.metrics.running_requests = snap.running;
+        e.metrics.kv_cache_usage = snap.kv_usage;
+        e.metrics_time_us = t;
+        rep.kv_usage_mean_per_server[s] += snap.kv_usage;
+      }
+      ++scrapes;
+    };
+
+    int64_t next_scrape = t0;
+    uint64_t next_id = 1;
+    size_t done = 0;
+    for (const ReplayRequest& r : trace) {
+      while (next_scrape <= r.arrival_us) {
+        scrape(next_scrape);
+        next_scrape += options.scrape_interval_us;
+      }
+      clock.Set(r.arrival_us);
+      first_arrival = std::min(first_arrival, r.arrival_us);
+      InferenceRequest req;
+      req.model = r.model;
+      req.prompt = RenderReplayPrompt(r);
+      req.prompt_tokens = r.prompt_tokens;
+      req.priority = r.priority;
+      req.path = "/v1/completions";
+      PickResult pr = sched->Pick(req, endpoints);
+      if (pr.status != 200) {
+        rep.shed++;
+      } else {
+        size_t s = 0;
+        while (s < endpoints.size() && endpoints[s].address != pr.endpoints.front()) ++s;
+        Pending pd;
+        pd.arrival_us = r.arrival_us;
+        pd.server = s;
+        pd.predicted_tokens = static_cast<int64_t>(pr.prefix_match_blocks) * pr.prefix_block_size_tokens;
+        // Without a prefix producer the EPP predicts nothing, over the whole prompt.
+        pd.matchable_tokens = pr.prefix_block_size_tokens > 0
+                                  ? static_cast<int64_t>(pr.prefix_blocks) * pr.prefix_block_size_tokens
+                                  : std::numeric_limits<int64_t>::max();
+        pd.load_tokens = pr.load_tokens;
+        pd.bucket = std::min(buckets - 1, static_cast<size_t>((r.arrival_us - t0) * static_cast<int64_t>(buckets) / span));
+        SimRequest sr;
+        sr.id = next_id++;
+        sr.block_hashes = ChainedBlockHashes(req.prompt, static_cast<size_t>(sim_block) * kCharsPerToken, PrefixSeed(r.model));
+        pd.blocks = static_cast<int64_t>(sr.block_hashes.size());
+        sr.prompt_tokens = std::max<int64_t>(1, r.prompt_tokens);
+        sr.output_tokens = std::max<int64_t>(1, r.output_tokens);
+        pending.emplace(sr.id, pd);
+        rep.requests_per_server[s]++;
+        absl::Status st = servers[s]->Submit(sr, r.arrival_us, &events);
+        if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("policy ", policy.name, ": ", st.message()));
+        collect(s);
+      }
+      ++done;
+      if (options.progress && (done & 1023) == 0)
+        options.progress((static_cast<double>(pi * trace.size() + done)) / std::max(1.0, total_work));
+    }
+    // Drain: run every server until idle.
+    for (size_t s = 0; s < servers.size(); ++s) {
+      for (int guard = 0; guard < 100000000; ++guard) {
+        const int64_t t = servers[s]->NextEventTime();
+        if (t == std::numeric_limits<int64_t>::max()) break;
+        servers[s]->AdvanceTo(t, &events);
+        collect(s);
+      }
+    }
+    rep.failed += static_cast<int64_t>(pending.size());  // never finished (should not happen)
+    rep.ttft_s = Summarize(ttft);
+    rep.e2e_s = Summarize(e2e);
+    rep.queue_s = Summarize(queue);
+    if (!ttft.empty()) {
+      const size_t keep = std::min<size_t>(2000, ttft.size());
+      for (size_t k = 0; k < keep; ++k) rep.ttft_samples_s.push_back(ttft[k * ttft.size() / keep]);
+    }
+    rep.block_hit_rate = all_blocks ? static_cast<double>(hit_blocks) / static_cast<double>(all_blocks) : 0;
+    rep.token_hit_rate = all_tokens ? static_cast<double>(hit_tokens) / static_cast<double>(all_tokens) : 0;
+    rep.prediction_error_rate = judged ? static_cast<double>(wrong) / static_cast<double>(judged) : 0;
+    if (rep.completed > 0 && last_finish > first_arrival)
+      rep.throughput_rps = static_cast<double>(rep.completed) / (static_cast<double>(last_finish - first_arrival) / 1e6);
+    int64_t mx = 0, sum = 0;
+    for (int64_t c : rep.requests_per_server) {
+      mx = std::max(mx, c);
+      sum += c;
+    }
+    rep.load_max_over_mean = sum ? static_cast<double>(mx) / (static_cast<double>(sum) / static_cast<double>(params.size())) : 0;
+    for (double& k : rep.kv_usage_mean_per_server) k = scrapes ? k / static_cast<double>(scrapes) : 0;
+    for (size_t b = 0; b < buckets; ++b)
+      rep.hit_rate_timeline.push_back(bucket_blocks[b] ? static_cast<double>(bucket_hits[b]) / static_cast<double>(bucket_blocks[b]) : 0);
+    rep.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    report.policies.push_back(std::move(rep));
+  }
+  if (options.progress) options.progress(1.0);
+  return report;
+}
+
+std::string ReplayReportToJson(const ReplayReport& report, int indent) {
+  using json = nlohmann::ordered_json;
+  auto pct = [](const Percentiles& p) { return json{{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"mean", p.mean}}; };
+  json j;
+  j["trace"] = {{"requests", report.trace.requests},
+                {"blocks", report.trace.blocks},
+                {"prompt_tokens", report.trace.prompt_tokens},
+                {"duration_s", report.trace.duration_s},
+                {"upper_bound_block_hit_rate", report.trace.upper_bound_block_hit_rate},
+                {"pooled_cache_bound_block_hit_rate", report.trace.pooled_cache_bound_block_hit_rate}};
+  json ps = json::array();
+  for (const ReplayPolicyReport& p : report.policies) {
+    ps.push_back({{"name", p.name},
+                  {"completed", p.completed},
+                  {"failed", p.failed},
+                  {"shed", p.shed},
+                  {"block_hit_rate", p.block_hit_rate},
+                  {"token_hit_rate", p.token_hit_rate},
+                  {"ttft_s", pct(p.ttft_s)},
+                  {"e2e_s", pct(p.e2e_s)},
+                  {"queue_s", pct(p.queue_s)},
+                  {"throughput_rps", p.throughput_rps},
+                  {"load_max_over_mean", p.load_max_over_mean},
+                  {"prediction_error_rate", p.prediction_error_rate},
+                  {"requests_per_server", p.requests_per_server},
+                  {"kv_usage_mean_per_server", p.kv_usage_mean_per_server},
+                  {"hit_rate_timeline", p.hit_rate_timeline},
+                  {"ttft_samples_s", p.ttft_samples_s},
+                  {"wall_s", p.wall_s}});
+  }
+  j["policies"] = ps;
+  return j.dump(indent);
+}
+
+std::string ReplayReportToText(const ReplayReport& r) {
+  std::string out = absl::StrCat("trace: ", r.trace.requests, " requests over ", Num(r.trace.duration_s), " s, ", r.trace.blocks,
+                                 " prompt blocks; block hit-rate bounds: upper ", Num(r.trace.upper_bound_block_hit_rate),
+                                 ", pooled cache ", Num(r.trace.pooled_cache_bound_block_hit_rate), "\n\n");
+  const std::vector<std::string> header = {"policy", "blocks hit", "tokens hit", "TTFT p50", "p90", "p99", "E2E p50", "p99",
+                                           "req/s", "load max/mean", "mispredicted", "failed", "shed"};
+  std::vector<std::vector<std::string>> rows;
+  for (const ReplayPolicyReport& p : r.policies) {
+    rows.push_back({p.name, Num(p.block_hit_rate), Num(p.token_hit_rate), Num(p.ttft_s.p50), Num(p.ttft_s.p90), Num(p.ttft_s.p99),
+                    Num(p.e2e_s.p50), Num(p.e2e_s.p99), Num(p.throughput_rps), Num(p.load_max_over_mean),
+                    Num(p.prediction_error_rate), std::to_string(p.failed), std::to_string(p.shed)});
+  }
+  std::vector<size_t> w(header.size());
+  for (size_t c = 0; c < header.size(); ++c) w[c] = header[c].size();
+  for (const auto& row : rows)
+    for (size_t c = 0; c < row.size(); ++c) w[c] = std::max(w[c], row[c].size());
+  auto line = [&](const std::vector<std::string>& row) {
+    for (size_t c = 0; c < row.size(); ++c) absl::StrAppend(&out, row[c], std::string(w[c] - row[c].size() + 2, ' '));
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    out += "\n";
+  };
+  line(header);
+  for (const auto& row : rows) line(row);
+  out += "\n(times in seconds of simulated time; figures come from the simulator's cost model, not GPUs)\n";
+  return out;
+}
+
+}  // namespace epp

@@ -1,0 +1,271 @@
+// Replay workloads: prompt rendering from segments, inference-perf's shared_prefix generator, the
+// GIE prefix-cache benchmark configurations, Mooncake and captured-OpenAI trace loaders, and
+// the named baseline policies.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "epp/prefix_cache.h"
+#include "epp/replay.h"
+#include "epp/request.h"
+
+namespace epp {
+namespace {
+
+uint64_t SplitMix(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Segment ids by purpose, so system prompts, questions and answers never collide.
+constexpr uint64_t kSystemBase = uint64_t{1} << 60;
+constexpr uint64_t kQuestionBase = uint64_t{2} << 60;
+constexpr uint64_t kAnswerBase = uint64_t{3} << 60;
+constexpr uint64_t kMooncakeBase = uint64_t{4} << 60;
+
+absl::Status Bad(std::string_view what) { return absl::InvalidArgumentError(std::string(what)); }
+
+}  // namespace
+
+std::string RenderReplayPrompt(const ReplayRequest& r) {
+  if (!r.text.empty()) return r.text;
+  size_t chars = 0;
+  for (const ReplaySegment& s : r.segments) chars += static_cast<size_t>(std::max(0, s.tokens)) * kCharsPerToken;
+  std::string out;
+  out.resize(chars);
+  char* p = out.data();
+  static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz  eeaattoo";  // 36 symbols, word-ish
+  for (const ReplaySegment& s : r.segments) {
+    uint64_t state = s.id * 0x2545f4914f6cdd1dULL + 0x1234567;
+    size_t n = static_cast<size_t>(std::max(0, s.tokens)) * kCharsPerToken;
+    while (n > 0) {
+      uint64_t x = SplitMix(state);
+      for (int k = 0; k < 8 && n > 0; ++k, --n) {
+        *p++ = kAlphabet[(x & 0xff) % 36];
+        x >>= 8;
+      }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<ReplayRequest>> GenerateSharedPrefix(const SharedPrefixWorkload& w) {
+  if (w.groups <= 0) return Bad("shared-prefix: groups must be > 0");
+  if (w.prompts_per_group <= 0) return Bad("shared-prefix: prompts-per-group must be > 0");
+  if (w.system_len < 0 || w.question_len <= 0 || w.output_len <= 0)
+    return Bad("shared-prefix: system-len must be >= 0, question-len and output-len > 0");
+  if (!(w.rate > 0)) return Bad("shared-prefix: rate must be > 0");
+  if (w.duration_s < 0) return Bad("shared-prefix: duration must be >= 0");
+  const int64_t pairs = static_cast<int64_t>(w.groups) * w.prompts_per_group;
+  const int64_t count = w.duration_s > 0 ? std::max<int64_t>(1, std::llround(w.rate * w.duration_s)) : pairs;
+  if (count > 50'000'000) return Bad("shared-prefix: more than 50 million requests");
+  std::mt19937_64 rng(w.seed);
+  std::exponential_distribution<double> gap(w.rate);
+  std::vector<ReplayRequest> out;
+  out.reserve(static_cast<size_t>(count));
+  // Single turn: each pass visits every (group, prompt) pair once in a random order. Multi-turn:
+  // groups take turns at random, each advancing its own conversation (wrapping to a new
+  // conversation after prompts_per_group turns).
+  std::vector<int64_t> order(static_cast<size_t>(pairs));
+  std::vector<int> turn(static_cast<size_t>(w.groups), 0), conversation(static_cast<size_t>(w.groups), 0);
+  double t = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    if (!w.multi_turn && i % pairs == 0) {
+      for (int64_t k = 0; k < pairs; ++k) order[static_cast<size_t>(k)] = k;
+      std::shuffle(order.begin(), order.end(), rng);
+    }
+    ReplayRequest r;
+    r.model = w.model;
+    r.arrival_us = std::llround(t * 1e6);
+    t += w.poisson ? gap(rng) : 1.0 / w.rate;
+    int g = 0, q = 0;
+    if (w.multi_turn) {
+      g = static_cast<int>(rng() % static_cast<uint64_t>(w.groups));
+      q = turn[static_cast<size_t>(g)];
+      if (++turn[static_cast<size_t>(g)] == w.prompts_per_group) {
+        turn[static_cast<size_t>(g)] = 0;
+        conversation[static_cast<size_t>(g)]++;
+      }
+    } else {
+      const int64_t pair = order[static_cast<size_t>(i % pairs)];
+      g = static_cast<int>(pair / w.prompts_per_group);
+      q = static_cast<int>(pair % w.prompts_per_group);
+    }
+    if (w.system_len > 0) r.segments.push_back({kSystemBase + static_cast<uint64_t>(g), static_cast<int32_t>(w.system_len)});
+    const uint64_t conv = w.multi_turn ? static_cast<uint64_t>(conversation[static_cast<size_t>(g)]) : 0;
+    const uint64_t key = (conv * static_cast<uint64_t>(w.groups) + static_cast<uint64_t>(g)) * 1'000'003ULL;
+    if (w.multi_turn) {
+      for (int k = 0; k < q; ++k) {  // earlier turns and their answers
+        r.segments.push_back({kQuestionBase + key + static_cast<uint64_t>(k), static_cast<int32_t>(w.question_len)});
+        r.segments.push_back({kAnswerBase + key + static_cast<uint64_t>(k), static_cast<int32_t>(w.output_len)});
+      }
+    }
+    r.segments.push_back({kQuestionBase + key + static_cast<uint64_t>(q), static_cast<int32_t>(w.question_len)});
+    r.prompt_tokens = 0;
+    for (const auto& s : r.segments) r.prompt_tokens += s.tokens;
+    r.output_tokens = w.output_len;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+absl::StatusOr<SharedPrefixWorkload> GieBenchmarkWorkload(std::string_view name) {
+  SharedPrefixWorkload w;
+  if (name == "short-questions__many-system-prompts") {
+    w.groups = 150, w.prompts_per_group = 5, w.system_len = 6000, w.question_len = 1200, w.output_len = 1000;
+  } else if (name == "long-questions__many-system-prompts") {
+    w.groups = 150, w.prompts_per_group = 5, w.system_len = 1000, w.question_len = 6200, w.output_len = 1000;
+  } else if (name == "short-questions__few-system-prompts__multi-chat") {
+    // Questions: mean 30 tokens in GIE's file (sd 9); outputs follow a distribution there; we use means.
+    w.groups = 6, w.prompts_per_group = 1000, w.system_len = 1000, w.question_len = 30, w.output_len = 100, w.multi_turn = true;
+  } else if (name == "long-questions__few-system-prompts__multi-chat") {
+    w.groups = 6, w.prompts_per_group = 1000, w.system_len = 1000, w.question_len = 3000, w.output_len = 1000, w.multi_turn = true;
+  } else {
+    return absl::NotFoundError(absl::StrCat(
+        "unknown GIE workload '", std::string(name),
+        "' (known: short-questions__many-system-prompts, long-questions__many-system-prompts, "
+        "short-questions__few-system-prompts__multi-chat, long-questions__few-system-prompts__multi-chat)"));
+  }
+  return w;
+}
+
+absl::StatusOr<std::vector<ReplayRequest>> LoadMooncakeTrace(const std::string& path, double time_scale) {
+  if (!(time_scale > 0)) return Bad("time scale must be > 0");
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read trace '", path, "'"));
+  std::vector<ReplayRequest> out;
+  std::string line;
+  int n = 0;
+  constexpr int kBlockTokens = 512;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = absl::StrCat(path, ":", n, ": ");
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object()) return Bad(where + "not a JSON object");
+    auto num = [&](const char* k) -> absl::StatusOr<int64_t> {
+      if (!j.contains(k) || !j[k].is_number()) return Bad(absl::StrCat(where, k, ": missing or not a number"));
+      const double v = j[k].get<double>();
+      if (!(v >= 0) || v > 1e15) return Bad(absl::StrCat(where, k, ": out of range"));
+      return static_cast<int64_t>(v);
+    };
+    ReplayRequest r;
+    auto ts = num("timestamp");
+    auto il = num("input_length");
+    auto ol = num("output_length");
+    if (!ts.ok()) return ts.status();
+    if (!il.ok()) return il.status();
+    if (!ol.ok()) return ol.status();
+    if (!j.contains("hash_ids") || !j["hash_ids"].is_array()) return Bad(where + "hash_ids: missing or not an array");
+    r.arrival_us = std::llround(static_cast<double>(*ts) * 1000.0 * time_scale);
+    r.prompt_tokens = std::max<int64_t>(1, *il);
+    r.output_tokens = std::max<int64_t>(1, *ol);
+    int64_t left = r.prompt_tokens;
+    size_t k = 0;
+    for (const auto& id : j["hash_ids"]) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0)
+        return Bad(absl::StrCat(where, "hash_ids[", k, "]: not a non-negative integer"));
+      if (left <= 0) break;
+      const int32_t tokens = static_cast<int32_t>(std::min<int64_t>(kBlockTokens, left));
+      r.segments.push_back({kMooncakeBase + id.get<uint64_t>(), tokens});
+      left -= tokens;
+      ++k;
+    }
+    // Tokens beyond the listed blocks are unique to the request.
+    if (left > 0) r.segments.push_back({kQuestionBase + (uint64_t{1} << 40) + static_cast<uint64_t>(n), static_cast<int32_t>(std::min<int64_t>(left, INT32_MAX))});
+    out.push_back(std::move(r));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const ReplayRequest& a, const ReplayRequest& b) { return a.arrival_us < b.arrival_us; });
+  return out;
+}
+
+absl::StatusOr<std::vector<ReplayRequest>> LoadOpenAITrace(const std::string& path, double time_scale) {
+  if (!(time_scale > 0)) return Bad("time scale must be > 0");
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read trace '", path, "'"));
+  std::vector<ReplayRequest> out;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = absl::StrCat(path, ":", n, ": ");
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object()) return Bad(where + "not a JSON object");
+    absl::StatusOr<InferenceRequest> req = ParseCaptureEnvelope(line);
+    if (!req.ok()) return Bad(where + std::string(req.status().message()));
+    ReplayRequest r;
+    if (j.contains("timestamp") && j["timestamp"].is_number()) {
+      r.arrival_us = std::llround(j["timestamp"].get<double>() * 1000.0 * time_scale);
+    } else if (j.contains("arrival_s") && j["arrival_s"].is_number()) {
+      r.arrival_us = std::llround(j["arrival_s"].get<double>() * 1e6 * time_scale);
+    } else {
+      return Bad(where + "no arrival time: give \"timestamp\" (ms) or \"arrival_s\"");
+    }
+    if (r.arrival_us < 0) return Bad(where + "negative arrival time");
+    r.model = req->model;
+    r.text = req->prompt;
+    r.prompt_tokens = std::max<int64_t>(1, req->prompt_tokens);
+    r.output_tokens = 128;
+    const nlohmann::json& body = j.contains("body") ? j["body"] : j;
+    if (body.is_object()) {
+      for (const char* k : {"max_tokens", "max_completion_tokens", "max_output_tokens"})
+        if (body.contains(k) && body[k].is_number_integer() && body[k].get<int64_t>() > 0) r.output_tokens = body[k].get<int64_t>();
+    }
+    if (j.contains("output_tokens") && j["output_tokens"].is_number_integer() && j["output_tokens"].get<int64_t>() > 0)
+      r.output_tokens = j["output_tokens"].get<int64_t>();
+    out.push_back(std::move(r));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const ReplayRequest& a, const ReplayRequest& b) { return a.arrival_us < b.arrival_us; });
+  return out;
+}
+
+namespace {
+
+const std::vector<std::pair<std::string, std::string>>& Baselines() {
+  static const auto* kBaselines = new std::vector<std::pair<std::string, std::string>>{
+      {"round-robin", "plugins:\n- type: round-robin-picker\n"},
+      {"random", "plugins:\n- type: random-picker\n"},
+      {"least-queue", "plugins:\n- type: queue-scorer\n"},
+      {"least-inflight", "plugins:\n- type: token-load-scorer\n"},
+      {"gie-default", ""},
+      {"sglang-cache-aware", "plugins:\n- type: cache-aware-scorer\n"},
+  };
+  return *kBaselines;
+}
+
+}  // namespace
+
+std::vector<std::string> NamedReplayPolicies() {
+  std::vector<std::string> out;
+  for (const auto& [name, yaml] : Baselines()) out.push_back(name);
+  return out;
+}
+
+absl::StatusOr<ReplayPolicy> NamedReplayPolicy(std::string_view name) {
+  for (const auto& [n, body] : Baselines()) {
+    if (n != name) continue;
+    ReplayPolicy p;
+    p.name = n;
+    if (body.empty()) {
+      p.config = DefaultConfig();
+    } else {
+      EPP_ASSIGN_OR_RETURN(p.config,
+                           ParseConfig(absl::StrCat("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n", body),
+                                       absl::StrCat("<policy ", n, ">")));
+    }
+    p.config.source = absl::StrCat("<policy ", n, ">");
+    return p;
+  }
+  return absl::NotFoundError(absl::StrCat("unknown policy '", std::string(name), "' (named policies: ",
+                                          absl::StrJoin(NamedReplayPolicies(), ", "), "; or a config file)"));
+}
+
+}  // namespace epp
