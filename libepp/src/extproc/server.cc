@@ -1,6 +1,8 @@
 // ExtProcServer (gRPC callback API: one reactor per stream, no thread per stream) and
 // HealthServer (gRPC's default health service on its own port).
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/ext/health_check_service_server_builder_option.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <google/protobuf/util/json_util.h>
 
@@ -148,9 +150,23 @@ absl::StatusOr<std::unique_ptr<ExtProcServer>> ExtProcServer::Start(const Schedu
   } else {
     creds = grpc::InsecureServerCredentials();
   }
+  // Reject ports gRPC would silently wrap modulo 65536.
+  const size_t colon = options.listen.rfind(':');
+  int64_t port = -1;
+  if (colon != std::string::npos && colon + 1 < options.listen.size() && options.listen.size() - colon - 1 <= 5) {
+    port = 0;
+    for (char c : options.listen.substr(colon + 1)) port = (c >= '0' && c <= '9' && port >= 0) ? port * 10 + (c - '0') : -1;
+  }
+  if (port < 0 || port > 65535)
+    return absl::InvalidArgumentError(absl::StrCat("ext_proc listen address '", options.listen, "': expected host:port with port 0..65535"));
   grpc::ServerBuilder builder;
+  // No SO_REUSEPORT: a second server on a taken port must fail, not silently share it.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options.listen, creds, &impl->port);
   builder.RegisterService(impl.get());
+  // Health checks are answered on the health port only (HealthServer); without this, gRPC's
+  // process-wide default health service would also answer here, with the wrong states.
+  builder.SetOption(std::make_unique<grpc::HealthCheckServiceServerBuilderOption>(nullptr));
   // A body chunk may be as large as the whole body.
   const size_t max_msg = std::max<size_t>(size_t{4} << 20, options.session.max_request_bytes + (size_t{1} << 20));
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(max_msg, INT32_MAX)));
@@ -172,6 +188,11 @@ void ExtProcServer::Shutdown(std::chrono::milliseconds drain) {
 }
 
 struct HealthServer::Impl {
+  // The default health service is only added inside Server::Start, after ServerBuilder has
+  // refused a server with no service of its own ("At least one of the completion queues must be
+  // frequently polled"). An empty callback generic service (UNIMPLEMENTED for any other method)
+  // gives the builder one.
+  grpc::CallbackGenericService unimplemented;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 };
@@ -183,7 +204,9 @@ absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(const std::str
   grpc::EnableDefaultHealthCheckService(true);
   auto impl = std::make_unique<Impl>();
   grpc::ServerBuilder builder;
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &impl->port);
+  builder.RegisterCallbackGenericService(&impl->unimplemented);
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0) return absl::UnavailableError(absl::StrCat("cannot listen for health checks on ", listen));
   auto h = std::unique_ptr<HealthServer>(new HealthServer(std::move(impl)));

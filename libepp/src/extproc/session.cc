@@ -235,7 +235,9 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
 }
 
 void ExtProcSession::Impl::EndResponse() {
-  if (response_done) return;
+  // Before a decision there is nothing to release; a response-path message arriving that early
+  // (not something Envoy does) must not hide the load of a later pick.
+  if (response_done || !result) return;
   response_done = true;
   if (stats && result && !served.empty() && !result->endpoints.empty() && served != result->endpoints.front())
     stats->served_mismatch++;

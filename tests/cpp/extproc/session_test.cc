@@ -1,0 +1,848 @@
+// ExtProcSession over serialized ProcessingRequest bytes: the request path (deferred headers
+// response, destination header + dynamic metadata, streamed body chunks, subset hints, model
+// rewrite, 400/413/429/503), the response path (echo, usage, served endpoint), in-flight load,
+// protocol errors, and wire compatibility checked by field number with UnknownFieldSet.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "extproc/extproc_testutil.h"
+
+namespace epp {
+namespace {
+
+using namespace extproc_test;  // NOLINT
+
+// Feeds every message, expecting each to be accepted; returns the raw responses.
+std::vector<std::string> Feed(ExtProcSession& s, const std::vector<std::string>& messages) {
+  std::vector<std::string> out;
+  for (const std::string& m : messages) {
+    absl::Status st = s.OnMessage(m, out);
+    EXPECT_TRUE(st.ok()) << st;
+  }
+  return out;
+}
+
+std::vector<std::string> Feed(ExtProcSession& s, const pb::ProcessingRequest& m) {
+  return Feed(s, std::vector<std::string>{m.SerializeAsString()});
+}
+
+// Request body of a streamed_response chunk (request or response path).
+const pb::StreamedBodyResponse& Streamed(const pb::ProcessingResponse& r) {
+  const pb::BodyResponse& b = r.has_request_body() ? r.request_body() : r.response_body();
+  EXPECT_TRUE(b.response().has_body_mutation());
+  EXPECT_EQ(b.response().body_mutation().mutation_case(), pb::BodyMutation::kStreamedResponse);
+  return b.response().body_mutation().streamed_response();
+}
+
+void ExpectImmediate(const std::vector<pb::ProcessingResponse>& rs, int code, std::string_view error_name) {
+  ASSERT_EQ(rs.size(), 1u);
+  ASSERT_TRUE(rs[0].has_immediate_response());
+  const pb::ImmediateResponse& ir = rs[0].immediate_response();
+  EXPECT_EQ(static_cast<int>(ir.status().code()), code);
+  EXPECT_EQ(ir.body().rfind("inference error: " + std::string(error_name) + " - ", 0), 0u) << ir.body();
+  EXPECT_FALSE(ir.details().empty());
+  EXPECT_FALSE(rs[0].has_dynamic_metadata());
+}
+
+std::vector<std::pair<std::string, std::string>> JsonHeaders() { return {{"content-type", "application/json"}}; }
+
+// ---------------------------------------------------------------------------------------------
+// Request path.
+
+TEST(ExtProcSessionTest, ChunkedChatRequestIsAnsweredAtBodyEndAndStreamedBack) {
+  SchedulerEnv env({Ep("10.0.0.1:8000", 5, 0.5), Ep("10.0.0.2:8000", 0, 0.1), Ep("10.0.0.3:8000", 3, 0.4)});
+  ExtProcOptions options;
+  ExtProcStats stats;
+  ExtProcSession s(*env.scheduler, env.pool, options, &stats);
+  const std::string body = ChatBody("llama", std::string(200000, 'a'));
+  const std::vector<std::string> messages = BuildProcessingRequests(ChatCapture(body, (body.size() + 2) / 3));
+  ASSERT_EQ(messages.size(), 4u);  // headers + 3 body chunks
+
+  std::vector<std::string> out;
+  for (size_t i = 0; i + 1 < messages.size(); ++i) {
+    ASSERT_TRUE(s.OnMessage(messages[i], out).ok());
+    EXPECT_TRUE(out.empty()) << "message " << i << ": nothing is answered before the body ends";
+  }
+  EXPECT_EQ(s.result(), nullptr);
+  ASSERT_TRUE(s.OnMessage(messages.back(), out).ok());
+  const auto rs = Decode(out);
+  ASSERT_EQ(rs.size(), 1u + 4u);  // headers response + ceil(200 KB / 62,000) body chunks
+
+  ASSERT_TRUE(rs[0].has_request_headers());
+  const pb::CommonResponse& common = rs[0].request_headers().response();
+  EXPECT_TRUE(common.clear_route_cache());
+  const auto dest = SetHeader(common.header_mutation(), kDestinationEndpointHeader);
+  ASSERT_TRUE(dest.has_value());
+  EXPECT_EQ(*dest, "10.0.0.2:8000");
+  EXPECT_EQ(MetadataDestination(rs[0]), dest);
+  EXPECT_FALSE(SetHeader(common.header_mutation(), "content-length").has_value()) << "body forwarded unchanged";
+  EXPECT_EQ(common.header_mutation().remove_headers_size(), 0);
+  for (const auto& o : common.header_mutation().set_headers()) EXPECT_TRUE(o.header().value().empty()) << "raw_value only";
+
+  std::string reassembled;
+  for (size_t i = 1; i < rs.size(); ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_TRUE(rs[i].has_request_body());
+    const pb::StreamedBodyResponse& sr = Streamed(rs[i]);
+    EXPECT_LE(sr.body().size(), kBodyChunkBytes);
+    EXPECT_EQ(sr.end_of_stream(), i + 1 == rs.size());
+    reassembled += sr.body();
+  }
+  EXPECT_EQ(Streamed(rs[1]).body().size(), 62000u);
+  EXPECT_EQ(reassembled, body);
+
+  EXPECT_FALSE(s.finished());
+  ASSERT_NE(s.result(), nullptr);
+  EXPECT_EQ(s.result()->status, 200);
+  ASSERT_NE(s.request(), nullptr);
+  EXPECT_EQ(s.request()->model, "llama");
+  EXPECT_EQ(s.request()->api, ApiKind::kChatCompletions);
+  EXPECT_EQ(stats.outcome_200.load(), 1);
+  EXPECT_EQ(stats.requests_in_flight.load(), 1);
+  int64_t latency_samples = 0;
+  for (const auto& c : stats.latency_count) latency_samples += c.load();
+  EXPECT_EQ(latency_samples, 1);
+}
+
+TEST(ExtProcSessionTest, SubsetHintRestrictsTheCandidates) {
+  // 10.0.0.9 is the best endpoint; every hint below excludes it.
+  SchedulerEnv env({Ep("10.0.0.9:8000", 0, 0.0), Ep("10.0.0.1:8000", 2, 0.3), Ep("10.0.0.1:8001", 4, 0.4),
+                    Ep("10.0.0.2:8000", 3, 0.3), Ep("10.0.0.3:8000", 1, 0.2)});
+  struct Case {
+    const char* name;
+    std::optional<std::vector<std::string>> subset;
+    bool as_string;
+    int status;
+    std::set<std::string> allowed;
+  };
+  const Case cases[] = {
+      {"no hint", std::nullopt, false, 200, {"10.0.0.9:8000"}},
+      {"list", std::vector<std::string>{"10.0.0.2:8000"}, false, 200, {"10.0.0.2:8000"}},
+      {"comma string", std::vector<std::string>{"10.0.0.2:8000", "10.0.0.3:8000"}, true, 200, {"10.0.0.2:8000", "10.0.0.3:8000"}},
+      {"list with comma entries", std::vector<std::string>{"10.0.0.2:8000, 10.0.0.3:8000"}, false, 200,
+       {"10.0.0.2:8000", "10.0.0.3:8000"}},
+      {"bare ip", std::vector<std::string>{"10.0.0.1"}, false, 200, {"10.0.0.1:8000", "10.0.0.1:8001"}},
+      {"empty list", std::vector<std::string>{}, false, 503, {}},
+      {"no match", std::vector<std::string>{"10.9.9.9:8000"}, false, 503, {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ExtProcOptions options;
+    ExtProcStats stats;
+    ExtProcSession s(*env.scheduler, env.pool, options, &stats);
+    HttpRequestCapture capture = ChatCapture(ChatBody("m", std::string("hello ") + c.name));
+    capture.subset = c.subset;
+    capture.subset_as_string = c.as_string;
+    const auto rs = Decode(Feed(s, BuildProcessingRequests(capture)));
+    if (c.status == 200) {
+      ASSERT_EQ(rs.size(), 2u);
+      const auto dest = SetHeader(rs[0].request_headers().response().header_mutation(), kDestinationEndpointHeader);
+      ASSERT_TRUE(dest.has_value());
+      EXPECT_TRUE(c.allowed.count(*dest)) << *dest;
+      EXPECT_EQ(MetadataDestination(rs[0]), dest);
+      EXPECT_EQ(stats.outcome_200.load(), 1);
+    } else {
+      ExpectImmediate(rs, 503, "ServiceUnavailable");
+      EXPECT_TRUE(s.finished());
+      EXPECT_EQ(stats.outcome_503.load(), 1);
+    }
+  }
+}
+
+TEST(ExtProcSessionTest, IgnoreSubsetHintOption) {
+  SchedulerEnv env({Ep("10.0.0.9:8000", 0, 0.0), Ep("10.0.0.1:8000", 5, 0.5)});
+  ExtProcOptions options;
+  options.ignore_subset_hint = true;
+  ExtProcSession s(*env.scheduler, env.pool, options);
+  HttpRequestCapture capture = ChatCapture(ChatBody("m", "hi"));
+  capture.subset = std::vector<std::string>{};  // would be a 503
+  const auto rs = Decode(Feed(s, BuildProcessingRequests(capture)));
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(MetadataDestination(rs[0]), "10.0.0.9:8000");
+}
+
+TEST(ExtProcSessionTest, ModelRewriteHeaderRewritesTheBody) {
+  SchedulerEnv env({Ep("10.0.0.1:8000")});
+  ExtProcOptions options;
+  ExtProcSession s(*env.scheduler, env.pool, options);
+  HttpRequestCapture capture =
+      ChatCapture(R"({"model":"alias","messages":[{"role":"user","content":"hi there"}],"temperature":0.5})");
+  capture.headers.emplace_back("X-Gateway-Model-Name-Rewrite", "llama-3-70b");  // names are case-insensitive
+  const auto rs = Decode(Feed(s, BuildProcessingRequests(capture)));
+  ASSERT_EQ(rs.size(), 2u);
+  const auto& mutation = rs[0].request_headers().response().header_mutation();
+  const std::string new_body = Streamed(rs[1]).body();
+  EXPECT_TRUE(Streamed(rs[1]).end_of_stream());
+  EXPECT_EQ(SetHeader(mutation, "content-length"), std::to_string(new_body.size()));
+  const auto j = nlohmann::json::parse(new_body);
+  EXPECT_EQ(j["model"], "llama-3-70b");
+  EXPECT_EQ(j["temperature"], 0.5);
+  EXPECT_EQ(j["messages"][0]["content"], "hi there");
+  auto reparsed = ParseOpenAIRequest("/v1/chat/completions", new_body);
+  ASSERT_TRUE(reparsed.ok()) << reparsed.status();
+  EXPECT_EQ(reparsed->model, "llama-3-70b");
+  ASSERT_NE(s.request(), nullptr);
+  EXPECT_EQ(s.request()->model, "llama-3-70b");
+}
+
+TEST(ExtProcSessionTest, ModelRewriteToTheSameModelKeepsTheBytes) {
+  SchedulerEnv env({Ep("10.0.0.1:8000")});
+  ExtProcOptions options;
+  ExtProcSession s(*env.scheduler, env.pool, options);
+  const std::string body = "{ \"model\" : \"m\", \"messages\": [{\"role\":\"user\",\"content\":\"x\"}] }";
+  HttpRequestCapture capture = ChatCapture(body);
+  capture.headers.emplace_back(std::string(kModelNameRewriteHeader), "m");
+  const auto rs = Decode(Feed(s, BuildProcessingRequests(capture)));
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_FALSE(SetHeader(rs[0].request_headers().response().header_mutation(), "content-length").has_value());
+  EXPECT_EQ(Streamed(rs[1]).body(), body);
+}
+
+TEST(ExtProcSessionTest, BodyOverTheLimitIs413) {
+  SchedulerEnv env({Ep("10.0.0.1:8000")});
+  const std::string body = ChatBody("m", std::string(3000, 'x'));
+  {
+    SCOPED_TRACE("over");
+    ExtProcOptions options;
+    options.max_request_bytes = 1000;
+    ExtProcStats stats;
+    ExtProcSession s(*env.scheduler, env.pool, options, &stats);
+    const auto messages = BuildProcessingRequests(ChatCapture(body, 500));
+    std::vector<std::string> out;
+    for (size_t i = 0; i < messages.size(); ++i) {
+      ASSERT_TRUE(s.OnMessage(messages[i], out).ok()) << i;
+      // 500 + 500 bytes fit; the third chunk crosses the limit; later chunks are ignored.
+      EXPECT_EQ(out.size(), i < 3 ? 0u : 1u) << i;
+    }
+    const auto rs = Decode(out);
+    ExpectImmediate(rs, 413, "PayloadTooLarge");
+    EXPECT_NE(rs[0].immediate_response().body().find("1000"), std::string::npos);
+    EXPECT_TRUE(s.finished());
+    EXPECT_EQ(s.result(), nullptr);
+    EXPECT_EQ(stats.outcome_413.load(), 1);
+    EXPECT_EQ(env.scheduler->Inflight("10.0.0.1:8000").first, 0);
+  }
+  {
+    SCOPED_TRACE("exactly at the limit");
+    ExtProcOptions options;
+    options.max_request_bytes = body.size();
+    ExtProcSession s(*env.scheduler, env.pool, options);
+    const auto rs = Decode(Feed(s, BuildProcessingRequests(ChatCapture(body, 700))));
+    ASSERT_GE(rs.size(), 2u);
+    EXPECT_TRUE(rs[0].has_request_headers());
+  }
+}
+
+TEST(ExtProcSessionTest, UnparsableBodyIs400NamingTheJsonPath) {
+  SchedulerEnv env({Ep("10.0.0.1:8000")});
+  struct Case {
+    const char* name;
+    std::string body;
+    std::string expect_in_message;
+  };
+  const Case cases[] = {
+      {"wrong type", R"({"model":"m","messages":[{"role":"user","content":5}]})", "messages[0].content"},
+      {"model not a string", R"({"model":7,"messages":[{"role":"user","content":"x"}]})", "model"},
+      {"syntax", R"({"model":"m",)", "invalid JSON"},
+      {"not an object", R"([1,2])", "JSON object"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ExtProcOptions options;
+    ExtProcStats stats;
+    ExtProcSession s(*env.scheduler, env.pool, options, &stats);
+    const auto rs = Decode(Feed(s, BuildProcessingRequests(ChatCapture(c.body))));
+    ExpectImmediate(rs, 400, "BadRequest");
+    if (rs.empty()) continue;
+    EXPECT_NE(rs[0].immediate_response().body().find(c.expect_in_message), std::string::npos)
+        << rs[0].immediate_response().body();
+    ASSERT_NE(s.result(), nullptr);
+    EXPECT_EQ(s.result()->status, 400);
+    EXPECT_EQ(s.request(), nullptr);
+    EXPECT_EQ(stats.outcome_400.load(), 1);
+  }
+}
+
+TEST(ExtProcSessionTest, SheddableObjectiveOnSaturatedPoolIs429) {
+  SchedulerEnv env({Ep("10.0.0.1:8000", 10, 0.9), Ep("10.0.0.2:8000", 6, 0.5)});
+  ExtProcOptions options;
+  options.objective_priorities = {{"batch", -1}, {"interactive", 5}};
+  struct Case {
+    const char* objective;
+    int status;
+    int priority;
+  };
+  for (const Case& c : {Case{"batch", 429, -1}, Case{"interactive", 200, 5}, Case{"unknown", 200, 0}}) {
+    SCOPED_TRACE(c.objective);
+    ExtProcStats stats;
+    ExtProcSession s(*env.scheduler, env.pool, options, &stats);
+    HttpRequestCapture capture = ChatCapture(ChatBody("m", "summarize"));
+    capture.headers.emplace_back(std::string(kObjectiveHeader), c.objective);
+    const auto rs = Decode(Feed(s, BuildProcessingRequests(capture)));
+    ASSERT_NE(s.request(), nullptr);
+    EXPECT_EQ(s.request()->priority, c.priority);
+    if (c.status == 429) {
+      ExpectImmediate(rs, 429, "ResourceExhausted");
+      EXPECT_NE(rs[0].immediate_response().body().find("sheddable"), std::string::npos);
+      EXPECT_EQ(stats.outcome_429.load(), 1);
+    } else {
+      ASSERT_EQ(rs.size(), 2u);
+      EXPECT_TRUE(rs[0].has_request_headers());
+    }
+  }
+}
+
+TEST(ExtProcSessionTest, BodylessRequestIsAnsweredAtOnceWithARandomCandidate) {
+  SchedulerEnv env({Ep("10.0.0.1:8000"), Ep("10.0.0.2:8000"), Ep("10.0.0.3:8000")});
+  ExtProcOptions options;
+  ExtProcStats stats;
+  HttpRequestCapture capture;
+  capture.method = "GET";
+  capture.path = "/v1/models";
+  const auto messages = BuildProcessingRequests(capture);
+  ASSERT_EQ(messages.size(), 1u);
+  std::set<std::string> seen;
+  for (int i = 0; i < 40; ++i) {
+    ExtProcSession s(*env.scheduler, env.pool, options, &stats);
+    const auto rs = Decode(Feed(s, messages));
+    ASSERT_EQ(rs.size(), 1u);
+    ASSERT_TRUE(rs[0].has_request_headers());
+    const auto& common = rs[0].request_headers().response();
+    EXPECT_TRUE(common.clear_route_cache());
+    const auto dest = SetHeader(common.header_mutation(), kDestinationEndpointHeader);
+    ASSERT_TRUE(dest.has_value());
+    EXPECT_EQ(MetadataDestination(rs[0]), dest);
+    EXPECT_FALSE(SetHeader(common.header_mutation(), "content-length").has_value());
+    seen.insert(*dest);
+    ASSERT_NE(s.result(), nullptr);
+    EXPECT_EQ(s.result()->candidates, 3);
+  }
+  for (const std::string& d : seen) EXPECT_TRUE(d == "10.0.0.1:8000" || d == "10.0.0.2:8000" || d == "10.0.0.3:8000") << d;
+  EXPECT_GT(seen.size(), 1u) << "a random candidate, not a scored one";
+  EXPECT_EQ(stats.outcome_200.load(), 40);
+  EXPECT_EQ(stats.requests_in_flight.load(), 0) << "no load is recorded without a body";
+
+  {
+    SCOPED_TRACE("with subset");
+    capture.subset = std::vector<std::string>{"10.0.0.3"};
+    ExtProcSession s(*env.scheduler, env.pool, options);
+    const auto rs = Decode(Feed(s, BuildProcessingRequests(capture)));
+    ASSERT_EQ(rs.size(), 1u);
+    EXPECT_EQ(MetadataDestination(rs[0]), "10.0.0.3:8000");
+  }
+  {
+    SCOPED_TRACE("empty pool");
+    EndpointSnapshot empty;
+    capture.subset.reset();
+    ExtProcSession s(*env.scheduler, empty, options);
+    ExpectImmediate(Decode(Feed(s, BuildProcessingRequests(capture))), 503, "ServiceUnavailable");
+  }
+}
+
+TEST(ExtProcSessionTest, MaxNumOfEndpointsGivesACommaList) {
+  SchedulerEnv env({Ep("10.0.0.1:8000", 3), Ep("10.0.0.2:8000", 1), Ep("10.0.0.3:8000", 2), Ep("10.0.0.4:8000", 9)}, R"(
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: max-score-picker
+  parameters: {maxNumOfEndpoints: 2}
+)");
+  ExtProcOptions options;
+  ExtProcStats stats;
+  ExtProcSession s(*env.scheduler, env.pool, options, &stats);
+  const auto rs = Decode(Feed(s, BuildProcessingRequests(ChatCapture(ChatBody("m", "x")))));
+  ASSERT_EQ(rs.size(), 2u);
+  const auto dest = SetHeader(rs[0].request_headers().response().header_mutation(), kDestinationEndpointHeader);
+  EXPECT_EQ(dest, "10.0.0.2:8000,10.0.0.3:8000");
+  EXPECT_EQ(MetadataDestination(rs[0]), dest);
+  // The load goes to the primary only.
+  EXPECT_EQ(env.scheduler->Inflight("10.0.0.2:8000").first, 1);
+  EXPECT_EQ(env.scheduler->Inflight("10.0.0.3:8000").first, 0);
+  // The gateway fell back to the second endpoint: a served mismatch.
+  const auto echoed = Decode(Feed(s, BuildResponseMessages(200, JsonHeaders(), "{}", "10.0.0.3:8000")));
+  EXPECT_EQ(echoed.size(), 2u);
+  EXPECT_EQ(s.served(), "10.0.0.3:8000");
+  EXPECT_EQ(stats.served_mismatch.load(), 1);
+  EXPECT_EQ(env.scheduler->Inflight("10.0.0.2:8000").first, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Response path.
+
+struct Picked {
+  explicit Picked(std::vector<Endpoint> pool = {Ep("10.0.0.1:8000", 4, 0.4), Ep("10.0.0.2:8000", 0, 0.1)})
+      : env(std::move(pool)), session(std::make_unique<ExtProcSession>(*env.scheduler, env.pool, options, &stats)) {
+    const auto rs = Decode(Feed(*session, BuildProcessingRequests(ChatCapture(ChatBody("m", "tell me a story")))));
+    EXPECT_EQ(rs.size(), 2u);
+    EXPECT_NE(session->result(), nullptr);
+    if (session->result()) primary = *session->result()->primary();
+  }
+  SchedulerEnv env;
+  ExtProcOptions options;
+  ExtProcStats stats;
+  std::unique_ptr<ExtProcSession> session;
+  std::string primary;
+};
+
+TEST(ExtProcSessionTest, ResponseIsEchoedAndUsageCounted) {
+  Picked p;
+  ASSERT_EQ(p.primary, "10.0.0.2:8000");
+  const std::string body =
+      R"({"id":"c1","object":"chat.completion","choices":[],)"
+      R"("usage":{"prompt_tokens":11,"completion_tokens":7,"total_tokens":18,"prompt_tokens_details":{"cached_tokens":4}}})";
+  const auto messages = BuildResponseMessages(200, JsonHeaders(), body, p.primary);
+  ASSERT_EQ(messages.size(), 2u);
+
+  const auto headers = Decode(Feed(*p.session, {messages[0]}));
+  ASSERT_EQ(headers.size(), 1u);
+  ASSERT_TRUE(headers[0].has_response_headers());
+  EXPECT_TRUE(headers[0].response_headers().has_response());
+  EXPECT_EQ(headers[0].response_headers().response().header_mutation().set_headers_size(), 0) << "no debug headers";
+  EXPECT_EQ(headers[0].response_headers().response().status(), pb::CommonResponse::CONTINUE);
+  EXPECT_EQ(p.session->served(), p.primary);
+  EXPECT_EQ(p.stats.requests_in_flight.load(), 1) << "the response has not ended yet";
+
+  const auto echoed = Decode(Feed(*p.session, {messages[1]}));
+  ASSERT_EQ(echoed.size(), 1u);
+  ASSERT_TRUE(echoed[0].has_response_body());
+  EXPECT_EQ(Streamed(echoed[0]).body(), body);
+  EXPECT_TRUE(Streamed(echoed[0]).end_of_stream());
+  EXPECT_EQ(p.stats.prompt_tokens.load(), 11);
+  EXPECT_EQ(p.stats.completion_tokens.load(), 7);
+  EXPECT_EQ(p.stats.cached_tokens.load(), 4);
+  EXPECT_EQ(p.stats.served_mismatch.load(), 0);
+  EXPECT_EQ(p.stats.requests_in_flight.load(), 0);
+}
+
+TEST(ExtProcSessionTest, ResponseBodyChunksAreEchoedWithTheirEndOfStream) {
+  Picked q;
+  auto headers = BuildResponseMessages(200, JsonHeaders(), "x", q.primary);
+  Feed(*q.session, {headers[0]});
+  const std::string big(70000, 'b');
+  struct Chunk {
+    std::string body;
+    bool eos;
+  };
+  const Chunk chunks[] = {{big, false}, {"middle", false}, {"", false}, {"last", true}};
+  std::string reassembled;
+  std::vector<bool> eos_flags;
+  for (const Chunk& c : chunks) {
+    pb::ProcessingRequest m;
+    m.mutable_response_body()->set_body(c.body);
+    m.mutable_response_body()->set_end_of_stream(c.eos);
+    for (const auto& r : Decode(Feed(*q.session, m))) {
+      ASSERT_TRUE(r.has_response_body());
+      EXPECT_LE(Streamed(r).body().size(), kBodyChunkBytes);
+      reassembled += Streamed(r).body();
+      eos_flags.push_back(Streamed(r).end_of_stream());
+    }
+  }
+  EXPECT_EQ(reassembled, big + "middle" + "last");
+  // 70,000 bytes go back as 62,000 + 8,000; the empty chunk is echoed as one empty chunk.
+  EXPECT_EQ(eos_flags, (std::vector<bool>{false, false, false, false, true}));
+  EXPECT_EQ(q.stats.requests_in_flight.load(), 0);
+}
+
+TEST(ExtProcSessionTest, UsageFromJsonAndSse) {
+  struct Case {
+    const char* name;
+    std::string content_type;
+    std::vector<std::string> chunks;
+    int64_t prompt, completion, cached;
+  };
+  const Case cases[] = {
+      {"chat json", "application/json",
+       {R"({"object":"chat.completion","usage":{"prompt_tokens":3,"completion_tokens":2}})"}, 3, 2, 0},
+      {"responses json", "application/json",
+       {R"({"object":"response","usage":{"input_tokens":9,"output_tokens":4,"input_tokens_details":{"cached_tokens":8}}})"}, 9, 4,
+       8},
+      {"sse", "text/event-stream",
+       {"data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n",
+        "data: {\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":3}}\n\n",
+        "data: [DONE]\n\n"},
+       20, 3, 0},
+      {"sse usage split across chunks", "text/event-stream",
+       {"data: {\"choices\":[],\"usage\":{\"prompt_", "tokens\":5,\"completion_tokens\":6}}\n\ndata: [DONE]\n\n"}, 5, 6, 0},
+      {"responses sse", "text/event-stream; charset=utf-8",
+       {"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n"},
+       12, 1, 0},
+      {"no usage", "application/json", {R"({"object":"chat.completion"})"}, 0, 0, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Picked p;
+    Feed(*p.session, {BuildResponseMessages(200, {{"content-type", c.content_type}}, "x", p.primary)[0]});
+    for (size_t i = 0; i < c.chunks.size(); ++i) {
+      pb::ProcessingRequest m;
+      m.mutable_response_body()->set_body(c.chunks[i]);
+      m.mutable_response_body()->set_end_of_stream(i + 1 == c.chunks.size());
+      Feed(*p.session, m);
+    }
+    EXPECT_EQ(p.stats.prompt_tokens.load(), c.prompt);
+    EXPECT_EQ(p.stats.completion_tokens.load(), c.completion);
+    EXPECT_EQ(p.stats.cached_tokens.load(), c.cached);
+  }
+}
+
+TEST(ExtProcSessionTest, ServedEndpointIsRecordedAndMismatchCounted) {
+  Picked p;
+  Feed(*p.session, BuildResponseMessages(200, JsonHeaders(), "{}", "10.0.0.1:8000"));
+  EXPECT_EQ(p.session->served(), "10.0.0.1:8000");
+  EXPECT_NE(p.primary, "10.0.0.1:8000");
+  EXPECT_EQ(p.stats.served_mismatch.load(), 1);
+
+  Picked same;
+  Feed(*same.session, BuildResponseMessages(200, JsonHeaders(), "{}", same.primary));
+  EXPECT_EQ(same.stats.served_mismatch.load(), 0);
+
+  Picked none;
+  Feed(*none.session, BuildResponseMessages(200, JsonHeaders(), "{}"));
+  EXPECT_EQ(none.session->served(), "");
+  EXPECT_EQ(none.stats.served_mismatch.load(), 0);
+}
+
+TEST(ExtProcSessionTest, InflightLoadIsReleasedAtResponseEnd) {
+  struct Case {
+    const char* name;
+    std::function<std::vector<std::string>(const std::string& served)> end;
+  };
+  const Case cases[] = {
+      {"response body end_of_stream",
+       [](const std::string& served) { return BuildResponseMessages(200, JsonHeaders(), "{}", served); }},
+      {"response headers end_of_stream",
+       [](const std::string& served) { return BuildResponseMessages(204, {}, "", served); }},
+      {"response trailers",
+       [](const std::string& served) {
+         auto m = BuildResponseMessages(200, JsonHeaders(), "", served);
+         pb::ProcessingRequest h;
+         EXPECT_TRUE(h.ParseFromString(m[0]));
+         h.mutable_response_headers()->set_end_of_stream(false);
+         pb::ProcessingRequest body;
+         body.mutable_response_body()->set_body("partial");
+         pb::ProcessingRequest trailers;
+         trailers.mutable_response_trailers();
+         return std::vector<std::string>{h.SerializeAsString(), body.SerializeAsString(), trailers.SerializeAsString()};
+       }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Picked p({Ep("10.0.0.2:8000")});
+    // Another request holds load on the same endpoint; it must survive this one's release.
+    ExtProcSession other(*p.env.scheduler, p.env.pool, p.options, &p.stats);
+    Feed(other, BuildProcessingRequests(ChatCapture(ChatBody("m", "another one"))));
+    const auto before = p.env.scheduler->Inflight("10.0.0.2:8000");
+    EXPECT_EQ(before.first, 2);
+    EXPECT_GT(p.session->result()->load_tokens, 0);
+    EXPECT_EQ(p.stats.requests_in_flight.load(), 2);
+
+    const auto rs = Decode(Feed(*p.session, c.end(p.primary)));
+    EXPECT_FALSE(rs.empty());
+    auto after = p.env.scheduler->Inflight("10.0.0.2:8000");
+    EXPECT_EQ(after.first, 1);
+    EXPECT_EQ(after.second, before.second - p.session->result()->load_tokens);
+    EXPECT_EQ(p.stats.requests_in_flight.load(), 1);
+    p.session.reset();  // no second release
+    after = p.env.scheduler->Inflight("10.0.0.2:8000");
+    EXPECT_EQ(after.first, 1);
+    EXPECT_EQ(p.stats.requests_in_flight.load(), 1);
+  }
+}
+
+TEST(ExtProcSessionTest, InflightLoadIsReleasedWhenTheSessionIsDestroyed) {
+  Picked p({Ep("10.0.0.2:8000")});
+  EXPECT_EQ(p.env.scheduler->Inflight("10.0.0.2:8000").first, 1);
+  // The response started but never finished (the gateway went away).
+  Feed(*p.session, {BuildResponseMessages(200, JsonHeaders(), "x", p.primary)[0]});
+  EXPECT_EQ(p.env.scheduler->Inflight("10.0.0.2:8000").first, 1);
+  p.session.reset();
+  EXPECT_EQ(p.env.scheduler->Inflight("10.0.0.2:8000"), std::make_pair(int64_t{0}, int64_t{0}));
+  EXPECT_EQ(p.stats.requests_in_flight.load(), 0);
+}
+
+TEST(ExtProcSessionTest, RequestTrailersEndABodyWithoutEndOfStream) {
+  SchedulerEnv env({Ep("10.0.0.1:8000")});
+  ExtProcOptions options;
+  ExtProcSession s(*env.scheduler, env.pool, options);
+  auto messages = BuildProcessingRequests(ChatCapture(ChatBody("m", "x")));
+  pb::ProcessingRequest body;
+  ASSERT_TRUE(body.ParseFromString(messages[1]));
+  body.mutable_request_body()->set_end_of_stream(false);
+  pb::ProcessingRequest trailers;
+  trailers.mutable_request_trailers();
+  EXPECT_TRUE(Feed(s, {messages[0], body.SerializeAsString()}).empty());
+  const auto rs = Decode(Feed(s, trailers));
+  ASSERT_EQ(rs.size(), 3u);
+  EXPECT_TRUE(rs[0].has_request_headers());
+  EXPECT_TRUE(rs[1].has_request_body());
+  EXPECT_TRUE(Streamed(rs[1]).end_of_stream());
+  EXPECT_TRUE(rs[2].has_request_trailers());
+}
+
+TEST(ExtProcSessionTest, ProtocolErrorsAreInvalidArgument) {
+  SchedulerEnv env({Ep("10.0.0.1:8000")});
+  ExtProcOptions options;
+  const auto messages = BuildProcessingRequests(ChatCapture(ChatBody("m", "x")));
+  struct Case {
+    const char* name;
+    std::vector<std::string> before;
+    std::string bad;
+  };
+  const Case cases[] = {
+      {"body before headers", {}, messages[1]},
+      {"headers twice", {messages[0]}, messages[0]},
+      {"garbage bytes", {}, std::string("\xff\xff\xff\xff\xff\xff", 6)},
+      {"text", {}, "not a protobuf at all"},
+      {"truncated field", {}, std::string("\x12\x10\x0a", 3)},
+      {"no request set", {}, ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ExtProcSession s(*env.scheduler, env.pool, options);
+    EXPECT_TRUE(Feed(s, c.before).empty());
+    std::vector<std::string> out;
+    const absl::Status st = s.OnMessage(c.bad, out);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_TRUE(out.empty());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Wire compatibility: field numbers of gie-epp.md section 1.2, read with UnknownFieldSet.
+
+TEST(ExtProcWireTest, PickResponsesUseThePublicFieldNumbers) {
+  SchedulerEnv env({Ep("10.0.0.7:8000")});
+  ExtProcOptions options;
+  ExtProcSession s(*env.scheduler, env.pool, options);
+  const std::string body = ChatBody("m", std::string(100000, 'w'));
+  const auto out = Feed(s, BuildProcessingRequests(ChatCapture(body, 40000)));
+  ASSERT_EQ(out.size(), 3u);  // headers + 62,000 + the rest
+
+  // ProcessingResponse{request_headers=1, dynamic_metadata=8}
+  Wire top(out[0]);
+  ASSERT_TRUE(top.ok());
+  EXPECT_EQ(top.Numbers(), (std::vector<int>{1, 8}));
+  // HeadersResponse.response=1 -> CommonResponse{header_mutation=2, clear_route_cache=5}
+  Wire common = top.Sub(1).Sub(1);
+  EXPECT_EQ(common.Varint(5), 1u);
+  Wire mutation = common.Sub(2);
+  EXPECT_FALSE(mutation.Has(2)) << "no remove_headers";
+  // HeaderMutation.set_headers=1 -> HeaderValueOption.header=1 -> HeaderValue{key=1, raw_value=3}
+  std::optional<std::string> dest;
+  for (const Wire& option : mutation.Subs(1)) {
+    Wire hv = option.Sub(1);
+    if (hv.Bytes(1) == kDestinationEndpointHeader) {
+      dest = hv.Bytes(3);
+      EXPECT_FALSE(hv.Has(2)) << "the value travels in raw_value";
+    }
+  }
+  ASSERT_EQ(dest, "10.0.0.7:8000");
+  // dynamic_metadata: Struct.fields=1 map entry {key=1 "envoy.lb", value=2 Value.struct_value=5
+  //   -> Struct.fields=1 {key=1 "x-gateway-destination-endpoint", value=2 Value.string_value=3}}
+  Wire metadata = top.Sub(8);
+  std::optional<Wire> ns = metadata.MapValue(1, "envoy.lb");
+  ASSERT_TRUE(ns.has_value());
+  std::optional<Wire> value = ns->Sub(5).MapValue(1, "x-gateway-destination-endpoint");
+  ASSERT_TRUE(value.has_value());
+  EXPECT_EQ(value->Bytes(3), *dest);
+
+  // ProcessingResponse.request_body=3 -> BodyResponse.response=1 -> CommonResponse.body_mutation=3
+  //   -> BodyMutation.streamed_response=3 -> StreamedBodyResponse{body=1, end_of_stream=2}
+  std::string reassembled;
+  for (size_t i = 1; i < out.size(); ++i) {
+    SCOPED_TRACE(i);
+    Wire r(out[i]);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r.Numbers(), (std::vector<int>{3}));
+    Wire streamed = r.Sub(3).Sub(1).Sub(3).Sub(3);
+    reassembled += streamed.Bytes(1);
+    if (i + 1 == out.size()) {
+      EXPECT_EQ(streamed.Varint(2), 1u);
+    } else {
+      EXPECT_FALSE(streamed.Has(2));
+    }
+  }
+  EXPECT_EQ(reassembled, body);
+}
+
+TEST(ExtProcWireTest, ImmediateResponsesUseThePublicFieldNumbers) {
+  SchedulerEnv env({Ep("10.0.0.7:8000")});
+  ExtProcOptions options;
+  options.max_request_bytes = 200;
+  struct Case {
+    const char* name;
+    std::string body;
+    std::optional<std::vector<std::string>> subset;
+    uint64_t code;
+  };
+  const Case cases[] = {
+      {"503", ChatBody("m", "x"), std::vector<std::string>{}, 503},
+      {"400", "{", std::nullopt, 400},
+      {"413", ChatBody("m", std::string(300, 'x')), std::nullopt, 413},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ExtProcSession s(*env.scheduler, env.pool, options);
+    HttpRequestCapture capture = ChatCapture(c.body);
+    capture.subset = c.subset;
+    const auto out = Feed(s, BuildProcessingRequests(capture));
+    ASSERT_EQ(out.size(), 1u);
+    // ProcessingResponse.immediate_response=7 -> ImmediateResponse{status=1 HttpStatus.code=1,
+    //   headers=2, body=3, details=5}
+    Wire top(out[0]);
+    ASSERT_TRUE(top.ok());
+    EXPECT_EQ(top.Numbers(), (std::vector<int>{7}));
+    Wire ir = top.Sub(7);
+    EXPECT_EQ(ir.Sub(1).Varint(1), c.code);
+    EXPECT_EQ(ir.Bytes(3).rfind("inference error: ", 0), 0u);
+    EXPECT_FALSE(ir.Bytes(5).empty());
+  }
+}
+
+TEST(ExtProcWireTest, ResponsePathUsesThePublicFieldNumbers) {
+  Picked p;
+  const auto out = Feed(*p.session, BuildResponseMessages(200, JsonHeaders(), "hello", p.primary));
+  ASSERT_EQ(out.size(), 2u);
+  Wire headers(out[0]);
+  EXPECT_EQ(headers.Numbers(), (std::vector<int>{2}));  // response_headers=2
+  EXPECT_TRUE(headers.Sub(2).Has(1));                    // HeadersResponse.response=1
+  Wire body(out[1]);
+  EXPECT_EQ(body.Numbers(), (std::vector<int>{4}));  // response_body=4
+  Wire streamed = body.Sub(4).Sub(1).Sub(3).Sub(3);
+  EXPECT_EQ(streamed.Bytes(1), "hello");
+  EXPECT_EQ(streamed.Varint(2), 1u);
+
+  pb::ProcessingRequest trailers;
+  trailers.mutable_response_trailers();
+  Picked q;
+  const auto t = Feed(*q.session, trailers);
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(Wire(t[0]).Numbers(), (std::vector<int>{6}));  // response_trailers=6
+}
+
+TEST(ExtProcWireTest, BuiltRequestsUseThePublicFieldNumbers) {
+  HttpRequestCapture capture = ChatCapture(ChatBody("m", "x"));
+  capture.subset = std::vector<std::string>{"10.0.0.1:8000", "10.0.0.2:8000"};
+  const auto messages = BuildProcessingRequests(capture);
+  ASSERT_EQ(messages.size(), 2u);
+  // ProcessingRequest{request_headers=2 HttpHeaders{headers=1 HeaderMap{headers=1 HeaderValue}},
+  //   metadata_context=8 Metadata{filter_metadata=1 map<string, Struct>}}
+  Wire headers(messages[0]);
+  ASSERT_TRUE(headers.ok());
+  EXPECT_EQ(headers.Numbers(), (std::vector<int>{2, 8}));
+  std::map<std::string, std::string> seen;
+  for (const Wire& hv : headers.Sub(2).Sub(1).Subs(1)) seen[hv.Bytes(1)] = hv.Bytes(3);
+  EXPECT_EQ(seen[":path"], "/v1/chat/completions");
+  EXPECT_EQ(seen[":method"], "POST");
+  EXPECT_FALSE(headers.Sub(2).Has(3)) << "end_of_stream false: a body follows";
+  std::optional<Wire> hint = headers.Sub(8).MapValue(1, "envoy.lb.subset_hint");
+  ASSERT_TRUE(hint.has_value());
+  std::optional<Wire> list = hint->MapValue(1, "x-gateway-destination-endpoint-subset");
+  ASSERT_TRUE(list.has_value());
+  std::vector<std::string> entries;
+  for (const Wire& v : list->Sub(6).Subs(1)) entries.push_back(v.Bytes(3));  // list_value=6, values=1
+  EXPECT_EQ(entries, *capture.subset);
+  // request_body=4 HttpBody{body=1, end_of_stream=2}
+  Wire body(messages[1]);
+  EXPECT_EQ(body.Sub(4).Bytes(1), capture.body);
+  EXPECT_EQ(body.Sub(4).Varint(2), 1u);
+}
+
+// Hand-encoded messages, as a gateway built from other generated code would send them.
+namespace hand {
+std::string HeaderValue(std::string_view k, std::string_view v) { return enc::LenField(1, k) + enc::LenField(3, v); }
+std::string StringValue(std::string_view s) { return enc::LenField(3, s); }
+std::string ListValue(const std::vector<std::string>& items) {
+  std::string list;
+  for (const auto& i : items) list += enc::LenField(1, StringValue(i));
+  return enc::LenField(6, list);
+}
+std::string Struct(std::string_view key, const std::string& value) {
+  return enc::LenField(1, enc::LenField(1, key) + enc::LenField(2, value));
+}
+// Metadata{filter_metadata=1 {ns: Struct{key: value}}}
+std::string MetadataContext(std::string_view ns, std::string_view key, const std::string& value) {
+  return enc::LenField(8, enc::LenField(1, enc::LenField(1, ns) + enc::LenField(2, Struct(key, value))));
+}
+}  // namespace hand
+
+TEST(ExtProcWireTest, HandEncodedRequestsAreUnderstood) {
+  SchedulerEnv env({Ep("10.0.0.1:8000", 0, 0.0), Ep("10.0.0.2:8000", 3, 0.5), Ep("10.0.0.3:8000", 4, 0.6)});
+  struct Case {
+    const char* name;
+    std::string subset_value;  // an encoded google.protobuf.Value
+    std::set<std::string> allowed;
+  };
+  const Case cases[] = {
+      {"list", hand::ListValue({"10.0.0.2:8000", "10.0.0.3:8000"}), {"10.0.0.2:8000", "10.0.0.3:8000"}},
+      {"string", hand::StringValue("10.0.0.3:8000"), {"10.0.0.3:8000"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ExtProcOptions options;
+    ExtProcStats stats;
+    ExtProcSession s(*env.scheduler, env.pool, options, &stats);
+    const std::string body = R"({"model":"m","prompt":"hand encoded"})";
+    // HttpHeaders{headers=1 HeaderMap{headers=1 ...}}; end_of_stream=3 absent
+    const std::string header_map = enc::LenField(1, hand::HeaderValue(":path", "/v1/completions")) +
+                                   enc::LenField(1, hand::HeaderValue(":method", "POST")) +
+                                   enc::LenField(1, hand::HeaderValue("content-type", "application/json"));
+    const std::string request_headers =
+        enc::LenField(2, enc::LenField(1, header_map)) +
+        hand::MetadataContext("envoy.lb.subset_hint", "x-gateway-destination-endpoint-subset", c.subset_value) +
+        // Fields this build does not know (protocol_config=11, observability_mode=10) are skipped.
+        enc::LenField(11, enc::VarintField(1, 4) + enc::VarintField(2, 4)) + enc::VarintField(10, 0);
+    // HttpBody{body=1, end_of_stream=2}, split in two.
+    const std::string body1 = enc::LenField(4, enc::LenField(1, body.substr(0, 10)));
+    const std::string body2 = enc::LenField(4, enc::LenField(1, body.substr(10)) + enc::VarintField(2, 1));
+    const auto out = Feed(s, {request_headers, body1, body2});
+    ASSERT_EQ(out.size(), 2u);
+    Wire top(out[0]);
+    std::string dest;
+    for (const Wire& option : top.Sub(1).Sub(1).Sub(2).Subs(1))
+      if (option.Sub(1).Bytes(1) == kDestinationEndpointHeader) dest = option.Sub(1).Bytes(3);
+    EXPECT_TRUE(c.allowed.count(dest)) << dest;
+    EXPECT_EQ(Wire(out[1]).Sub(3).Sub(1).Sub(3).Sub(3).Bytes(1), body);
+    ASSERT_NE(s.request(), nullptr);
+    EXPECT_EQ(s.request()->api, ApiKind::kCompletions);
+
+    // Response path: response_headers=3 with the served endpoint in metadata_context, then
+    // response_body=5 with end_of_stream.
+    const std::string response_headers =
+        enc::LenField(3, enc::LenField(1, enc::LenField(1, hand::HeaderValue(":status", "200")))) +
+        hand::MetadataContext("envoy.lb", "x-gateway-destination-endpoint-served", hand::StringValue(dest));
+    const std::string response_body = enc::LenField(5, enc::LenField(1, "done") + enc::VarintField(2, 1));
+    const auto echoed = Feed(s, {response_headers, response_body});
+    ASSERT_EQ(echoed.size(), 2u);
+    EXPECT_EQ(s.served(), dest);
+    EXPECT_EQ(Wire(echoed[0]).Numbers(), (std::vector<int>{2}));
+    Wire streamed = Wire(echoed[1]).Sub(4).Sub(1).Sub(3).Sub(3);
+    EXPECT_EQ(streamed.Bytes(1), "done");
+    EXPECT_EQ(streamed.Varint(2), 1u);
+    EXPECT_EQ(stats.served_mismatch.load(), 0);
+    EXPECT_EQ(stats.requests_in_flight.load(), 0);
+  }
+}
+
+TEST(ExtProcWireTest, HandEncodedBodylessRequestWithEmptySubsetIs503) {
+  SchedulerEnv env({Ep("10.0.0.1:8000")});
+  ExtProcOptions options;
+  ExtProcSession s(*env.scheduler, env.pool, options);
+  const std::string m =
+      enc::LenField(2, enc::LenField(1, enc::LenField(1, hand::HeaderValue(":path", "/v1/models"))) + enc::VarintField(3, 1)) +
+      hand::MetadataContext("envoy.lb.subset_hint", "x-gateway-destination-endpoint-subset", hand::ListValue({}));
+  const auto out = Feed(s, {m});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(Wire(out[0]).Sub(7).Sub(1).Varint(1), 503u);
+}
+
+}  // namespace
+}  // namespace epp
