@@ -5,6 +5,8 @@
 #include "commands/config.h"
 #include "commands/explain.h"
 #include "commands/pick.h"
+#include "commands/replay.h"
+#include "commands/serve.h"
 #include "commands/sim.h"
 #include "epp/version.h"
 #include "output.h"
@@ -18,7 +20,9 @@ int main(int argc, char** argv) {
   eppctl::SetupSimCommand(app, exit_code);
   eppctl::SetupExplainCommand(app, exit_code);
   eppctl::SetupPickCommand(app, exit_code);
+  eppctl::SetupReplayCommand(app, exit_code);
   eppctl::SetupConfigCommand(app, exit_code);
+  eppctl::SetupServeCommand(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

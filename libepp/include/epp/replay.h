@@ -119,7 +119,7 @@ struct ReplayPolicyReport {
   Percentiles ttft_s, e2e_s, queue_s;
   double throughput_rps = 0;
   double load_max_over_mean = 0;   // requests per server, max / mean
-  double prediction_error_rate = 0;
+  double prediction_error_rate = 0;  // NaN (JSON null) for a policy without a prefix producer
   std::vector<int64_t> requests_per_server;
   std::vector<double> kv_usage_mean_per_server;  // mean over scrapes
   std::vector<double> ttft_samples_s;            // at most 2000, evenly subsampled, sorted
@@ -143,5 +143,10 @@ ReplayTraceInfo AnalyzeTrace(const std::vector<ReplayRequest>& trace, int64_t po
 std::string ReplayReportToJson(const ReplayReport& report, int indent = 2);
 // A table for terminals.
 std::string ReplayReportToText(const ReplayReport& report);
+// A self-contained HTML page (`eppctl replay --report`): the results table and inline SVG charts
+// (TTFT distribution, block hit rate over time against the two bounds, requests and KV usage per
+// server), drawn without scripts or external resources so it opens offline. Every text from the
+// report (policy names, `title`) is HTML-escaped.
+std::string ReplayReportToHtml(const ReplayReport& report, const std::string& title);
 
 }  // namespace epp

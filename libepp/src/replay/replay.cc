@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <list>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +21,7 @@
 #include "epp/registry.h"
 #include "epp/replay.h"
 #include "epp/scheduler.h"
+#include "replay/render.h"
 
 namespace epp {
 namespace {
@@ -45,29 +46,61 @@ Percentiles Summarize(std::vector<double>& v) {
   return p;
 }
 
-// An LRU of block hashes (the pooled-cache bound).
+// An LRU of block hashes (the pooled-cache bound): a doubly linked list threaded through a
+// node array (no allocation per block once full) and a map from hash to node.
 class BlockLru {
  public:
-  explicit BlockLru(int64_t capacity) : capacity_(std::max<int64_t>(1, capacity)) {}
+  explicit BlockLru(int64_t capacity) : capacity_(static_cast<size_t>(std::max<int64_t>(1, capacity))) {}
   bool Contains(uint64_t h) const { return map_.contains(h); }
   void Touch(uint64_t h) {
-    auto it = map_.find(h);
-    if (it != map_.end()) {
-      order_.splice(order_.end(), order_, it->second);
+    auto [it, inserted] = map_.try_emplace(h, 0);
+    if (!inserted) {
+      MoveToBack(it->second);
       return;
     }
-    order_.push_back(h);
-    map_.emplace(h, std::prev(order_.end()));
-    if (static_cast<int64_t>(map_.size()) > capacity_) {
-      map_.erase(order_.front());
-      order_.pop_front();
+    uint32_t n;
+    if (nodes_.size() < capacity_) {
+      n = static_cast<uint32_t>(nodes_.size());
+      nodes_.push_back({});
+    } else {  // full: reuse the least recently used node
+      n = head_;
+      map_.erase(nodes_[n].hash);
+      Unlink(n);
+      it = map_.find(h);
     }
+    nodes_[n].hash = h;
+    it->second = n;
+    PushBack(n);
   }
 
  private:
-  int64_t capacity_;
-  std::list<uint64_t> order_;
-  absl::flat_hash_map<uint64_t, std::list<uint64_t>::iterator> map_;
+  static constexpr uint32_t kNil = UINT32_MAX;
+  struct Node {
+    uint64_t hash = 0;
+    uint32_t prev = kNil, next = kNil;
+  };
+  void Unlink(uint32_t n) {
+    Node& x = nodes_[n];
+    (x.prev == kNil ? head_ : nodes_[x.prev].next) = x.next;
+    (x.next == kNil ? tail_ : nodes_[x.next].prev) = x.prev;
+    x.prev = x.next = kNil;
+  }
+  void PushBack(uint32_t n) {
+    nodes_[n].prev = tail_;
+    nodes_[n].next = kNil;
+    (tail_ == kNil ? head_ : nodes_[tail_].next) = n;
+    tail_ = n;
+  }
+  void MoveToBack(uint32_t n) {
+    if (n == tail_) return;
+    Unlink(n);
+    PushBack(n);
+  }
+
+  size_t capacity_;
+  std::vector<Node> nodes_;
+  uint32_t head_ = kNil, tail_ = kNil;  // head: least recently used
+  absl::flat_hash_map<uint64_t, uint32_t> map_;
 };
 
 struct Pending {
@@ -78,11 +111,15 @@ struct Pending {
   int64_t blocks = 0;
   int64_t load_tokens = 0;
   size_t bucket = 0;
+  bool predicts = false;  // the policy has a prefix producer
 };
 
 }  // namespace
 
-ReplayTraceInfo AnalyzeTrace(const std::vector<ReplayRequest>& trace, int64_t pooled_capacity_blocks, int block_size_tokens) {
+namespace {
+
+ReplayTraceInfo Analyze(const std::vector<ReplayRequest>& trace, int64_t pooled_capacity_blocks, int block_size_tokens,
+                        replay_internal::PromptRenderer& renderer) {
   ReplayTraceInfo info;
   info.requests = static_cast<int64_t>(trace.size());
   if (trace.empty()) return info;
@@ -90,18 +127,16 @@ ReplayTraceInfo AnalyzeTrace(const std::vector<ReplayRequest>& trace, int64_t po
   absl::flat_hash_set<uint64_t> seen;
   BlockLru pooled(pooled_capacity_blocks);
   int64_t upper_hits = 0, pooled_hits = 0;
+  std::vector<uint64_t> h;
   for (const ReplayRequest& r : trace) {
     info.prompt_tokens += r.prompt_tokens;
-    const std::string text = RenderReplayPrompt(r);
-    const std::vector<uint64_t> h =
-        ChainedBlockHashes(text, static_cast<size_t>(block_size_tokens) * kCharsPerToken, PrefixSeed(r.model));
+    h = ChainedBlockHashes(renderer.Render(r), static_cast<size_t>(block_size_tokens) * kCharsPerToken, PrefixSeed(r.model));
     info.blocks += static_cast<int64_t>(h.size());
-    for (uint64_t b : h) upper_hits += seen.contains(b);
-    for (uint64_t b : h) seen.insert(b);
     // The pooled cache serves the longest leading run it holds, as a server's prefix cache does.
     size_t run = 0;
     while (run < h.size() && pooled.Contains(h[run])) ++run;
     pooled_hits += static_cast<int64_t>(run);
+    for (uint64_t b : h) upper_hits += !seen.insert(b).second;
     for (size_t k = h.size(); k-- > 0;) pooled.Touch(h[k]);  // first block most recent
   }
   if (info.blocks > 0) {
@@ -109,6 +144,13 @@ ReplayTraceInfo AnalyzeTrace(const std::vector<ReplayRequest>& trace, int64_t po
     info.pooled_cache_bound_block_hit_rate = static_cast<double>(pooled_hits) / static_cast<double>(info.blocks);
   }
   return info;
+}
+
+}  // namespace
+
+ReplayTraceInfo AnalyzeTrace(const std::vector<ReplayRequest>& trace, int64_t pooled_capacity_blocks, int block_size_tokens) {
+  replay_internal::PromptRenderer renderer;
+  return Analyze(trace, pooled_capacity_blocks, block_size_tokens, renderer);
 }
 
 absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, const std::vector<ReplayPolicy>& policies,
@@ -130,8 +172,15 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
     total_kv += params[i].kv_blocks * params[i].block_size / 16;
   }
   const int sim_block = params.front().block_size;
+  std::vector<std::string> trace_models;
+  {
+    absl::flat_hash_set<std::string> seen;
+    for (const ReplayRequest& r : trace)
+      if (seen.insert(r.model).second) trace_models.push_back(r.model);
+  }
   ReplayReport report;
-  report.trace = AnalyzeTrace(trace, total_kv, 16);
+  replay_internal::PromptRenderer renderer;  // shared by the analysis and every policy's run
+  report.trace = Analyze(trace, total_kv, 16, renderer);
   const PluginRegistry registry = BuiltinRegistry();
   const int64_t t0 = trace.empty() ? 0 : trace.front().arrival_us;
   const int64_t span = trace.empty() ? 1 : std::max<int64_t>(1, trace.back().arrival_us - t0 + 1);
@@ -146,17 +195,22 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
     EPP_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> sched, BuildScheduler(policy.config, registry, PluginContext{&clock, &rng}));
     std::vector<std::unique_ptr<SimServer>> servers;
     std::vector<Endpoint> endpoints(params.size());
+    absl::flat_hash_map<std::string, size_t> server_of;
+    // A server's metrics change only when a request is submitted or one of its events passes;
+    // otherwise a scrape would read what the previous one did and is skipped.
+    std::vector<char> dirty(params.size(), 1);
     for (size_t i = 0; i < params.size(); ++i) {
       SimParams p = params[i];
       // Every model the trace uses is served by every server.
-      for (const ReplayRequest& r : trace)
-        if (std::find(p.models.begin(), p.models.end(), r.model) == p.models.end()) p.models.push_back(r.model);
+      for (const std::string& m : trace_models)
+        if (std::find(p.models.begin(), p.models.end(), m) == p.models.end()) p.models.push_back(m);
       EPP_ASSIGN_OR_RETURN(auto s, SimServer::Create(p));
       servers.push_back(std::move(s));
       endpoints[i].address = absl::StrCat("10.0.", i / 250, ".", i % 250 + 1, ":8000");
       endpoints[i].engine = p.engine;
       endpoints[i].metrics.cache_block_size = p.block_size;
       endpoints[i].metrics.cache_num_blocks = p.kv_blocks;
+      server_of[endpoints[i].address] = i;
     }
     ReplayPolicyReport rep;
     rep.name = policy.name;
@@ -197,6 +251,7 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
         bucket_blocks[pd.bucket] += pd.blocks;
         // The EPP's guess is wrong when it is off by at least one of the server's blocks, within
         // the window it hashes (maxPrefixBlocksToMatch caps what it can predict).
+        if (!pd.predicts) continue;
         ++judged;
         const int64_t truth = std::min(res->cached_tokens, pd.matchable_tokens);
         if (std::llabs(pd.predicted_tokens - truth) >= sim_block) ++wrong;
@@ -205,15 +260,18 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
     };
     auto scrape = [&](int64_t t) {
       for (size_t s = 0; s < servers.size(); ++s) {
-        servers[s]->AdvanceTo(t, &events);
-        collect(s);
-        const SimSnapshot snap = servers[s]->Snapshot();
         Endpoint& e = endpoints[s];
-        e.metrics.waiting_queue_size = snap.waiting;
-        e.metrics.running_requests = snap.running;
-        e.metrics.kv_cache_usage = snap.kv_usage;
         e.metrics_time_us = t;
-        rep.kv_usage_mean_per_server[s] += snap.kv_usage;
+        if (dirty[s] || servers[s]->NextEventTime() <= t) {
+          servers[s]->AdvanceTo(t, &events);
+          collect(s);
+          const SimSnapshot snap = servers[s]->Snapshot();
+          e.metrics.waiting_queue_size = snap.waiting;
+          e.metrics.running_requests = snap.running;
+          e.metrics.kv_cache_usage = snap.kv_usage;
+          dirty[s] = 0;
+        }
+        rep.kv_usage_mean_per_server[s] += e.metrics.kv_cache_usage.value_or(0);
       }
       ++scrapes;
     };
@@ -221,6 +279,8 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
     int64_t next_scrape = t0;
     uint64_t next_id = 1;
     size_t done = 0;
+    InferenceRequest req;
+    req.path = "/v1/completions";
     for (const ReplayRequest& r : trace) {
       while (next_scrape <= r.arrival_us) {
         scrape(next_scrape);
@@ -228,26 +288,22 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
       }
       clock.Set(r.arrival_us);
       first_arrival = std::min(first_arrival, r.arrival_us);
-      InferenceRequest req;
       req.model = r.model;
-      req.prompt = RenderReplayPrompt(r);
+      req.prompt.assign(renderer.Render(r));
       req.prompt_tokens = r.prompt_tokens;
       req.priority = r.priority;
-      req.path = "/v1/completions";
       PickResult pr = sched->Pick(req, endpoints);
       if (pr.status != 200) {
         rep.shed++;
       } else {
-        size_t s = 0;
-        while (s < endpoints.size() && endpoints[s].address != pr.endpoints.front()) ++s;
+        const size_t s = server_of.at(pr.endpoints.front());
         Pending pd;
         pd.arrival_us = r.arrival_us;
         pd.server = s;
         pd.predicted_tokens = static_cast<int64_t>(pr.prefix_match_blocks) * pr.prefix_block_size_tokens;
-        // Without a prefix producer the EPP predicts nothing, over the whole prompt.
-        pd.matchable_tokens = pr.prefix_block_size_tokens > 0
-                                  ? static_cast<int64_t>(pr.prefix_blocks) * pr.prefix_block_size_tokens
-                                  : std::numeric_limits<int64_t>::max();
+        // Without a prefix producer the EPP makes no prediction to judge.
+        pd.predicts = pr.prefix_block_size_tokens > 0;
+        pd.matchable_tokens = static_cast<int64_t>(pr.prefix_blocks) * pr.prefix_block_size_tokens;
         pd.load_tokens = pr.load_tokens;
         pd.bucket = std::min(buckets - 1, static_cast<size_t>((r.arrival_us - t0) * static_cast<int64_t>(buckets) / span));
         SimRequest sr;
@@ -258,6 +314,7 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
         sr.output_tokens = std::max<int64_t>(1, r.output_tokens);
         pending.emplace(sr.id, pd);
         rep.requests_per_server[s]++;
+        dirty[s] = 1;
         absl::Status st = servers[s]->Submit(sr, r.arrival_us, &events);
         if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("policy ", policy.name, ": ", st.message()));
         collect(s);
@@ -285,7 +342,8 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
     }
     rep.block_hit_rate = all_blocks ? static_cast<double>(hit_blocks) / static_cast<double>(all_blocks) : 0;
     rep.token_hit_rate = all_tokens ? static_cast<double>(hit_tokens) / static_cast<double>(all_tokens) : 0;
-    rep.prediction_error_rate = judged ? static_cast<double>(wrong) / static_cast<double>(judged) : 0;
+    rep.prediction_error_rate =
+        judged ? static_cast<double>(wrong) / static_cast<double>(judged) : std::numeric_limits<double>::quiet_NaN();
     if (rep.completed > 0 && last_finish > first_arrival)
       rep.throughput_rps = static_cast<double>(rep.completed) / (static_cast<double>(last_finish - first_arrival) / 1e6);
     int64_t mx = 0, sum = 0;
@@ -348,7 +406,7 @@ std::string ReplayReportToText(const ReplayReport& r) {
   for (const ReplayPolicyReport& p : r.policies) {
     rows.push_back({p.name, Num(p.block_hit_rate), Num(p.token_hit_rate), Num(p.ttft_s.p50), Num(p.ttft_s.p90), Num(p.ttft_s.p99),
                     Num(p.e2e_s.p50), Num(p.e2e_s.p99), Num(p.throughput_rps), Num(p.load_max_over_mean),
-                    Num(p.prediction_error_rate), std::to_string(p.failed), std::to_string(p.shed)});
+                    std::isnan(p.prediction_error_rate) ? "n/a" : Num(p.prediction_error_rate), std::to_string(p.failed), std::to_string(p.shed)});
   }
   std::vector<size_t> w(header.size());
   for (size_t c = 0; c < header.size(); ++c) w[c] = header[c].size();
@@ -361,7 +419,10 @@ std::string ReplayReportToText(const ReplayReport& r) {
   };
   line(header);
   for (const auto& row : rows) line(row);
-  out += "\n(times in seconds of simulated time; figures come from the simulator's cost model, not GPUs)\n";
+  out +=
+      "\n(times in seconds of simulated time; figures come from the simulator's cost model, not GPUs; "
+      "mispredicted: share of requests whose predicted prefix match was off by a block or more, n/a without a prefix "
+      "producer)\n";
   return out;
 }
 

@@ -2,6 +2,8 @@
 // GIE prefix-cache benchmark configurations, Mooncake and captured-OpenAI trace loaders, and
 // the named baseline policies.
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -13,6 +15,7 @@
 #include "epp/prefix_cache.h"
 #include "epp/replay.h"
 #include "epp/request.h"
+#include "replay/render.h"
 
 namespace epp {
 namespace {
@@ -34,6 +37,58 @@ absl::Status Bad(std::string_view what) { return absl::InvalidArgumentError(std:
 
 }  // namespace
 
+namespace replay_internal {
+
+void RenderSegment(uint64_t id, size_t chars, char* out) {
+  // 36 word-ish symbols, indexed by a byte of SplitMix output modulo 36 (tabulated).
+  static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz  eeaattoo";
+  static const auto* kTable = [] {
+    auto* t = new std::array<char, 256>;
+    for (int b = 0; b < 256; ++b) (*t)[static_cast<size_t>(b)] = kAlphabet[b % 36];
+    return t;
+  }();
+  uint64_t state = id * 0x2545f4914f6cdd1dULL + 0x1234567;
+  while (chars >= 8) {
+    uint64_t x = SplitMix(state);
+    for (int k = 0; k < 8; ++k, x >>= 8) *out++ = (*kTable)[x & 0xff];
+    chars -= 8;
+  }
+  if (chars > 0) {
+    uint64_t x = SplitMix(state);
+    for (; chars > 0; --chars, x >>= 8) *out++ = (*kTable)[x & 0xff];
+  }
+}
+
+std::string_view PromptRenderer::Render(const ReplayRequest& r) {
+  if (!r.text.empty()) return r.text;
+  size_t total = 0;
+  for (const ReplaySegment& s : r.segments) total += static_cast<size_t>(std::max(0, s.tokens)) * kCharsPerToken;
+  buf_.resize(total);
+  char* p = buf_.data();
+  for (const ReplaySegment& s : r.segments) {
+    const size_t n = static_cast<size_t>(std::max(0, s.tokens)) * kCharsPerToken;
+    if (n == 0) continue;
+    std::string& seg = segments_[s.id];
+    if (seg.size() < n) {
+      if (cached_bytes_ + n - seg.size() > kMaxCachedBytes) {
+        segments_.clear();
+        cached_bytes_ = 0;
+        RenderSegment(s.id, n, p);
+        p += n;
+        continue;
+      }
+      cached_bytes_ += n - seg.size();
+      seg.resize(n);
+      RenderSegment(s.id, n, seg.data());
+    }
+    std::memcpy(p, seg.data(), n);
+    p += n;
+  }
+  return buf_;
+}
+
+}  // namespace replay_internal
+
 std::string RenderReplayPrompt(const ReplayRequest& r) {
   if (!r.text.empty()) return r.text;
   size_t chars = 0;
@@ -41,17 +96,10 @@ std::string RenderReplayPrompt(const ReplayRequest& r) {
   std::string out;
   out.resize(chars);
   char* p = out.data();
-  static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz  eeaattoo";  // 36 symbols, word-ish
   for (const ReplaySegment& s : r.segments) {
-    uint64_t state = s.id * 0x2545f4914f6cdd1dULL + 0x1234567;
-    size_t n = static_cast<size_t>(std::max(0, s.tokens)) * kCharsPerToken;
-    while (n > 0) {
-      uint64_t x = SplitMix(state);
-      for (int k = 0; k < 8 && n > 0; ++k, --n) {
-        *p++ = kAlphabet[(x & 0xff) % 36];
-        x >>= 8;
-      }
-    }
+    const size_t n = static_cast<size_t>(std::max(0, s.tokens)) * kCharsPerToken;
+    replay_internal::RenderSegment(s.id, n, p);
+    p += n;
   }
   return out;
 }
@@ -98,6 +146,7 @@ absl::StatusOr<std::vector<ReplayRequest>> GenerateSharedPrefix(const SharedPref
       g = static_cast<int>(pair / w.prompts_per_group);
       q = static_cast<int>(pair % w.prompts_per_group);
     }
+    r.segments.reserve(static_cast<size_t>(2 * q + 2));
     if (w.system_len > 0) r.segments.push_back({kSystemBase + static_cast<uint64_t>(g), static_cast<int32_t>(w.system_len)});
     const uint64_t conv = w.multi_turn ? static_cast<uint64_t>(conversation[static_cast<size_t>(g)]) : 0;
     const uint64_t key = (conv * static_cast<uint64_t>(w.groups) + static_cast<uint64_t>(g)) * 1'000'003ULL;

@@ -1,0 +1,233 @@
+#include "commands/replay.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "epp/params.h"
+#include "output.h"
+
+namespace eppctl {
+namespace {
+
+// Workload flags that only make sense with a generated workload.
+constexpr const char* kWorkloadFlags[] = {"--groups",     "--prompts-per-group", "--system-len", "--question-len",
+                                          "--output-len", "--multi-turn",        "--rate",       "--arrivals"};
+
+// A policy argument: a named baseline, else a config file (named after its stem).
+absl::StatusOr<epp::ReplayPolicy> ResolvePolicy(const std::string& arg) {
+  absl::StatusOr<epp::ReplayPolicy> named = epp::NamedReplayPolicy(arg);
+  if (named.ok()) return named;
+  const std::filesystem::path path(arg);
+  const std::string ext = path.extension().string();
+  std::error_code ec;
+  if (ext != ".yaml" && ext != ".yml" && ext != ".json" && !std::filesystem::is_regular_file(path, ec)) return named.status();
+  EPP_ASSIGN_OR_RETURN(epp::EppConfig config, epp::LoadConfigFile(arg));
+  epp::ReplayPolicy p;
+  p.name = path.stem().string();
+  p.config = std::move(config);
+  return p;
+}
+
+// A one-line progress bar on stderr, redrawn when the shown percentage changes.
+class ProgressBar {
+ public:
+  void Update(double fraction) {
+    const int pct = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * 100.0);
+    if (pct == shown_) return;
+    shown_ = pct;
+    constexpr int kWidth = 40;
+    const int fill = pct * kWidth / 100;
+    std::fprintf(stderr, "\rreplay [%s%s] %3d%%", std::string(static_cast<size_t>(fill), '#').c_str(),
+                 std::string(static_cast<size_t>(kWidth - fill), ' ').c_str(), pct);
+    std::fflush(stderr);
+  }
+  void Clear() {
+    if (shown_ < 0) return;
+    std::fprintf(stderr, "\r%60s\r", "");
+    std::fflush(stderr);
+  }
+
+ private:
+  int shown_ = -1;
+};
+
+absl::StatusOr<std::vector<epp::ReplayRequest>> LoadInput(const ReplayCommandOptions& o, std::string& title) {
+  std::vector<epp::ReplayRequest> trace;
+  if (!o.trace.empty()) {
+    for (const std::string& flag : o.given)
+      if (std::find(std::begin(kWorkloadFlags), std::end(kWorkloadFlags), flag) != std::end(kWorkloadFlags))
+        return absl::InvalidArgumentError(flag + " applies to --workload / --gie-workload, not to --trace");
+    if (o.trace_format == "mooncake") {
+      EPP_ASSIGN_OR_RETURN(trace, epp::LoadMooncakeTrace(o.trace, o.time_scale));
+    } else {
+      EPP_ASSIGN_OR_RETURN(trace, epp::LoadOpenAITrace(o.trace, o.time_scale));
+    }
+    if (o.duration_s > 0 && !trace.empty()) {
+      const int64_t end = trace.front().arrival_us + static_cast<int64_t>(std::llround(o.duration_s * 1e6));
+      trace.erase(std::find_if(trace.begin(), trace.end(), [&](const epp::ReplayRequest& r) { return r.arrival_us > end; }),
+                  trace.end());
+    }
+    title = std::filesystem::path(o.trace).filename().string();
+    return trace;
+  }
+  epp::SharedPrefixWorkload w;
+  std::string name = "shared-prefix";
+  if (!o.gie_workload.empty()) {
+    EPP_ASSIGN_OR_RETURN(w, epp::GieBenchmarkWorkload(o.gie_workload));
+    name = o.gie_workload;
+  }
+  auto given = [&](const char* flag) { return std::find(o.given.begin(), o.given.end(), flag) != o.given.end(); };
+  // Explicit flags win over the GIE configuration; without one, the flags' defaults apply.
+  if (o.gie_workload.empty() || given("--groups")) w.groups = o.shared.groups;
+  if (o.gie_workload.empty() || given("--prompts-per-group")) w.prompts_per_group = o.shared.prompts_per_group;
+  if (o.gie_workload.empty() || given("--system-len")) w.system_len = o.shared.system_len;
+  if (o.gie_workload.empty() || given("--question-len")) w.question_len = o.shared.question_len;
+  if (o.gie_workload.empty() || given("--output-len")) w.output_len = o.shared.output_len;
+  if (o.gie_workload.empty() || given("--multi-turn")) w.multi_turn = o.shared.multi_turn;
+  w.rate = o.shared.rate;
+  w.poisson = o.arrivals == "poisson";
+  w.duration_s = o.duration_s;
+  w.seed = o.seed;
+  EPP_ASSIGN_OR_RETURN(trace, epp::GenerateSharedPrefix(w));
+  if (o.time_scale != 1.0)
+    for (epp::ReplayRequest& r : trace) r.arrival_us = std::llround(static_cast<double>(r.arrival_us) * o.time_scale);
+  title = name;
+  return trace;
+}
+
+}  // namespace
+
+void SetupReplayCommand(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<ReplayCommandOptions>();
+  epp::SimParams& p = o->server;
+  epp::SharedPrefixWorkload& w = o->shared;
+  CLI::App* cmd = app.add_subcommand(
+      "replay", "Replay a trace or a generated workload through routing policies over simulated servers (virtual time)");
+  auto* trace = cmd->add_option("--trace", o->trace, "Trace file (JSONL)");
+  cmd->add_option("--trace-format", o->trace_format, "mooncake (timestamp, input_length, output_length, hash_ids) or openai (captured requests)")
+      ->check(CLI::IsMember({"mooncake", "openai"}))->capture_default_str();
+  auto* workload = cmd->add_option("--workload", o->workload, "Generated workload: shared-prefix")
+      ->check(CLI::IsMember({"shared-prefix"}));
+  auto* gie = cmd->add_option("--gie-workload", o->gie_workload,
+                              "A GIE prefix-cache benchmark configuration (implies --workload shared-prefix): "
+                              "short-questions__many-system-prompts, long-questions__many-system-prompts, "
+                              "short-questions__few-system-prompts__multi-chat, long-questions__few-system-prompts__multi-chat");
+  trace->excludes(workload)->excludes(gie);
+  cmd->add_option("--groups", w.groups, "shared-prefix: distinct system prompts")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--prompts-per-group", w.prompts_per_group, "shared-prefix: questions per system prompt (turns with --multi-turn)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--system-len", w.system_len, "shared-prefix: system prompt tokens")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--question-len", w.question_len, "shared-prefix: question tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--output-len", w.output_len, "shared-prefix: output tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_flag("--multi-turn", w.multi_turn, "shared-prefix: each group is a conversation whose turns accumulate");
+  cmd->add_option("--rate", w.rate, "Workload arrivals per second")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--arrivals", o->arrivals, "poisson or constant")->check(CLI::IsMember({"poisson", "constant"}))->capture_default_str();
+  cmd->add_option("--duration", o->duration_s,
+                  "Seconds: a workload generates rate x duration requests (default: every prompt once); a trace is cut after it")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--time-scale", o->time_scale, "Multiplies arrival times (0.5 = twice as fast)")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--servers", o->servers, "Simulated model servers")->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--server-kv-tokens", o->server_kv_tokens,
+                  "KV-cache capacity per server in tokens (default " + std::to_string(p.kv_blocks * p.block_size) + ")")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--engine", p.engine, "Servers' engine (metrics dialect)")->check(CLI::IsMember({"vllm", "sglang", "trtllm-serve"}))
+      ->capture_default_str();
+  cmd->add_option("--max-running", p.max_running, "Requests in a server's running batch (max-num-seqs)")->capture_default_str();
+  cmd->add_option("--prefill-tokens-per-s", p.prefill_tokens_per_s, "Prefill throughput per server")->capture_default_str();
+  cmd->add_option("--decode-step-ms", p.decode_step_ms, "Decode step time at batch size 1")->capture_default_str();
+  cmd->add_option("--decode-ms-per-seq", p.decode_ms_per_seq, "Decode step time added per running request")->capture_default_str();
+  cmd->add_option("--policy", o->policies,
+                  "A named policy (" + [] {
+                    std::string s;
+                    for (const std::string& n : epp::NamedReplayPolicies()) s += (s.empty() ? "" : ", ") + n;
+                    return s;
+                  }() + ") or an EndpointPickerConfig file; repeatable (default: round-robin and gie-default)");
+  cmd->add_option("--refresh-metrics-interval", o->refresh_metrics_interval, "How often the EPP scrapes the servers (Go duration)")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed for the workload, tie-breaks and random pickers")->capture_default_str();
+  cmd->add_option("--output,-o", o->output, "text or json")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
+  cmd->add_option("--report", o->report, "Also write a self-contained HTML report (inline SVG charts) to this file");
+  cmd->add_flag("!--no-progress", o->progress, "No progress bar (it is shown on stderr only when stderr is a terminal)");
+  cmd->callback([o, cmd, &exit_code] {
+    o->given.clear();
+    for (const char* flag : {"--groups", "--prompts-per-group", "--system-len", "--question-len", "--output-len", "--multi-turn",
+                             "--rate", "--arrivals"})
+      if (cmd->count(flag) > 0) o->given.push_back(flag);
+    exit_code = RunReplay(*o);
+  });
+}
+
+int RunReplay(const ReplayCommandOptions& o) {
+  if (o.trace.empty() && o.workload.empty() && o.gie_workload.empty())
+    return PrintError(absl::InvalidArgumentError("nothing to replay: give --trace FILE, --workload shared-prefix or --gie-workload NAME"));
+  absl::StatusOr<int64_t> interval = epp::ParseDurationMicros(o.refresh_metrics_interval);
+  if (!interval.ok())
+    return PrintError(absl::InvalidArgumentError("--refresh-metrics-interval: " + std::string(interval.status().message())));
+  if (*interval <= 0) return PrintError(absl::InvalidArgumentError("--refresh-metrics-interval: must be > 0"));
+
+  std::vector<epp::ReplayPolicy> policies;
+  for (const std::string& arg : o.policies.empty() ? std::vector<std::string>{"round-robin", "gie-default"} : o.policies) {
+    absl::StatusOr<epp::ReplayPolicy> p = ResolvePolicy(arg);
+    if (!p.ok()) return PrintError(p.status());
+    // Two policies with one name would be indistinguishable in the report.
+    std::string name = p->name;
+    for (int k = 2; std::any_of(policies.begin(), policies.end(), [&](const epp::ReplayPolicy& q) { return q.name == name; }); ++k)
+      name = p->name + "#" + std::to_string(k);
+    p->name = name;
+    policies.push_back(*std::move(p));
+  }
+
+  epp::ReplayOptions ro;
+  ro.servers = o.servers;
+  ro.server = o.server;
+  ro.server.seed = o.seed;
+  if (o.server_kv_tokens > 0) {
+    ro.server.kv_blocks = o.server_kv_tokens / ro.server.block_size;
+    if (ro.server.kv_blocks < 1)
+      return PrintError(absl::InvalidArgumentError("--server-kv-tokens: less than one " + std::to_string(ro.server.block_size) +
+                                                   "-token block"));
+  }
+  if (absl::Status s = ro.server.Validate(); !s.ok()) return PrintError(absl::InvalidArgumentError(std::string(s.message())));
+  ro.scrape_interval_us = *interval;
+  ro.seed = o.seed;
+
+  std::string title;
+  absl::StatusOr<std::vector<epp::ReplayRequest>> trace = LoadInput(o, title);
+  if (!trace.ok()) return PrintError(trace.status());
+
+  // Open the report file before the run so that a bad path fails fast.
+  std::ofstream report_file;
+  if (!o.report.empty()) {
+    report_file.open(o.report, std::ios::binary | std::ios::trunc);
+    if (!report_file) return PrintError(absl::InvalidArgumentError("--report: cannot write '" + o.report + "'"));
+  }
+
+  ProgressBar bar;
+  if (o.progress && isatty(fileno(stderr))) ro.progress = [&bar](double f) { bar.Update(f); };
+  absl::StatusOr<epp::ReplayReport> report = epp::RunReplay(*trace, policies, ro);
+  bar.Clear();
+  if (!report.ok()) return PrintError(report.status());
+
+  if (o.output == "json") {
+    std::cout << epp::ReplayReportToJson(*report) << "\n";
+  } else {
+    std::cout << epp::ReplayReportToText(*report);
+  }
+  if (report_file.is_open()) {
+    report_file << epp::ReplayReportToHtml(*report, "eppctl replay: " + title);
+    report_file.close();
+    if (!report_file) return PrintError(absl::UnavailableError("--report: writing '" + o.report + "' failed"));
+    if (o.output != "json") std::cerr << "report written to " << o.report << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace eppctl

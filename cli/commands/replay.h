@@ -1,0 +1,42 @@
+// `eppctl replay`: replay a trace or a generated workload through routing policies over simulated
+// servers in virtual time, and compare the policies (docs/routing.md).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "epp/replay.h"
+
+namespace eppctl {
+
+struct ReplayCommandOptions {
+  // Input: a trace file, or a generated workload.
+  std::string trace;
+  std::string trace_format = "mooncake";  // mooncake or openai
+  std::string workload;                   // shared-prefix
+  std::string gie_workload;               // one of the GIE prefix-cache benchmark configurations
+  epp::SharedPrefixWorkload shared;       // flags given explicitly override the GIE workload's
+  std::string arrivals = "poisson";       // poisson or constant
+  double duration_s = 0;                  // workload: rate x duration requests; trace: first S seconds
+  double time_scale = 1.0;                // trace timestamps are multiplied by this
+  // Servers.
+  int servers = 8;
+  int64_t server_kv_tokens = 0;           // 0: SimParams' default kv_blocks
+  epp::SimParams server;
+  // Policies and the EPP.
+  std::vector<std::string> policies;      // names or config files; default round-robin, gie-default
+  std::string refresh_metrics_interval = "50ms";
+  uint64_t seed = 0;
+  // Output.
+  std::string output = "text";
+  std::string report;                     // HTML file
+  bool progress = true;                   // a progress bar on stderr when it is a terminal
+
+  std::vector<std::string> given;         // the workload flags given on the command line
+};
+
+void SetupReplayCommand(CLI::App& app, int& exit_code);
+int RunReplay(const ReplayCommandOptions& options);
+
+}  // namespace eppctl

@@ -1,0 +1,269 @@
+#include "commands/serve_metrics.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "epp/version.h"
+
+namespace eppctl {
+namespace {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+std::string Num(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  // Shortest round-trip digits, %g-style layout ("1e-05", "0.0001", "0.4375").
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+
+std::string Num(int64_t v) { return std::to_string(v); }
+
+// Text exposition format 0.0.4: one HELP and TYPE per family, then its samples.
+class Exposition {
+ public:
+  void Family(const std::string& name, const char* type, const char* help) {
+    out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  }
+  template <typename T>
+  void Sample(const std::string& name, const Labels& labels, T value) {
+    out_ += name;
+    if (!labels.empty()) {
+      out_ += '{';
+      for (size_t i = 0; i < labels.size(); ++i) {
+        if (i) out_ += ',';
+        out_ += labels[i].first + "=\"";
+        for (char c : labels[i].second) {
+          if (c == '\\')
+            out_ += "\\\\";
+          else if (c == '"')
+            out_ += "\\\"";
+          else if (c == '\n')
+            out_ += "\\n";
+          else
+            out_ += c;
+        }
+        out_ += '"';
+      }
+      out_ += '}';
+    }
+    out_ += ' ' + Num(value) + '\n';
+  }
+  // A family with one unlabelled sample.
+  template <typename T>
+  void Single(const std::string& name, const char* type, const char* help, T value) {
+    Family(name, type, help);
+    Sample(name, {}, value);
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+}  // namespace
+
+std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
+  Exposition x;
+  const epp::ExtProcStats& s = *src.stats;
+  std::shared_ptr<const std::vector<epp::Endpoint>> pool = src.endpoints->Snapshot();
+  const ServePoolCounters pc = src.pool ? src.pool->counters() : ServePoolCounters{};
+
+  x.Family("epp_info", "gauge", "Build information of this eppctl serve.");
+  x.Sample("epp_info", {{"version", EPP_VERSION_STRING}}, int64_t{1});
+
+  // Requests and streams.
+  x.Family("epp_requests_total", "counter",
+           "Requests decided, by outcome: 200 picked, 400 bad request, 413 body too large, 429 shed, 503 no endpoint, "
+           "500 internal.");
+  const std::pair<const char*, int64_t> outcomes[] = {{"200", s.outcome_200.load()}, {"400", s.outcome_400.load()},
+                                                      {"413", s.outcome_413.load()}, {"429", s.outcome_429.load()},
+                                                      {"503", s.outcome_503.load()}, {"500", s.outcome_500.load()}};
+  for (const auto& [name, value] : outcomes) x.Sample("epp_requests_total", {{"outcome", name}}, value);
+
+  x.Family("epp_pick_duration_seconds", "histogram", "Time to decide a request: parse, schedule and encode.");
+  int64_t cumulative = 0;
+  for (size_t i = 0; i < epp::ExtProcStats::kLatencyBuckets; ++i) {
+    cumulative += s.latency_count[i].load();
+    x.Sample("epp_pick_duration_seconds_bucket", {{"le", Num(epp::ExtProcStats::kLatencyBucketsUs[i] / 1e6)}},
+             cumulative);
+  }
+  cumulative += s.latency_count[epp::ExtProcStats::kLatencyBuckets].load();
+  x.Sample("epp_pick_duration_seconds_bucket", {{"le", "+Inf"}}, cumulative);
+  x.Sample("epp_pick_duration_seconds_sum", {}, static_cast<double>(s.latency_sum_us.load()) / 1e6);
+  x.Sample("epp_pick_duration_seconds_count", {}, cumulative);
+
+  x.Single("epp_streams_active", "gauge", "ext_proc streams open now.", s.streams_active.load());
+  x.Single("epp_streams_total", "counter", "ext_proc streams opened since start.", s.streams_total.load());
+  x.Single("epp_requests_in_flight", "gauge", "Requests picked whose response has not finished.",
+           s.requests_in_flight.load());
+  x.Single("epp_served_mismatch_total", "counter",
+           "Responses whose served endpoint (envoy.lb metadata) differed from the primary pick.",
+           s.served_mismatch.load());
+  x.Family("epp_response_tokens_total", "counter", "Tokens reported by the usage of model-server responses.");
+  x.Sample("epp_response_tokens_total", {{"kind", "prompt"}}, s.prompt_tokens.load());
+  x.Sample("epp_response_tokens_total", {{"kind", "completion"}}, s.completion_tokens.load());
+  x.Sample("epp_response_tokens_total", {{"kind", "cached"}}, s.cached_tokens.load());
+
+  // Prefix cache.
+  const int64_t prefix_entries = static_cast<int64_t>(src.scheduler->PrefixIndexEntries());
+  const int64_t blocks = s.prefix_blocks.load(), matched = s.prefix_match_blocks.load();
+  x.Single("epp_prefix_index_entries", "gauge", "Entries in the prefix-cache index.", prefix_entries);
+  x.Single("epp_prefix_blocks_total", "counter", "Prompt blocks hashed over picked requests.", blocks);
+  x.Single("epp_prefix_match_blocks_total", "counter", "Of those, blocks the index placed on the picked endpoint.",
+           matched);
+  x.Single("epp_prefix_hit_ratio", "gauge",
+           "epp_prefix_match_blocks_total / epp_prefix_blocks_total (0 before any block).",
+           blocks > 0 ? static_cast<double>(matched) / static_cast<double>(blocks) : 0.0);
+
+  // Endpoints.
+  const ServePoolCounters& counters = pc;
+  x.Single("epp_endpoints", "gauge", "Endpoints in the pool.", static_cast<int64_t>(pool->size()));
+  x.Single("epp_scrape_cycles_total", "counter", "Metrics refresh cycles run.", counters.scrape_cycles);
+  x.Single("epp_scrape_duration_seconds", "gauge", "Duration of the last refresh cycle (all endpoints, concurrently).",
+           counters.last_scrape_seconds);
+  x.Family("epp_endpoints_reloads_total", "counter", "Endpoints file reloads, by result.");
+  x.Sample("epp_endpoints_reloads_total", {{"result", "ok"}}, counters.reloads_ok);
+  x.Sample("epp_endpoints_reloads_total", {{"result", "error"}}, counters.reloads_failed);
+
+  auto per_endpoint = [&](const char* name, const char* type, const char* help, auto value_of) {
+    x.Family(name, type, help);
+    for (const epp::Endpoint& e : *pool) {
+      std::optional<double> v = value_of(e);
+      if (v) x.Sample(name, {{"endpoint", e.address}}, *v);
+    }
+  };
+  per_endpoint("epp_endpoint_waiting_queue_size", "gauge", "Requests queued on the endpoint, as last read.",
+               [](const epp::Endpoint& e) { return e.metrics.waiting_queue_size; });
+  per_endpoint("epp_endpoint_running_requests", "gauge", "Requests in the endpoint's running batch, as last read.",
+               [](const epp::Endpoint& e) { return e.metrics.running_requests; });
+  per_endpoint("epp_endpoint_kv_cache_usage", "gauge", "Fraction of the endpoint's KV cache in use, as last read.",
+               [](const epp::Endpoint& e) { return e.metrics.kv_cache_usage; });
+  per_endpoint("epp_endpoint_metrics_age_seconds", "gauge", "Age of the endpoint's last metrics (absent: never read).",
+               [&](const epp::Endpoint& e) -> std::optional<double> {
+                 if (!e.metrics_time_us) return std::nullopt;
+                 return static_cast<double>(now_us - *e.metrics_time_us) / 1e6;
+               });
+  per_endpoint("epp_endpoint_metrics_fresh", "gauge",
+               "1 when the endpoint's metrics are younger than --metrics-staleness-threshold.",
+               [&](const epp::Endpoint& e) -> std::optional<double> {
+                 return e.metrics_time_us && now_us - *e.metrics_time_us <= src.staleness_us ? 1.0 : 0.0;
+               });
+  x.Family("epp_endpoint_scrape_errors_total", "counter", "Metrics reads of the endpoint that failed.");
+  for (const epp::Endpoint& e : *pool) {
+    auto it = counters.scrape_errors.find(e.address);
+    x.Sample("epp_endpoint_scrape_errors_total", {{"endpoint", e.address}},
+             it == counters.scrape_errors.end() ? 0 : it->second);
+  }
+  x.Family("epp_endpoint_inflight_requests", "gauge", "Requests picked for the endpoint and not finished.");
+  std::vector<std::pair<int64_t, int64_t>> inflight;
+  for (const epp::Endpoint& e : *pool) inflight.push_back(src.scheduler->Inflight(e.address));
+  for (size_t i = 0; i < pool->size(); ++i)
+    x.Sample("epp_endpoint_inflight_requests", {{"endpoint", (*pool)[i].address}}, inflight[i].first);
+  x.Family("epp_endpoint_inflight_tokens", "gauge", "Estimated tokens of those requests (input + expected output).");
+  for (size_t i = 0; i < pool->size(); ++i)
+    x.Sample("epp_endpoint_inflight_tokens", {{"endpoint", (*pool)[i].address}}, inflight[i].second);
+
+  // GIE-compatible names (gie-epp.md section 6.3), for existing dashboards.
+  const Labels name{{"name", src.pool_name}};
+  x.Single("inference_extension_prefix_indexer_size", "gauge", "Entries in the prefix-cache index (GIE name).",
+           prefix_entries);
+  x.Family("inference_pool_ready_pods", "gauge", "Endpoints in the pool (GIE name).");
+  x.Sample("inference_pool_ready_pods", name, static_cast<int64_t>(pool->size()));
+  // Averages over endpoints with fresh metrics, as GIE computes them.
+  double q = 0, r = 0, kv = 0;
+  int nq = 0, nr = 0, nkv = 0;
+  for (const epp::Endpoint& e : *pool) {
+    if (!e.metrics_time_us || now_us - *e.metrics_time_us > src.staleness_us) continue;
+    if (e.metrics.waiting_queue_size) q += *e.metrics.waiting_queue_size, ++nq;
+    if (e.metrics.running_requests) r += *e.metrics.running_requests, ++nr;
+    if (e.metrics.kv_cache_usage) kv += *e.metrics.kv_cache_usage, ++nkv;
+  }
+  x.Family("inference_pool_average_queue_size", "gauge",
+           "Mean waiting queue over endpoints with fresh metrics (GIE name).");
+  x.Sample("inference_pool_average_queue_size", name, nq ? q / nq : 0.0);
+  x.Family("inference_pool_average_running_requests", "gauge",
+           "Mean running requests over endpoints with fresh metrics (GIE name).");
+  x.Sample("inference_pool_average_running_requests", name, nr ? r / nr : 0.0);
+  x.Family("inference_pool_average_kv_cache_utilization", "gauge",
+           "Mean KV-cache use over endpoints with fresh metrics (GIE name).");
+  x.Sample("inference_pool_average_kv_cache_utilization", name, nkv ? kv / nkv : 0.0);
+  x.Family("inference_pool_per_pod_queue_size", "gauge", "Waiting queue per endpoint with fresh metrics (GIE name).");
+  for (const epp::Endpoint& e : *pool) {
+    if (!e.metrics_time_us || now_us - *e.metrics_time_us > src.staleness_us || !e.metrics.waiting_queue_size) continue;
+    x.Sample("inference_pool_per_pod_queue_size", {{"name", src.pool_name}, {"model_server_pod", e.address}},
+             *e.metrics.waiting_queue_size);
+  }
+  return x.Take();
+}
+
+struct MetricsHttpServer::Impl {
+  httplib::Server http;
+  std::thread thread;
+  int port = 0;
+  bool stopped = false;
+};
+
+MetricsHttpServer::MetricsHttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MetricsHttpServer::~MetricsHttpServer() { Stop(); }
+int MetricsHttpServer::port() const { return impl_->port; }
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host, int port,
+                                                                            std::function<std::string()> render) {
+  auto impl = std::make_unique<Impl>();
+  impl->http.Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
+    res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  impl->http.Get("/healthz",
+                 [](const httplib::Request&, httplib::Response& res) { res.set_content("ok", "text/plain"); });
+  // As the simulator does (libepp/src/sim/http_server.cc): Debian's compiled cpp-httplib listens
+  // with a backlog of 5; remember the socket and widen it.
+  int listen_fd = -1;
+  impl->http.set_socket_options([&listen_fd](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd = sock;
+  });
+  // httplib wants a bare host ("::", not "[::]").
+  std::string bind_host = host;
+  if (bind_host.size() > 2 && bind_host.front() == '[' && bind_host.back() == ']')
+    bind_host = bind_host.substr(1, bind_host.size() - 2);
+  if (port == 0) {
+    impl->port = impl->http.bind_to_any_port(bind_host);
+  } else {
+    impl->port = impl->http.bind_to_port(bind_host, port) ? port : -1;
+  }
+  if (impl->port <= 0)
+    return absl::UnavailableError("cannot listen for /metrics on " + host + ":" + std::to_string(port));
+  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] { raw->http.listen_after_bind(); });
+  // httplib's stop() does nothing until the listen loop runs: return only once it does.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!impl->http.is_running()) {
+    if (std::chrono::steady_clock::now() > give_up) {
+      impl->thread.detach();
+      return absl::UnavailableError("the /metrics server did not start on " + host);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(std::move(impl)));
+}
+
+void MetricsHttpServer::Stop() {
+  if (!impl_ || impl_->stopped) return;
+  impl_->stopped = true;
+  impl_->http.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+}  // namespace eppctl

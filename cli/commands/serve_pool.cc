@@ -1,0 +1,246 @@
+#include "commands/serve_pool.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <set>
+
+namespace eppctl {
+namespace {
+
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3fs", s);
+  return buf;
+}
+
+}  // namespace
+
+ServePool::FileSig ServePool::Stat(const std::string& path) {
+  FileSig sig;
+  struct stat st {};
+  // stat(), not lstat(): a ConfigMap file is a symlink chain (endpoints.yaml -> ..data/... ->
+  // ..2025_01_01_.../endpoints.yaml) and the swap shows as the path resolving to a new inode.
+  if (::stat(path.c_str(), &st) != 0) return sig;
+  sig.exists = true;
+  sig.dev = st.st_dev;
+  sig.ino = st.st_ino;
+  sig.size = st.st_size;
+  sig.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  sig.ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  return sig;
+}
+
+ServePool::ServePool(ServePoolOptions options, const epp::Scheduler& scheduler, epp::EndpointSnapshot& snapshot,
+                     const ServeLog& log)
+    : options_(std::move(options)), scheduler_(scheduler), snapshot_(snapshot), log_(log) {}
+
+ServePool::~ServePool() { Stop(); }
+
+absl::StatusOr<std::vector<epp::EndpointSpec>> ServePool::LoadSpecs() const {
+  std::vector<epp::EndpointSpec> specs;
+  if (!options_.endpoints_file.empty()) {
+    EPP_ASSIGN_OR_RETURN(specs, epp::LoadEndpointsFile(options_.endpoints_file));
+  }
+  specs.insert(specs.end(), options_.flag_specs.begin(), options_.flag_specs.end());
+  if (specs.empty())
+    return absl::InvalidArgumentError("no endpoints: give --endpoints FILE or --endpoint ADDR[=METRICS]");
+  EPP_RETURN_IF_ERROR(epp::ValidateEndpointSpecs(specs));
+  return specs;
+}
+
+epp::ResolveOptions ServePool::Resolve() {
+  epp::ResolveOptions r = options_.resolve;
+  r.clock = nullptr;  // the steady clock, as the scheduler's plugins use
+  r.fail_on_metrics_error = false;
+  r.http_client = &client_;
+  return r;
+}
+
+absl::StatusOr<std::unique_ptr<ServePool>> ServePool::Create(ServePoolOptions options, const epp::Scheduler& scheduler,
+                                                             epp::EndpointSnapshot& snapshot, const ServeLog& log) {
+  std::unique_ptr<ServePool> pool(new ServePool(std::move(options), scheduler, snapshot, log));
+  // Stat before reading, so that a change made while loading is seen on the first poll.
+  if (!pool->options_.endpoints_file.empty()) pool->applied_ = Stat(pool->options_.endpoints_file);
+  EPP_ASSIGN_OR_RETURN(std::vector<epp::EndpointSpec> specs, pool->LoadSpecs());
+  EPP_ASSIGN_OR_RETURN(std::vector<epp::Endpoint> endpoints, epp::ResolveEndpoints(specs, pool->Resolve()));
+  pool->Install(std::move(specs), std::move(endpoints));
+  return pool;
+}
+
+void ServePool::Install(std::vector<epp::EndpointSpec> specs, std::vector<epp::Endpoint> endpoints) {
+  std::set<std::string> kept;
+  for (const epp::EndpointSpec& s : specs) kept.insert(s.address);
+  std::vector<std::string> removed;
+  for (const epp::EndpointSpec& s : specs_)
+    if (!kept.count(s.address)) removed.push_back(s.address);
+  std::map<std::string, std::string> old_errors;
+  for (size_t i = 0; i < specs_.size() && i < last_error_.size(); ++i) old_errors[specs_[i].address] = last_error_[i];
+
+  specs_ = std::move(specs);
+  endpoints_ = std::move(endpoints);
+  last_error_.assign(specs_.size(), std::string());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::map<std::string, int64_t> errors;
+    for (const epp::EndpointSpec& s : specs_) {
+      auto it = counters_.scrape_errors.find(s.address);
+      errors[s.address] = it == counters_.scrape_errors.end() ? 0 : it->second;
+    }
+    counters_.scrape_errors = std::move(errors);
+  }
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    auto it = old_errors.find(specs_[i].address);
+    if (it != old_errors.end()) last_error_[i] = it->second;
+    // The resolve just done read (or failed to read) every endpoint once.
+    Track(i, endpoints_[i].metrics_time_us.has_value() || specs_[i].metrics == epp::kNoMetrics);
+  }
+  size_ = endpoints_.size();
+  snapshot_.Set(endpoints_);
+  // Only after the new snapshot is published, so no pick sees the endpoint again.
+  for (const std::string& address : removed) scheduler_.ForgetEndpoint(address);
+}
+
+void ServePool::Track(size_t i, bool read) {
+  const epp::Endpoint& e = endpoints_[i];
+  if (specs_[i].metrics == epp::kNoMetrics) return;
+  if (!read) {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.scrape_errors[e.address]++;
+  }
+  // What is compared from one round to the next: a transport error's text varies ("after 3 ms"),
+  // so an unreadable endpoint is one state; a partial read is keyed by its (stable) check list.
+  const std::string state = !read ? std::string("unreadable") : e.metrics_error;
+  std::string& last = last_error_[i];
+  if (state == last) {
+    if (!read && log_.Enabled(LogLevel::kDebug))
+      log_.Debug("endpoint " + e.address + ": scrape failed again: " + e.metrics_error);
+    return;
+  }
+  if (state.empty()) {
+    log_.Info("endpoint " + e.address + ": metrics read again");
+  } else if (!read) {
+    std::string age = "never read";
+    if (e.metrics_time_us) {
+      age = "last read " + Seconds((epp::SteadyClock::Get().NowMicros() - *e.metrics_time_us) / 1e6) + " ago";
+    }
+    log_.Warn("endpoint " + e.address + ": metrics cannot be read (" + age +
+              "; picks use the last metrics read): " + e.metrics_error);
+  } else {
+    log_.Warn("endpoint " + e.address + ": metrics read but incomplete: " + e.metrics_error);
+  }
+  last = state;
+}
+
+void ServePool::Start() {
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] { Run(); });
+}
+
+void ServePool::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+ServePoolCounters ServePool::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+void ServePool::Run() {
+  using Clock = std::chrono::steady_clock;
+  auto next = Clock::now();
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_until(lock, next, [this] { return stop_; })) return;
+    }
+    const auto start = Clock::now();
+    MaybeReload();
+    Refresh();
+    const double took = std::chrono::duration<double>(Clock::now() - start).count();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      counters_.scrape_cycles++;
+      counters_.last_scrape_seconds = took;
+    }
+    // Start to start; a cycle that overran the interval is followed at once by the next.
+    next += options_.interval;
+    if (next < Clock::now()) next = Clock::now();
+  }
+}
+
+void ServePool::Refresh() {
+  std::vector<std::optional<int64_t>> before(endpoints_.size());
+  for (size_t i = 0; i < endpoints_.size(); ++i) before[i] = endpoints_[i].metrics_time_us;
+  absl::Status s = epp::RefreshEndpointMetrics(specs_, endpoints_, Resolve());
+  if (!s.ok()) {
+    log_.Error("metrics refresh: " + std::string(s.message()));
+    return;
+  }
+  for (size_t i = 0; i < endpoints_.size(); ++i) {
+    const bool read = endpoints_[i].metrics_time_us.has_value() && endpoints_[i].metrics_time_us != before[i];
+    Track(i, read);
+  }
+  snapshot_.Set(endpoints_);
+}
+
+void ServePool::MaybeReload() {
+  if (options_.endpoints_file.empty()) return;
+  const FileSig sig = Stat(options_.endpoints_file);
+  if (sig == applied_) {
+    pending_.reset();
+    return;
+  }
+  if (!pending_ || !(*pending_ == sig)) {  // first sight of this version: let it settle one poll
+    pending_ = sig;
+    return;
+  }
+  pending_.reset();
+  applied_ = sig;
+  if (!sig.exists) {
+    log_.Warn("endpoints file " + options_.endpoints_file + " cannot be read; keeping the " +
+              std::to_string(endpoints_.size()) + " endpoints in use");
+    return;
+  }
+  Reload();
+}
+
+void ServePool::Reload() {
+  const std::string keep = "; keeping the " + std::to_string(endpoints_.size()) + " endpoints in use";
+  absl::StatusOr<std::vector<epp::EndpointSpec>> specs = LoadSpecs();
+  absl::StatusOr<std::vector<epp::Endpoint>> endpoints =
+      specs.ok() ? epp::ResolveEndpoints(*specs, Resolve())
+                 : absl::StatusOr<std::vector<epp::Endpoint>>(specs.status());
+  if (!endpoints.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      counters_.reloads_failed++;
+    }
+    log_.Error("endpoints file " + options_.endpoints_file +
+               " not loaded: " + std::string(endpoints.status().message()) + keep);
+    return;
+  }
+  std::set<std::string> before, after;
+  for (const epp::EndpointSpec& s : specs_) before.insert(s.address);
+  for (const epp::EndpointSpec& s : *specs) after.insert(s.address);
+  std::string added, removed;
+  for (const std::string& a : after)
+    if (!before.count(a)) added += (added.empty() ? "" : ", ") + a;
+  for (const std::string& a : before)
+    if (!after.count(a)) removed += (removed.empty() ? "" : ", ") + a;
+  Install(*std::move(specs), *std::move(endpoints));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.reloads_ok++;
+  }
+  log_.Info("endpoints file " + options_.endpoints_file + " reloaded: " + std::to_string(endpoints_.size()) +
+            " endpoints; added: " + (added.empty() ? "none" : added) +
+            "; removed: " + (removed.empty() ? "none" : removed));
+}
+
+}  // namespace eppctl

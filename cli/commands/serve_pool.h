@@ -1,0 +1,117 @@
+// Private to `eppctl serve`: the endpoint set behind the ext_proc server, kept current by one
+// scrape thread.
+//
+// Every interval the thread re-reads the metrics of every endpoint (RefreshEndpointMetrics on its
+// own copy, through one persistent HttpClient so connections are reused) and publishes the copy
+// with EndpointSnapshot::Set. Picks read the last published snapshot and never wait for a scrape;
+// an endpoint that cannot be read keeps its last metrics, which age into staleness.
+//
+// The endpoints file is re-stat()ed by path on every cycle, so both an edit in place (mtime, size)
+// and a Kubernetes ConfigMap update (the `..data` symlink swapped to a new directory: the path
+// now resolves to another inode) are seen. A change is acted on once the file looked the same on
+// two consecutive polls (a half-written file is not loaded). The new list is loaded, validated
+// and resolved before it replaces the old one; endpoints that left are forgotten by the
+// scheduler (prefix index, in-flight counters). A file that does not load keeps the old set and
+// is logged once.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "commands/serve_log.h"
+#include "epp/endpoints.h"
+#include "epp/extproc.h"
+#include "epp/http.h"
+#include "epp/scheduler.h"
+
+namespace eppctl {
+
+struct ServePoolOptions {
+  std::string endpoints_file;                 // empty: only flag endpoints, nothing to watch
+  std::vector<epp::EndpointSpec> flag_specs;  // --endpoint values, appended after the file's
+  epp::ResolveOptions resolve;                // check settings; clock and http_client are the pool's
+  std::chrono::microseconds interval{50000};
+};
+
+// Counters for /metrics.
+struct ServePoolCounters {
+  int64_t scrape_cycles = 0;
+  int64_t reloads_ok = 0;
+  int64_t reloads_failed = 0;
+  double last_scrape_seconds = 0;
+  std::map<std::string, int64_t> scrape_errors;  // per current endpoint address, cumulative
+};
+
+class ServePool {
+ public:
+  // Loads the specs (file, then flags), validates them and resolves them once: every endpoint is
+  // scraped or found unreadable (kept, with metrics_error). The result is published to `snapshot`.
+  // kInvalidArgument / kNotFound for a bad file, bad specs or no endpoints at all.
+  static absl::StatusOr<std::unique_ptr<ServePool>> Create(ServePoolOptions options, const epp::Scheduler& scheduler,
+                                                           epp::EndpointSnapshot& snapshot, const ServeLog& log);
+  ~ServePool();
+
+  void Start();  // the scrape thread
+  void Stop();   // joins it; idempotent
+
+  size_t size() const { return size_.load(); }
+  ServePoolCounters counters() const;
+
+ private:
+  struct FileSig {
+    bool exists = false;
+    dev_t dev = 0;
+    ino_t ino = 0;
+    off_t size = 0;
+    int64_t mtime_ns = 0, ctime_ns = 0;
+    bool operator==(const FileSig&) const = default;
+  };
+  static FileSig Stat(const std::string& path);
+
+  ServePool(ServePoolOptions options, const epp::Scheduler& scheduler, epp::EndpointSnapshot& snapshot,
+            const ServeLog& log);
+  absl::StatusOr<std::vector<epp::EndpointSpec>> LoadSpecs() const;
+  epp::ResolveOptions Resolve();
+  // Installs a resolved set (initial load or reload): snapshot, counters, forgotten endpoints.
+  void Install(std::vector<epp::EndpointSpec> specs, std::vector<epp::Endpoint> endpoints);
+  void Run();
+  void Refresh();
+  void MaybeReload();
+  void Reload();
+  // Logs state changes of endpoint i's metrics (unreadable, partial, recovered); `read` = this
+  // round produced metrics.
+  void Track(size_t i, bool read);
+
+  ServePoolOptions options_;
+  const epp::Scheduler& scheduler_;
+  epp::EndpointSnapshot& snapshot_;
+  const ServeLog& log_;
+  epp::HttpClient client_;  // scrape thread only (and Create before Start)
+
+  // Owned by the scrape thread once started.
+  std::vector<epp::EndpointSpec> specs_;
+  std::vector<epp::Endpoint> endpoints_;
+  std::vector<std::string> last_error_;  // per endpoint: the state last logged (Track)
+  FileSig applied_;                      // the file as last loaded (or rejected)
+  std::optional<FileSig> pending_;       // a change seen once, waiting to settle
+
+  std::atomic<size_t> size_{0};
+  mutable std::mutex mu_;  // guards counters_ and stop_
+  ServePoolCounters counters_;
+  bool stop_ = false;
+  std::condition_variable cv_;
+  std::thread thread_;
+};
+
+}  // namespace eppctl

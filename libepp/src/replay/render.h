@@ -1,0 +1,34 @@
+// Prompt rendering for replay (private). A segment's text is a deterministic character stream
+// seeded by its id; a segment of T tokens is the first T * kCharsPerToken characters of it, so a
+// shorter rendering is always a prefix of a longer one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/container/flat_hash_map.h"
+#include "epp/replay.h"
+
+namespace epp::replay_internal {
+
+// Writes the first `chars` characters of segment `id`'s stream to `out`.
+void RenderSegment(uint64_t id, size_t chars, char* out);
+
+// RenderReplayPrompt with a cache of rendered segments: system prompts, Mooncake blocks and
+// conversation turns recur across requests (and across policies), so most of a prompt is
+// copied rather than generated. Not thread-safe.
+class PromptRenderer {
+ public:
+  // The prompt of `request`; valid until the next call.
+  std::string_view Render(const ReplayRequest& request);
+
+ private:
+  static constexpr size_t kMaxCachedBytes = size_t{256} << 20;  // then the cache starts over
+  std::string buf_;
+  absl::flat_hash_map<uint64_t, std::string> segments_;  // id -> the longest rendering so far
+  size_t cached_bytes_ = 0;
+};
+
+}  // namespace epp::replay_internal

@@ -1,0 +1,148 @@
+"""`eppctl replay` end to end: text and JSON output, the HTML report, usage errors."""
+import json
+import re
+
+import pytest
+
+SMALL = ["--workload", "shared-prefix", "--groups", "4", "--prompts-per-group", "5", "--rate", "20", "--servers", "3"]
+POLICY_KEYS = ["name", "block_hit_rate", "token_hit_rate", "ttft_s", "e2e_s", "throughput_rps", "load_max_over_mean",
+               "prediction_error_rate", "failed"]
+
+
+def replay_json(eppctl, *args):
+    r = eppctl("replay", "-o", "json", *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_text_table_names_every_policy(eppctl):
+    r = eppctl("replay", *SMALL)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^trace: 20 requests over ", r.stdout, re.M), r.stdout
+    assert re.search(r"^round-robin\s+[\d.]+", r.stdout, re.M), r.stdout
+    assert re.search(r"^gie-default\s+[\d.]+", r.stdout, re.M), r.stdout
+    assert "simulated time" in r.stdout
+    assert r.stderr == ""  # no progress bar when stderr is not a terminal
+
+
+def test_json_shape(eppctl):
+    d = replay_json(eppctl, *SMALL, "--policy", "least-queue", "--policy", "sglang-cache-aware")
+    for k in ["requests", "blocks", "upper_bound_block_hit_rate", "pooled_cache_bound_block_hit_rate"]:
+        assert k in d["trace"], k
+    assert d["trace"]["requests"] == 20
+    assert [p["name"] for p in d["policies"]] == ["least-queue", "sglang-cache-aware"]
+    for p in d["policies"]:
+        for k in POLICY_KEYS:
+            assert k in p, k
+        for part in ["ttft_s", "e2e_s"]:
+            assert set(p[part]) >= {"p50", "p90", "p99"}
+            assert p[part]["p50"] <= p[part]["p90"] <= p[part]["p99"]
+        assert p["completed"] == 20 and p["failed"] == 0
+        assert len(p["requests_per_server"]) == 3 and sum(p["requests_per_server"]) == 20
+        assert 0 <= p["block_hit_rate"] <= d["trace"]["upper_bound_block_hit_rate"] + 1e-9
+
+
+def test_same_seed_same_figures(eppctl):
+    def figures(seed):
+        d = replay_json(eppctl, *SMALL, "--policy", "random", "--seed", seed)
+        for p in d["policies"]:
+            p.pop("wall_s")
+        return d
+
+    assert figures(4) == figures(4)
+
+
+def test_gie_workload_and_simulator_flags(eppctl):
+    d = replay_json(eppctl, "--gie-workload", "long-questions__many-system-prompts", "--groups", "3", "--prompts-per-group",
+                    "2", "--rate", "5", "--servers", "2", "--server-kv-tokens", "200000", "--max-running", "8",
+                    "--prefill-tokens-per-s", "40000", "--decode-step-ms", "5", "--decode-ms-per-seq", "0.1",
+                    "--engine", "sglang", "--refresh-metrics-interval", "100ms", "--policy", "round-robin")
+    # 3 groups x 2 prompts; 1000 + 6200 prompt tokens each (the GIE file's lengths).
+    assert d["trace"]["requests"] == 6
+    assert d["trace"]["prompt_tokens"] == 6 * 7200
+
+
+def test_mooncake_trace_with_duration(eppctl, fixtures_dir):
+    trace = fixtures_dir / "traces" / "mooncake-fast25-synthetic_trace.jsonl"
+    if not trace.exists():
+        pytest.skip("no Mooncake trace in the shared fixtures")
+    d = replay_json(eppctl, "--trace", trace, "--duration", "20", "--policy", "round-robin")
+    assert 0 < d["trace"]["requests"] < 3993
+    assert d["trace"]["duration_s"] <= 20
+
+
+def test_html_report_is_self_contained(eppctl, tmp_path):
+    out = tmp_path / "report.html"
+    r = eppctl("replay", *SMALL, "--report", out)
+    assert r.returncode == 0, r.stderr
+    html = out.read_text()
+    assert html.startswith("<!DOCTYPE html>")
+    assert html.rstrip().endswith("</html>")
+    assert html.count("<svg") == html.count("</svg>") >= 3
+    assert "<script" not in html
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    for name in ["round-robin", "gie-default", "upper bound", "pooled cache"]:
+        assert name in html, name
+
+
+def test_html_escapes_policy_names_from_files(eppctl, tmp_path):
+    cfg = tmp_path / "a&b<c>.yaml"
+    cfg.write_text("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
+                   "plugins:\n- type: queue-scorer\n")
+    out = tmp_path / "r.html"
+    r = eppctl("replay", *SMALL, "--policy", cfg, "--report", out)
+    assert r.returncode == 0, r.stderr
+    html = out.read_text()
+    assert "a&amp;b&lt;c&gt;" in html
+    assert "a&b<c>" not in html
+
+
+@pytest.mark.parametrize("args", [
+    [],                                                     # nothing to replay
+    ["--workload", "nope"],
+    ["--workload", "shared-prefix", "--trace", "x.jsonl"],  # both inputs
+    ["--workload", "shared-prefix", "--rate", "0"],
+    ["--workload", "shared-prefix", "--servers", "0"],
+    ["--workload", "shared-prefix", "--output", "yaml"],
+    ["--workload", "shared-prefix", "--arrivals", "bursty"],
+    ["--workload", "shared-prefix", "--refresh-metrics-interval", "soon"],
+    ["--workload", "shared-prefix", "--server-kv-tokens", "8"],
+    ["--workload", "shared-prefix", "--bogus"],
+    ["--gie-workload", "nope"],
+    ["--trace", "/nonexistent/trace.jsonl"],
+])
+def test_bad_flags_exit_2(eppctl, args):
+    r = eppctl("replay", *args)
+    assert r.returncode == 2, (args, r.stdout, r.stderr)
+    assert r.stdout == ""
+
+
+def test_workload_flags_do_not_apply_to_traces(eppctl, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}\n')
+    r = eppctl("replay", "--trace", trace, "--rate", "5")
+    assert r.returncode == 2
+    assert "--rate" in r.stderr
+
+
+def test_bad_trace_line_names_file_and_line(eppctl, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}\n{"timestamp": 1}\n')
+    r = eppctl("replay", "--trace", trace)
+    assert r.returncode == 2
+    assert "%s:2: " % trace in r.stderr
+
+
+def test_unknown_policy_lists_the_named_ones(eppctl):
+    r = eppctl("replay", *SMALL, "--policy", "fastest-possible")
+    assert r.returncode == 2
+    assert "unknown policy 'fastest-possible'" in r.stderr
+    for name in ["round-robin", "random", "least-queue", "least-inflight", "gie-default", "sglang-cache-aware"]:
+        assert name in r.stderr, name
+
+
+def test_unwritable_report_fails_before_running(eppctl):
+    r = eppctl("replay", *SMALL, "--report", "/nonexistent/dir/r.html")
+    assert r.returncode == 2
+    assert "--report" in r.stderr
+    assert r.stdout == ""
