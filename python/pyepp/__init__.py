@@ -7,6 +7,10 @@
 - :func:`check`: ``eppctl check`` (scrape, validate, probe the OpenAI APIs) as a dict.
 - :class:`Simulator` / :class:`SimServer`: the model-server simulator over HTTP, and its cost
   model in virtual time.
+- :class:`Scheduler`: libepp's scheduler built from an EndpointPickerConfig; ``pick()`` a
+  :class:`Request` over :class:`Endpoint` values, ``explain()`` the :class:`PickResult`. Python
+  scorers and filters join through a :class:`PluginRegistry`; :func:`load_endpoints` reads an
+  endpoints file.
 
 Errors are :class:`EppError` subclasses (see :mod:`pyepp.errors`).
 """
@@ -24,7 +28,7 @@ from .metrics import (
     extract_metrics,
     parse_prometheus,
 )
-
+from .scheduling import Endpoint, PickResult, PluginRegistry, Request, Scheduler, load_endpoints
 from .sim import SimServer, Simulator
 
 __version__: str = _lib.__version__
@@ -45,4 +49,10 @@ __all__ = [
     "builtin_engines",
     "Simulator",
     "SimServer",
+    "Request",
+    "Endpoint",
+    "PickResult",
+    "Scheduler",
+    "PluginRegistry",
+    "load_endpoints",
 ]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 from ._native import lib
+from .errors import ConfigError
 
 __all__ = [
     "Sample",
@@ -105,6 +106,77 @@ class EndpointMetrics:
     cache_num_blocks: Optional[int] = None
     checks: List[Dict[str, str]] = field(default_factory=list)
 
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "EndpointMetrics":
+        """Metrics given by hand, e.g. for :class:`pyepp.Endpoint`::
+
+            EndpointMetrics.from_dict({"waiting_queue_size": 3, "running_requests": 12,
+                                       "kv_cache_usage": 0.44,
+                                       "lora": {"max_lora": 2, "running": ["a"], "waiting": []},
+                                       "cache_block_size": 16, "cache_num_blocks": 4096})
+
+        Every key is optional (absent or None: not exposed, as when a server lacks the metric);
+        ``engine`` and ``checks`` are accepted too, so ``from_dict(m.to_dict())`` round-trips.
+        ``kv_cache_usage`` is a fraction in [0, 1] (not a percentage). Raises
+        :class:`pyepp.ConfigError` for an unknown key or a value of the wrong type or range.
+        """
+        if not isinstance(values, Mapping):
+            raise TypeError(f"metrics must be a mapping, not {type(values).__name__}")
+        unknown = [k for k in values if k not in _DICT_KEYS]
+        if unknown:
+            raise ConfigError(f"unknown metrics key {unknown[0]!r} (known: {', '.join(_DICT_KEYS)})")
+
+        def number(key: str, integer: bool = False, upper: Optional[float] = None) -> Any:
+            v = values.get(key)
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
+                kind = "an int" if integer else "a number"
+                raise ConfigError(f"metrics.{key}: expected {kind}, got {v!r}")
+            if not (v >= 0) or v == float("inf") or (upper is not None and v > upper):
+                bound = f"in [0, {upper:g}]" if upper is not None else "a finite number >= 0"
+                raise ConfigError(f"metrics.{key}: must be {bound}, got {v!r}")
+            return int(v) if integer else float(v)
+
+        lora = values.get("lora")
+        if lora is not None:
+            if isinstance(lora, LoraInfo):
+                lora = {"max_lora": lora.max_lora, "running": lora.running, "waiting": lora.waiting}
+            if not isinstance(lora, Mapping):
+                raise ConfigError(f"metrics.lora: expected a mapping, got {lora!r}")
+            extra = [k for k in lora if k not in ("max_lora", "running", "waiting")]
+            if extra:
+                raise ConfigError(f"metrics.lora: unknown key {extra[0]!r} (known: max_lora, running, waiting)")
+            max_lora = lora.get("max_lora", 0)
+            if isinstance(max_lora, bool) or not isinstance(max_lora, int) or max_lora < 0:
+                raise ConfigError(f"metrics.lora.max_lora: expected an int >= 0, got {max_lora!r}")
+            lists = []
+            for key in ("running", "waiting"):
+                names = lora.get(key) or []
+                if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+                    raise ConfigError(f"metrics.lora.{key}: expected a list of adapter names, got {names!r}")
+                lists.append(list(names))
+            lora = LoraInfo(max_lora, lists[0], lists[1])
+        engine = values.get("engine") or ""
+        if not isinstance(engine, str):
+            raise ConfigError(f"metrics.engine: expected a str, got {engine!r}")
+        return cls(
+            engine=engine,
+            waiting_queue_size=number("waiting_queue_size"),
+            running_requests=number("running_requests"),
+            kv_cache_usage=number("kv_cache_usage", upper=1.0),
+            lora=lora,
+            cache_block_size=number("cache_block_size", integer=True),
+            cache_num_blocks=number("cache_num_blocks", integer=True),
+            checks=[dict(c) for c in values.get("checks") or []],
+        )
+
+    @classmethod
+    def from_text(cls, text: "Text", engine: str = "auto", *, lenient: bool = False,
+                  metrics: Optional[Mapping[str, str]] = None) -> "EndpointMetrics":
+        """The metrics of a ``/metrics`` text: the same as :func:`pyepp.extract_metrics`."""
+        return extract_metrics(text, engine, lenient=lenient, metrics=metrics)
+
     def to_dict(self) -> Dict[str, Any]:
         """A JSON-ready dict of every attribute. Its metric keys and values are those of a
         target's ``"metrics"`` object in :func:`pyepp.check` (``eppctl check --output json``)."""
@@ -121,6 +193,27 @@ class EndpointMetrics:
             "cache_num_blocks": self.cache_num_blocks,
             "checks": [dict(c) for c in self.checks],
         }
+
+
+_DICT_KEYS = ("waiting_queue_size", "running_requests", "kv_cache_usage", "lora", "cache_block_size",
+              "cache_num_blocks", "engine", "checks")
+
+
+def _to_native(m: EndpointMetrics) -> Any:
+    """The native EndpointMetrics of ``m`` (for pyepp.Endpoint)."""
+    native = lib.EndpointMetrics()
+    native.waiting_queue_size = m.waiting_queue_size
+    native.running_requests = m.running_requests
+    native.kv_cache_usage = m.kv_cache_usage
+    if m.lora is not None:
+        lora = lib.LoraInfo()
+        lora.max_lora = m.lora.max_lora
+        lora.running = list(m.lora.running)
+        lora.waiting = list(m.lora.waiting)
+        native.lora = lora
+    native.cache_block_size = m.cache_block_size
+    native.cache_num_blocks = m.cache_num_blocks
+    return native
 
 
 def _as_str(text: Text) -> str:

@@ -6,9 +6,14 @@
 #include <pybind11/stl.h>
 
 #include "epp/check.h"
+#include "epp/config.h"
 #include "epp/endpoint.h"
+#include "epp/endpoints.h"
 #include "epp/metrics.h"
 #include "epp/prefix_cache.h"
+#include "epp/registry.h"
+#include "epp/request.h"
+#include "epp/scheduler.h"
 #include "epp/sim.h"
 #include "epp/version.h"
 #include "shims.h"
@@ -18,16 +23,95 @@ namespace {
 
 void BindEndpoint(py::module_& m) {
   py::class_<epp::LoraInfo>(m, "LoraInfo")
-      .def_readonly("max_lora", &epp::LoraInfo::max_lora)
-      .def_readonly("running", &epp::LoraInfo::running)
-      .def_readonly("waiting", &epp::LoraInfo::waiting);
+      .def(py::init<>())
+      .def_readwrite("max_lora", &epp::LoraInfo::max_lora)
+      .def_readwrite("running", &epp::LoraInfo::running)
+      .def_readwrite("waiting", &epp::LoraInfo::waiting);
   py::class_<epp::EndpointMetrics>(m, "EndpointMetrics")
-      .def_readonly("waiting_queue_size", &epp::EndpointMetrics::waiting_queue_size)
-      .def_readonly("running_requests", &epp::EndpointMetrics::running_requests)
-      .def_readonly("kv_cache_usage", &epp::EndpointMetrics::kv_cache_usage)
-      .def_readonly("lora", &epp::EndpointMetrics::lora)
-      .def_readonly("cache_block_size", &epp::EndpointMetrics::cache_block_size)
-      .def_readonly("cache_num_blocks", &epp::EndpointMetrics::cache_num_blocks);
+      .def(py::init<>())
+      .def_readwrite("waiting_queue_size", &epp::EndpointMetrics::waiting_queue_size)
+      .def_readwrite("running_requests", &epp::EndpointMetrics::running_requests)
+      .def_readwrite("kv_cache_usage", &epp::EndpointMetrics::kv_cache_usage)
+      .def_readwrite("lora", &epp::EndpointMetrics::lora)
+      .def_readwrite("cache_block_size", &epp::EndpointMetrics::cache_block_size)
+      .def_readwrite("cache_num_blocks", &epp::EndpointMetrics::cache_num_blocks);
+  py::class_<epp::Endpoint>(m, "Endpoint")
+      .def(py::init<>())
+      .def_readwrite("address", &epp::Endpoint::address)
+      .def_readwrite("labels", &epp::Endpoint::labels)
+      .def_readwrite("engine", &epp::Endpoint::engine)
+      .def_readwrite("metrics", &epp::Endpoint::metrics)
+      .def_readwrite("metrics_time_us", &epp::Endpoint::metrics_time_us)
+      .def_readwrite("metrics_error", &epp::Endpoint::metrics_error);
+}
+
+void BindEndpoints(py::module_& m) {
+  m.def("validate_endpoint_address", &Endpoint_ValidateAddressShim, py::arg("address"));
+  m.def("load_endpoints", &Endpoints_LoadShim, py::arg("path"), py::arg("check"), py::arg("fail_on_metrics_error"),
+        py::call_guard<py::gil_scoped_release>());
+}
+
+void BindRequest(py::module_& m) {
+  py::class_<epp::InferenceRequest>(m, "InferenceRequest")
+      .def_property_readonly("api", &InferenceRequest_ApiShim)
+      .def_readonly("path", &epp::InferenceRequest::path)
+      .def_readonly("model", &epp::InferenceRequest::model)
+      .def_readonly("stream", &epp::InferenceRequest::stream)
+      .def_readonly("cache_salt", &epp::InferenceRequest::cache_salt)
+      .def_readonly("prompt", &epp::InferenceRequest::prompt)
+      .def_readonly("prompt_tokens", &epp::InferenceRequest::prompt_tokens)
+      .def_readonly("headers", &epp::InferenceRequest::headers)
+      .def_readwrite("priority", &epp::InferenceRequest::priority);
+  m.def("parse_openai_request", &InferenceRequest_ParseOpenAIShim, py::arg("path"), py::arg("body"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("parse_capture_envelope", &InferenceRequest_ParseCaptureShim, py::arg("text"), py::arg("path_override"),
+        py::call_guard<py::gil_scoped_release>());
+}
+
+void BindConfig(py::module_& m) {
+  py::class_<epp::EppConfig>(m, "EppConfig")
+      .def_readonly("source", &epp::EppConfig::source)
+      .def_readonly("warnings", &epp::EppConfig::warnings);
+  m.def("parse_config", &EppConfig_ParseShim, py::arg("yaml"), py::arg("source"));
+  m.def("load_config_file", &EppConfig_LoadFileShim, py::arg("path"));
+  m.def("default_config", &epp::DefaultConfig);
+}
+
+void BindRegistry(py::module_& m) {
+  py::class_<epp::PluginRegistry, std::shared_ptr<epp::PluginRegistry>>(m, "PluginRegistry")
+      .def(py::init(&PluginRegistry_CreateShim))
+      .def("types", &epp::PluginRegistry::Types)
+      .def("has", &epp::PluginRegistry::Has, py::arg("type"))
+      .def("register_python", &PluginRegistry_RegisterPythonShim, py::arg("type"), py::arg("kind"), py::arg("factory"));
+}
+
+void BindScheduler(py::module_& m) {
+  py::class_<epp::PickResult>(m, "PickResult")
+      .def_readonly("status", &epp::PickResult::status)
+      .def_readonly("endpoints", &epp::PickResult::endpoints)
+      .def_readonly("reason", &epp::PickResult::reason)
+      .def_readonly("primary_profile", &epp::PickResult::primary_profile)
+      .def_readonly("saturation", &epp::PickResult::saturation)
+      .def_readonly("load_tokens", &epp::PickResult::load_tokens)
+      .def_readonly("candidates", &epp::PickResult::candidates)
+      .def_readonly("prefix_block_size_tokens", &epp::PickResult::prefix_block_size_tokens)
+      .def_readonly("prefix_blocks", &epp::PickResult::prefix_blocks)
+      .def_readonly("prefix_match_blocks", &epp::PickResult::prefix_match_blocks);
+  py::class_<PickOutcome>(m, "PickOutcome")
+      .def_readonly("result", &PickOutcome::result)
+      .def_readonly("request", &PickOutcome::request)
+      .def("to_json", &PickOutcome_ToJsonShim, py::arg("indent"))
+      .def("to_text", &PickOutcome_ToTextShim, py::arg("color"));
+  py::class_<SchedulerHolder, std::shared_ptr<SchedulerHolder>>(m, "Scheduler")
+      .def(py::init(&Scheduler_BuildShim), py::arg("config"), py::arg("registry"), py::arg("seed"))
+      .def("pick", &Scheduler_PickShim, py::arg("request"), py::arg("endpoints"), py::arg("subset"), py::arg("record"),
+           py::arg("trace"), py::call_guard<py::gil_scoped_release>())
+      .def("release", &Scheduler_ReleaseShim, py::arg("outcome"), py::call_guard<py::gil_scoped_release>())
+      .def("effective_config_yaml", &Scheduler_EffectiveConfigShim)
+      .def_property_readonly("warnings", &Scheduler_WarningsShim)
+      .def_property_readonly("profile_names", &Scheduler_ProfileNamesShim)
+      .def("prefix_index_entries", &Scheduler_PrefixIndexEntriesShim, py::call_guard<py::gil_scoped_release>())
+      .def("inflight", &Scheduler_InflightShim, py::arg("endpoint"), py::call_guard<py::gil_scoped_release>());
 }
 
 void BindMetrics(py::module_& m) {
@@ -128,4 +212,9 @@ PYBIND11_MODULE(_pyepp, m) {
   pyepp::BindCheck(m);
   pyepp::BindPrefix(m);
   pyepp::BindSim(m);
+  pyepp::BindEndpoints(m);
+  pyepp::BindRequest(m);
+  pyepp::BindConfig(m);
+  pyepp::BindRegistry(m);
+  pyepp::BindScheduler(m);
 }

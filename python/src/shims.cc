@@ -1,6 +1,9 @@
 #include "shims.h"
 
+#include <algorithm>
 #include <array>
+#include <atomic>
+#include <limits>
 
 #include <pybind11/stl.h>
 
@@ -236,6 +239,313 @@ std::shared_ptr<epp::SimHttpServer> SimHttpServer_StartShim(const epp::SimParams
     return epp::SimHttpServer::Start(o);
   }();
   return std::shared_ptr<epp::SimHttpServer>(Unwrap(std::move(server)));
+}
+
+}  // namespace pyepp
+
+// --- Scheduling ------------------------------------------------------------------------------
+
+namespace pyepp {
+
+epp::InferenceRequest InferenceRequest_ParseOpenAIShim(const std::string& path, const std::string& body) {
+  return Unwrap(epp::ParseOpenAIRequest(path, body));
+}
+
+epp::InferenceRequest InferenceRequest_ParseCaptureShim(const std::string& text, const std::string& path_override) {
+  return Unwrap(epp::ParseCaptureEnvelope(text, path_override));
+}
+
+std::string InferenceRequest_ApiShim(const epp::InferenceRequest& request) {
+  return std::string(epp::ApiKindName(request.api));
+}
+
+void Endpoint_ValidateAddressShim(const std::string& address) { ThrowIfError(epp::ValidateEndpointAddress(address)); }
+
+std::vector<epp::Endpoint> Endpoints_LoadShim(const std::string& path, const epp::CheckOptions& check,
+                                              bool fail_on_metrics_error) {
+  const std::vector<epp::EndpointSpec> specs = Unwrap(epp::LoadEndpointsFile(path));
+  // A clock stopped at 0 stamps what was read as "fresh at the pick" (shims.h, Time).
+  epp::ManualClock clock(0);
+  epp::ResolveOptions options;
+  options.check = check;
+  options.clock = &clock;
+  options.fail_on_metrics_error = fail_on_metrics_error;
+  return Unwrap(epp::ResolveEndpoints(specs, options));
+}
+
+epp::EppConfig EppConfig_ParseShim(const std::string& yaml, const std::string& source) {
+  return Unwrap(epp::ParseConfig(yaml, source));
+}
+
+epp::EppConfig EppConfig_LoadFileShim(const std::string& path) { return Unwrap(epp::LoadConfigFile(path)); }
+
+std::shared_ptr<epp::PluginRegistry> PluginRegistry_CreateShim() {
+  return std::make_shared<epp::PluginRegistry>(epp::BuiltinRegistry());
+}
+
+namespace {
+
+// A Python object shared by C++ copies (std::function copies, plugins on request threads): the
+// last owner drops the reference holding the GIL, whichever thread it runs on.
+using SharedObject = std::shared_ptr<py::object>;
+
+SharedObject Share(py::object object) {
+  return SharedObject(new py::object(std::move(object)), [](py::object* p) {
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      delete p;
+    } else {
+      p->release();  // the interpreter is gone: nothing left to decrement
+      delete p;
+    }
+  });
+}
+
+// "ValueError: boom". REQUIRES: the GIL.
+std::string ErrorText(const py::error_already_set& e) {
+  std::string type = "Exception";
+  std::string message;
+  try {
+    type = py::str(e.type().attr("__name__")).cast<std::string>();
+    message = py::str(e.value()).cast<std::string>();
+  } catch (...) {  // an exception whose str() raises
+    message = e.what();
+  }
+  return message.empty() ? type : type + ": " + message;
+}
+
+// The first failure of a plugin goes to the "pyepp" logger, so errors are seen without explain.
+// REQUIRES: the GIL.
+void LogOnce(std::atomic<bool>& logged, const std::string& message) {
+  if (logged.exchange(true)) return;
+  try {
+    py::module_::import("logging").attr("getLogger")("pyepp").attr("warning")(message);
+  } catch (py::error_already_set&) {  // logging must not turn a degraded pick into a crash
+  }
+}
+
+// Native copies of the request and candidates for a Python call, metrics times relative to the
+// pick (shims.h, Time). REQUIRES: the GIL.
+py::object RequestArg(const epp::SchedulingContext& ctx) { return py::cast(*ctx.request); }
+
+py::list EndpointsArg(const epp::SchedulingContext& ctx, epp::Candidates candidates) {
+  py::list out;
+  for (const epp::Endpoint* e : candidates) {
+    epp::Endpoint copy = *e;
+    if (copy.metrics_time_us) *copy.metrics_time_us -= ctx.now_us;
+    out.append(py::cast(std::move(copy)));
+  }
+  return out;
+}
+
+py::object EndpointArg(const epp::SchedulingContext& ctx, const epp::Endpoint& e) {
+  epp::Endpoint copy = e;
+  if (copy.metrics_time_us) *copy.metrics_time_us -= ctx.now_us;
+  return py::cast(std::move(copy));
+}
+
+// The error of a Python plugin's last call on this thread, so Explain() (called right after
+// Score() by the same thread, for the same cycle) can report it. Keyed by plugin and cycle.
+struct CallError {
+  const void* plugin = nullptr;
+  const epp::SchedulingContext* ctx = nullptr;
+  std::string text;
+};
+thread_local std::vector<CallError> t_call_errors;
+
+void SetCallError(const void* plugin, const epp::SchedulingContext& ctx, std::string text) {
+  // Only failed calls keep an entry, so the list stays as short as the plugins failing now.
+  auto it = std::find_if(t_call_errors.begin(), t_call_errors.end(), [&](const CallError& e) { return e.plugin == plugin; });
+  if (text.empty()) {
+    if (it != t_call_errors.end()) t_call_errors.erase(it);
+  } else if (it != t_call_errors.end()) {
+    it->ctx = &ctx;
+    it->text = std::move(text);
+  } else {
+    t_call_errors.push_back({plugin, &ctx, std::move(text)});
+  }
+}
+
+const std::string* GetCallError(const void* plugin, const epp::SchedulingContext& ctx) {
+  for (const CallError& e : t_call_errors)
+    if (e.plugin == plugin && e.ctx == &ctx && !e.text.empty()) return &e.text;
+  return nullptr;
+}
+
+class PythonPlugin : public epp::Plugin {
+ public:
+  PythonPlugin(epp::TypedName typed_name, epp::Params params, SharedObject impl)
+      : Plugin(std::move(typed_name)), params_(std::move(params)), impl_(std::move(impl)) {}
+  epp::Params EffectiveParams() const override { return params_.is_null() ? epp::Params::Map() : params_; }
+
+ protected:
+  // Calls impl.method(args...) and converts the result to T; on any failure returns nullopt and
+  // sets `error`. REQUIRES: the GIL.
+  template <typename T, typename... Args>
+  std::optional<T> Call(const char* method, std::string& error, Args&&... args) const {
+    try {
+      return impl_->attr(method)(std::forward<Args>(args)...).template cast<T>();
+    } catch (py::error_already_set& e) {
+      error = ErrorText(e);
+    } catch (const py::cast_error&) {
+      error = std::string(method) + "() returned a value of the wrong type";
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    return std::nullopt;
+  }
+  void Failed(const std::string& what, const std::string& error) const {
+    LogOnce(logged_, "python " + what + " '" + name() + "' (type: " + type() + ") failed: " + error);
+  }
+
+  epp::Params params_;
+  SharedObject impl_;
+  mutable std::atomic<bool> logged_{false};
+};
+
+class PythonScorer final : public PythonPlugin, public epp::Scorer {
+ public:
+  using PythonPlugin::PythonPlugin;
+  const epp::Scorer* AsScorer() const override { return this; }
+  epp::ScorerCategory category() const override { return epp::ScorerCategory::kDistribution; }
+
+  void Score(const epp::SchedulingContext& ctx, epp::Candidates candidates, std::span<double> scores) const override {
+    std::string error;
+    {
+      py::gil_scoped_acquire gil;
+      std::optional<std::vector<double>> values =
+          Call<std::vector<double>>("score", error, RequestArg(ctx), EndpointsArg(ctx, candidates));
+      if (values && values->size() != candidates.size()) {
+        error = "score() returned " + std::to_string(values->size()) + " scores for " +
+                std::to_string(candidates.size()) + " endpoints";
+      } else if (values) {
+        std::copy(values->begin(), values->end(), scores.begin());
+      }
+      if (!error.empty()) Failed("scorer", error);
+    }
+    if (!error.empty()) std::fill(scores.begin(), scores.end(), 0.0);  // degrade: score 0 for all
+    SetCallError(this, ctx, std::move(error));
+  }
+
+  std::string Explain(const epp::SchedulingContext& ctx, const epp::Endpoint& e) const override {
+    if (const std::string* error = GetCallError(this, ctx)) return "python error: " + *error;
+    py::gil_scoped_acquire gil;
+    std::string error;
+    std::optional<std::string> text = Call<std::string>("explain", error, RequestArg(ctx), EndpointArg(ctx, e));
+    return text ? *text : "python error in explain(): " + error;
+  }
+};
+
+class PythonFilter final : public PythonPlugin, public epp::Filter {
+ public:
+  using PythonPlugin::PythonPlugin;
+  const epp::Filter* AsFilter() const override { return this; }
+
+  std::vector<const epp::Endpoint*> Apply(const epp::SchedulingContext& ctx,
+                                          epp::Candidates candidates) const override {
+    std::string error;
+    std::optional<std::vector<bool>> keep;
+    {
+      py::gil_scoped_acquire gil;
+      keep = Call<std::vector<bool>>("filter", error, RequestArg(ctx), EndpointsArg(ctx, candidates));
+      if (keep && keep->size() != candidates.size()) {
+        error = "filter() returned " + std::to_string(keep->size()) + " flags for " +
+                std::to_string(candidates.size()) + " endpoints";
+      }
+      if (!error.empty()) Failed("filter", error);
+    }
+    std::vector<const epp::Endpoint*> out;
+    for (size_t i = 0; i < candidates.size(); ++i)
+      if (!error.empty() || (*keep)[i]) out.push_back(candidates[i]);  // degrade: keep all
+    return out;
+  }
+
+  std::string WhyRemoved(const epp::SchedulingContext& ctx, const epp::Endpoint& e) const override {
+    py::gil_scoped_acquire gil;
+    std::string error;
+    std::optional<std::string> text = Call<std::string>("why_removed", error, RequestArg(ctx), EndpointArg(ctx, e));
+    if (!text) return "python error in why_removed(): " + error;
+    return text->empty() ? "removed by python filter '" + name() + "'" : *text;
+  }
+};
+
+}  // namespace
+
+void PluginRegistry_RegisterPythonShim(epp::PluginRegistry& registry, const std::string& type, const std::string& kind,
+                                       py::object factory) {
+  if (kind != "scorer" && kind != "filter")
+    ThrowIfError(absl::InvalidArgumentError("plugin kind must be 'scorer' or 'filter', got '" + kind + "'"));
+  const char* method = kind == "scorer" ? "score" : "filter";
+  epp::PluginFactory native = [type, kind, method, factory = Share(std::move(factory))](
+                                  const std::string& name, const epp::Params& params,
+                                  const epp::PluginContext&) -> absl::StatusOr<std::unique_ptr<epp::Plugin>> {
+    py::gil_scoped_acquire gil;
+    py::object impl;
+    try {
+      impl = (*factory)(name, params.is_null() ? std::string("{}") : params.ToJson());
+    } catch (py::error_already_set& e) {
+      return absl::InvalidArgumentError("python error: " + ErrorText(e));
+    }
+    if (!py::hasattr(impl, method))
+      return absl::InvalidArgumentError("the factory returned an object without a " + std::string(method) + "() method");
+    epp::TypedName typed_name{type, name};
+    if (kind == "scorer") return std::make_unique<PythonScorer>(std::move(typed_name), params, Share(std::move(impl)));
+    return std::make_unique<PythonFilter>(std::move(typed_name), params, Share(std::move(impl)));
+  };
+  ThrowIfError(registry.Register(type, std::move(native)));
+}
+
+std::shared_ptr<SchedulerHolder> Scheduler_BuildShim(const epp::EppConfig& config, const epp::PluginRegistry& registry,
+                                                     uint64_t seed) {
+  auto holder = std::make_shared<SchedulerHolder>();
+  holder->rng = std::make_unique<epp::SeededRng>(seed);
+  holder->clock = &epp::SteadyClock::Get();
+  holder->scheduler = Unwrap(epp::BuildScheduler(config, registry, epp::PluginContext{holder->clock, holder->rng.get()}));
+  return holder;
+}
+
+PickOutcome Scheduler_PickShim(const SchedulerHolder& holder, epp::InferenceRequest request,
+                               std::vector<epp::Endpoint> endpoints, std::optional<std::vector<std::string>> subset,
+                               bool record, bool trace) {
+  const int64_t now = holder.clock->NowMicros();
+  for (epp::Endpoint& e : endpoints)
+    if (e.metrics_time_us) *e.metrics_time_us += now;  // relative -> the scheduler's clock
+  epp::PickOptions options;
+  options.subset = std::move(subset);
+  options.record = record;
+  options.trace = trace;
+  PickOutcome outcome{holder.scheduler->Pick(request, endpoints, options), std::move(request)};
+  return outcome;
+}
+
+void Scheduler_ReleaseShim(const SchedulerHolder& holder, const PickOutcome& outcome) {
+  holder.scheduler->Release(outcome.result);
+}
+
+std::string Scheduler_EffectiveConfigShim(const SchedulerHolder& holder) {
+  return holder.scheduler->EffectiveConfigYaml();
+}
+
+std::vector<std::string> Scheduler_WarningsShim(const SchedulerHolder& holder) { return holder.scheduler->warnings(); }
+
+std::vector<std::string> Scheduler_ProfileNamesShim(const SchedulerHolder& holder) {
+  return holder.scheduler->ProfileNames();
+}
+
+size_t Scheduler_PrefixIndexEntriesShim(const SchedulerHolder& holder) {
+  return holder.scheduler->PrefixIndexEntries();
+}
+
+std::pair<int64_t, int64_t> Scheduler_InflightShim(const SchedulerHolder& holder, const std::string& endpoint) {
+  return holder.scheduler->Inflight(endpoint);
+}
+
+std::string PickOutcome_ToJsonShim(const PickOutcome& outcome, int indent) {
+  return epp::PickResultToJson(&outcome.request, outcome.result, indent);
+}
+
+std::string PickOutcome_ToTextShim(const PickOutcome& outcome, bool color) {
+  return epp::PickResultToText(&outcome.request, outcome.result, color);
 }
 
 }  // namespace pyepp

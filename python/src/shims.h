@@ -6,7 +6,9 @@
 // it into the pyepp.errors class for its code once pybind11 holds the GIL again.
 #pragma once
 
+#include <cstdint>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,9 +19,15 @@
 #include <pybind11/pybind11.h>
 
 #include "epp/check.h"
+#include "epp/config.h"
 #include "epp/endpoint.h"
+#include "epp/endpoints.h"
 #include "epp/metrics.h"
+#include "epp/plugin.h"
 #include "epp/prefix_cache.h"
+#include "epp/registry.h"
+#include "epp/request.h"
+#include "epp/scheduler.h"
 #include "epp/sim.h"
 #include "epp/status.h"
 
@@ -99,5 +107,78 @@ std::shared_ptr<epp::SimHttpServer> SimHttpServer_StartShim(const epp::SimParams
                                                             int port, double time_scale, double fail_rate,
                                                             int metrics_delay_ms, bool metrics_malformed,
                                                             double drop_rate, int max_tokens_default, int threads);
+
+// --- Scheduling ------------------------------------------------------------------------------
+//
+// Time: pyepp endpoints carry metrics_time_us *relative to the pick* (0 = scraped at the moment of
+// the pick, -1000000 = a second before; nullopt = no metrics). Scheduler_PickShim adds the
+// scheduler clock's now to every copy it schedules over, so a Python Endpoint's metrics are as old
+// as its metrics_age_s says at every pick, however long ago the object was built. Python plugins
+// receive copies converted back to that relative form.
+
+// ParseOpenAIRequest() / ParseCaptureEnvelope(), errors as exceptions.
+epp::InferenceRequest InferenceRequest_ParseOpenAIShim(const std::string& path, const std::string& body);
+epp::InferenceRequest InferenceRequest_ParseCaptureShim(const std::string& text, const std::string& path_override);
+// ApiKindName() of the request's API.
+std::string InferenceRequest_ApiShim(const epp::InferenceRequest& request);
+
+// ValidateEndpointAddress(), errors as exceptions.
+void Endpoint_ValidateAddressShim(const std::string& address);
+
+// LoadEndpointsFile() + ResolveEndpoints() with `check` as the scrape options. Metrics that were
+// read get metrics_time_us 0 (fresh at every pick, see above). Call without the GIL.
+std::vector<epp::Endpoint> Endpoints_LoadShim(const std::string& path, const epp::CheckOptions& check,
+                                              bool fail_on_metrics_error);
+
+// ParseConfig() / LoadConfigFile(), errors as exceptions.
+epp::EppConfig EppConfig_ParseShim(const std::string& yaml, const std::string& source);
+epp::EppConfig EppConfig_LoadFileShim(const std::string& path);
+
+// A registry holding the built-in plugins.
+std::shared_ptr<epp::PluginRegistry> PluginRegistry_CreateShim();
+
+// Registers `type` for a plugin written in Python. `kind` is "scorer" or "filter". `factory` is
+// called (with the GIL) as factory(name, params_json) and returns an adapter object with, for a
+// scorer, score(request, endpoints) -> sequence of floats and explain(request, endpoint) -> str,
+// for a filter, filter(request, endpoints) -> sequence of bools and why_removed(request, endpoint)
+// -> str; request and endpoints are native copies. A factory that raises fails BuildScheduler
+// with kInvalidArgument. Per request, a Python error never escapes: a scorer then scores 0 for
+// every candidate and its Explain() says "python error: ..."; a filter keeps every candidate. The
+// first error of each plugin is also logged to the "pyepp" logger.
+void PluginRegistry_RegisterPythonShim(epp::PluginRegistry& registry, const std::string& type, const std::string& kind,
+                                       py::object factory);
+
+// A Scheduler with the RNG it was built with (the RNG must outlive it: declared first).
+struct SchedulerHolder {
+  std::unique_ptr<epp::SeededRng> rng;
+  std::unique_ptr<epp::Scheduler> scheduler;
+  epp::Clock* clock = nullptr;
+};
+
+// BuildScheduler() on a steady clock and SeededRng(seed), errors as exceptions. Runs with the GIL
+// (Python plugin factories are called).
+std::shared_ptr<SchedulerHolder> Scheduler_BuildShim(const epp::EppConfig& config, const epp::PluginRegistry& registry,
+                                                     uint64_t seed);
+
+// One decision and the request it was made for (a copy, for the explain output).
+struct PickOutcome {
+  epp::PickResult result;
+  epp::InferenceRequest request;
+};
+
+// Scheduler::Pick() over `endpoints` (metrics times relative, see above). Call without the GIL.
+PickOutcome Scheduler_PickShim(const SchedulerHolder& holder, epp::InferenceRequest request,
+                               std::vector<epp::Endpoint> endpoints, std::optional<std::vector<std::string>> subset,
+                               bool record, bool trace);
+void Scheduler_ReleaseShim(const SchedulerHolder& holder, const PickOutcome& outcome);
+std::string Scheduler_EffectiveConfigShim(const SchedulerHolder& holder);
+std::vector<std::string> Scheduler_WarningsShim(const SchedulerHolder& holder);
+std::vector<std::string> Scheduler_ProfileNamesShim(const SchedulerHolder& holder);
+size_t Scheduler_PrefixIndexEntriesShim(const SchedulerHolder& holder);
+std::pair<int64_t, int64_t> Scheduler_InflightShim(const SchedulerHolder& holder, const std::string& endpoint);
+
+// PickResultToJson() / PickResultToText() of an outcome (indent < 0: compact JSON).
+std::string PickOutcome_ToJsonShim(const PickOutcome& outcome, int indent);
+std::string PickOutcome_ToTextShim(const PickOutcome& outcome, bool color);
 
 }  // namespace pyepp

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-PIP_TIMEOUT_S = 600
+PIP_TIMEOUT_S = 1800  # a full Release build of libepp + _pyepp; slow when ctest -j2 runs other suites
 
 # Top-level entries of the source tree that are never part of a build: build trees, VCS data.
 _SKIP_TOP = ("build", ".git", "dist")

@@ -1,0 +1,594 @@
+"""pyepp scheduling: Scheduler, Request, Endpoint, PickResult, PluginRegistry, load_endpoints.
+
+The scheduling algorithms are tested in C++ (tests/cpp/scheduling, tests/cpp/plugins); these
+tests check that construction, errors, outcomes, explain output, Python plugins and threads
+cross the binding intact.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+import yaml
+
+import pyepp
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+HEADER = """\
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+"""
+
+CONFIG = HEADER + """\
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    weight: 2
+  - pluginRef: kv-cache-utilization-scorer
+    weight: 2
+  - pluginRef: prefix-cache-scorer
+    weight: 3
+"""
+
+IDLE = {"waiting_queue_size": 0, "running_requests": 2, "kv_cache_usage": 0.1}
+BUSY = {"waiting_queue_size": 4, "running_requests": 30, "kv_cache_usage": 0.7}
+FULL = {"waiting_queue_size": 9, "running_requests": 60, "kv_cache_usage": 0.95}
+
+
+def chat(text: str = "Which endpoint will serve me?", **body: Any) -> pyepp.Request:
+    return pyepp.Request.from_openai(
+        {"model": MODEL, "messages": [{"role": "user", "content": text}], **body}, path="/v1/chat/completions")
+
+
+def pool(*metrics: Dict[str, Any], **kwargs: Any) -> List[pyepp.Endpoint]:
+    return [pyepp.Endpoint(f"10.0.0.{i + 1}:8000", pyepp.EndpointMetrics.from_dict(m), **kwargs)
+            for i, m in enumerate(metrics)]
+
+
+# --- construction --------------------------------------------------------------------------
+
+
+def test_default_scheduler() -> None:
+    s = pyepp.Scheduler.default()
+    assert s.profile_names == ["default"]
+    effective = s.effective_config()
+    for plugin in ("queue-scorer", "kv-cache-utilization-scorer", "prefix-cache-scorer", "max-score-picker"):
+        assert plugin in effective
+    assert isinstance(s.warnings, list) and all(isinstance(w, str) for w in s.warnings)
+    assert s.prefix_index_entries == 0
+
+
+def test_from_yaml_and_from_file_agree(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(CONFIG, encoding="utf-8")
+    from_yaml = pyepp.Scheduler.from_yaml(CONFIG)
+    from_bytes = pyepp.Scheduler.from_yaml(CONFIG.encode())
+    from_file = pyepp.Scheduler.from_file(path)
+    assert from_yaml.effective_config() == from_file.effective_config() == from_bytes.effective_config()
+    weights = [p.get("weight") for p in yaml.safe_load(from_file.effective_config())["schedulingProfiles"][0]["plugins"]]
+    assert weights == [2, 2, 3, None]
+    assert pyepp.Scheduler.from_file(str(path)).profile_names == ["default"]
+
+
+def test_warnings_of_unimplemented_sections() -> None:
+    s = pyepp.Scheduler.from_yaml(CONFIG + "flowControl: {}\n")
+    assert any("flowControl" in w for w in s.warnings), s.warnings
+
+
+def test_unknown_plugin_type_is_a_config_error_naming_it() -> None:
+    yaml = HEADER + "plugins:\n- type: queue-scorer\n- type: no-such-scorer\n- type: decode-filterz\n"
+    with pytest.raises(pyepp.ConfigError) as error:
+        pyepp.Scheduler.from_yaml(yaml)
+    message = str(error.value)
+    assert "no-such-scorer" in message and "decode-filterz" in message and "known types" in message
+    assert error.value.code == "INVALID_ARGUMENT"
+    assert isinstance(error.value, ValueError) and isinstance(error.value, pyepp.EppError)
+
+
+def test_bad_yaml_names_source_and_line() -> None:
+    yaml = HEADER + "plugins:\n- type: queue-scorer\n  paramters: {}\n"
+    with pytest.raises(pyepp.ConfigError, match=r"^c\.yaml:5: plugins\[0\]: unknown key 'paramters'"):
+        pyepp.Scheduler.from_yaml(yaml, source="c.yaml")
+    with pytest.raises(pyepp.ConfigError, match=r"^<yaml>:4"):
+        pyepp.Scheduler.from_yaml(HEADER + "plugins: [a\n")
+    with pytest.raises(pyepp.ConfigError, match="references undefined plugin 'nope'"):
+        pyepp.Scheduler.from_yaml(HEADER + "schedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: nope\n")
+
+
+def test_construction_argument_errors(tmp_path: Path) -> None:
+    with pytest.raises(pyepp.NotFoundError, match="cannot read config file"):
+        pyepp.Scheduler.from_file(tmp_path / "missing.yaml")
+    with pytest.raises(pyepp.ConfigError, match="seed"):
+        pyepp.Scheduler.default(seed=-1)
+    with pytest.raises(TypeError):
+        pyepp.Scheduler.from_yaml(123)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="registry"):
+        pyepp.Scheduler.default(registry=object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="from_yaml"):
+        pyepp.Scheduler(None)
+
+
+# --- requests and endpoints ----------------------------------------------------------------
+
+
+def test_request_from_openai_attributes() -> None:
+    r = chat(stream=True, cache_salt="tenant-a")
+    assert (r.model, r.path, r.api, r.stream, r.cache_salt) == (MODEL, "/v1/chat/completions", "chat_completions",
+                                                                 True, "tenant-a")
+    assert r.prompt == "user\nWhich endpoint will serve me?\n"
+    assert r.prompt_tokens == (len(r.prompt) + 3) // 4
+    assert r.headers == [] and r.priority == 0
+    r.priority = -1
+    assert r.priority == -1
+    with pytest.raises(TypeError):
+        r.priority = 1.5  # type: ignore[assignment]
+    with pytest.raises(AttributeError):
+        r.model = "x"  # type: ignore[misc]
+    completions = pyepp.Request.from_openai('{"model": "m", "prompt": [1, 22, 333]}')
+    assert (completions.api, completions.path, completions.prompt, completions.prompt_tokens) == (
+        "completions", "/v1/completions", "1 22 333", 3)
+    assert pyepp.Request.from_openai(b'{"model": "m", "input": "x"}', path="/v1/embeddings").api == "embeddings"
+    assert "chat_completions" in repr(r)
+
+
+def test_request_from_capture() -> None:
+    capture = {"path": "/v1/chat/completions", "headers": {"x-request-id": "r1", "X-Tenant": ["a", "b"]},
+               "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}}
+    r = pyepp.Request.from_capture(capture)
+    assert r.api == "chat_completions" and r.model == "m"
+    assert r.headers == [("x-request-id", "r1"), ("x-tenant", "a"), ("x-tenant", "b")]
+    assert r.header("X-Request-ID") == "r1" and r.header("missing") is None
+    bare = pyepp.Request.from_capture('{"model": "m", "prompt": "hello"}', path="/v1/completions")
+    assert bare.prompt == "hello"
+
+
+def test_bad_request_raises_config_error() -> None:
+    # The 400 path: a body that does not parse never reaches the scheduler.
+    with pytest.raises(pyepp.ConfigError, match="messages"):
+        pyepp.Request.from_openai({"model": "m", "messages": []}, path="/v1/chat/completions")
+    with pytest.raises(pyepp.ConfigError, match="invalid JSON at byte"):
+        pyepp.Request.from_openai('{"model": "m",')
+    with pytest.raises(pyepp.ConfigError, match="body.prompt"):
+        pyepp.Request.from_capture({"body": {"model": "m", "prompt": 7}})
+    with pytest.raises(TypeError):
+        pyepp.Request.from_openai(7)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="from_openai"):
+        pyepp.Request("x")
+
+
+def test_endpoint_construction() -> None:
+    e = pyepp.Endpoint("10.0.0.1:8000", IDLE, labels={"zone": "a"})
+    assert (e.address, e.labels, e.engine, e.metrics_age_s, e.metrics_error) == ("10.0.0.1:8000", {"zone": "a"}, "",
+                                                                                   0.0, "")
+    assert e.metrics is not None and e.metrics.kv_cache_usage == 0.1 and e.metrics.cache_block_size is None
+    with pytest.raises(TypeError):
+        e.labels["zone"] = "b"  # type: ignore[index]
+    m = pyepp.extract_metrics((Path(__file__).resolve().parents[2] / "examples/metrics/vllm.txt").read_text())
+    v = pyepp.Endpoint("[::1]:8000", m, metrics_age_s=1.5)
+    assert v.engine == "vllm" and v.metrics is m and v.metrics_age_s == 1.5
+    assert pyepp.Endpoint("host.example:80", m, engine="custom").engine == "custom"
+    none = pyepp.Endpoint("10.0.0.2:8000")
+    assert none.metrics is None and none.metrics_age_s is None
+    assert "no metrics" in repr(none)
+    with pytest.raises(pyepp.ConfigError, match="no port"):
+        pyepp.Endpoint("10.0.0.1")
+    with pytest.raises(pyepp.ConfigError, match="metrics_age_s"):
+        pyepp.Endpoint("10.0.0.1:1", IDLE, metrics_age_s=-1)
+    with pytest.raises(TypeError):
+        pyepp.Endpoint("10.0.0.1:1", labels={"a": 1})  # type: ignore[dict-item]
+    with pytest.raises(TypeError):
+        pyepp.Endpoint("10.0.0.1:1", metrics=[1])  # type: ignore[arg-type]
+
+
+def test_endpoint_metrics_from_dict_and_text(vllm_metrics: str) -> None:
+    full = {"waiting_queue_size": 3, "running_requests": 12.0, "kv_cache_usage": 0.44,
+            "lora": {"max_lora": 2, "running": ["a"], "waiting": []}, "cache_block_size": 16, "cache_num_blocks": 4096}
+    m = pyepp.EndpointMetrics.from_dict(full)
+    assert (m.waiting_queue_size, m.running_requests, m.lora.running, m.cache_num_blocks) == (3.0, 12.0, ["a"], 4096)
+    assert pyepp.EndpointMetrics.from_dict(m.to_dict()) == m
+    assert pyepp.EndpointMetrics.from_dict({}).kv_cache_usage is None
+    with pytest.raises(pyepp.ConfigError, match="unknown metrics key 'queue'"):
+        pyepp.EndpointMetrics.from_dict({"queue": 1})
+    with pytest.raises(pyepp.ConfigError, match=r"kv_cache_usage: must be in \[0, 1\]"):
+        pyepp.EndpointMetrics.from_dict({"kv_cache_usage": 85})  # a percentage, not a fraction
+    with pytest.raises(pyepp.ConfigError, match="cache_block_size"):
+        pyepp.EndpointMetrics.from_dict({"cache_block_size": 1.5})
+    with pytest.raises(pyepp.ConfigError, match="waiting_queue_size"):
+        pyepp.EndpointMetrics.from_dict({"waiting_queue_size": "3"})
+    with pytest.raises(pyepp.ConfigError, match="lora"):
+        pyepp.EndpointMetrics.from_dict({"lora": {"max": 1}})
+    t = pyepp.EndpointMetrics.from_text(vllm_metrics)
+    assert t == pyepp.extract_metrics(vllm_metrics)
+    assert (t.engine, t.running_requests, t.cache_block_size) == ("vllm", 7.0, 16)
+    with pytest.raises(pyepp.NotFoundError):
+        pyepp.EndpointMetrics.from_text(vllm_metrics, engine="nope")
+
+
+def test_load_endpoints(tmp_path: Path, source_dir: Path) -> None:
+    metrics = source_dir / "examples" / "metrics"
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "sglang.prom").write_text((metrics / "sglang.txt").read_text(), encoding="utf-8")
+    path = tmp_path / "pool.yaml"
+    path.write_text(
+        "endpoints:\n"
+        f"- address: 10.0.0.1:8000\n  metrics: {metrics / 'vllm.txt'}\n  labels: {{zone: a}}\n"
+        "- address: 10.0.0.2:8000\n  metrics: m/sglang.prom\n"
+        "- address: 10.0.0.3:8000\n  metrics: none\n"
+        "- address: 10.0.0.4:8000\n  metrics: m/missing.prom\n",
+        encoding="utf-8")
+    eps = pyepp.load_endpoints(path, engine="auto", timeout=0.5)
+    assert [e.address for e in eps] == [f"10.0.0.{i}:8000" for i in range(1, 5)]
+    assert (eps[0].engine, eps[0].labels, eps[0].metrics_age_s) == ("vllm", {"zone": "a"}, 0.0)
+    assert eps[0].metrics is not None and eps[0].metrics.engine == "vllm"
+    assert eps[1].engine == "sglang" and eps[1].metrics is not None
+    assert eps[2].metrics is None and eps[2].metrics_error == ""
+    assert eps[3].metrics is None and "cannot be read" in eps[3].metrics_error
+    result = pyepp.Scheduler.default().pick(chat(), eps)
+    assert result.status == 200 and result.endpoint in {e.address for e in eps}
+    with pytest.raises(pyepp.NotFoundError, match="missing.prom' cannot be read"):
+        pyepp.load_endpoints(path, fail_on_metrics_error=True)
+    with pytest.raises(pyepp.NotFoundError):
+        pyepp.load_endpoints(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("endpoints:\n- address: 10.0.0.1\n", encoding="utf-8")
+    with pytest.raises(pyepp.ConfigError, match=r"bad\.yaml:2"):
+        pyepp.load_endpoints(bad)
+
+
+# --- pick outcomes ---------------------------------------------------------------------------
+
+
+def test_pick_200_prefers_the_idle_endpoint() -> None:
+    s = pyepp.Scheduler.from_yaml(CONFIG)
+    result = s.pick(chat(), pool(BUSY, IDLE))
+    assert (result.status, result.ok, result.endpoint) == (200, True, "10.0.0.2:8000")
+    assert result.endpoints == [result.endpoint, *result.fallbacks]
+    assert result.reason == "picked by profile 'default'" and result.primary_profile == "default"
+    assert result.candidates == 2 and result.load_tokens > 0
+    assert result.request.model == MODEL
+    assert "10.0.0.2:8000" in repr(result)
+
+
+def test_pick_503_on_empty_or_unmatched_subset() -> None:
+    s = pyepp.Scheduler.default()
+    eps = pool(IDLE, IDLE)
+    empty = s.pick(chat(), eps, subset=[])
+    assert (empty.status, empty.endpoint, empty.endpoints, empty.fallbacks) == (503, None, [], [])
+    assert "subset hint is empty" in empty.reason
+    unmatched = s.pick(chat(), eps, subset=["10.9.9.9:8000"])
+    assert unmatched.status == 503 and "10.9.9.9:8000" in unmatched.reason
+    assert s.pick(chat(), eps, subset="10.0.0.2").endpoint == "10.0.0.2:8000"  # a bare IP, as one str
+    assert s.pick(chat(), eps, subset=["10.0.0.1:8000"]).endpoint == "10.0.0.1:8000"
+    assert s.pick(chat(), []).status == 503
+    explain = empty.explain()
+    assert explain["decision"] == {"immediate_response": {"status": 503, "body": empty.reason}}
+
+
+def test_pick_429_sheds_sheddable_requests_on_a_saturated_pool() -> None:
+    s = pyepp.Scheduler.default()
+    sheddable = chat()
+    sheddable.priority = -1
+    shed = s.pick(sheddable, pool(FULL, FULL))
+    assert shed.status == 429 and shed.endpoint is None and shed.saturation >= 1.0
+    assert "sheddable" in shed.reason
+    assert s.pick(chat(), pool(FULL, FULL)).status == 200  # priority 0 is never shed
+    assert s.pick(sheddable, pool(IDLE, FULL)).status == 200
+    # No metrics, or metrics older than the 200 ms staleness threshold, count as saturated.
+    assert s.pick(sheddable, [pyepp.Endpoint("10.0.0.1:8000")]).status == 429
+    assert s.pick(sheddable, pool(IDLE, IDLE, metrics_age_s=1.0)).status == 429
+    assert s.pick(sheddable, pool(IDLE, IDLE, metrics_age_s=0.1)).status == 200
+
+
+def test_pick_argument_errors() -> None:
+    s = pyepp.Scheduler.default()
+    with pytest.raises(TypeError, match="Request"):
+        s.pick({"model": "m"}, pool(IDLE))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Endpoint"):
+        s.pick(chat(), ["10.0.0.1:8000"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="subset"):
+        s.pick(chat(), pool(IDLE), subset=[1])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        s.release("x")  # type: ignore[arg-type]
+
+
+def test_explain_dict_and_text() -> None:
+    s = pyepp.Scheduler.from_yaml(CONFIG)
+    result = s.pick(chat(), pool(BUSY, IDLE))
+    explain = result.explain()
+    assert {"request", "profiles", "result", "decision"} <= set(explain)
+    assert explain["request"]["model"] == MODEL and explain["request"]["api"] == "chat_completions"
+    (profile,) = explain["profiles"]
+    assert profile["name"] == "default" and profile["picked"] == ["10.0.0.2:8000"]
+    assert profile["picker"] == "max-score-picker"
+    top = profile["scores"][0]
+    assert top["endpoint"] == "10.0.0.2:8000"
+    assert [sc["plugin"] for sc in top["scorers"]] == ["queue-scorer", "kv-cache-utilization-scorer",
+                                                        "prefix-cache-scorer"]
+    assert {"raw", "weight", "weighted", "detail"} <= set(top["scorers"][0])
+    assert explain["result"]["status"] == 200 and explain["result"]["endpoint"] == "10.0.0.2:8000"
+    header = explain["decision"]["header"]["x-gateway-destination-endpoint"]
+    assert header == ",".join(result.endpoints)
+    text = result.explain_text()
+    assert "winner" in text and "10.0.0.2:8000" in text and "\033[" not in text
+    assert "\033[" in result.explain_text(color=True)
+    untraced = s.pick(chat(), pool(BUSY, IDLE), trace=False)
+    assert untraced.endpoint == "10.0.0.2:8000" and untraced.explain()["profiles"] == []
+
+
+def test_same_seed_same_picks() -> None:
+    eps = pool(IDLE, IDLE, IDLE, IDLE)  # all tied: the seeded RNG decides
+
+    def picks(seed: int) -> List[str]:
+        s = pyepp.Scheduler.default(seed=seed)
+        return [s.pick(chat(f"question {i}"), eps, record=False).endpoint for i in range(24)]
+
+    first = picks(7)
+    assert first == picks(7)
+    assert len(set(first)) > 1
+    assert first != picks(8)
+
+
+def test_prefix_learning_routes_a_repeated_prompt_to_the_same_endpoint() -> None:
+    prompt = "You are a meticulous assistant. Answer with care and cite sources. " * 40
+    for seed in range(4):
+        s = pyepp.Scheduler.default(seed=seed)
+        eps = pool(IDLE, IDLE, IDLE)
+        first = s.pick(chat(prompt), eps)
+        assert first.status == 200 and first.prefix_blocks > 0 and first.prefix_match_blocks == 0
+        assert s.prefix_index_entries >= first.prefix_blocks
+        s.release(first)
+        second = s.pick(chat(prompt), eps)
+        assert second.endpoint == first.endpoint
+        assert second.prefix_match_blocks == second.prefix_blocks
+
+
+def test_record_false_is_a_what_if_and_release_ends_load() -> None:
+    s = pyepp.Scheduler.default()
+    eps = pool(IDLE, BUSY)
+    what_if = s.pick(chat("a" * 400), eps, record=False)
+    assert what_if.load_tokens == 0 and s.prefix_index_entries == 0 and s.inflight(what_if.endpoint) == (0, 0)
+    recorded = s.pick(chat("a" * 400), eps)
+    assert s.inflight(recorded.endpoint) == (1, recorded.load_tokens)
+    s.release(recorded)
+    assert s.inflight(recorded.endpoint) == (0, 0)
+    s.release(what_if)  # recorded nothing: harmless
+    assert s.inflight(recorded.endpoint) == (0, 0)
+
+
+# --- Python plugins --------------------------------------------------------------------------
+
+ZONE_CONFIG = HEADER + """\
+plugins:
+- type: queue-scorer
+- name: prefer-zone-b
+  type: zone-scorer
+  parameters:
+    zone: b
+    bonus: 1
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+  - pluginRef: prefer-zone-b
+    weight: 5
+"""
+
+
+class ZoneScorer:
+    def __init__(self, name: str, params: Dict[str, Any]) -> None:
+        self.name, self.params = name, params
+        self.calls = 0
+
+    def score(self, request: pyepp.Request, endpoints: List[pyepp.Endpoint]) -> List[float]:
+        assert isinstance(request, pyepp.Request) and all(isinstance(e, pyepp.Endpoint) for e in endpoints)
+        self.calls += 1
+        return [float(self.params["bonus"]) if e.labels.get("zone") == self.params["zone"] else 0.0
+                for e in endpoints]
+
+    def explain(self, request: pyepp.Request, endpoint: pyepp.Endpoint) -> str:
+        return f"zone {endpoint.labels.get('zone')} (model {request.model})"
+
+
+def zone_registry(created: List[ZoneScorer]) -> pyepp.PluginRegistry:
+    registry = pyepp.PluginRegistry()
+
+    def factory(name: str, params: Dict[str, Any]) -> ZoneScorer:
+        created.append(ZoneScorer(name, params))
+        return created[-1]
+
+    registry.register_scorer("zone-scorer", factory)
+    return registry
+
+
+def test_python_scorer_from_yaml_steers_picks() -> None:
+    created: List[ZoneScorer] = []
+    registry = zone_registry(created)
+    assert "zone-scorer" in registry and "queue-scorer" in registry.types() and 7 not in registry
+    s = pyepp.Scheduler.from_yaml(ZONE_CONFIG, registry=registry)
+    ((scorer),) = created
+    assert scorer.name == "prefer-zone-b" and scorer.params == {"zone": "b", "bonus": 1}
+    eps = [pyepp.Endpoint("10.0.0.1:8000", IDLE, labels={"zone": "a"}),
+           pyepp.Endpoint("10.0.0.2:8000", BUSY, labels={"zone": "b"})]
+    result = s.pick(chat(), eps)
+    assert result.endpoint == "10.0.0.2:8000"  # busier, but in zone b
+    assert scorer.calls == 1
+    scores = {sc["endpoint"]: sc for sc in result.explain()["profiles"][0]["scores"]}
+    zone = scores["10.0.0.2:8000"]["scorers"][1]
+    assert (zone["plugin"], zone["type"], zone["raw"], zone["weighted"]) == ("prefer-zone-b", "zone-scorer", 1.0, 5.0)
+    assert zone["detail"] == f"zone b (model {MODEL})"
+    effective = yaml.safe_load(s.effective_config())
+    assert {"name": "prefer-zone-b", "type": "zone-scorer", "parameters": {"zone": "b", "bonus": 1}} in effective["plugins"]
+    # Without the registry the type is unknown.
+    with pytest.raises(pyepp.ConfigError, match="zone-scorer"):
+        pyepp.Scheduler.from_yaml(ZONE_CONFIG)
+    with pytest.raises(pyepp.EppError) as error:
+        registry.register_scorer("zone-scorer", ZoneScorer)
+    assert error.value.code == "ALREADY_EXISTS"
+    with pytest.raises(pyepp.EppError, match="already registered"):
+        registry.register_filter("queue-scorer", ZoneScorer)
+
+
+def test_python_scorer_sees_metrics_and_age() -> None:
+    seen: List[Any] = []
+
+    class Spy:
+        def score(self, request: pyepp.Request, endpoints: List[pyepp.Endpoint]) -> List[float]:
+            seen.extend((e.address, e.metrics_age_s, e.metrics and e.metrics.waiting_queue_size) for e in endpoints)
+            return [0.5] * len(endpoints)
+
+    registry = pyepp.PluginRegistry()
+    registry.register_scorer("spy", lambda name, params: Spy())
+    s = pyepp.Scheduler.from_yaml(HEADER + "plugins:\n- type: spy\n", registry=registry)
+    s.pick(chat(), [pyepp.Endpoint("10.0.0.1:8000", BUSY, metrics_age_s=2.5), pyepp.Endpoint("10.0.0.2:8000")])
+    assert seen == [("10.0.0.1:8000", 2.5, 4.0), ("10.0.0.2:8000", None, None)]
+
+
+def test_python_filter_by_flags_and_by_kept_endpoints() -> None:
+    class KeepZone:
+        def __init__(self, params: Dict[str, Any]) -> None:
+            self.zone, self.as_list = params["zone"], params.get("asList", False)
+
+        def filter(self, request: pyepp.Request, endpoints: List[pyepp.Endpoint]) -> List[Any]:
+            if self.as_list:
+                return [e for e in endpoints if e.labels.get("zone") == self.zone]
+            return [e.labels.get("zone") == self.zone for e in endpoints]
+
+        def why_removed(self, request: pyepp.Request, endpoint: pyepp.Endpoint) -> str:
+            return f"not in zone {self.zone}"
+
+    registry = pyepp.PluginRegistry()
+    registry.register_filter("zone-filter", lambda name, params: KeepZone(params))
+    eps = [pyepp.Endpoint("10.0.0.1:8000", IDLE, labels={"zone": "a"}),
+           pyepp.Endpoint("10.0.0.2:8000", BUSY, labels={"zone": "b"}),
+           pyepp.Endpoint("10.0.0.3:8000", FULL, labels={"zone": "b"})]
+    for as_list in ("false", "true"):
+        yaml = HEADER + f"plugins:\n- type: zone-filter\n  parameters: {{zone: b, asList: {as_list}}}\n- type: queue-scorer\n"
+        result = pyepp.Scheduler.from_yaml(yaml, registry=registry).pick(chat(), eps)
+        assert result.endpoint == "10.0.0.2:8000"
+        (flt,) = result.explain()["profiles"][0]["filters"]
+        assert flt["kept"] == ["10.0.0.2:8000", "10.0.0.3:8000"]
+        assert flt["removed"] == [{"endpoint": "10.0.0.1:8000", "reason": "not in zone b"}]
+    # Removing every endpoint is the profile's 503, not an error.
+    yaml = HEADER + "plugins:\n- type: zone-filter\n  parameters: {zone: c}\n"
+    result = pyepp.Scheduler.from_yaml(yaml, registry=registry).pick(chat(), eps)
+    assert result.status == 503 and "zone-filter" in result.reason
+
+
+def test_failing_python_plugins_degrade_without_crashing(caplog: pytest.LogCaptureFixture) -> None:
+    class Raises:
+        def score(self, request: pyepp.Request, endpoints: List[pyepp.Endpoint]) -> List[float]:
+            raise ValueError("boom")
+
+    class WrongLength:
+        def score(self, request: pyepp.Request, endpoints: List[pyepp.Endpoint]) -> List[float]:
+            return [1.0]
+
+    class BadFilter:
+        def filter(self, request: pyepp.Request, endpoints: List[pyepp.Endpoint]) -> List[bool]:
+            raise RuntimeError("filter broke")
+
+    registry = pyepp.PluginRegistry()
+    registry.register_scorer("raises", lambda name, params: Raises())
+    registry.register_scorer("wrong-length", lambda name, params: WrongLength())
+    registry.register_filter("bad-filter", lambda name, params: BadFilter())
+    yaml = HEADER + "plugins:\n- type: bad-filter\n- type: raises\n- type: wrong-length\n- type: queue-scorer\n"
+    s = pyepp.Scheduler.from_yaml(yaml, registry=registry)
+    with caplog.at_level(logging.WARNING, logger="pyepp"):
+        for _ in range(3):
+            result = s.pick(chat(), pool(BUSY, IDLE))
+            assert (result.status, result.endpoint) == (200, "10.0.0.2:8000")  # queue-scorer still decides
+    (profile,) = result.explain()["profiles"]
+    assert profile["filters"][0]["kept"] == ["10.0.0.1:8000", "10.0.0.2:8000"]  # a failing filter keeps all
+    for row in profile["scores"]:
+        raises, wrong = row["scorers"][0], row["scorers"][1]
+        assert raises["raw"] == 0 and raises["detail"] == "python error: ValueError: boom"
+        assert wrong["raw"] == 0 and wrong["detail"] == "python error: score() returned 1 scores for 2 endpoints"
+    messages = [r.getMessage() for r in caplog.records if r.name == "pyepp"]
+    assert len(messages) == 3, messages  # once per plugin, not per pick
+    assert any("'raises'" in m and "ValueError: boom" in m for m in messages)
+    assert any("filter broke" in m for m in messages)
+
+
+def test_python_factory_errors_are_config_errors() -> None:
+    registry = pyepp.PluginRegistry()
+
+    def needs_threshold(name: str, params: Dict[str, Any]) -> Any:
+        if "threshold" not in params:
+            raise ValueError(f"{name}: threshold is required")
+        return ZoneScorer(name, params)
+
+    registry.register_scorer("needs-threshold", needs_threshold)
+    registry.register_scorer("not-a-scorer", lambda name, params: object())
+    with pytest.raises(pyepp.ConfigError, match=r"failed to create plugin 'needs-threshold'.*"
+                                                r"python error: ValueError: needs-threshold: threshold is required"):
+        pyepp.Scheduler.from_yaml(HEADER + "plugins:\n- type: needs-threshold\n", registry=registry)
+    with pytest.raises(pyepp.ConfigError, match="no score\\(\\) method"):
+        pyepp.Scheduler.from_yaml(HEADER + "plugins:\n- type: not-a-scorer\n", registry=registry)
+    with pytest.raises(TypeError):
+        registry.register_scorer("x", "not callable")  # type: ignore[arg-type]
+
+
+# --- threads -------------------------------------------------------------------------------
+
+
+def test_picks_from_four_threads() -> None:
+    created: List[ZoneScorer] = []
+    yaml = ZONE_CONFIG.replace("- type: queue-scorer\n", "- type: queue-scorer\n- type: prefix-cache-scorer\n")
+    yaml = yaml.replace("  - pluginRef: queue-scorer\n", "  - pluginRef: queue-scorer\n  - pluginRef: prefix-cache-scorer\n")
+    s = pyepp.Scheduler.from_yaml(yaml, registry=zone_registry(created))
+    eps = [pyepp.Endpoint(f"10.0.1.{i}:8000", IDLE, labels={"zone": "ab"[i % 2]}) for i in range(1, 7)]
+    prompts = [f"tenant {t} shared system prompt. " * 30 for t in range(4)]
+    errors: List[BaseException] = []
+    results: List[List[pyepp.PickResult]] = [[] for _ in range(4)]
+    start = threading.Barrier(4)
+
+    def work(t: int) -> None:
+        try:
+            start.wait()
+            for i in range(60):
+                r = s.pick(chat(prompts[(t + i) % 4] + str(i)), eps)
+                results[t].append(r)
+                r.explain()
+                s.release(r)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not any(th.is_alive() for th in threads)
+    assert not errors, errors
+    picks = [r for rs in results for r in rs]
+    assert len(picks) == 240 and all(r.status == 200 for r in picks)
+    assert {r.endpoint for r in picks} <= {e.address for e in eps if e.labels["zone"] == "b"}
+    assert created[0].calls == 240
+    assert all(s.inflight(e.address) == (0, 0) for e in eps)
+    assert s.prefix_index_entries > 0
+
+
+# --- the example ---------------------------------------------------------------------------
+
+
+def test_example_pick_runs(source_dir: Path) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    run = subprocess.run([sys.executable, str(source_dir / "examples" / "python" / "pick.py")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.startswith("200 -> 10.0.0.2:8000\n"), run.stdout
+    assert "winner" in run.stdout and '"x-gateway-destination-endpoint": "10.0.0.2:8000"' in run.stdout
