@@ -158,8 +158,7 @@ void SetupReplayCommand(CLI::App& app, int& exit_code) {
   cmd->add_flag("!--no-progress", o->progress, "No progress bar (it is shown on stderr only when stderr is a terminal)");
   cmd->callback([o, cmd, &exit_code] {
     o->given.clear();
-    for (const char* flag : {"--groups", "--prompts-per-group", "--system-len", "--question-len", "--output-len", "--multi-turn",
-                             "--rate", "--arrivals"})
+    for (const char* flag : kWorkloadFlags)
       if (cmd->count(flag) > 0) o->given.push_back(flag);
     exit_code = RunReplay(*o);
   });

@@ -313,7 +313,9 @@ std::string ReplayReportToHtml(const ReplayReport& r, const std::string& title) 
                   "EPP predicted differed from what the server had cached by at least one block. &quot;wall s&quot;: real time "
                   "the replay of that policy took.</p>\n");
   absl::StrAppend(&s, "<h2>Time to first token</h2>\n", TtftChart(r));
-  absl::StrAppend(&s, "<h2>Cache hits over time</h2>\n", HitRateChart(r));
+  absl::StrAppend(&s, "<h2>Cache hits over time</h2>\n", HitRateChart(r),
+                  "<p class=\"note\">Requests are grouped by arrival time. The two bounds hold for the whole trace; "
+                  "a single interval may exceed them.</p>\n");
   absl::StrAppend(&s, "<h2>Load</h2>\n",
                   BarChart<int64_t>(r, "Requests per server", "requests", false, &ReplayPolicyReport::requests_per_server));
   absl::StrAppend(&s, BarChart<double>(r, "Mean KV-cache usage per server (over scrapes)", "KV usage", true,

@@ -134,9 +134,11 @@ absl::StatusOr<std::vector<ReplayRequest>> GenerateSharedPrefix(const SharedPref
     r.arrival_us = std::llround(t * 1e6);
     t += w.poisson ? gap(rng) : 1.0 / w.rate;
     int g = 0, q = 0;
+    uint64_t conv = 0;
     if (w.multi_turn) {
       g = static_cast<int>(rng() % static_cast<uint64_t>(w.groups));
       q = turn[static_cast<size_t>(g)];
+      conv = static_cast<uint64_t>(conversation[static_cast<size_t>(g)]);  // before a wrap starts the next one
       if (++turn[static_cast<size_t>(g)] == w.prompts_per_group) {
         turn[static_cast<size_t>(g)] = 0;
         conversation[static_cast<size_t>(g)]++;
@@ -146,9 +148,8 @@ absl::StatusOr<std::vector<ReplayRequest>> GenerateSharedPrefix(const SharedPref
       g = static_cast<int>(pair / w.prompts_per_group);
       q = static_cast<int>(pair % w.prompts_per_group);
     }
-    r.segments.reserve(static_cast<size_t>(2 * q + 2));
+    r.segments.reserve(w.multi_turn ? static_cast<size_t>(2 * q + 2) : 2);
     if (w.system_len > 0) r.segments.push_back({kSystemBase + static_cast<uint64_t>(g), static_cast<int32_t>(w.system_len)});
-    const uint64_t conv = w.multi_turn ? static_cast<uint64_t>(conversation[static_cast<size_t>(g)]) : 0;
     const uint64_t key = (conv * static_cast<uint64_t>(w.groups) + static_cast<uint64_t>(g)) * 1'000'003ULL;
     if (w.multi_turn) {
       for (int k = 0; k < q; ++k) {  // earlier turns and their answers

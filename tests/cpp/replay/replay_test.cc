@@ -1,0 +1,462 @@
+// Replay: exact virtual-time results on tiny cases computed by hand from the cost model in
+// docs/sim.md (default SimParams: step = 1000 x (6.0 + 0.05 x running) us + prefill tokens x 50 us),
+// the trace bounds, determinism, the baselines, the workloads and loaders, and the report writers.
+#include "epp/replay.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "replay/render.h"
+
+namespace epp {
+namespace {
+
+ReplayRequest Req(int64_t arrival_us, std::vector<ReplaySegment> segments, int64_t output_tokens) {
+  ReplayRequest r;
+  r.arrival_us = arrival_us;
+  r.segments = std::move(segments);
+  for (const ReplaySegment& s : r.segments) r.prompt_tokens += s.tokens;
+  r.output_tokens = output_tokens;
+  return r;
+}
+
+ReplayPolicy Policy(std::string_view name) {
+  absl::StatusOr<ReplayPolicy> p = NamedReplayPolicy(name);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return *std::move(p);
+}
+
+ReplayReport Replay(const std::vector<ReplayRequest>& trace, const std::vector<std::string>& policies, int servers,
+                 ReplayOptions options = {}) {
+  options.servers = servers;
+  std::vector<ReplayPolicy> ps;
+  for (const std::string& n : policies) ps.push_back(Policy(n));
+  absl::StatusOr<ReplayReport> r = RunReplay(trace, ps, options);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *std::move(r) : ReplayReport{};
+}
+
+std::string WriteTemp(const std::string& name, const std::string& body) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << body;
+  return path;
+}
+
+// --- Virtual time -------------------------------------------------------------------------------
+
+TEST(RunReplayTest, OneRequestOnOneServerHasTheCostModelsTimes) {
+  // 1000 prompt tokens, 10 output tokens. Admission step: 6,050 us decode (one sequence) + 1000 x
+  // 50 us prefill = 56,050 us (TTFT); then 9 decode steps of 6,050 us: E2E = 110,500 us.
+  const ReplayReport r = Replay({Req(0, {{7, 1000}}, 10)}, {"round-robin"}, 1);
+  ASSERT_EQ(r.policies.size(), 1u);
+  const ReplayPolicyReport& p = r.policies[0];
+  EXPECT_EQ(p.completed, 1);
+  EXPECT_EQ(p.failed, 0);
+  EXPECT_DOUBLE_EQ(p.ttft_s.p50, 0.05605);
+  EXPECT_DOUBLE_EQ(p.ttft_s.p99, 0.05605);
+  EXPECT_DOUBLE_EQ(p.e2e_s.p50, 0.1105);
+  EXPECT_DOUBLE_EQ(p.queue_s.p50, 0);
+  EXPECT_DOUBLE_EQ(p.block_hit_rate, 0);
+  EXPECT_EQ(p.requests_per_server, std::vector<int64_t>{1});
+  ASSERT_EQ(p.ttft_samples_s.size(), 1u);
+  EXPECT_DOUBLE_EQ(p.ttft_samples_s[0], 0.05605);
+  EXPECT_TRUE(std::isnan(p.prediction_error_rate));  // round robin predicts nothing
+  EXPECT_EQ(r.trace.requests, 1);
+  EXPECT_EQ(r.trace.blocks, 62);  // 1000 / 16, full blocks only
+  EXPECT_EQ(r.trace.prompt_tokens, 1000);
+}
+
+TEST(RunReplayTest, IdenticalRequestsOnOneServerHitTheCache) {
+  // The second request finds 62 cached blocks = 992 tokens and prefills 8: 6,050 + 400 = 6,450 us.
+  const ReplayReport r = Replay({Req(0, {{7, 1000}}, 10), Req(1'000'000, {{7, 1000}}, 10)}, {"round-robin", "gie-default"}, 1);
+  for (const ReplayPolicyReport& p : r.policies) {
+    SCOPED_TRACE(p.name);
+    EXPECT_EQ(p.completed, 2);
+    EXPECT_DOUBLE_EQ(p.block_hit_rate, 62.0 / 124.0);
+    EXPECT_DOUBLE_EQ(p.token_hit_rate, 992.0 / 2000.0);
+    ASSERT_EQ(p.ttft_samples_s.size(), 2u);
+    EXPECT_DOUBLE_EQ(p.ttft_samples_s[0], 0.00645);
+    EXPECT_DOUBLE_EQ(p.ttft_samples_s[1], 0.05605);
+    EXPECT_DOUBLE_EQ(p.ttft_s.p50, (0.00645 + 0.05605) / 2);
+    // Throughput: 2 completions between the first arrival and the last finish (1 s + 56,450 us).
+    EXPECT_NEAR(p.throughput_rps, 2 / (1.0 + 0.00645 + 9 * 0.00605), 1e-12);
+  }
+  EXPECT_DOUBLE_EQ(r.policies[1].prediction_error_rate, 0);  // the EPP knew where the prefix was
+  EXPECT_DOUBLE_EQ(r.trace.upper_bound_block_hit_rate, 0.5);
+}
+
+TEST(RunReplayTest, RoundRobinAlternatesAndLosesTheCacheThatAffinityKeeps) {
+  std::vector<ReplayRequest> trace;
+  for (int i = 0; i < 4; ++i) trace.push_back(Req(i * 1'000'000, {{7, 1000}}, 10));
+  const ReplayReport r = Replay(trace, {"round-robin", "gie-default"}, 2);
+  const ReplayPolicyReport& rr = r.policies[0];
+  EXPECT_EQ(rr.requests_per_server, (std::vector<int64_t>{2, 2}));
+  EXPECT_DOUBLE_EQ(rr.block_hit_rate, 0.5);  // miss, miss, hit, hit
+  EXPECT_DOUBLE_EQ(rr.load_max_over_mean, 1.0);
+  const ReplayPolicyReport& gie = r.policies[1];
+  EXPECT_EQ(std::max(gie.requests_per_server[0], gie.requests_per_server[1]), 4);
+  EXPECT_DOUBLE_EQ(gie.block_hit_rate, 0.75);  // miss, then hits
+  EXPECT_DOUBLE_EQ(gie.load_max_over_mean, 2.0);
+  EXPECT_DOUBLE_EQ(gie.prediction_error_rate, 0);
+}
+
+TEST(RunReplayTest, RequestTooLargeForTheKvCacheFails) {
+  ReplayOptions o;
+  o.server.kv_blocks = 10;  // 160 tokens
+  const ReplayReport r = Replay({Req(0, {{7, 1000}}, 10), Req(10, {{8, 100}}, 10)}, {"round-robin"}, 1, o);
+  EXPECT_EQ(r.policies[0].failed, 1);
+  EXPECT_EQ(r.policies[0].completed, 1);
+}
+
+TEST(RunReplayTest, SameSeedGivesIdenticalJson) {
+  SharedPrefixWorkload w;
+  w.groups = 5;
+  w.prompts_per_group = 8;
+  w.rate = 50;
+  w.duration_s = 4;
+  w.seed = 3;
+  auto trace = GenerateSharedPrefix(w);
+  ASSERT_TRUE(trace.ok());
+  ReplayOptions o;
+  o.seed = 11;
+  auto once = [&] {
+    ReplayReport r = Replay(*trace, {"random", "gie-default"}, 3, o);
+    for (ReplayPolicyReport& p : r.policies) p.wall_s = 0;  // real time is the one thing that varies
+    return ReplayReportToJson(r);
+  };
+  const std::string a = once();
+  EXPECT_EQ(a, once());
+  o.seed = 12;
+  EXPECT_NE(a, once());  // the random picker follows the seed
+}
+
+TEST(RunReplayTest, EveryNamedBaselineRuns) {
+  SharedPrefixWorkload w;
+  w.groups = 4;
+  w.prompts_per_group = 10;
+  w.rate = 20;
+  auto trace = GenerateSharedPrefix(w);
+  ASSERT_TRUE(trace.ok());
+  const std::vector<std::string> names = NamedReplayPolicies();
+  ASSERT_GE(names.size(), 6u);
+  const ReplayReport r = Replay(*trace, names, 4);
+  ASSERT_EQ(r.policies.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    SCOPED_TRACE(names[i]);
+    const ReplayPolicyReport& p = r.policies[i];
+    EXPECT_EQ(p.name, names[i]);
+    EXPECT_EQ(p.completed, 40);
+    EXPECT_EQ(p.failed + p.shed, 0);
+    EXPECT_GT(p.ttft_s.p50, 0);
+    EXPECT_EQ(p.requests_per_server.size(), 4u);
+    EXPECT_EQ(p.hit_rate_timeline.size(), 40u);
+  }
+}
+
+TEST(RunReplayTest, RejectsBadOptions) {
+  const std::vector<ReplayRequest> trace = {Req(5, {{1, 10}}, 1), Req(0, {{1, 10}}, 1)};
+  ReplayOptions o;
+  EXPECT_EQ(RunReplay(trace, {Policy("round-robin")}, o).status().code(), absl::StatusCode::kInvalidArgument);  // unsorted
+  o.servers = 0;
+  EXPECT_EQ(RunReplay({}, {Policy("round-robin")}, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.servers = 1;
+  EXPECT_EQ(RunReplay({}, {}, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.scrape_interval_us = 0;
+  EXPECT_EQ(RunReplay({}, {Policy("round-robin")}, o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// --- Bounds -------------------------------------------------------------------------------------
+
+TEST(AnalyzeTraceTest, BoundsOnAHandCountedTrace) {
+  // A = S (2 blocks); B = S + Q1 (3); C = S + Q2 (3); D = T (1): 9 blocks. An infinite cache hits
+  // S's 2 blocks in B and in C: 4 / 9.
+  const std::vector<ReplayRequest> trace = {Req(0, {{1, 32}}, 1), Req(1, {{1, 32}, {2, 16}}, 1), Req(2, {{1, 32}, {3, 16}}, 1),
+                                            Req(3, {{4, 16}}, 1)};
+  ReplayTraceInfo big = AnalyzeTrace(trace, 100);
+  EXPECT_EQ(big.requests, 4);
+  EXPECT_EQ(big.blocks, 9);
+  EXPECT_EQ(big.prompt_tokens, 144);
+  EXPECT_DOUBLE_EQ(big.duration_s, 3e-6);
+  EXPECT_DOUBLE_EQ(big.upper_bound_block_hit_rate, 4.0 / 9);
+  EXPECT_DOUBLE_EQ(big.pooled_cache_bound_block_hit_rate, 4.0 / 9);
+  // A one-block LRU keeps only S's first block (touched last): B and C hit 1 block each.
+  ReplayTraceInfo one = AnalyzeTrace(trace, 1);
+  EXPECT_DOUBLE_EQ(one.upper_bound_block_hit_rate, 4.0 / 9);
+  EXPECT_DOUBLE_EQ(one.pooled_cache_bound_block_hit_rate, 2.0 / 9);
+  // Two blocks hold S whole again.
+  EXPECT_DOUBLE_EQ(AnalyzeTrace(trace, 2).pooled_cache_bound_block_hit_rate, 4.0 / 9);
+  EXPECT_EQ(AnalyzeTrace({}, 10).blocks, 0);
+}
+
+TEST(AnalyzeTraceTest, RunReplayReportsTheBoundsForAllServersTogether) {
+  // Two servers of 1 block: a pooled LRU of 2 blocks.
+  const std::vector<ReplayRequest> trace = {Req(0, {{1, 32}}, 1), Req(1, {{1, 32}, {2, 16}}, 1), Req(2, {{1, 32}, {3, 16}}, 1),
+                                            Req(3, {{4, 16}}, 1)};
+  ReplayOptions o;
+  o.server.kv_blocks = 4;
+  const ReplayReport r = Replay(trace, {"round-robin"}, 2, o);
+  EXPECT_EQ(r.trace.blocks, 9);
+  EXPECT_DOUBLE_EQ(r.trace.pooled_cache_bound_block_hit_rate, AnalyzeTrace(trace, 8).pooled_cache_bound_block_hit_rate);
+}
+
+// --- Rendering ----------------------------------------------------------------------------------
+
+TEST(RenderTest, SegmentsRenderDeterministicallyAndShareTheirPrefixes) {
+  const ReplayRequest a = Req(0, {{1, 10}, {2, 5}}, 1);
+  const ReplayRequest b = Req(0, {{1, 10}, {3, 5}}, 1);
+  const std::string ta = RenderReplayPrompt(a), tb = RenderReplayPrompt(b);
+  EXPECT_EQ(ta.size(), 60u);
+  EXPECT_EQ(ta, RenderReplayPrompt(a));
+  EXPECT_EQ(ta.substr(0, 40), tb.substr(0, 40));
+  EXPECT_NE(ta.substr(40), tb.substr(40));
+  // A shorter segment is a prefix of a longer one with the same id.
+  EXPECT_EQ(RenderReplayPrompt(Req(0, {{1, 3}}, 1)), ta.substr(0, 12));
+  ReplayRequest text;
+  text.text = "literal";
+  EXPECT_EQ(RenderReplayPrompt(text), "literal");
+}
+
+TEST(RenderTest, CachingRendererMatchesRenderReplayPrompt) {
+  replay_internal::PromptRenderer renderer;
+  const std::vector<ReplayRequest> requests = {Req(0, {{1, 3}}, 1),  Req(0, {{1, 100}, {2, 7}}, 1), Req(0, {{1, 5}, {9, 1}}, 1),
+                                               Req(0, {{5, 0}}, 1), Req(0, {{2, 7}, {1, 101}}, 1)};
+  for (const ReplayRequest& r : requests) EXPECT_EQ(std::string(renderer.Render(r)), RenderReplayPrompt(r));
+}
+
+// --- Workloads ----------------------------------------------------------------------------------
+
+TEST(SharedPrefixTest, EveryPairOnceInArrivalOrder) {
+  SharedPrefixWorkload w;
+  w.groups = 3;
+  w.prompts_per_group = 4;
+  w.system_len = 20;
+  w.question_len = 5;
+  w.output_len = 7;
+  w.rate = 2;
+  w.poisson = false;
+  auto trace = GenerateSharedPrefix(w);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->size(), 12u);
+  std::set<std::pair<uint64_t, uint64_t>> pairs;
+  std::set<uint64_t> systems;
+  for (size_t i = 0; i < trace->size(); ++i) {
+    const ReplayRequest& r = (*trace)[i];
+    EXPECT_EQ(r.arrival_us, static_cast<int64_t>(i) * 500000);  // constant: 1 / rate apart
+    ASSERT_EQ(r.segments.size(), 2u);
+    EXPECT_EQ(r.segments[0].tokens, 20);
+    EXPECT_EQ(r.segments[1].tokens, 5);
+    EXPECT_EQ(r.prompt_tokens, 25);
+    EXPECT_EQ(r.output_tokens, 7);
+    pairs.insert({r.segments[0].id, r.segments[1].id});
+    systems.insert(r.segments[0].id);
+  }
+  EXPECT_EQ(pairs.size(), 12u);
+  EXPECT_EQ(systems.size(), 3u);
+  // With a duration: rate x duration requests, Poisson arrivals in order.
+  w.poisson = true;
+  w.duration_s = 30;
+  trace = GenerateSharedPrefix(w);
+  ASSERT_TRUE(trace.ok());
+  EXPECT_EQ(trace->size(), 60u);
+  for (size_t i = 1; i < trace->size(); ++i) EXPECT_LE((*trace)[i - 1].arrival_us, (*trace)[i].arrival_us);
+}
+
+TEST(SharedPrefixTest, MultiTurnPromptsGrowByEachTurn) {
+  SharedPrefixWorkload w;
+  w.groups = 2;
+  w.prompts_per_group = 3;
+  w.system_len = 10;
+  w.question_len = 4;
+  w.output_len = 6;
+  w.multi_turn = true;
+  w.duration_s = 10;
+  w.rate = 2;  // 20 requests: each group's conversations of 3 turns, then a new conversation
+  auto trace = GenerateSharedPrefix(w);
+  ASSERT_TRUE(trace.ok());
+  ASSERT_EQ(trace->size(), 20u);
+  std::map<uint64_t, std::vector<const ReplayRequest*>> by_group;
+  for (const ReplayRequest& r : *trace) by_group[r.segments[0].id].push_back(&r);
+  EXPECT_EQ(by_group.size(), 2u);
+  for (const auto& [group, turns] : by_group) {
+    for (size_t k = 0; k < turns.size(); ++k) {
+      const size_t turn = k % 3;
+      EXPECT_EQ(turns[k]->segments.size(), 2 + 2 * turn);
+      EXPECT_EQ(turns[k]->prompt_tokens, static_cast<int64_t>(10 + turn * (4 + 6) + 4));
+      if (turn > 0) {
+        // This turn extends the previous one: its question, then the answer, then a new question.
+        const std::string before = RenderReplayPrompt(*turns[k - 1]), now = RenderReplayPrompt(*turns[k]);
+        EXPECT_EQ(now.substr(0, before.size()), before);
+      } else if (k > 0) {
+        EXPECT_NE(turns[k]->segments[1].id, turns[k - 3]->segments[1].id);  // a new conversation
+      }
+    }
+  }
+}
+
+TEST(SharedPrefixTest, RejectsBadParameters) {
+  SharedPrefixWorkload w;
+  w.groups = 0;
+  EXPECT_EQ(GenerateSharedPrefix(w).status().code(), absl::StatusCode::kInvalidArgument);
+  w = {};
+  w.rate = 0;
+  EXPECT_EQ(GenerateSharedPrefix(w).status().code(), absl::StatusCode::kInvalidArgument);
+  w = {};
+  w.question_len = 0;
+  EXPECT_EQ(GenerateSharedPrefix(w).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SharedPrefixTest, GieWorkloads) {
+  auto w = GieBenchmarkWorkload("short-questions__many-system-prompts");
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->groups, 150);
+  EXPECT_EQ(w->prompts_per_group, 5);
+  EXPECT_EQ(w->system_len, 6000);
+  EXPECT_EQ(w->question_len, 1200);
+  EXPECT_TRUE(GieBenchmarkWorkload("long-questions__few-system-prompts__multi-chat")->multi_turn);
+  auto bad = GieBenchmarkWorkload("nope");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(bad.status().message().find("short-questions__many-system-prompts"), std::string::npos);
+}
+
+// --- Loaders ------------------------------------------------------------------------------------
+
+TEST(MooncakeTraceTest, BlocksBecomeSharedSegments) {
+  const std::string path = WriteTemp("mooncake_ok.jsonl",
+                                     "{\"timestamp\": 10, \"input_length\": 1000, \"output_length\": 5, \"hash_ids\": [1, 2]}\n"
+                                     "\n"
+                                     "{\"timestamp\": 0, \"input_length\": 1200, \"output_length\": 3, \"hash_ids\": [1, 2]}\n");
+  auto trace = LoadMooncakeTrace(path, 0.5);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->size(), 2u);
+  const ReplayRequest& first = (*trace)[0];  // sorted by arrival
+  EXPECT_EQ(first.arrival_us, 0);
+  EXPECT_EQ(first.prompt_tokens, 1200);
+  EXPECT_EQ(first.output_tokens, 3);
+  ASSERT_EQ(first.segments.size(), 3u);  // 512 + 512 + 176 tokens beyond the listed blocks
+  EXPECT_EQ(first.segments[2].tokens, 176);
+  const ReplayRequest& second = (*trace)[1];
+  EXPECT_EQ(second.arrival_us, 5000);  // 10 ms x 0.5
+  ASSERT_EQ(second.segments.size(), 2u);
+  EXPECT_EQ(second.segments[0].id, first.segments[0].id);
+  EXPECT_EQ(second.segments[0].tokens, 512);
+  EXPECT_EQ(second.segments[1].tokens, 488);
+  // Equal hash ids are a shared prefix: both prompts agree on their first 1000 tokens.
+  EXPECT_EQ(RenderReplayPrompt(first).substr(0, 1000 * 4), RenderReplayPrompt(second));
+}
+
+TEST(MooncakeTraceTest, ErrorsNameFileAndLine) {
+  struct Case {
+    std::string name, line3, expect;
+  };
+  const std::vector<Case> cases = {
+      {"not_json", "{oops", "not a JSON object"},
+      {"no_timestamp", "{\"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}", "timestamp: missing or not a number"},
+      {"bad_hash", "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [\"x\"]}", "hash_ids[0]"},
+      {"no_hashes", "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1}", "hash_ids: missing"},
+      {"negative", "{\"timestamp\": -1, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}", "timestamp: out of range"},
+  };
+  const std::string good = "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [0]}\n";
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string path = WriteTemp("mooncake_" + c.name + ".jsonl", good + good + c.line3 + "\n");
+    auto trace = LoadMooncakeTrace(path);
+    ASSERT_FALSE(trace.ok());
+    EXPECT_EQ(trace.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(trace.status().message().find(path + ":3: "), std::string::npos) << trace.status();
+    EXPECT_NE(trace.status().message().find(c.expect), std::string::npos) << trace.status();
+  }
+  EXPECT_EQ(LoadMooncakeTrace(::testing::TempDir() + "/missing.jsonl").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(LoadMooncakeTrace(WriteTemp("mooncake_scale.jsonl", good), 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(MooncakeTraceTest, SharedFixtureLoads) {
+  const std::string path = std::string(EPP_SHARED_FIXTURES) + "/traces/mooncake-fast25-synthetic_trace.jsonl";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  auto trace = LoadMooncakeTrace(path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  EXPECT_EQ(trace->size(), 3993u);
+  const ReplayTraceInfo info = AnalyzeTrace(*trace, int64_t{1} << 40);
+  EXPECT_GT(info.upper_bound_block_hit_rate, 0.3);
+  EXPECT_LT(info.upper_bound_block_hit_rate, 1.0);
+}
+
+TEST(OpenAITraceTest, ReadsCapturesWithArrivalTimes) {
+  const std::string path = WriteTemp(
+      "openai.jsonl",
+      "{\"timestamp\": 1500, \"body\": {\"model\": \"m\", \"prompt\": \"hello there\", \"max_tokens\": 7}}\n"
+      "{\"arrival_s\": 0.5, \"output_tokens\": 3, \"path\": \"/v1/chat/completions\", \"body\": {\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}}\n");
+  auto trace = LoadOpenAITrace(path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->size(), 2u);
+  EXPECT_EQ((*trace)[0].arrival_us, 500000);
+  EXPECT_EQ((*trace)[0].output_tokens, 3);
+  EXPECT_EQ((*trace)[1].arrival_us, 1500000);
+  EXPECT_EQ((*trace)[1].output_tokens, 7);
+  EXPECT_EQ((*trace)[1].model, "m");
+  EXPECT_EQ(RenderReplayPrompt((*trace)[1]), (*trace)[1].text);
+  const std::string bad = WriteTemp("openai_bad.jsonl", "{\"body\": {\"model\": \"m\", \"prompt\": \"x\"}}\n");
+  auto err = LoadOpenAITrace(bad);
+  ASSERT_FALSE(err.ok());
+  EXPECT_NE(err.status().message().find(bad + ":1: no arrival time"), std::string::npos) << err.status();
+}
+
+// --- Policies and reports -----------------------------------------------------------------------
+
+TEST(NamedReplayPolicyTest, UnknownNameListsTheKnownOnes) {
+  auto p = NamedReplayPolicy("fastest");
+  ASSERT_EQ(p.status().code(), absl::StatusCode::kNotFound);
+  for (const std::string& n : NamedReplayPolicies()) EXPECT_NE(p.status().message().find(n), std::string::npos) << n;
+}
+
+TEST(ReplayReportTest, JsonTextAndHtml) {
+  SharedPrefixWorkload w;
+  w.groups = 3;
+  w.prompts_per_group = 5;
+  auto trace = GenerateSharedPrefix(w);
+  ASSERT_TRUE(trace.ok());
+  ReplayReport r = Replay(*trace, {"round-robin", "gie-default"}, 2);
+  r.policies[1].name = "<b>weird & \"quoted\"</b>";
+
+  const nlohmann::json j = nlohmann::json::parse(ReplayReportToJson(r));
+  for (const char* k : {"requests", "blocks", "upper_bound_block_hit_rate", "pooled_cache_bound_block_hit_rate"})
+    EXPECT_TRUE(j["trace"].contains(k)) << k;
+  ASSERT_EQ(j["policies"].size(), 2u);
+  for (const auto& p : j["policies"]) {
+    for (const char* k : {"name", "block_hit_rate", "token_hit_rate", "ttft_s", "e2e_s", "throughput_rps", "load_max_over_mean",
+                          "prediction_error_rate", "failed"})
+      EXPECT_TRUE(p.contains(k)) << k;
+    for (const char* k : {"p50", "p90", "p99"}) EXPECT_TRUE(p["ttft_s"][k].is_number()) << k;
+  }
+  EXPECT_TRUE(j["policies"][0]["prediction_error_rate"].is_null());  // no prefix producer
+  EXPECT_TRUE(j["policies"][1]["prediction_error_rate"].is_number());
+
+  const std::string text = ReplayReportToText(r);
+  EXPECT_NE(text.find("round-robin"), std::string::npos);
+  EXPECT_NE(text.find("n/a"), std::string::npos);
+
+  const std::string html = ReplayReportToHtml(r, "title <with> & marks");
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(html.find("<title>title &lt;with&gt; &amp; marks</title>"), std::string::npos);
+  EXPECT_EQ(html.find("<with>"), std::string::npos);
+  EXPECT_NE(html.find("&lt;b&gt;weird &amp; &quot;quoted&quot;&lt;/b&gt;"), std::string::npos);
+  EXPECT_EQ(html.find("<b>weird"), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  size_t svgs = 0;
+  for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) ++svgs;
+  EXPECT_EQ(svgs, 4u);  // TTFT, hit rate over time, requests per server, KV usage per server
+  size_t closes = 0;
+  for (size_t at = html.find("</svg>"); at != std::string::npos; at = html.find("</svg>", at + 1)) ++closes;
+  EXPECT_EQ(closes, svgs);
+  EXPECT_NE(html.find("upper bound"), std::string::npos);
+  EXPECT_NE(html.find("</html>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace epp
