@@ -11,11 +11,17 @@
   :class:`Request` over :class:`Endpoint` values, ``explain()`` the :class:`PickResult`. Python
   scorers and filters join through a :class:`PluginRegistry`; :func:`load_endpoints` reads an
   endpoints file.
+- :mod:`pyepp.extproc` / :func:`serve`: the ext_proc protocol (the Endpoint Picker a gateway
+  calls): message streams from captures, a transport-free :class:`~pyepp.extproc.Session`, and
+  an in-process gRPC server.
+- :func:`replay`: routing policies compared over simulated servers in virtual time, on a trace
+  or a :class:`SharedPrefix` workload (:func:`replay_html` renders the report).
 
 Errors are :class:`EppError` subclasses (see :mod:`pyepp.errors`).
 """
 
 from ._native import lib as _lib
+from . import extproc
 from .checks import check
 from .errors import ConfigError, EppError, NotFoundError, UnavailableError
 from .metrics import (
@@ -29,6 +35,8 @@ from .metrics import (
     parse_prometheus,
 )
 from .scheduling import Endpoint, PickResult, PluginRegistry, Request, Scheduler, load_endpoints
+from .extproc import ServeHandle, serve
+from .routing import SharedPrefix, gie_workloads, named_policies, replay, replay_html, replay_text
 from .sim import SimServer, Simulator
 
 __version__: str = _lib.__version__
@@ -55,4 +63,13 @@ __all__ = [
     "Scheduler",
     "PluginRegistry",
     "load_endpoints",
+    "extproc",
+    "serve",
+    "ServeHandle",
+    "replay",
+    "replay_text",
+    "replay_html",
+    "SharedPrefix",
+    "named_policies",
+    "gie_workloads",
 ]

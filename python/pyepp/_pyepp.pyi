@@ -195,6 +195,8 @@ class PickOutcome:
     def result(self) -> PickResult: ...
     @property
     def request(self) -> InferenceRequest: ...
+    @property
+    def has_request(self) -> bool: ...  # False: an ext_proc decision made without a parsed request
     def to_json(self, indent: int) -> str: ...
     def to_text(self, color: bool) -> str: ...
 
@@ -210,3 +212,131 @@ class Scheduler:
     def profile_names(self) -> List[str]: ...
     def prefix_index_entries(self) -> int: ...
     def inflight(self, endpoint: str) -> Tuple[int, int]: ...
+
+# --- ext_proc (epp/extproc.h) ---
+
+class ExtProcOptions:
+    max_request_bytes: int
+    objective_priorities: Dict[str, int]
+    ignore_subset_hint: bool
+    trace: bool
+    def __init__(self) -> None: ...
+
+def build_processing_requests(path: Optional[str], method: str, headers: List[Tuple[str, str]], body: bytes,
+                              subset: Optional[List[str]], subset_as_string: bool, chunk_bytes: int) -> List[bytes]: ...
+def build_response_messages(status: int, headers: List[Tuple[str, str]], body: bytes,
+                            served_endpoint: str) -> List[bytes]: ...
+def processing_request_to_json(bytes: bytes) -> str: ...
+def processing_response_to_json(bytes: bytes) -> str: ...
+def processing_request_from_json(json: str) -> bytes: ...
+
+class ExtProcSession:
+    def __init__(self, scheduler: Scheduler, endpoints: List[Endpoint], options: ExtProcOptions) -> None: ...
+    def send(self, message: bytes) -> List[bytes]: ...  # without the GIL
+    @property
+    def finished(self) -> bool: ...
+    @property
+    def result(self) -> Optional[PickOutcome]: ...
+    @property
+    def served(self) -> str: ...
+
+class ExtProcServer:
+    # Starts serving (without the GIL); health_listen None: no health server.
+    def __init__(self, scheduler: Scheduler, endpoints: List[Endpoint], listen: str, tls: bool,
+                 health_listen: Optional[str], options: ExtProcOptions) -> None: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def health_port(self) -> Optional[int]: ...
+    @property
+    def cert_pem(self) -> bytes: ...  # b"" without TLS
+    def set_endpoints(self, endpoints: List[Endpoint]) -> None: ...
+    def set_ready(self, ready: bool) -> None: ...
+    def close(self, drain_s: float) -> None: ...  # idempotent, without the GIL
+    def stats(self) -> Dict[str, Any]: ...
+
+# --- Replay (epp/replay.h) ---
+
+class SharedPrefixWorkload:
+    groups: int
+    prompts_per_group: int
+    system_len: int
+    question_len: int
+    output_len: int
+    multi_turn: bool
+    rate: float
+    poisson: bool
+    duration_s: float
+    seed: int
+    model: str
+    def __init__(self) -> None: ...
+
+def gie_benchmark_workload(name: str) -> SharedPrefixWorkload: ...
+
+class ReplayTrace:
+    def __len__(self) -> int: ...
+
+def load_replay_trace(format: str, path: str, time_scale: float) -> ReplayTrace: ...  # "mooncake" or "openai"
+def generate_shared_prefix(workload: SharedPrefixWorkload) -> ReplayTrace: ...
+
+class ReplayPolicy:
+    name: str
+    config: EppConfig
+    def __init__(self) -> None: ...
+
+def named_replay_policy(name: str) -> ReplayPolicy: ...
+def named_replay_policies() -> List[str]: ...
+
+class ReplayOptions:
+    servers: int
+    server: SimParams
+    scrape_interval_us: int
+    seed: int
+    timeline_buckets: int
+    def __init__(self) -> None: ...
+
+class Percentiles:
+    p50: float
+    p90: float
+    p99: float
+    mean: float
+    def __init__(self) -> None: ...
+
+class ReplayTraceInfo:
+    requests: int
+    blocks: int
+    prompt_tokens: int
+    duration_s: float
+    upper_bound_block_hit_rate: float
+    pooled_cache_bound_block_hit_rate: float
+    def __init__(self) -> None: ...
+
+class ReplayPolicyReport:
+    name: str
+    completed: int
+    failed: int
+    shed: int
+    block_hit_rate: float
+    token_hit_rate: float
+    ttft_s: Percentiles
+    e2e_s: Percentiles
+    queue_s: Percentiles
+    throughput_rps: float
+    load_max_over_mean: float
+    prediction_error_rate: float  # NaN without a prefix producer
+    requests_per_server: List[int]
+    kv_usage_mean_per_server: List[float]
+    ttft_samples_s: List[float]
+    hit_rate_timeline: List[float]
+    wall_s: float
+    def __init__(self) -> None: ...
+
+class ReplayReport:
+    trace: ReplayTraceInfo
+    policies: List[ReplayPolicyReport]
+    def __init__(self) -> None: ...
+
+def run_replay(trace: ReplayTrace, policies: List[ReplayPolicy], options: ReplayOptions) -> ReplayReport: ...
+def replay_report_to_json(report: ReplayReport, indent: int) -> str: ...
+def replay_report_to_text(report: ReplayReport) -> str: ...
+def replay_report_to_html(report: ReplayReport, title: str) -> str: ...

@@ -295,8 +295,11 @@ class PickResult:
         return self._result.load_tokens
 
     @property
-    def request(self) -> Request:
-        """The request as it was when picked."""
+    def request(self) -> Optional[Request]:
+        """The request as it was when picked; None for an ext_proc decision made without one
+        (:class:`pyepp.extproc.Session`: a 400, or a request without a body)."""
+        if not self._outcome.has_request:
+            return None
         return Request(self._outcome.request)
 
     def explain(self) -> Dict[str, Any]:

@@ -9,9 +9,11 @@
 #include "epp/config.h"
 #include "epp/endpoint.h"
 #include "epp/endpoints.h"
+#include "epp/extproc.h"
 #include "epp/metrics.h"
 #include "epp/prefix_cache.h"
 #include "epp/registry.h"
+#include "epp/replay.h"
 #include "epp/request.h"
 #include "epp/scheduler.h"
 #include "epp/sim.h"
@@ -100,6 +102,7 @@ void BindScheduler(py::module_& m) {
   py::class_<PickOutcome>(m, "PickOutcome")
       .def_readonly("result", &PickOutcome::result)
       .def_readonly("request", &PickOutcome::request)
+      .def_readonly("has_request", &PickOutcome::has_request)
       .def("to_json", &PickOutcome_ToJsonShim, py::arg("indent"))
       .def("to_text", &PickOutcome_ToTextShim, py::arg("color"));
   py::class_<SchedulerHolder, std::shared_ptr<SchedulerHolder>>(m, "Scheduler")
@@ -200,6 +203,116 @@ void BindSim(py::module_& m) {
       .def("stop", &epp::SimHttpServer::Stop, py::call_guard<py::gil_scoped_release>());
 }
 
+void BindExtProc(py::module_& m) {
+  py::class_<epp::ExtProcOptions>(m, "ExtProcOptions")
+      .def(py::init<>())
+      .def_readwrite("max_request_bytes", &epp::ExtProcOptions::max_request_bytes)
+      .def_readwrite("objective_priorities", &epp::ExtProcOptions::objective_priorities)
+      .def_readwrite("ignore_subset_hint", &epp::ExtProcOptions::ignore_subset_hint)
+      .def_readwrite("trace", &epp::ExtProcOptions::trace);
+  m.def("build_processing_requests", &HttpRequestCapture_BuildShim, py::arg("path"), py::arg("method"),
+        py::arg("headers"), py::arg("body"), py::arg("subset"), py::arg("subset_as_string"), py::arg("chunk_bytes"));
+  m.def("build_response_messages", &ResponseMessages_BuildShim, py::arg("status"), py::arg("headers"), py::arg("body"),
+        py::arg("served_endpoint"));
+  m.def("processing_request_to_json", &ProcessingRequest_ToJsonShim, py::arg("bytes"));
+  m.def("processing_response_to_json", &ProcessingResponse_ToJsonShim, py::arg("bytes"));
+  m.def("processing_request_from_json", &ProcessingRequest_FromJsonShim, py::arg("json"));
+  py::class_<SessionHolder, std::shared_ptr<SessionHolder>>(m, "ExtProcSession")
+      .def(py::init(&ExtProcSession_CreateShim), py::arg("scheduler"), py::arg("endpoints"), py::arg("options"))
+      .def("send", &ExtProcSession_SendShim, py::arg("message"))
+      .def_property_readonly("finished", &ExtProcSession_FinishedShim)
+      .def_property_readonly("result", &ExtProcSession_ResultShim)
+      .def_property_readonly("served", &ExtProcSession_ServedShim);
+  py::class_<ServeHolder, std::shared_ptr<ServeHolder>>(m, "ExtProcServer")
+      .def(py::init(&ExtProcServer_StartShim), py::arg("scheduler"), py::arg("endpoints"), py::arg("listen"),
+           py::arg("tls"), py::arg("health_listen"), py::arg("options"), py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("port", &ExtProcServer_PortShim)
+      .def_property_readonly("health_port", &ExtProcServer_HealthPortShim)
+      .def_property_readonly("cert_pem", &ExtProcServer_CertPemShim)
+      .def("set_endpoints", &ExtProcServer_SetEndpointsShim, py::arg("endpoints"))
+      .def("set_ready", &ExtProcServer_SetReadyShim, py::arg("ready"))
+      .def("close", &ExtProcServer_CloseShim, py::arg("drain_s"), py::call_guard<py::gil_scoped_release>())
+      .def("stats", &ExtProcServer_StatsShim);
+}
+
+void BindReplay(py::module_& m) {
+  py::class_<epp::SharedPrefixWorkload>(m, "SharedPrefixWorkload")
+      .def(py::init<>())
+      .def_readwrite("groups", &epp::SharedPrefixWorkload::groups)
+      .def_readwrite("prompts_per_group", &epp::SharedPrefixWorkload::prompts_per_group)
+      .def_readwrite("system_len", &epp::SharedPrefixWorkload::system_len)
+      .def_readwrite("question_len", &epp::SharedPrefixWorkload::question_len)
+      .def_readwrite("output_len", &epp::SharedPrefixWorkload::output_len)
+      .def_readwrite("multi_turn", &epp::SharedPrefixWorkload::multi_turn)
+      .def_readwrite("rate", &epp::SharedPrefixWorkload::rate)
+      .def_readwrite("poisson", &epp::SharedPrefixWorkload::poisson)
+      .def_readwrite("duration_s", &epp::SharedPrefixWorkload::duration_s)
+      .def_readwrite("seed", &epp::SharedPrefixWorkload::seed)
+      .def_readwrite("model", &epp::SharedPrefixWorkload::model);
+  m.def("gie_benchmark_workload", &SharedPrefix_GieShim, py::arg("name"));
+  py::class_<ReplayTrace, std::shared_ptr<ReplayTrace>>(m, "ReplayTrace")
+      .def("__len__", &ReplayTrace_LenShim);
+  m.def("load_replay_trace", &ReplayTrace_LoadShim, py::arg("format"), py::arg("path"), py::arg("time_scale"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("generate_shared_prefix", &ReplayTrace_SharedPrefixShim, py::arg("workload"),
+        py::call_guard<py::gil_scoped_release>());
+  py::class_<epp::ReplayPolicy>(m, "ReplayPolicy")
+      .def(py::init<>())
+      .def_readwrite("name", &epp::ReplayPolicy::name)
+      .def_readwrite("config", &epp::ReplayPolicy::config);
+  m.def("named_replay_policy", &ReplayPolicy_NamedShim, py::arg("name"));
+  m.def("named_replay_policies", &epp::NamedReplayPolicies);
+  py::class_<epp::ReplayOptions>(m, "ReplayOptions")
+      .def(py::init<>())
+      .def_readwrite("servers", &epp::ReplayOptions::servers)
+      .def_readwrite("server", &epp::ReplayOptions::server)
+      .def_readwrite("scrape_interval_us", &epp::ReplayOptions::scrape_interval_us)
+      .def_readwrite("seed", &epp::ReplayOptions::seed)
+      .def_readwrite("timeline_buckets", &epp::ReplayOptions::timeline_buckets);
+  py::class_<epp::Percentiles>(m, "Percentiles")
+      .def(py::init<>())
+      .def_readwrite("p50", &epp::Percentiles::p50)
+      .def_readwrite("p90", &epp::Percentiles::p90)
+      .def_readwrite("p99", &epp::Percentiles::p99)
+      .def_readwrite("mean", &epp::Percentiles::mean);
+  py::class_<epp::ReplayTraceInfo>(m, "ReplayTraceInfo")
+      .def(py::init<>())
+      .def_readwrite("requests", &epp::ReplayTraceInfo::requests)
+      .def_readwrite("blocks", &epp::ReplayTraceInfo::blocks)
+      .def_readwrite("prompt_tokens", &epp::ReplayTraceInfo::prompt_tokens)
+      .def_readwrite("duration_s", &epp::ReplayTraceInfo::duration_s)
+      .def_readwrite("upper_bound_block_hit_rate", &epp::ReplayTraceInfo::upper_bound_block_hit_rate)
+      .def_readwrite("pooled_cache_bound_block_hit_rate", &epp::ReplayTraceInfo::pooled_cache_bound_block_hit_rate);
+  py::class_<epp::ReplayPolicyReport>(m, "ReplayPolicyReport")
+      .def(py::init<>())
+      .def_readwrite("name", &epp::ReplayPolicyReport::name)
+      .def_readwrite("completed", &epp::ReplayPolicyReport::completed)
+      .def_readwrite("failed", &epp::ReplayPolicyReport::failed)
+      .def_readwrite("shed", &epp::ReplayPolicyReport::shed)
+      .def_readwrite("block_hit_rate", &epp::ReplayPolicyReport::block_hit_rate)
+      .def_readwrite("token_hit_rate", &epp::ReplayPolicyReport::token_hit_rate)
+      .def_readwrite("ttft_s", &epp::ReplayPolicyReport::ttft_s)
+      .def_readwrite("e2e_s", &epp::ReplayPolicyReport::e2e_s)
+      .def_readwrite("queue_s", &epp::ReplayPolicyReport::queue_s)
+      .def_readwrite("throughput_rps", &epp::ReplayPolicyReport::throughput_rps)
+      .def_readwrite("load_max_over_mean", &epp::ReplayPolicyReport::load_max_over_mean)
+      .def_readwrite("prediction_error_rate", &epp::ReplayPolicyReport::prediction_error_rate)
+      .def_readwrite("requests_per_server", &epp::ReplayPolicyReport::requests_per_server)
+      .def_readwrite("kv_usage_mean_per_server", &epp::ReplayPolicyReport::kv_usage_mean_per_server)
+      .def_readwrite("ttft_samples_s", &epp::ReplayPolicyReport::ttft_samples_s)
+      .def_readwrite("hit_rate_timeline", &epp::ReplayPolicyReport::hit_rate_timeline)
+      .def_readwrite("wall_s", &epp::ReplayPolicyReport::wall_s);
+  py::class_<epp::ReplayReport>(m, "ReplayReport")
+      .def(py::init<>())
+      .def_readwrite("trace", &epp::ReplayReport::trace)
+      .def_readwrite("policies", &epp::ReplayReport::policies);
+  m.def("run_replay", &ReplayReport_RunShim, py::arg("trace"), py::arg("policies"), py::arg("options"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("replay_report_to_json", &epp::ReplayReportToJson, py::arg("report"), py::arg("indent"));
+  m.def("replay_report_to_text", &epp::ReplayReportToText, py::arg("report"));
+  m.def("replay_report_to_html", &epp::ReplayReportToHtml, py::arg("report"), py::arg("title"));
+}
+
 }  // namespace
 }  // namespace pyepp
 
@@ -217,4 +330,6 @@ PYBIND11_MODULE(_pyepp, m) {
   pyepp::BindConfig(m);
   pyepp::BindRegistry(m);
   pyepp::BindScheduler(m);
+  pyepp::BindExtProc(m);
+  pyepp::BindReplay(m);
 }

@@ -541,11 +541,248 @@ std::pair<int64_t, int64_t> Scheduler_InflightShim(const SchedulerHolder& holder
 }
 
 std::string PickOutcome_ToJsonShim(const PickOutcome& outcome, int indent) {
-  return epp::PickResultToJson(&outcome.request, outcome.result, indent);
+  return epp::PickResultToJson(outcome.has_request ? &outcome.request : nullptr, outcome.result, indent);
 }
 
 std::string PickOutcome_ToTextShim(const PickOutcome& outcome, bool color) {
-  return epp::PickResultToText(&outcome.request, outcome.result, color);
+  return epp::PickResultToText(outcome.has_request ? &outcome.request : nullptr, outcome.result, color);
+}
+
+}  // namespace pyepp
+
+// --- ext_proc --------------------------------------------------------------------------------
+
+namespace pyepp {
+
+namespace {
+
+py::list BytesList(const std::vector<std::string>& messages) {
+  py::list out;
+  for (const std::string& m : messages) out.append(py::bytes(m));
+  return out;
+}
+
+}  // namespace
+
+PythonEndpointSource::PythonEndpointSource(std::vector<epp::Endpoint> endpoints, const epp::Clock* clock)
+    : relative_(std::move(endpoints)), clock_(clock) {}
+
+std::shared_ptr<const std::vector<epp::Endpoint>> PythonEndpointSource::Snapshot() const {
+  auto stamped = std::make_shared<std::vector<epp::Endpoint>>(*relative_.Snapshot());
+  const int64_t now = clock_->NowMicros();
+  for (epp::Endpoint& e : *stamped)
+    if (e.metrics_time_us) *e.metrics_time_us += now;  // relative -> the scheduler's clock
+  return stamped;
+}
+
+py::list HttpRequestCapture_BuildShim(const std::optional<std::string>& path, const std::string& method,
+                                      const std::vector<std::pair<std::string, std::string>>& headers,
+                                      const std::string& body, std::optional<std::vector<std::string>> subset,
+                                      bool subset_as_string, size_t chunk_bytes) {
+  epp::HttpRequestCapture capture;
+  if (path) capture.path = *path;
+  capture.method = method;
+  capture.headers = headers;
+  capture.body = body;
+  capture.subset = std::move(subset);
+  capture.subset_as_string = subset_as_string;
+  capture.chunk_bytes = chunk_bytes;
+  return BytesList(epp::BuildProcessingRequests(capture));
+}
+
+py::list ResponseMessages_BuildShim(int status, const std::vector<std::pair<std::string, std::string>>& headers,
+                                    const std::string& body, const std::string& served_endpoint) {
+  return BytesList(epp::BuildResponseMessages(status, headers, body, served_endpoint));
+}
+
+std::string ProcessingRequest_ToJsonShim(const std::string& bytes) { return Unwrap(epp::ProcessingRequestToJson(bytes)); }
+
+std::string ProcessingResponse_ToJsonShim(const std::string& bytes) {
+  return Unwrap(epp::ProcessingResponseToJson(bytes));
+}
+
+py::bytes ProcessingRequest_FromJsonShim(const std::string& json) {
+  return py::bytes(Unwrap(epp::ProcessingRequestFromJson(json)));
+}
+
+std::shared_ptr<SessionHolder> ExtProcSession_CreateShim(std::shared_ptr<SchedulerHolder> scheduler,
+                                                         std::vector<epp::Endpoint> endpoints,
+                                                         const epp::ExtProcOptions& options) {
+  auto holder = std::make_shared<SessionHolder>();
+  holder->endpoints = std::make_unique<PythonEndpointSource>(std::move(endpoints), scheduler->clock);
+  holder->scheduler = std::move(scheduler);
+  holder->options = options;
+  holder->session = std::make_unique<epp::ExtProcSession>(*holder->scheduler->scheduler, *holder->endpoints,
+                                                          holder->options);
+  return holder;
+}
+
+py::list ExtProcSession_SendShim(SessionHolder& holder, const std::string& message) {
+  std::vector<std::string> responses;
+  absl::Status status;
+  {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(holder.mu);
+    status = holder.session->OnMessage(message, responses);
+  }
+  ThrowIfError(status);
+  return BytesList(responses);
+}
+
+bool ExtProcSession_FinishedShim(SessionHolder& holder) {
+  py::gil_scoped_release release;  // send() may hold `mu` while a Python plugin waits for the GIL
+  std::lock_guard<std::mutex> lock(holder.mu);
+  return holder.session->finished();
+}
+
+std::optional<PickOutcome> ExtProcSession_ResultShim(SessionHolder& holder) {
+  py::gil_scoped_release release;  // send() may hold `mu` while a Python plugin waits for the GIL
+  std::lock_guard<std::mutex> lock(holder.mu);
+  const epp::PickResult* result = holder.session->result();
+  if (result == nullptr) return std::nullopt;
+  PickOutcome outcome{*result, {}, false};
+  if (const epp::InferenceRequest* request = holder.session->request()) {
+    outcome.request = *request;
+    outcome.has_request = true;
+  }
+  return outcome;
+}
+
+std::string ExtProcSession_ServedShim(SessionHolder& holder) {
+  py::gil_scoped_release release;  // send() may hold `mu` while a Python plugin waits for the GIL
+  std::lock_guard<std::mutex> lock(holder.mu);
+  return holder.session->served();
+}
+
+ServeHolder::~ServeHolder() {
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    py::gil_scoped_release release;
+    Close(std::chrono::milliseconds(0));
+  } else {
+    Close(std::chrono::milliseconds(0));
+  }
+}
+
+void ServeHolder::Close(std::chrono::milliseconds drain) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (health) health->Shutdown();
+  if (server) server->Shutdown(drain);
+}
+
+std::shared_ptr<ServeHolder> ExtProcServer_StartShim(std::shared_ptr<SchedulerHolder> scheduler,
+                                                     std::vector<epp::Endpoint> endpoints, const std::string& listen,
+                                                     bool tls, const std::optional<std::string>& health_listen,
+                                                     const epp::ExtProcOptions& options) {
+  auto holder = std::make_shared<ServeHolder>();
+  holder->endpoints = std::make_shared<PythonEndpointSource>(std::move(endpoints), scheduler->clock);
+  holder->scheduler = std::move(scheduler);
+  epp::ExtProcServerOptions server_options;
+  server_options.listen = listen;
+  server_options.session = options;
+  if (tls) {
+    epp::PemKeyPair pair = Unwrap(epp::GenerateSelfSignedCertificate());
+    server_options.tls = true;
+    server_options.cert_pem = pair.cert_pem;
+    server_options.key_pem = std::move(pair.key_pem);
+    holder->cert_pem = std::move(pair.cert_pem);
+  }
+  holder->server = Unwrap(epp::ExtProcServer::Start(*holder->scheduler->scheduler, *holder->endpoints, server_options));
+  if (health_listen) {
+    holder->health = Unwrap(epp::HealthServer::Start(*health_listen));
+    holder->health->SetReady(true);
+  }
+  return holder;
+}
+
+int ExtProcServer_PortShim(const ServeHolder& holder) { return holder.server->port(); }
+
+py::bytes ExtProcServer_CertPemShim(const ServeHolder& holder) { return py::bytes(holder.cert_pem); }
+
+std::optional<int> ExtProcServer_HealthPortShim(const ServeHolder& holder) {
+  if (!holder.health) return std::nullopt;
+  return holder.health->port();
+}
+
+void ExtProcServer_SetEndpointsShim(ServeHolder& holder, std::vector<epp::Endpoint> endpoints) {
+  holder.endpoints->Set(std::move(endpoints));
+}
+
+void ExtProcServer_SetReadyShim(ServeHolder& holder, bool ready) {
+  if (!holder.health) ThrowIfError(absl::FailedPreconditionError("no health server: start with health_port"));
+  py::gil_scoped_release release;  // close() may hold `mu` while draining streams that need the GIL
+  std::lock_guard<std::mutex> lock(holder.mu);
+  holder.health->SetReady(ready);
+}
+
+void ExtProcServer_CloseShim(ServeHolder& holder, double drain_s) {
+  if (!(drain_s >= 0)) ThrowIfError(absl::InvalidArgumentError("drain_s must be >= 0"));
+  holder.Close(std::chrono::milliseconds(static_cast<int64_t>(std::llround(drain_s * 1000.0))));
+}
+
+py::dict ExtProcServer_StatsShim(ServeHolder& holder) {
+  const epp::ExtProcStats& s = holder.server->stats();
+  py::dict d;
+  d["streams_total"] = s.streams_total.load();
+  d["streams_active"] = s.streams_active.load();
+  d["requests_in_flight"] = s.requests_in_flight.load();
+  d["outcome_200"] = s.outcome_200.load();
+  d["outcome_400"] = s.outcome_400.load();
+  d["outcome_413"] = s.outcome_413.load();
+  d["outcome_429"] = s.outcome_429.load();
+  d["outcome_503"] = s.outcome_503.load();
+  d["outcome_500"] = s.outcome_500.load();
+  d["served_mismatch"] = s.served_mismatch.load();
+  d["prompt_tokens"] = s.prompt_tokens.load();
+  d["completion_tokens"] = s.completion_tokens.load();
+  d["cached_tokens"] = s.cached_tokens.load();
+  d["prefix_blocks"] = s.prefix_blocks.load();
+  d["prefix_match_blocks"] = s.prefix_match_blocks.load();
+  py::list bounds, counts;
+  int64_t total = 0;
+  for (size_t i = 0; i < epp::ExtProcStats::kLatencyBuckets; ++i) bounds.append(epp::ExtProcStats::kLatencyBucketsUs[i]);
+  for (size_t i = 0; i <= epp::ExtProcStats::kLatencyBuckets; ++i) {
+    const int64_t n = s.latency_count[i].load();
+    counts.append(n);
+    total += n;
+  }
+  d["latency_bucket_bounds_us"] = bounds;
+  d["latency_bucket_counts"] = counts;
+  d["latency_count"] = total;
+  d["latency_sum_us"] = s.latency_sum_us.load();
+  return d;
+}
+
+// --- Replay ----------------------------------------------------------------------------------
+
+size_t ReplayTrace_LenShim(const ReplayTrace& trace) { return trace.requests.size(); }
+
+std::shared_ptr<ReplayTrace> ReplayTrace_LoadShim(const std::string& format, const std::string& path, double time_scale) {
+  auto trace = std::make_shared<ReplayTrace>();
+  if (format == "mooncake") {
+    trace->requests = Unwrap(epp::LoadMooncakeTrace(path, time_scale));
+  } else if (format == "openai") {
+    trace->requests = Unwrap(epp::LoadOpenAITrace(path, time_scale));
+  } else {
+    ThrowIfError(absl::InvalidArgumentError("trace_format must be 'mooncake' or 'openai', got '" + format + "'"));
+  }
+  return trace;
+}
+
+std::shared_ptr<ReplayTrace> ReplayTrace_SharedPrefixShim(const epp::SharedPrefixWorkload& workload) {
+  auto trace = std::make_shared<ReplayTrace>();
+  trace->requests = Unwrap(epp::GenerateSharedPrefix(workload));
+  return trace;
+}
+
+epp::SharedPrefixWorkload SharedPrefix_GieShim(const std::string& name) {
+  return Unwrap(epp::GieBenchmarkWorkload(name));
+}
+
+epp::ReplayPolicy ReplayPolicy_NamedShim(const std::string& name) { return Unwrap(epp::NamedReplayPolicy(name)); }
+
+epp::ReplayReport ReplayReport_RunShim(const ReplayTrace& trace, const std::vector<epp::ReplayPolicy>& policies,
+                                       const epp::ReplayOptions& options) {
+  return Unwrap(epp::RunReplay(trace.requests, policies, options));
 }
 
 }  // namespace pyepp

@@ -7,8 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,10 +24,12 @@
 #include "epp/config.h"
 #include "epp/endpoint.h"
 #include "epp/endpoints.h"
+#include "epp/extproc.h"
 #include "epp/metrics.h"
 #include "epp/plugin.h"
 #include "epp/prefix_cache.h"
 #include "epp/registry.h"
+#include "epp/replay.h"
 #include "epp/request.h"
 #include "epp/scheduler.h"
 #include "epp/sim.h"
@@ -164,6 +168,7 @@ std::shared_ptr<SchedulerHolder> Scheduler_BuildShim(const epp::EppConfig& confi
 struct PickOutcome {
   epp::PickResult result;
   epp::InferenceRequest request;
+  bool has_request = true;  // false: a decision made without a parsed request (ext_proc 400, no body)
 };
 
 // Scheduler::Pick() over `endpoints` (metrics times relative, see above). Call without the GIL.
@@ -180,5 +185,105 @@ std::pair<int64_t, int64_t> Scheduler_InflightShim(const SchedulerHolder& holder
 // PickResultToJson() / PickResultToText() of an outcome (indent < 0: compact JSON).
 std::string PickOutcome_ToJsonShim(const PickOutcome& outcome, int indent);
 std::string PickOutcome_ToTextShim(const PickOutcome& outcome, bool color);
+
+// --- ext_proc --------------------------------------------------------------------------------
+//
+// A Python server or session schedules over endpoints given in pyepp's relative time (see Time
+// above): PythonEndpointSource keeps them so and stamps a copy with the scheduler clock's now at
+// every Snapshot(), i.e. at every pick, so static endpoints never go stale while a server runs.
+
+class PythonEndpointSource final : public epp::EndpointSource {
+ public:
+  PythonEndpointSource(std::vector<epp::Endpoint> endpoints, const epp::Clock* clock);
+  std::shared_ptr<const std::vector<epp::Endpoint>> Snapshot() const override;
+  void Set(std::vector<epp::Endpoint> endpoints) { relative_.Set(std::move(endpoints)); }
+
+ private:
+  epp::EndpointSnapshot relative_;
+  const epp::Clock* clock_;
+};
+
+// BuildProcessingRequests() / BuildResponseMessages() as lists of bytes. A path of None keeps
+// HttpRequestCapture's default.
+py::list HttpRequestCapture_BuildShim(const std::optional<std::string>& path, const std::string& method,
+                                      const std::vector<std::pair<std::string, std::string>>& headers,
+                                      const std::string& body, std::optional<std::vector<std::string>> subset,
+                                      bool subset_as_string, size_t chunk_bytes);
+py::list ResponseMessages_BuildShim(int status, const std::vector<std::pair<std::string, std::string>>& headers,
+                                    const std::string& body, const std::string& served_endpoint);
+// ProcessingRequestToJson() / ProcessingResponseToJson() / ProcessingRequestFromJson(), errors as
+// exceptions; the last returns bytes.
+std::string ProcessingRequest_ToJsonShim(const std::string& bytes);
+std::string ProcessingResponse_ToJsonShim(const std::string& bytes);
+py::bytes ProcessingRequest_FromJsonShim(const std::string& json);
+
+// An ExtProcSession with everything it references (it keeps references to the scheduler, the
+// endpoint source and the options: declared last, destroyed first). `mu` serializes send() calls
+// from several Python threads (a session serves one stream at a time).
+struct SessionHolder {
+  std::shared_ptr<SchedulerHolder> scheduler;
+  std::unique_ptr<PythonEndpointSource> endpoints;
+  epp::ExtProcOptions options;
+  std::mutex mu;
+  std::unique_ptr<epp::ExtProcSession> session;
+};
+std::shared_ptr<SessionHolder> ExtProcSession_CreateShim(std::shared_ptr<SchedulerHolder> scheduler,
+                                                         std::vector<epp::Endpoint> endpoints,
+                                                         const epp::ExtProcOptions& options);
+// OnMessage() without the GIL; the responses as a list of bytes. A message that is not a
+// ProcessingRequest or breaks the protocol order raises ConfigError.
+py::list ExtProcSession_SendShim(SessionHolder& holder, const std::string& message);
+// These three release the GIL while they wait for `mu`.
+bool ExtProcSession_FinishedShim(SessionHolder& holder);
+// The decision once made, with the parsed request when there is one; None before.
+std::optional<PickOutcome> ExtProcSession_ResultShim(SessionHolder& holder);
+std::string ExtProcSession_ServedShim(SessionHolder& holder);
+
+// An ExtProcServer (and optional HealthServer) with what it references: the scheduler and the
+// endpoint source are held here and outlive the servers (declared first, destroyed last).
+struct ServeHolder {
+  std::shared_ptr<SchedulerHolder> scheduler;
+  std::shared_ptr<PythonEndpointSource> endpoints;
+  std::string cert_pem;
+  std::mutex mu;  // serializes Close() and SetReady()
+  std::unique_ptr<epp::ExtProcServer> server;
+  std::unique_ptr<epp::HealthServer> health;
+  ~ServeHolder();  // Close(0), without the GIL when the destroying thread holds it
+  // Stops both servers, letting open streams finish for up to `drain`. Idempotent. Call without
+  // the GIL: streams may be waiting for it in Python plugins.
+  void Close(std::chrono::milliseconds drain);
+};
+// Starts the ext_proc server on `listen` (host:port), with a self-signed certificate when `tls`,
+// and the health server on `health_listen` when given (then reported ready). Call without the
+// GIL.
+std::shared_ptr<ServeHolder> ExtProcServer_StartShim(std::shared_ptr<SchedulerHolder> scheduler,
+                                                     std::vector<epp::Endpoint> endpoints, const std::string& listen,
+                                                     bool tls, const std::optional<std::string>& health_listen,
+                                                     const epp::ExtProcOptions& options);
+int ExtProcServer_PortShim(const ServeHolder& holder);
+std::optional<int> ExtProcServer_HealthPortShim(const ServeHolder& holder);
+py::bytes ExtProcServer_CertPemShim(const ServeHolder& holder);  // b"" without TLS
+void ExtProcServer_SetEndpointsShim(ServeHolder& holder, std::vector<epp::Endpoint> endpoints);
+// kFailedPrecondition (EppError) without a health server. Releases the GIL.
+void ExtProcServer_SetReadyShim(ServeHolder& holder, bool ready);
+void ExtProcServer_CloseShim(ServeHolder& holder, double drain_s);
+// The ExtProcStats counters: every counter by its field name, plus latency_bucket_bounds_us,
+// latency_bucket_counts (per bucket, the last one above every bound) and latency_count.
+py::dict ExtProcServer_StatsShim(ServeHolder& holder);
+
+// --- Replay ----------------------------------------------------------------------------------
+
+// A trace as one opaque value, so large traces never become Python lists.
+struct ReplayTrace {
+  std::vector<epp::ReplayRequest> requests;
+};
+size_t ReplayTrace_LenShim(const ReplayTrace& trace);
+std::shared_ptr<ReplayTrace> ReplayTrace_LoadShim(const std::string& format, const std::string& path, double time_scale);
+std::shared_ptr<ReplayTrace> ReplayTrace_SharedPrefixShim(const epp::SharedPrefixWorkload& workload);
+epp::SharedPrefixWorkload SharedPrefix_GieShim(const std::string& name);
+epp::ReplayPolicy ReplayPolicy_NamedShim(const std::string& name);
+// RunReplay(); kInvalidArgument for bad options. Call without the GIL.
+epp::ReplayReport ReplayReport_RunShim(const ReplayTrace& trace, const std::vector<epp::ReplayPolicy>& policies,
+                                       const epp::ReplayOptions& options);
 
 }  // namespace pyepp

@@ -1,0 +1,406 @@
+"""ext_proc: libepp as an Envoy external processor (the Endpoint Picker protocol), from Python.
+
+A gateway opens one gRPC stream (``/envoy.service.ext_proc.v3.ExternalProcessor/Process``) per
+HTTP request and sends serialized ``ProcessingRequest`` messages; the EPP answers with
+``ProcessingResponse`` messages (docs/serve.md). This module works on those bytes:
+
+- :func:`requests_from_capture` turns a captured HTTP request (the ``eppctl explain`` envelope)
+  into the stream a gateway would send; :func:`response_messages` does the same for a model
+  server's answer on the response path; :func:`encode_request` builds one message from its
+  protobuf JSON.
+- :func:`decode_request` / :func:`decode_response` give a message's protobuf JSON as a dict
+  (field names as in the .proto; ``bytes`` fields such as bodies and header ``raw_value`` are
+  base64, as protobuf JSON spells them).
+- :class:`Session` is one stream's state machine without any transport;
+  :func:`serve` runs a gRPC server in this process (:class:`ServeHandle`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import weakref
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from ._native import lib
+from .errors import ConfigError, NotFoundError
+from .scheduling import Endpoint, PickResult, Scheduler
+
+__all__ = [
+    "requests_from_capture",
+    "response_messages",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "header_value",
+    "Session",
+    "ServeHandle",
+    "serve",
+]
+
+Bytes = Union[bytes, bytearray, memoryview]
+Headers = Union[Mapping[str, Union[str, Sequence[str]]], Iterable[Tuple[str, str]], None]
+
+# The headers a captured request may carry its path in, in the order the session reads them.
+_PATH_HEADERS = (":path", "x-original-path", "x-forwarded-path")
+
+
+def _header_pairs(headers: Headers, what: str) -> List[Tuple[str, str]]:
+    if headers is None:
+        return []
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out: List[Tuple[str, str]] = []
+    for item in items:
+        try:
+            name, value = item
+        except (TypeError, ValueError):
+            raise TypeError(f"{what} must be a mapping or (name, value) pairs") from None
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for v in values:
+            if not isinstance(name, str) or not isinstance(v, str):
+                raise TypeError(f"{what}: names and values must be str, got {name!r}: {v!r}")
+            out.append((name, v))
+    return out
+
+
+def _body_text(body: Any, what: str) -> str:
+    if isinstance(body, str):
+        return body
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body).decode("utf-8")
+    if isinstance(body, (Mapping, list)):
+        return json.dumps(body, separators=(",", ":"))
+    raise TypeError(f"{what} must be a dict, str or bytes, not {type(body).__name__}")
+
+
+def _load_capture(capture: Any) -> Tuple[Any, str]:
+    """(decoded JSON document, its text) of a capture given as a dict, JSON text or a file."""
+    if isinstance(capture, Mapping):
+        return capture, json.dumps(capture, separators=(",", ":"))
+    if isinstance(capture, (bytes, bytearray, memoryview)):
+        text = bytes(capture).decode("utf-8")
+    elif isinstance(capture, str) and capture.lstrip().startswith("{"):
+        text = capture
+    elif isinstance(capture, (str, os.PathLike)):
+        try:
+            with open(capture, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise NotFoundError(f"cannot read capture '{os.fspath(capture)}': {e.strerror}") from None
+    else:
+        raise TypeError(f"capture must be a dict, JSON text or a file path, not {type(capture).__name__}")
+    try:
+        return json.loads(text), text
+    except ValueError as e:
+        raise ConfigError(f"capture: invalid JSON: {e}") from None
+
+
+def requests_from_capture(capture: Union[Mapping[str, Any], str, bytes, "os.PathLike[str]"], *, chunk_bytes: int = 0,
+                          subset: Union[Sequence[str], str, None] = None, subset_as_string: bool = False,
+                          path: Optional[str] = None) -> List[bytes]:
+    """The serialized ``ProcessingRequest`` stream a gateway sends for a captured HTTP request.
+
+    ``capture`` is what ``eppctl explain`` reads, as a dict, JSON text or a file path: an
+    envelope ``{"path", "headers", "body"}`` (headers a dict of str, or of lists of str for
+    repeated headers; body a dict or the body text), or a bare body (with an optional
+    top-level ``"path"``). Without a path the headers ``:path``, ``x-original-path`` and
+    ``x-forwarded-path`` are read, else libepp's default (``/v1/completions``); ``path``
+    overrides all of them.
+
+    The stream: request headers (``:method``, ``:path``, the capture's headers;
+    ``end_of_stream`` when the body is empty), then the body in chunks of ``chunk_bytes`` (0:
+    one chunk), the last with ``end_of_stream``. ``subset`` (entries ``"ip:port"`` or ``"ip"``)
+    is attached to every message as the gateway's subset hint, as a list, or as one
+    comma-separated string with ``subset_as_string``. The body is not validated here: a body
+    that does not parse gets its 400 from the EPP.
+    """
+    doc, text = _load_capture(capture)
+    method = "POST"
+    headers: List[Tuple[str, str]] = []
+    capture_path: Optional[str] = None
+    if isinstance(doc, Mapping) and "body" in doc:  # an envelope (libepp's rule: a top-level body)
+        raw = doc.get("headers")
+        if raw is not None and not isinstance(raw, Mapping):
+            raise ConfigError("capture: headers must be an object")
+        for name, value in _header_pairs(raw, "capture headers"):
+            lower = name.lower()
+            if lower == ":method":
+                method = value
+            elif lower == ":path":
+                capture_path = capture_path or value
+            else:
+                headers.append((name, value))
+        if isinstance(doc.get("path"), str) and doc["path"]:
+            capture_path = doc["path"]
+        elif capture_path is None:
+            capture_path = next((v for k, v in headers if k.lower() in _PATH_HEADERS[1:] and v), None)
+        body = _body_text(doc["body"], "capture body")
+    else:
+        if isinstance(doc, Mapping) and isinstance(doc.get("path"), str) and doc["path"]:
+            capture_path = doc["path"]
+        body = text
+    if path is not None:
+        if not isinstance(path, str):
+            raise TypeError(f"path must be a str, not {type(path).__name__}")
+        capture_path = path
+    entries: Optional[List[str]] = None
+    if subset is not None:
+        entries = [subset] if isinstance(subset, str) else list(subset)
+        if not all(isinstance(e, str) for e in entries):
+            raise TypeError("subset entries must be str")
+    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 0:
+        raise ConfigError(f"chunk_bytes must be an int >= 0, got {chunk_bytes!r}")
+    return lib.build_processing_requests(capture_path, method, headers, body, entries, bool(subset_as_string),
+                                         chunk_bytes)
+
+
+def response_messages(status: int, headers: Headers = None, body: Union[str, Bytes] = b"",
+                      served_endpoint: Optional[str] = None) -> List[bytes]:
+    """The serialized ``ProcessingRequest`` messages of a model server's answer on the response
+    path: response headers (``:status`` and ``headers``; ``end_of_stream`` when the body is
+    empty, with the served endpoint in the ``envoy.lb`` metadata when given), then the body."""
+    if isinstance(status, bool) or not isinstance(status, int):
+        raise TypeError(f"status must be an int, not {type(status).__name__}")
+    if isinstance(body, str):
+        body = body.encode("utf-8")
+    elif isinstance(body, (bytearray, memoryview)):
+        body = bytes(body)
+    elif not isinstance(body, bytes):
+        raise TypeError(f"body must be str or bytes, not {type(body).__name__}")
+    return lib.build_response_messages(status, _header_pairs(headers, "headers"), body, served_endpoint or "")
+
+
+def _bytes(message: Any, what: str) -> bytes:
+    if isinstance(message, bytes):
+        return message
+    if isinstance(message, (bytearray, memoryview)):
+        return bytes(message)
+    raise TypeError(f"{what} must be bytes, not {type(message).__name__}")
+
+
+def decode_request(message: Bytes) -> Dict[str, Any]:
+    """A serialized ``ProcessingRequest`` as its protobuf JSON (a dict). Raises
+    :class:`pyepp.ConfigError` when the bytes are not one."""
+    return json.loads(lib.processing_request_to_json(_bytes(message, "message")))
+
+
+def decode_response(message: Bytes) -> Dict[str, Any]:
+    """A serialized ``ProcessingResponse`` as its protobuf JSON (a dict), e.g.
+    ``{"request_headers": {"response": {"header_mutation": ...}}, "dynamic_metadata": ...}`` or
+    ``{"immediate_response": {"status": {"code": "ServiceUnavailable"}, "body": ...}}``."""
+    return json.loads(lib.processing_response_to_json(_bytes(message, "message")))
+
+
+def encode_request(message: Mapping[str, Any]) -> bytes:
+    """A ``ProcessingRequest`` from its protobuf JSON (a dict, as :func:`decode_request` returns
+    it), serialized. Unknown fields are ignored; a value of the wrong type raises
+    :class:`pyepp.ConfigError`."""
+    if not isinstance(message, Mapping):
+        raise TypeError(f"message must be a dict, not {type(message).__name__}")
+    return lib.processing_request_from_json(json.dumps(message))
+
+
+def header_value(mutation: Mapping[str, Any], name: str) -> Optional[str]:
+    """The value a decoded ``header_mutation`` (or ``ImmediateResponse.headers``) sets for
+    ``name``, decoded from ``raw_value``; None when it sets none."""
+    for h in mutation.get("set_headers", []):
+        header = h.get("header", {})
+        if header.get("key", "").lower() == name.lower():
+            if "raw_value" in header:
+                return base64.b64decode(header["raw_value"]).decode("utf-8")
+            return header.get("value", "")
+    return None
+
+
+def _native_endpoints(endpoints: Iterable[Endpoint]) -> List[Any]:
+    natives = []
+    for e in endpoints:
+        if not isinstance(e, Endpoint):
+            raise TypeError(f"endpoints must be pyepp.Endpoint values, not {type(e).__name__}")
+        natives.append(e._native)
+    return natives
+
+
+def _options(max_request_bytes: Optional[int], objective_priorities: Optional[Mapping[str, int]],
+             ignore_subset_hint: bool, trace: bool) -> Any:
+    options = lib.ExtProcOptions()
+    if max_request_bytes is not None:
+        if isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int) or max_request_bytes <= 0:
+            raise ConfigError(f"max_request_bytes must be an int > 0, got {max_request_bytes!r}")
+        options.max_request_bytes = max_request_bytes
+    if objective_priorities is not None:
+        if not isinstance(objective_priorities, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                for k, v in objective_priorities.items()):
+            raise TypeError("objective_priorities must map objective names (str) to priorities (int)")
+        options.objective_priorities = dict(objective_priorities)
+    options.ignore_subset_hint = bool(ignore_subset_hint)
+    options.trace = bool(trace)
+    return options
+
+
+def _scheduler(scheduler: Scheduler) -> Any:
+    if not isinstance(scheduler, Scheduler):
+        raise TypeError(f"scheduler must be a pyepp.Scheduler, not {type(scheduler).__name__}")
+    return scheduler._native
+
+
+class Session:
+    """One ext_proc stream's state machine (libepp's ExtProcSession), without a transport.
+
+    Feed the gateway's messages in order with :meth:`send`; each call returns the responses to
+    send back (often none: the headers response waits for the whole body). The request path ends
+    with the pick: a headers response carrying ``x-gateway-destination-endpoint`` and the
+    ``envoy.lb`` metadata followed by the body chunks, or an ImmediateResponse (400, 413, 429,
+    503) after which :attr:`finished` is True. The response path is echoed; its end releases the
+    request's load from the scheduler (so does dropping the session).
+
+    ``endpoints`` are :class:`pyepp.Endpoint` values, fresh or as old as their ``metrics_age_s``
+    at the pick. Options: ``max_request_bytes`` (larger bodies get 413), ``objective_priorities``
+    (header ``x-gateway-inference-objective`` -> priority), ``ignore_subset_hint``, ``trace``
+    (keep the explain trace for ``result.explain()``).
+    """
+
+    __slots__ = ("_native", "_scheduler")
+
+    def __init__(self, scheduler: Scheduler, endpoints: Iterable[Endpoint], *, max_request_bytes: Optional[int] = None,
+                 objective_priorities: Optional[Mapping[str, int]] = None, ignore_subset_hint: bool = False,
+                 trace: bool = False) -> None:
+        self._scheduler = scheduler
+        self._native = lib.ExtProcSession(_scheduler(scheduler), _native_endpoints(endpoints),
+                                          _options(max_request_bytes, objective_priorities, ignore_subset_hint, trace))
+
+    def send(self, message: Bytes) -> List[bytes]:
+        """Processes one serialized ``ProcessingRequest``; returns the serialized responses.
+        Raises :class:`pyepp.ConfigError` for bytes that are not a ProcessingRequest or a
+        message out of protocol order (a server would end the stream with that error). Picks
+        run without the GIL."""
+        return self._native.send(_bytes(message, "message"))
+
+    @property
+    def finished(self) -> bool:
+        """True once an ImmediateResponse was produced: nothing more will be answered."""
+        return self._native.finished
+
+    @property
+    def result(self) -> Optional[PickResult]:
+        """The decision once the request body ended (a copy, taken now); None before. Its
+        ``request`` is None when no request was parsed (a 400, or a request without a body)."""
+        outcome = self._native.result
+        return None if outcome is None else PickResult(outcome)
+
+    @property
+    def served(self) -> str:
+        """The endpoint the gateway reported serving the request (response path), or ""."""
+        return self._native.served
+
+    def __repr__(self) -> str:
+        return f"Session(finished={self.finished}, result={self.result!r})"
+
+
+def _listen(host: str, port: int) -> str:
+    if not isinstance(host, str) or not host:
+        raise TypeError("host must be a non-empty str")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(f"port must be an int in [0, 65535], got {port!r}")
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 address
+    return f"{host}:{port}"
+
+
+class ServeHandle:
+    """A running in-process EPP (see :func:`serve`). Use it as a context manager, or call
+    :meth:`close`; closing is idempotent and also happens at interpreter exit.
+
+    ``port`` is the ext_proc port, ``health_port`` the grpc.health.v1 port (None without one),
+    ``cert_pem`` the self-signed certificate (bytes, for ``grpc.ssl_channel_credentials``) when
+    serving TLS, else None.
+    """
+
+    def __init__(self, native: Any, scheduler: Scheduler) -> None:
+        self._native = native
+        self._scheduler = scheduler  # keep_alive: the server schedules with it until closed
+        self._closed = False
+        # Close at interpreter exit too: gRPC threads must not outlive Python.
+        self._finalizer = weakref.finalize(self, native.close, 0.0)
+
+    @property
+    def port(self) -> int:
+        return self._native.port
+
+    @property
+    def health_port(self) -> Optional[int]:
+        return self._native.health_port
+
+    @property
+    def cert_pem(self) -> Optional[bytes]:
+        return self._native.cert_pem or None
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self._scheduler
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def stats(self) -> Dict[str, Any]:
+        """The server's counters: ``streams_total``, ``streams_active``,
+        ``requests_in_flight``, ``outcome_200`` / ``_400`` / ``_413`` / ``_429`` / ``_503`` /
+        ``_500``, ``served_mismatch``, ``prompt_tokens``, ``completion_tokens``,
+        ``cached_tokens`` (from response usage), ``prefix_blocks``, ``prefix_match_blocks``, and
+        the pick latency histogram: ``latency_bucket_bounds_us``, ``latency_bucket_counts`` (per
+        bucket, one more than the bounds: the last is above every bound), ``latency_count``,
+        ``latency_sum_us``. Still readable after :meth:`close`."""
+        return self._native.stats()
+
+    def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
+        """Replaces the pool; streams whose pick has not started yet use the new one."""
+        self._native.set_endpoints(_native_endpoints(endpoints))
+
+    def set_ready(self, ready: bool) -> None:
+        """Sets the health server's readiness (``readiness``, ``inference-extension``, the
+        ext_proc service and ""; ``liveness`` always serves). Raises :class:`pyepp.EppError`
+        without a health server."""
+        self._native.set_ready(bool(ready))
+
+    def close(self, drain_s: float = 0) -> None:
+        """Stops accepting streams, lets open ones finish for up to ``drain_s`` seconds, then
+        cancels the rest. Runs without the GIL."""
+        if isinstance(drain_s, bool) or not isinstance(drain_s, (int, float)) or not 0 <= drain_s < math.inf:
+            raise ConfigError(f"drain_s must be a finite number of seconds >= 0, got {drain_s!r}")
+        self._native.close(float(drain_s))
+        self._closed = True
+
+    def __enter__(self) -> "ServeHandle":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "serving"
+        return f"ServeHandle(port={self.port}, health_port={self.health_port}, tls={self.cert_pem is not None}, {state})"
+
+
+def serve(scheduler: Scheduler, endpoints: Iterable[Endpoint], *, port: int = 0, host: str = "127.0.0.1",
+          tls: bool = False, health_port: Optional[int] = None, max_request_bytes: Optional[int] = None,
+          objective_priorities: Optional[Mapping[str, int]] = None, ignore_subset_hint: bool = False) -> ServeHandle:
+    """Serves the ext_proc protocol in this process (libepp's ExtProcServer, as ``eppctl
+    serve`` does) over ``endpoints``, scheduling with ``scheduler``.
+
+    ``port`` 0 picks a free port (see :attr:`ServeHandle.port`). ``tls=True`` serves TLS with a
+    fresh self-signed certificate (CN epp, SANs localhost and 127.0.0.1) in
+    :attr:`ServeHandle.cert_pem`. ``health_port`` (0: a free one) adds a grpc.health.v1 server on
+    ``host``, reported ready at once (:meth:`ServeHandle.set_ready`). The pool is static until
+    :meth:`ServeHandle.set_endpoints`; each endpoint's metrics are as old as its
+    ``metrics_age_s`` at every pick. The handle keeps the scheduler alive while it serves.
+    Raises :class:`pyepp.UnavailableError` when a port cannot be bound.
+    """
+    listen = _listen(host, port)
+    health_listen = None if health_port is None else _listen(host, health_port)
+    native = lib.ExtProcServer(_scheduler(scheduler), _native_endpoints(endpoints), listen, bool(tls), health_listen,
+                               _options(max_request_bytes, objective_priorities, ignore_subset_hint, False))
+    return ServeHandle(native, scheduler)

@@ -1,0 +1,340 @@
+"""Replay: routing quality at cluster scale, in virtual time (``eppctl replay``).
+
+:func:`replay` drives simulated model servers (the cost model of docs/sim.md) with a trace or a
+generated workload, routing every request through a real scheduler built from each policy, and
+returns the report of docs/routing.md as a dict. Everything runs in integer-microsecond virtual
+time: the same inputs and seed give the same report (except ``wall_s``, the real time a policy
+took). :func:`replay_text` and :func:`replay_html` render a report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import math
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from ._native import lib
+from .errors import ConfigError, NotFoundError
+
+__all__ = ["SharedPrefix", "replay", "replay_text", "replay_html", "named_policies", "gie_workloads"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_GIE_WORKLOADS = (
+    "short-questions__many-system-prompts",
+    "long-questions__many-system-prompts",
+    "short-questions__few-system-prompts__multi-chat",
+    "long-questions__few-system-prompts__multi-chat",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedPrefix:
+    """inference-perf's shared_prefix workload: ``groups`` system prompts of ``system_len``
+    tokens, each with ``prompts_per_group`` questions of ``question_len`` tokens, answers of
+    ``output_len`` tokens; with ``multi_turn`` each group is one conversation whose turns
+    accumulate. Arrivals: ``rate`` per second, ``arrivals`` ``"poisson"`` or ``"constant"``;
+    ``duration_s`` 0 sends every (group, prompt) once, else ``rate * duration_s`` requests.
+    ``seed`` defaults to the replay's seed. A field left at None takes libepp's default
+    (docs/routing.md).
+    """
+
+    groups: Optional[int] = None
+    prompts_per_group: Optional[int] = None
+    system_len: Optional[int] = None
+    question_len: Optional[int] = None
+    output_len: Optional[int] = None
+    multi_turn: Optional[bool] = None
+    rate: Optional[float] = None
+    arrivals: Optional[str] = None
+    duration_s: Optional[float] = None
+    seed: Optional[int] = None
+    model: Optional[str] = None
+    gie: Optional[str] = None  # start from a GIE benchmark configuration (see gie_workloads())
+
+    @classmethod
+    def from_gie(cls, name: str, **overrides: Any) -> "SharedPrefix":
+        """A GIE prefix-cache benchmark configuration (:func:`gie_workloads`), fields in
+        ``overrides`` replacing its values."""
+        return cls(gie=name, **overrides)
+
+    def _native(self, default_seed: int) -> Any:
+        w = lib.gie_benchmark_workload(self.gie) if self.gie is not None else lib.SharedPrefixWorkload()
+        for field in ("groups", "prompts_per_group", "system_len", "question_len", "output_len"):
+            value = getattr(self, field)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ConfigError(f"shared-prefix: {field} must be an int, got {value!r}")
+                setattr(w, field, value)
+        for field in ("rate", "duration_s"):
+            value = getattr(self, field)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise ConfigError(f"shared-prefix: {field} must be a finite number, got {value!r}")
+                setattr(w, field, float(value))
+        if self.multi_turn is not None:
+            w.multi_turn = bool(self.multi_turn)
+        if self.arrivals is not None:
+            if self.arrivals not in ("poisson", "constant"):
+                raise ConfigError(f"shared-prefix: arrivals must be 'poisson' or 'constant', got {self.arrivals!r}")
+            w.poisson = self.arrivals == "poisson"
+        if self.model is not None:
+            w.model = str(self.model)
+        w.seed = _uint64(self.seed if self.seed is not None else default_seed, "shared-prefix: seed")
+        return w
+
+
+def named_policies() -> List[str]:
+    """The named baseline policies: round-robin, random, least-queue, least-inflight,
+    gie-default, sglang-cache-aware."""
+    return list(lib.named_replay_policies())
+
+
+def gie_workloads() -> List[str]:
+    """The four GIE prefix-cache benchmark configurations :func:`replay` accepts by name."""
+    return list(_GIE_WORKLOADS)
+
+
+def _uint64(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+        raise ConfigError(f"{what} must be an int in [0, 2**64), got {value!r}")
+    return value
+
+
+def _sniff_format(path: str) -> str:
+    """mooncake when the first non-empty line has hash_ids, else openai."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    try:
+                        first = json.loads(line)
+                    except ValueError:
+                        return "openai"  # let the loader report the line
+                    return "mooncake" if isinstance(first, dict) and "hash_ids" in first else "openai"
+    except OSError as e:
+        raise NotFoundError(f"cannot read trace '{path}': {e.strerror}") from None
+    return "openai"
+
+
+def _trace(trace: Any, trace_format: Optional[str], time_scale: float, seed: int) -> Any:
+    if isinstance(trace, SharedPrefix):
+        return lib.generate_shared_prefix(trace._native(seed))
+    if isinstance(trace, Mapping):
+        fields = {f.name for f in dataclasses.fields(SharedPrefix)}
+        unknown = sorted(set(trace) - fields)
+        if unknown:
+            raise ConfigError(f"unknown workload field(s) {', '.join(map(repr, unknown))} "
+                              f"(known: {', '.join(sorted(fields))})")
+        return lib.generate_shared_prefix(SharedPrefix(**trace)._native(seed))
+    if isinstance(trace, os.PathLike) or isinstance(trace, str):
+        path = os.fspath(trace)
+        if isinstance(trace, str) and path in _GIE_WORKLOADS and not os.path.exists(path):
+            return lib.generate_shared_prefix(SharedPrefix(gie=path)._native(seed))
+        if not os.path.exists(path) and os.sep not in path and not path.endswith((".jsonl", ".json")):
+            raise NotFoundError(f"trace '{path}' is neither a file nor a GIE workload "
+                                f"(known: {', '.join(_GIE_WORKLOADS)})")
+        fmt = trace_format or _sniff_format(path)
+        if fmt not in ("mooncake", "openai"):
+            raise ConfigError(f"trace_format must be 'mooncake', 'openai' or None, got {fmt!r}")
+        return lib.load_replay_trace(fmt, path, time_scale)
+    raise TypeError("trace must be a file path, a GIE workload name, a pyepp.SharedPrefix or a dict of its fields, "
+                    f"not {type(trace).__name__}")
+
+
+def _looks_like_yaml(text: str) -> bool:
+    return "\n" in text or text.lstrip().startswith("{") or ": " in text
+
+
+def _policy(spec: Any, index: int) -> Any:
+    name: Optional[str] = None
+    if isinstance(spec, tuple):
+        if len(spec) != 2 or not isinstance(spec[0], str):
+            raise TypeError("a policy pair must be (name, spec)")
+        name, spec = spec
+    if isinstance(spec, os.PathLike):
+        spec = os.fspath(spec)
+    if not isinstance(spec, str):
+        raise TypeError(f"a policy must be a name, YAML text or a config file path, not {type(spec).__name__}")
+    if spec in lib.named_replay_policies():
+        policy = lib.named_replay_policy(spec)
+    elif _looks_like_yaml(spec):
+        policy = lib.ReplayPolicy()
+        policy.name = f"policy{index + 1}"
+        policy.config = lib.parse_config(spec, name or f"policies[{index}]")
+    elif os.path.isfile(spec) or spec.endswith((".yaml", ".yml", ".json")):
+        policy = lib.ReplayPolicy()
+        policy.name = os.path.splitext(os.path.basename(spec))[0]
+        policy.config = lib.load_config_file(spec)
+    else:
+        lib.named_replay_policy(spec)  # raises NotFoundError listing the named policies
+        raise AssertionError("unreachable")
+    if name is not None:
+        policy.name = name
+    return policy
+
+
+def _policies(policies: Union[str, Sequence[Any]]) -> List[Any]:
+    if isinstance(policies, (str, os.PathLike)):
+        policies = [policies]
+    elif not isinstance(policies, Sequence):
+        raise TypeError(f"policies must be a list of policies or one policy, not {type(policies).__name__}")
+    out: List[Any] = []
+    names = set()
+    for i, spec in enumerate(policies):
+        p = _policy(spec, i)
+        # Two policies with one name would be indistinguishable in the report.
+        base, k = p.name, 2
+        while p.name in names:
+            p.name, k = f"{base}#{k}", k + 1
+        names.add(p.name)
+        out.append(p)
+    if not out:
+        raise ConfigError("policies: give at least one policy")
+    return out
+
+
+def _sim_params(sim: Optional[Mapping[str, Any]], server_kv_tokens: Optional[int], seed: int) -> Any:
+    params = lib.SimParams()
+    params.seed = seed
+    known = [k for k in dir(params) if not k.startswith("_")]
+    for key, value in (sim or {}).items():
+        if key not in known:
+            raise ConfigError(f"unknown simulator parameter {key!r} (known: {', '.join(sorted(known))})")
+        try:
+            setattr(params, key, list(value) if key in ("models", "loras") else value)
+        except TypeError:
+            raise ConfigError(f"simulator parameter {key}: wrong type {type(value).__name__}") from None
+    if server_kv_tokens is not None:
+        if isinstance(server_kv_tokens, bool) or not isinstance(server_kv_tokens, int) or server_kv_tokens <= 0:
+            raise ConfigError(f"server_kv_tokens must be an int > 0, got {server_kv_tokens!r}")
+        params.kv_blocks = server_kv_tokens // params.block_size
+        if params.kv_blocks < 1:
+            raise ConfigError(f"server_kv_tokens: less than one {params.block_size}-token block")
+    return params
+
+
+def _run(trace: Any, policies: Any, servers: int, server_kv_tokens: Optional[int], sim: Optional[Mapping[str, Any]],
+         refresh_interval_s: float, seed: int, trace_format: Optional[str], time_scale: float) -> Any:
+    seed = _uint64(seed, "seed")
+    if isinstance(servers, bool) or not isinstance(servers, int) or servers <= 0:
+        raise ConfigError(f"servers must be an int > 0, got {servers!r}")
+    if isinstance(refresh_interval_s, bool) or not isinstance(refresh_interval_s, (int, float)) or not (
+            0 < refresh_interval_s < math.inf):
+        raise ConfigError(f"refresh_interval_s must be a number of seconds > 0, got {refresh_interval_s!r}")
+    if isinstance(time_scale, bool) or not isinstance(time_scale, (int, float)) or not 0 < time_scale < math.inf:
+        raise ConfigError(f"time_scale must be a number > 0, got {time_scale!r}")
+    native_policies = _policies(policies)
+    options = lib.ReplayOptions()
+    options.servers = servers
+    options.server = _sim_params(sim, server_kv_tokens, seed)
+    options.scrape_interval_us = max(1, round(refresh_interval_s * 1e6))
+    options.seed = seed
+    native_trace = _trace(trace, trace_format, float(time_scale), seed)
+    return lib.run_replay(native_trace, native_policies, options)
+
+
+def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Union[str, Sequence[Any]],
+           servers: int = 8, *, server_kv_tokens: Optional[int] = None, sim: Optional[Mapping[str, Any]] = None,
+           refresh_interval_s: float = 0.05, seed: int = 0, trace_format: Optional[str] = None,
+           time_scale: float = 1.0) -> Dict[str, Any]:
+    """Replays ``trace`` once per policy over ``servers`` simulated model servers; returns the
+    report (``eppctl replay --output json``) as a dict: ``trace`` (requests, blocks,
+    prompt_tokens, duration_s and the two block hit-rate bounds) and ``policies`` (per policy:
+    completed, failed, shed, block/token hit rates, TTFT / E2E / queue percentiles, throughput,
+    load balance, prediction error rate (None without a prefix producer), per-server figures,
+    TTFT samples, the hit rate over time and ``wall_s``).
+
+    ``trace``: a JSONL file (Mooncake lines with ``hash_ids``, or captured OpenAI requests with
+    ``timestamp`` / ``arrival_s``; the format is read from the first line unless
+    ``trace_format`` says ``"mooncake"`` or ``"openai"``), a GIE benchmark workload name
+    (:func:`gie_workloads`), or a :class:`SharedPrefix` (or a dict of its fields).
+    ``time_scale`` multiplies arrival times of files (0.5 = twice as fast).
+
+    ``policies``: a list (or one) of named baselines (:func:`named_policies`),
+    EndpointPickerConfig YAML texts (named ``policy<N>``), config file paths (named after their
+    stem) or ``(name, spec)`` pairs; repeated names get ``#2``, ``#3``. An unknown name raises
+    :class:`pyepp.NotFoundError` listing the named ones. Replays build schedulers from the
+    built-in plugins only (no Python plugins).
+
+    Servers: ``sim`` sets :class:`SimParams` fields (``max_running``, ``kv_blocks``,
+    ``prefill_tokens_per_s``, ``decode_step_ms``, ...; docs/sim.md), ``server_kv_tokens`` the
+    KV-cache capacity in tokens. The scheduler sees metrics scraped every
+    ``refresh_interval_s`` (virtual) seconds. ``seed`` drives the workload, tie-breaks and
+    random pickers. Runs without the GIL.
+    """
+    report = _run(trace, policies, servers, server_kv_tokens, sim, refresh_interval_s, seed, trace_format, time_scale)
+    return json.loads(lib.replay_report_to_json(report, -1))
+
+
+def _percentiles(d: Mapping[str, Any]) -> Any:
+    p = lib.Percentiles()
+    for k in ("p50", "p90", "p99", "mean"):
+        setattr(p, k, float(d.get(k, 0.0)))
+    return p
+
+
+def _report_from_dict(report: Mapping[str, Any]) -> Any:
+    """The native report of a dict :func:`replay` returned."""
+    try:
+        native = lib.ReplayReport()
+        t = lib.ReplayTraceInfo()
+        for k in ("requests", "blocks", "prompt_tokens"):
+            setattr(t, k, int(report["trace"][k]))
+        for k in ("duration_s", "upper_bound_block_hit_rate", "pooled_cache_bound_block_hit_rate"):
+            setattr(t, k, float(report["trace"][k]))
+        native.trace = t
+        policies = []
+        for p in report["policies"]:
+            n = lib.ReplayPolicyReport()
+            n.name = str(p["name"])
+            for k in ("completed", "failed", "shed"):
+                setattr(n, k, int(p[k]))
+            for k in ("block_hit_rate", "token_hit_rate", "throughput_rps", "load_max_over_mean", "wall_s"):
+                setattr(n, k, float(p[k]))
+            per = p.get("prediction_error_rate")
+            n.prediction_error_rate = math.nan if per is None else float(per)
+            for k in ("ttft_s", "e2e_s", "queue_s"):
+                setattr(n, k, _percentiles(p[k]))
+            n.requests_per_server = [int(x) for x in p["requests_per_server"]]
+            for k in ("kv_usage_mean_per_server", "ttft_samples_s", "hit_rate_timeline"):
+                setattr(n, k, [float(x) for x in p[k]])
+            policies.append(n)
+        native.policies = policies
+        return native
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"not a replay report (as pyepp.replay returns it): {type(e).__name__}: {e}") from None
+
+
+def _report(report_or_args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    if len(report_or_args) == 1 and not kwargs and isinstance(report_or_args[0], Mapping) and \
+            "policies" in report_or_args[0] and isinstance(report_or_args[0].get("trace"), Mapping):
+        return _report_from_dict(report_or_args[0])
+    return _run(*_bind_replay_args(report_or_args, kwargs))
+
+
+def _bind_replay_args(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[Any, ...]:
+    bound = inspect.signature(replay).bind(*args, **kwargs)
+    bound.apply_defaults()
+    a = bound.arguments
+    return (a["trace"], a["policies"], a["servers"], a["server_kv_tokens"], a["sim"], a["refresh_interval_s"], a["seed"],
+            a["trace_format"], a["time_scale"])
+
+
+def replay_text(*report_or_args: Any, **kwargs: Any) -> str:
+    """The report as ``eppctl replay`` prints it (a table). Give a report :func:`replay`
+    returned, or :func:`replay`'s arguments to run one."""
+    return lib.replay_report_to_text(_report(report_or_args, kwargs))
+
+
+def replay_html(*report_or_args: Any, title: str = "pyepp replay", **kwargs: Any) -> str:
+    """The report as a self-contained HTML page (``eppctl replay --report``): the results table
+    and inline SVG charts (TTFT distribution, block hit rate over time against the bounds,
+    requests and KV usage per server), no scripts, opens offline. Give a report :func:`replay`
+    returned, or :func:`replay`'s arguments to run one."""
+    if not isinstance(title, str):
+        raise TypeError(f"title must be a str, not {type(title).__name__}")
+    return lib.replay_report_to_html(_report(report_or_args, kwargs), title)
