@@ -5,6 +5,9 @@
 #include <iterator>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
+#include "epp/extproc.h"
 #include "epp/request.h"
 #include "epp/scheduler.h"
 #include "output.h"
@@ -14,8 +17,12 @@ namespace eppctl {
 void SetupExplainCommand(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<ExplainCommandOptions>();
   CLI::App* cmd = app.add_subcommand("explain", "Explain why a request is routed where it is: filters, scores, outcome");
-  cmd->add_option("--request,-r", opts->request, "Request file: a capture envelope {path, headers, body} or a bare body ('-' = stdin)")
-      ->required();
+  auto* request = cmd->add_option("--request,-r", opts->request,
+                                  "Request file: a capture envelope {path, headers, body} or a bare body ('-' = stdin)");
+  auto* ext_proc = cmd->add_option("--ext-proc", opts->ext_proc,
+                                   "An ext_proc stream captured by `eppctl serve --capture DIR` (one file): replay it and "
+                                   "print what the EPP answered and why");
+  request->excludes(ext_proc);
   cmd->add_option("--path", opts->path, "Request path (overrides the capture's), e.g. /v1/chat/completions");
   cmd->add_option("--history", opts->history, "JSONL of requests routed first, to warm the prefix index");
   auto* subset = cmd->add_option("--subset", opts->subset, "The gateway's subset hint: ip:port or ip, comma-separated or repeated");
@@ -25,6 +32,10 @@ void SetupExplainCommand(CLI::App& app, int& exit_code) {
   AddPoolFlags(cmd, opts->pool);
   cmd->callback([opts, subset, &exit_code] {
     opts->subset_given = subset->count() > 0;
+    if (opts->request.empty() && opts->ext_proc.empty()) {
+      exit_code = PrintError(absl::InvalidArgumentError("explain needs --request FILE or --ext-proc FILE"));
+      return;
+    }
     exit_code = RunExplain(*opts);
   });
 }
@@ -56,9 +67,66 @@ absl::Status RouteHistory(const std::string& file, const Pool& pool) {
 
 }  // namespace
 
+// Replays the inbound messages of a captured ext_proc stream through a fresh session over the
+// same pool and config, and prints every answer (protobuf JSON) and the decision's explanation.
+int ExplainExtProc(const ExplainCommandOptions& o, Pool& pool) {
+  std::ifstream in(o.ext_proc);
+  if (!in) return PrintError(absl::NotFoundError("cannot read ext_proc capture '" + o.ext_proc + "'"));
+  epp::EndpointSnapshot snapshot(pool.endpoints);
+  epp::ExtProcOptions options;
+  options.trace = true;
+  epp::ExtProcSession session(*pool.scheduler, snapshot, options);
+  std::string line;
+  int n = 0, fed = 0;
+  const bool json = o.output == "json";
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("message"))
+      return PrintError(absl::InvalidArgumentError(o.ext_proc + ":" + std::to_string(n) + ": expected {\"direction\", \"message\"}"));
+    if (j.value("direction", "") != "request") continue;  // the answers recorded then; we recompute them
+    auto bytes = epp::ProcessingRequestFromJson(j["message"].dump());
+    if (!bytes.ok()) return PrintError(absl::InvalidArgumentError(o.ext_proc + ":" + std::to_string(n) + ": " + std::string(bytes.status().message())));
+    std::vector<std::string> responses;
+    absl::Status st = session.OnMessage(*bytes, responses);
+    ++fed;
+    for (const std::string& r : responses) {
+      auto rj = epp::ProcessingResponseToJson(r);
+      if (!rj.ok()) continue;
+      if (json) {
+        out.push_back({{"after_request_line", n}, {"response", nlohmann::ordered_json::parse(*rj)}});
+      } else {
+        std::cout << "line " << n << " -> " << *rj << "\n";
+      }
+    }
+    if (!st.ok()) {
+      std::cerr << o.ext_proc << ":" << n << ": the EPP would close the stream: " << st.message() << "\n";
+      break;
+    }
+    if (session.finished()) break;
+  }
+  const epp::PickResult* result = session.result();
+  if (json) {
+    nlohmann::ordered_json doc;
+    doc["messages_replayed"] = fed;
+    doc["responses"] = out;
+    doc["explain"] = result ? nlohmann::ordered_json::parse(epp::PickResultToJson(session.request(), *result))
+                            : nlohmann::ordered_json(nullptr);
+    std::cout << doc.dump(2) << "\n";
+  } else if (result) {
+    std::cout << "\n" << epp::PickResultToText(session.request(), *result, UseColor());
+  } else {
+    std::cout << "\nno decision: the capture ends before the request body does (" << fed << " messages replayed)\n";
+  }
+  return result && result->status == 200 ? kExitOk : kExitFailure;
+}
+
 int RunExplain(const ExplainCommandOptions& o) {
   auto pool = BuildPool(o.pool);
   if (!pool.ok()) return PrintError(pool.status());
+  if (!o.ext_proc.empty()) return ExplainExtProc(o, **pool);
   if (!o.history.empty()) {
     if (absl::Status s = RouteHistory(o.history, **pool); !s.ok()) return PrintError(s);
   }

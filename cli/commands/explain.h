@@ -12,6 +12,7 @@ namespace eppctl {
 struct ExplainCommandOptions {
   PoolOptions pool;
   std::string request;                 // capture envelope or bare body; "-" = stdin
+  std::string ext_proc;                // an ext_proc capture (serve --capture) to replay
   std::string path;                    // overrides the request's path
   std::string history;                 // JSONL of requests routed first
   std::vector<std::string> subset;     // subset hint entries (comma lists allowed)
