@@ -17,7 +17,11 @@
 // --duration every finished stream is counted: requests/s, errors by kind, and percentiles of
 //   added latency: from issuing the write of the last request-body chunk to receiving the
 //                  request-headers response (the picker's decision as the gateway sees it);
-//   stream latency: from starting the call to receiving its status (the whole exchange).
+//   stream latency: from starting the call to receiving its status (the whole exchange), less
+//                  the --response-delay idle time.
+// --response-delay makes the streams production-like: each one stays open and idle between its
+// pick and its response path, as while the model server generates, so that N streams in flight
+// no longer means N requests being picked at once.
 // A comma list of concurrencies runs one level after the other in the same process.
 //
 // The wire messages are serialized once (per group) with libepp's BuildProcessingRequests and
@@ -46,6 +50,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -91,7 +96,7 @@ struct Flags {
 
 [[noreturn]] void Usage(const std::string& error) {
   if (!error.empty()) std::fprintf(stderr, "epp_extproc_load: %s\n", error.c_str());
-  std::fprintf(stderr, R"(usage: epp_extproc_load [flags]
+  std::fprintf(error.empty() ? stdout : stderr, R"(usage: epp_extproc_load [flags]
   --target HOST:PORT        ext_proc server (default 127.0.0.1:9002)
   --tls                     TLS; trust --ca FILE (PEM), or --insecure-skip-verify
   --ca FILE                 root certificate(s) to verify the server with (implies --tls)
@@ -107,13 +112,16 @@ struct Flags {
   --threads N               completion-queue threads (default 2)
   --channels N              HTTP/2 connections (default: one per thread)
   --timeout D               per-stream deadline (default 10s)
-  --response-delay D        keep the stream idle this long between the request path's answer and the
-                            response path, as while a model server generates (default 0: closed loop)
+  --response-delay D        keep the stream idle between the request path's answer and the response
+                            path, as while a model server generates: uniform in [D/2, 3D/2] per stream,
+                            first streams staggered over [0, D] (default 0: no idle time)
   --model NAME              model of the chat request (default meta-llama/Llama-3.1-8B-Instruct)
-  --server-pid PID          also report this process's CPU use (e.g. eppctl serve's)
+  --max-tokens N            max_tokens of the chat request (default 128)
+  --server-pid PID          also report this process's CPU use and page faults (e.g. eppctl serve's)
   --json                    JSON on stdout instead of the text table
+Exit code: 0 when some request succeeded, 1 when none did or the target is unreachable, 2 usage.
 )");
-  std::exit(2);
+  std::exit(error.empty() ? 0 : 2);
 }
 
 double ParseDuration(const std::string& flag, const std::string& v) {
@@ -435,8 +443,8 @@ const char* CodeName(grpc::StatusCode c) {
 
 struct Worker;
 
-enum class OpKind { kStart, kWrite, kRead, kWritesDone, kFinish, kAlarm };
-constexpr int kOpKinds = 6;
+enum class OpKind { kStart, kWrite, kRead, kWritesDone, kFinish, kAlarm, kLaunch };
+constexpr int kOpKinds = 7;
 
 struct Slot;
 struct Tag {
@@ -464,7 +472,8 @@ struct Slot {
   grpc::Status status;
   std::string error;  // first error kind of this stream
   std::string dest;
-  Clock::time_point t_start, t_last_chunk, t_headers;
+  Clock::time_point t_start, t_last_chunk, t_headers, t_idle;
+  double idle_us = 0;  // --response-delay time, left out of the stream latency
 };
 
 struct Worker {
@@ -478,6 +487,13 @@ struct Worker {
   uint64_t id_base = 0;
   LevelStats stats;
   std::unordered_map<std::string, grpc::ByteBuffer> response_headers;  // per served endpoint
+  std::mt19937_64 rng;
+
+  // Uniform in [lo, hi) times the response delay, as a deadline from now.
+  std::chrono::system_clock::time_point DelayDeadline(double lo, double hi) {
+    const double d = flags->response_delay_s * std::uniform_real_distribution<double>(lo, hi)(rng);
+    return std::chrono::system_clock::now() + std::chrono::microseconds(static_cast<int64_t>(d * 1e6));
+  }
 
   const grpc::ByteBuffer& ResponseHeaders(const std::string& dest) {
     auto it = response_headers.find(dest);
@@ -517,15 +533,21 @@ struct Worker {
     s.request_writes_done = s.request_path_done = s.response_phase = false;
     s.got_headers = s.resp_headers_seen = s.done_ok = s.delayed = false;
     s.echoed = 0;
+    s.idle_us = 0;
     s.error.clear();
     s.dest.clear();
     s.ctx = std::make_unique<grpc::ClientContext>();
     s.ctx->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::microseconds(static_cast<int64_t>(flags->timeout_s * 1e6)));
+    // As a gateway does, the call's HTTP/2 HEADERS leave with its first message (corked initial
+    // metadata): one flush instead of two. StartCall then completes nothing; read and write at once.
+    s.ctx->set_initial_metadata_corked(true);
     s.t_start = Clock::now();
     s.call = s.stub->PrepareCall(s.ctx.get(), kMethod, &cq);
     s.call->StartCall(&s.tags[static_cast<int>(OpKind::kStart)]);
     ++stats.started;
+    IssueRead(s);
+    IssueWrite(s);
   }
 
   void IssueRead(Slot& s) {
@@ -536,7 +558,11 @@ struct Worker {
   void IssueWrite(Slot& s) {
     if (!s.response_phase && s.next_out + 1 == s.out.size()) s.t_last_chunk = Clock::now();
     s.write_pending = true;
-    s.call->Write(s.out[s.next_out], &s.tags[static_cast<int>(OpKind::kWrite)]);
+    // The response path's headers and body are queued together: the headers' write may wait in
+    // gRPC's buffer for the body's (never the call's first write, which carries its HEADERS).
+    grpc::WriteOptions options;
+    if (s.response_phase && s.next_out + 1 < s.out.size()) options.set_buffer_hint();
+    s.call->Write(s.out[s.next_out], options, &s.tags[static_cast<int>(OpKind::kWrite)]);
   }
 
   void Fail(Slot& s, std::string kind) {
@@ -569,8 +595,8 @@ struct Worker {
     if (flags->response_delay_s > 0 && !s.delayed) {
       s.delayed = true;
       s.alarm_pending = true;
-      s.alarm.Set(&cq, std::chrono::system_clock::now() + std::chrono::microseconds(static_cast<int64_t>(flags->response_delay_s * 1e6)),
-                  &s.tags[static_cast<int>(OpKind::kAlarm)]);
+      s.t_idle = Clock::now();
+      s.alarm.Set(&cq, DelayDeadline(0.5, 1.5), &s.tags[static_cast<int>(OpKind::kAlarm)]);
       return;
     }
     s.response_phase = true;
@@ -667,7 +693,7 @@ struct Worker {
       if (s.error.empty()) {
         ++stats.ok;
         stats.added_us.push_back(std::chrono::duration<double, std::micro>(s.t_headers - s.t_last_chunk).count());
-        stats.stream_us.push_back(std::chrono::duration<double, std::micro>(now - s.t_start).count());
+        stats.stream_us.push_back(std::chrono::duration<double, std::micro>(now - s.t_start).count() - s.idle_us);
       } else {
         ++stats.errors[s.error];
       }
@@ -683,7 +709,13 @@ struct Worker {
 
   void Run() {
     active = static_cast<int>(slots.size());
-    for (auto& s : slots) Start(*s);
+    for (auto& s : slots) {
+      if (flags->response_delay_s > 0) {  // staggered, so that the streams' phases do not align
+        s->alarm.Set(&cq, DelayDeadline(0, 1), &s->tags[static_cast<int>(OpKind::kLaunch)]);
+      } else {
+        Start(*s);
+      }
+    }
     if (slots.empty()) cq.Shutdown();
     void* tag = nullptr;
     bool ok = false;
@@ -691,15 +723,7 @@ struct Worker {
       Tag* t = static_cast<Tag*>(tag);
       Slot& s = *t->slot;
       switch (t->kind) {
-        case OpKind::kStart:
-          if (!ok) {
-            s.error = "call_start_failed";
-            s.closing = true;
-            MaybeFinish(s);
-            break;
-          }
-          IssueRead(s);
-          IssueWrite(s);
+        case OpKind::kStart:  // not delivered for corked calls
           break;
         case OpKind::kWrite: OnWrite(s, ok); break;
         case OpKind::kRead: OnRead(s, ok); break;
@@ -708,8 +732,10 @@ struct Worker {
           MaybeFinish(s);
           break;
         case OpKind::kFinish: OnFinish(s); break;
+        case OpKind::kLaunch: Start(s); break;
         case OpKind::kAlarm:
           s.alarm_pending = false;
+          s.idle_us = std::chrono::duration<double, std::micro>(Clock::now() - s.t_idle).count();
           if (s.closing) MaybeFinish(s);
           else MaybeStartResponse(s);
           break;
@@ -728,8 +754,9 @@ double SelfCpuSeconds() {
          static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
-// utime + stime of another process, from /proc/PID/stat; < 0 when unreadable.
-double ProcessCpuSeconds(int pid) {
+// utime + stime of another process, from /proc/PID/stat, and its minor page faults; < 0 when
+// unreadable.
+double ProcessCpuSeconds(int pid, double* minflt = nullptr) {
   if (pid <= 0) return -1;
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
@@ -738,11 +765,13 @@ double ProcessCpuSeconds(int pid) {
   if (rp == std::string::npos) return -1;
   std::istringstream rest(line.substr(rp + 2));
   std::string field;
-  unsigned long long utime = 0, stime = 0;
+  unsigned long long utime = 0, stime = 0, faults = 0;
   for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 10) faults = std::stoull(field);
     if (i == 14) utime = std::stoull(field);
     if (i == 15) stime = std::stoull(field);
   }
+  if (minflt) *minflt = static_cast<double>(faults);
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
@@ -780,6 +809,7 @@ struct LevelResult {
   Percentiles added, stream;
   std::map<std::string, int64_t> errors;
   double client_cpu = 0, server_cpu = -1;  // cores (CPU seconds per second)
+  double server_faults = -1;                // minor page faults per request
 };
 
 std::string JsonEscape(const std::string& s) {
@@ -856,10 +886,11 @@ int main(int argc, char** argv) {
   if (!f.json) {
     std::printf(
         "epp_extproc_load: %s (%s); prompt %zu B (system %zu shared by %d groups + question %zu unique), body %zu B "
-        "in %zu chunks of <= %zu B; %d threads, %d channels; warm-up %.3gs, measured %.3gs per level\n",
+        "in %zu chunks of <= %zu B; %d threads, %d channels; warm-up %.3gs, measured %.3gs per level%s\n",
         f.target.c_str(), mode.c_str(), f.prompt_bytes, work.system_bytes, f.groups, work.question_bytes,
         work.body_bytes, work.chunk_count, f.chunk_bytes ? f.chunk_bytes : work.body_bytes, f.threads, f.channels,
-        f.warmup_s, f.duration_s);
+        f.warmup_s, f.duration_s,
+        f.response_delay_s > 0 ? ("; response delay " + std::to_string(f.response_delay_s * 1000).substr(0, std::to_string(f.response_delay_s * 1000).find('.')) + " ms +-50%").c_str() : "");
     std::printf("%11s %9s %9s | %-30s | %-30s | %7s %7s | %s\n", "concurrency", "requests", "req/s",
                 "added ms p50 / p99 / p99.9", "stream ms p50 / p99 / p99.9", "cli cpu", "srv cpu", "errors");
     std::fflush(stdout);
@@ -879,6 +910,7 @@ int main(int argc, char** argv) {
       w->warm_end = warm_end;
       w->end = end;
       w->id_base = id_base + (static_cast<uint64_t>(t) << 40);
+      w->rng.seed(0x10ad0000ULL + static_cast<uint64_t>(t) + id_base);
       workers.push_back(std::move(w));
     }
     for (int i = 0; i < conc; ++i) {
@@ -892,9 +924,10 @@ int main(int argc, char** argv) {
     std::vector<std::thread> threads;
     for (auto& w : workers) threads.emplace_back([&w] { w->Run(); });
     std::this_thread::sleep_until(warm_end);
-    const double c0 = SelfCpuSeconds(), s0 = ProcessCpuSeconds(f.server_pid);
+    double f0 = 0, f1 = 0;
+    const double c0 = SelfCpuSeconds(), s0 = ProcessCpuSeconds(f.server_pid, &f0);
     std::this_thread::sleep_until(end);
-    const double c1 = SelfCpuSeconds(), s1 = ProcessCpuSeconds(f.server_pid);
+    const double c1 = SelfCpuSeconds(), s1 = ProcessCpuSeconds(f.server_pid, &f1);
     for (auto& t : threads) t.join();
     id_base += uint64_t{1} << 48;
 
@@ -911,6 +944,7 @@ int main(int argc, char** argv) {
     for (auto& [k, v] : all.errors) r.error_count += v;
     r.client_cpu = (c1 - c0) / f.duration_s;
     if (s0 >= 0 && s1 >= 0) r.server_cpu = (s1 - s0) / f.duration_s;
+    if (s0 >= 0 && s1 >= 0 && all.ok > 0) r.server_faults = (f1 - f0) / static_cast<double>(all.ok);
     results.push_back(r);
     if (!f.json) {
       std::string errs;
@@ -931,20 +965,21 @@ int main(int argc, char** argv) {
     std::printf("{\n  \"target\": \"%s\",\n  \"tls\": %s,\n  \"mode\": \"%s\",\n  \"prompt_bytes\": %zu,\n"
                 "  \"system_bytes\": %zu,\n  \"question_bytes\": %zu,\n  \"body_bytes\": %zu,\n  \"groups\": %d,\n"
                 "  \"chunk_bytes\": %zu,\n  \"chunks\": %zu,\n  \"threads\": %d,\n  \"channels\": %d,\n"
-                "  \"warmup_s\": %g,\n  \"duration_s\": %g,\n  \"levels\": [\n",
+                "  \"warmup_s\": %g,\n  \"duration_s\": %g,\n  \"response_delay_s\": %g,\n  \"levels\": [\n",
                 JsonEscape(f.target).c_str(), f.tls ? "true" : "false", JsonEscape(mode).c_str(), f.prompt_bytes,
                 work.system_bytes, work.question_bytes, work.body_bytes, f.groups, f.chunk_bytes, work.chunk_count,
-                f.threads, f.channels, f.warmup_s, f.duration_s);
+                f.threads, f.channels, f.warmup_s, f.duration_s, f.response_delay_s);
     for (size_t i = 0; i < results.size(); ++i) {
       const LevelResult& r = results[i];
       std::string errs;
       for (auto& [k, v] : r.errors) errs += (errs.empty() ? "" : ", ") + ("\"" + JsonEscape(k) + "\": " + std::to_string(v));
       std::printf("    {\"concurrency\": %d, \"requests\": %" PRId64 ", \"requests_per_s\": %.1f, \"errors\": %" PRId64
                   ", \"errors_by_kind\": {%s},\n     \"added_latency_ms\": %s,\n     \"stream_latency_ms\": %s,\n"
-                  "     \"client_cpu_cores\": %.3f, \"server_cpu_cores\": %s}%s\n",
+                  "     \"client_cpu_cores\": %.3f, \"server_cpu_cores\": %s, \"server_minor_faults_per_request\": %s}%s\n",
                   r.concurrency, r.ok, r.rps, r.error_count, errs.c_str(), PercentilesJson(r.added).c_str(),
                   PercentilesJson(r.stream).c_str(), r.client_cpu,
-                  r.server_cpu >= 0 ? std::to_string(r.server_cpu).c_str() : "null", i + 1 < results.size() ? "," : "");
+                  r.server_cpu >= 0 ? std::to_string(r.server_cpu).c_str() : "null",
+                  r.server_faults >= 0 ? std::to_string(r.server_faults).c_str() : "null", i + 1 < results.size() ? "," : "");
     }
     std::printf("  ]\n}\n");
   }
