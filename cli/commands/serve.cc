@@ -2,6 +2,7 @@
 // (serve_pool.h), the /metrics server (serve_metrics.h) and the process's signals.
 #include "commands/serve.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -10,10 +11,12 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <string_view>
 #include <thread>
 
 #include "epp/extproc.h"
@@ -232,6 +235,17 @@ int RunServe(const ServeOptions& o) {
     std::filesystem::create_directories(o.capture_dir, ec);
     if (ec) return fail(absl::InvalidArgumentError("--capture " + o.capture_dir + ": " + ec.message()));
     server_options.capture_dir = o.capture_dir;
+  }
+
+  // glibc's allocator, by default, serves blocks from 128 KiB up (raised dynamically up to 32 MiB)
+  // with mmap and trims freed heap back to the kernel: with request bodies of hundreds of KiB
+  // every request then faults its buffers in again (page faults were 17% of serve's CPU at 220 KiB
+  // prompts). Keep freed memory instead; docs/benchmarks.md ("ext_proc load") has the measurements.
+  // A GLIBC_TUNABLES malloc setting given by the operator wins.
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables == nullptr || std::string_view(tunables).find("glibc.malloc.") == std::string_view::npos) {
+    mallopt(M_MMAP_THRESHOLD, 16 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
   }
 
   // The stop signals are taken by sigwait below: block them before any thread starts.
