@@ -1,10 +1,19 @@
 // PrefixIndex: per-endpoint LRU of block hashes plus a reverse map, under a reader-writer lock.
 //
-// Layout per endpoint: an intrusive LRU (a std::list of hashes, most recent at the back) and a
-// hash map from block to its list node. The reverse map holds, per block, the ids of the endpoints
-// that hold it; endpoints per block are few (the pool size at most), so a small vector is enough.
+// The index is large (64 endpoints x 31,250 blocks is two million entries, ~100 MB) and each
+// request touches up to 256 blocks at random places in it, so the cost is cache misses, not
+// instructions. The layout keeps them few and lets them overlap:
+//   - per endpoint, a flat hash map from block to the stamp of its last use (a per-endpoint
+//     counter), and a FIFO of (block, stamp) touches in order. Touching a block is one map probe
+//     plus a sequential append, where a linked LRU would also chase list nodes. Eviction pops the
+//     FIFO's oldest touch and drops the block only if that touch is still its latest (otherwise
+//     the entry is stale and skipped); the FIFO is compacted when stale entries outnumber live
+//     ones, so it stays under twice the map's size;
+//   - the reverse map holds, per block, the ids of the endpoints holding it (a small inline
+//     vector: endpoints per block are few);
+//   - lookups are prefetched a few blocks ahead (the hashes are known up front), so the misses of
+//     consecutive blocks are in flight together instead of one after another.
 #include <algorithm>
-#include <list>
 #include <mutex>
 #include <shared_mutex>
 
@@ -14,11 +23,32 @@
 
 namespace epp {
 
+namespace {
+constexpr size_t kPrefetchAhead = 8;
+}  // namespace
+
 struct PrefixIndex::Impl {
+  struct Touch {
+    uint64_t block;
+    uint64_t stamp;
+  };
   struct Endpoint {
     std::string name;
-    std::list<uint64_t> lru;  // front = least recently used
-    absl::flat_hash_map<uint64_t, std::list<uint64_t>::iterator> blocks;
+    absl::flat_hash_map<uint64_t, uint64_t> stamps;  // block -> stamp of its latest touch
+    std::vector<Touch> fifo;                          // touches, oldest first from `head`
+    size_t head = 0;
+    uint64_t clock = 0;
+
+    void Compact() {
+      size_t out = 0;
+      for (size_t i = head; i < fifo.size(); ++i) {
+        if (i + kPrefetchAhead < fifo.size()) stamps.prefetch(fifo[i + kPrefetchAhead].block);
+        auto it = stamps.find(fifo[i].block);
+        if (it != stamps.end() && it->second == fifo[i].stamp) fifo[out++] = fifo[i];
+      }
+      fifo.resize(out);
+      head = 0;
+    }
   };
 
   PrefixIndexOptions options;
@@ -34,6 +64,31 @@ struct PrefixIndex::Impl {
     auto& v = it->second;
     v.erase(std::remove(v.begin(), v.end(), id), v.end());
     if (v.empty()) holders.erase(it);
+  }
+
+  // Drops the least recently used blocks of `e` until it holds at most `capacity`.
+  void Evict(Endpoint& e, uint32_t id, size_t capacity) {
+    if (e.stamps.size() > capacity)
+      for (size_t a = 0; a < kPrefetchAhead && e.head + a < e.fifo.size(); ++a) e.stamps.prefetch(e.fifo[e.head + a].block);
+    while (e.stamps.size() > capacity && e.head < e.fifo.size()) {
+      if (e.head + kPrefetchAhead < e.fifo.size()) {
+        e.stamps.prefetch(e.fifo[e.head + kPrefetchAhead].block);
+        holders.prefetch(e.fifo[e.head + kPrefetchAhead].block);
+      }
+      const Touch t = e.fifo[e.head++];
+      auto it = e.stamps.find(t.block);
+      if (it == e.stamps.end() || it->second != t.stamp) continue;  // touched again later
+      e.stamps.erase(it);
+      Unlink(t.block, id);
+      --entries;
+    }
+    const size_t live = e.fifo.size() - e.head;
+    if (live > 2 * e.stamps.size() + 64) {
+      e.Compact();
+    } else if (e.head > 4096 && e.head * 2 > e.fifo.size()) {
+      e.fifo.erase(e.fifo.begin(), e.fifo.begin() + static_cast<std::ptrdiff_t>(e.head));
+      e.head = 0;
+    }
   }
 };
 
@@ -58,7 +113,9 @@ std::vector<int> MatchLengthsImpl(const PrefixIndex::Impl& m, std::span<const ui
     auto it = m.ids.find(absl::string_view(endpoints[i].data(), endpoints[i].size()));
     if (it != m.ids.end()) alive.emplace_back(it->second, i);
   }
+  for (size_t b = 0; b < std::min(n, kPrefetchAhead); ++b) m.holders.prefetch(hashes[b]);
   for (size_t b = 0; b < n && !alive.empty(); ++b) {
+    if (b + kPrefetchAhead < n) m.holders.prefetch(hashes[b + kPrefetchAhead]);
     auto h = m.holders.find(hashes[b]);
     if (h == m.holders.end()) break;
     const auto& holders = h->second;
@@ -98,24 +155,21 @@ void PrefixIndex::Add(std::string_view endpoint, std::span<const uint64_t> hashe
   // Walk from the last block to the first so that the first ends up most recently used: the
   // prefix outlives the blocks that extend it.
   for (size_t k = n; k-- > 0;) {
-    const uint64_t h = hashes[k];
-    auto found = e.blocks.find(h);
-    if (found != e.blocks.end()) {
-      e.lru.splice(e.lru.end(), e.lru, found->second);
-      continue;
+    if (k >= kPrefetchAhead) {
+      e.stamps.prefetch(hashes[k - kPrefetchAhead]);
+      m.holders.prefetch(hashes[k - kPrefetchAhead]);
     }
-    e.lru.push_back(h);
-    e.blocks.emplace(h, std::prev(e.lru.end()));
-    m.holders[h].push_back(id);
-    ++m.entries;
-    if (static_cast<int64_t>(e.blocks.size()) > capacity) {
-      const uint64_t victim = e.lru.front();
-      e.lru.pop_front();
-      e.blocks.erase(victim);
-      m.Unlink(victim, id);
-      --m.entries;
+    const uint64_t h = hashes[k];
+    const uint64_t stamp = ++e.clock;
+    auto [slot, inserted] = e.stamps.try_emplace(h, stamp);
+    if (!inserted) slot->second = stamp;
+    e.fifo.push_back({h, stamp});
+    if (inserted) {
+      m.holders[h].push_back(id);
+      ++m.entries;
     }
   }
+  m.Evict(e, id, static_cast<size_t>(capacity));
 }
 
 void PrefixIndex::RemoveEndpoint(std::string_view endpoint) {
@@ -125,10 +179,11 @@ void PrefixIndex::RemoveEndpoint(std::string_view endpoint) {
   if (it == m.ids.end()) return;
   const uint32_t id = it->second;
   Impl::Endpoint& e = *m.endpoints[id];
-  for (uint64_t h : e.lru) m.Unlink(h, id);
-  m.entries -= e.blocks.size();
-  e.lru.clear();
-  e.blocks.clear();
+  for (const auto& [h, stamp] : e.stamps) m.Unlink(h, id);
+  m.entries -= e.stamps.size();
+  e.stamps = {};
+  e.fifo = {};
+  e.head = 0;
   // The id stays reserved for this name so concurrent callers holding it cannot alias another.
 }
 
@@ -140,7 +195,7 @@ size_t PrefixIndex::entries() const {
 size_t PrefixIndex::endpoint_count() const {
   std::shared_lock<std::shared_mutex> lock(impl_->mu);
   size_t n = 0;
-  for (const auto& e : impl_->endpoints) n += !e->blocks.empty();
+  for (const auto& e : impl_->endpoints) n += !e->stamps.empty();
   return n;
 }
 

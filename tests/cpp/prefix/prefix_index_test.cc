@@ -1,5 +1,8 @@
 #include "epp/prefix_cache.h"
 
+#include <list>
+#include <map>
+#include <random>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -101,6 +104,69 @@ TEST(PrefixIndexTest, ConcurrentAddsAndMatchesStayConsistent) {
   }
   for (auto& th : threads) th.join();
   EXPECT_LE(index.entries(), 3u * 64u);
+}
+
+// The index against a plain linked-list LRU per endpoint, over many random prompts that share
+// prefixes, re-touch blocks (stale FIFO entries), shrink and grow the capacity, and remove
+// endpoints: every MatchLengths answer and the entry count must agree.
+TEST(PrefixIndexTest, AgreesWithAReferenceLruUnderChurn) {
+  PrefixIndexOptions o;
+  o.lru_capacity_per_server = 40;
+  o.max_prefix_blocks_to_match = 12;
+  PrefixIndex index(o);
+  struct RefLru {
+    std::list<uint64_t> order;  // front = least recently used
+    std::map<uint64_t, std::list<uint64_t>::iterator> where;
+  };
+  std::map<std::string, RefLru> ref;
+  auto ref_add = [&](const std::string& ep, const std::vector<uint64_t>& blocks, size_t capacity) {
+    RefLru& r = ref[ep];
+    const size_t n = std::min<size_t>(blocks.size(), 12);
+    for (size_t k = n; k-- > 0;) {
+      auto it = r.where.find(blocks[k]);
+      if (it != r.where.end()) r.order.erase(it->second);
+      r.order.push_back(blocks[k]);
+      r.where[blocks[k]] = std::prev(r.order.end());
+    }
+    while (r.order.size() > capacity) {
+      r.where.erase(r.order.front());
+      r.order.pop_front();
+    }
+  };
+  auto ref_match = [&](const std::vector<uint64_t>& blocks) {
+    std::vector<int> out;
+    for (const std::string& ep : kPods) {
+      int m = 0;
+      auto it = ref.find(ep);
+      if (it != ref.end())
+        while (m < static_cast<int>(std::min<size_t>(blocks.size(), 12)) && it->second.where.count(blocks[m])) ++m;
+      out.push_back(m);
+    }
+    return out;
+  };
+  std::mt19937_64 rng(7);
+  for (int step = 0; step < 20000; ++step) {
+    // Prompts: one of 9 "system prompts" (blocks 100*s + j) then a random tail.
+    std::vector<uint64_t> blocks;
+    const uint64_t sys = rng() % 9;
+    const size_t shared = rng() % 8, tail = rng() % 6;
+    for (size_t j = 0; j < shared; ++j) blocks.push_back(100 * sys + j);
+    for (size_t j = 0; j < tail; ++j) blocks.push_back(100000 + rng() % 5000);
+    const std::string& ep = kPods[rng() % kPods.size()];
+    const size_t capacity = step % 5000 < 2500 ? 40 : 7;  // shrinks, then grows back
+    const uint64_t action = rng() % 1000;
+    if (action == 0) {
+      index.RemoveEndpoint(ep);
+      ref.erase(ep);
+    } else if (action < 600) {
+      index.Add(ep, blocks, static_cast<int64_t>(capacity));
+      ref_add(ep, blocks, capacity);
+    }
+    ASSERT_EQ(index.MatchLengths(blocks, kPods), ref_match(blocks)) << "step " << step;
+    size_t total = 0;
+    for (const auto& [name, r] : ref) total += r.order.size();
+    ASSERT_EQ(index.entries(), total) << "step " << step;
+  }
 }
 
 }  // namespace
