@@ -120,25 +120,7 @@ std::string Text(Rand& rng, size_t n) {
   return out;
 }
 
-void AppendJsonString(std::string_view s, std::string& out) {
-  out += '"';
-  for (const char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        out += c;
-    }
-  }
-  out += '"';
-}
+void AppendJsonString(std::string_view s, std::string& out) { out += nlohmann::json(s).dump(); }
 
 struct Message {
   std::string role;

@@ -186,20 +186,38 @@ absl::StatusOr<SharedPrefixWorkload> GieBenchmarkWorkload(std::string_view name)
   return w;
 }
 
-absl::StatusOr<std::vector<ReplayRequest>> LoadMooncakeTrace(const std::string& path, double time_scale) {
+namespace {
+
+// One JSON object per line, blank lines skipped; `each(line_number, text, object, where)` turns a
+// line into a request (`where` is "path:line: " for its errors). The result is in arrival order.
+template <typename Each>
+absl::StatusOr<std::vector<ReplayRequest>> LoadJsonLinesTrace(const std::string& path, double time_scale, Each each) {
   if (!(time_scale > 0)) return Bad("time scale must be > 0");
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read trace '", path, "'"));
   std::vector<ReplayRequest> out;
   std::string line;
   int n = 0;
-  constexpr int kBlockTokens = 512;
   while (std::getline(in, line)) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = absl::StrCat(path, ":", n, ": ");
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (!j.is_object()) return Bad(where + "not a JSON object");
+    absl::StatusOr<ReplayRequest> r = each(n, line, j, where);
+    if (!r.ok()) return r.status();
+    out.push_back(*std::move(r));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const ReplayRequest& a, const ReplayRequest& b) { return a.arrival_us < b.arrival_us; });
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ReplayRequest>> LoadMooncakeTrace(const std::string& path, double time_scale) {
+  constexpr int kBlockTokens = 512;
+  return LoadJsonLinesTrace(path, time_scale, [&](int n, const std::string&, const nlohmann::json& j,
+                                                  const std::string& where) -> absl::StatusOr<ReplayRequest> {
     auto num = [&](const char* k) -> absl::StatusOr<int64_t> {
       if (!j.contains(k) || !j[k].is_number()) return Bad(absl::StrCat(where, k, ": missing or not a number"));
       const double v = j[k].get<double>();
@@ -230,25 +248,13 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadMooncakeTrace(const std::string& 
     }
     // Tokens beyond the listed blocks are unique to the request.
     if (left > 0) r.segments.push_back({kQuestionBase + (uint64_t{1} << 40) + static_cast<uint64_t>(n), static_cast<int32_t>(std::min<int64_t>(left, INT32_MAX))});
-    out.push_back(std::move(r));
-  }
-  std::stable_sort(out.begin(), out.end(), [](const ReplayRequest& a, const ReplayRequest& b) { return a.arrival_us < b.arrival_us; });
-  return out;
+    return r;
+  });
 }
 
 absl::StatusOr<std::vector<ReplayRequest>> LoadOpenAITrace(const std::string& path, double time_scale) {
-  if (!(time_scale > 0)) return Bad("time scale must be > 0");
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read trace '", path, "'"));
-  std::vector<ReplayRequest> out;
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = absl::StrCat(path, ":", n, ": ");
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_object()) return Bad(where + "not a JSON object");
+  return LoadJsonLinesTrace(path, time_scale, [&](int, const std::string& line, const nlohmann::json& j,
+                                                  const std::string& where) -> absl::StatusOr<ReplayRequest> {
     absl::StatusOr<InferenceRequest> req = ParseCaptureEnvelope(line);
     if (!req.ok()) return Bad(where + std::string(req.status().message()));
     ReplayRequest r;
@@ -271,10 +277,8 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadOpenAITrace(const std::string& pa
     }
     if (j.contains("output_tokens") && j["output_tokens"].is_number_integer() && j["output_tokens"].get<int64_t>() > 0)
       r.output_tokens = j["output_tokens"].get<int64_t>();
-    out.push_back(std::move(r));
-  }
-  std::stable_sort(out.begin(), out.end(), [](const ReplayRequest& a, const ReplayRequest& b) { return a.arrival_us < b.arrival_us; });
-  return out;
+    return r;
+  });
 }
 
 namespace {
