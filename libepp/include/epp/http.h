@@ -29,6 +29,8 @@ struct HttpRequest {
   // Ask for a gzip-compressed answer (Accept-Encoding: gzip), as Prometheus scrapers do. Not br:
   // brotli costs servers ~1 ms per small answer.
   bool accept_gzip = true;
+  // PEM file of the CAs that verify the server (https); empty = the system's CA store.
+  std::string ca_file;
 };
 
 struct HttpResponse {

@@ -90,6 +90,7 @@ std::vector<absl::StatusOr<HttpResponse>> RunTransfers(CURLM* multi, std::span<c
     curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(req.max_body_bytes));
     if (req.accept_gzip) curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "gzip");
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (!req.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, req.ca_file.c_str());
     if (req.insecure) {
       curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
       curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);

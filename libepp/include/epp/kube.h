@@ -1,0 +1,139 @@
+// Kubernetes discovery of an InferencePool's endpoints, as GIE's EPP does it: read the
+// InferencePool, list the Pods its selector matches in its namespace, and keep one endpoint per
+// Ready Pod and target port (`podIP:port`, metrics scraped at http://podIP:port/metrics).
+//
+// A minimal API client over HTTP GET and JSON (no watch: callers list again periodically, which is
+// what `eppctl serve --pool-name` does every --pool-resync-interval). It talks to the API server
+// in the Pod's own service account context (in-cluster) or to an explicit server URL, including a
+// plain-HTTP one on loopback (tests, `kubectl proxy`).
+//
+// The two InferencePool API versions GIE has shipped:
+//   inference.networking.k8s.io/v1 (default):    spec.selector.matchLabels{}, spec.targetPorts[].number
+//   inference.networking.x-k8s.io/v1alpha2:      spec.selector{}, spec.targetPortNumber
+// A Pod counts when it has status.podIP, condition Ready=True and no metadata.deletionTimestamp.
+// Its annotation inference.networking.k8s.io/active-ports (comma list), when present, limits which
+// target ports are endpoints; its label inference.networking.k8s.io/engine-type (vllm, sglang,
+// trtllm-serve, triton-tensorrt-llm) names the metrics dialect. Pod labels become endpoint labels.
+//
+// Errors are absl::Status naming the request and the JSON path:
+//   "GET http://127.0.0.1:8080/api/v1/namespaces/ns/pods?labelSelector=app%3Dx: items[2].status.podIP:
+//    expected a string, got number"
+//   "GET https://10.96.0.1:443/apis/...: HTTP 403 (Forbidden): inferencepools ... is forbidden: ..."
+// HTTP 404 is kNotFound, 401/403 kPermissionDenied, other statuses and transport errors
+// kUnavailable, JSON that is not what the API returns kInvalidArgument.
+//
+// Thread-safety: the free functions share no state; a KubeClient serves one thread at a time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epp/endpoints.h"
+#include "epp/http.h"
+#include "epp/status.h"
+
+namespace epp {
+
+inline constexpr std::string_view kInferencePoolGroupV1 = "inference.networking.k8s.io";          // v1
+inline constexpr std::string_view kInferencePoolGroupV1Alpha2 = "inference.networking.x-k8s.io";  // v1alpha2
+inline constexpr std::string_view kServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount";
+inline constexpr std::string_view kActivePortsAnnotation = "inference.networking.k8s.io/active-ports";
+inline constexpr std::string_view kEngineTypeLabel = "inference.networking.k8s.io/engine-type";
+
+// How to reach the API server.
+struct KubeClientOptions {
+  // "https://HOST:PORT" or "http://HOST:PORT" (no path). Empty = in cluster: the
+  // KUBERNETES_SERVICE_HOST / KUBERNETES_SERVICE_PORT environment of every Pod.
+  std::string api_server;
+  // File holding a bearer token, re-read every token_reload (service account tokens are rotated).
+  // Empty: in cluster SA_DIR/token; with an explicit api_server, no Authorization header.
+  std::string token_file;
+  // PEM bundle that verifies the server. Empty: in cluster SA_DIR/ca.crt; else the system's CAs.
+  std::string ca_file;
+  bool insecure_skip_verify = false;
+  std::chrono::milliseconds timeout{5000};  // per request
+  std::chrono::seconds token_reload{60};
+  // Where the in-cluster token, ca.crt and namespace live.
+  std::string service_account_dir = std::string(kServiceAccountDir);
+};
+
+// Fills what `options` leaves empty from the in-cluster environment: api_server from
+// KUBERNETES_SERVICE_HOST/PORT (IPv6 hosts bracketed), token_file and ca_file from the service
+// account directory when those files exist. kFailedPrecondition when no api_server is given and
+// the environment has none ("not running in a Kubernetes Pod: ... give --kube-api-server").
+absl::StatusOr<KubeClientOptions> ResolveKubeClientOptions(KubeClientOptions options);
+
+// The namespace of the Pod this runs in (SA_DIR/namespace, trimmed); "" when it cannot be read.
+std::string InClusterNamespace(std::string_view service_account_dir = kServiceAccountDir);
+
+// An InferencePool as discovery needs it.
+struct InferencePool {
+  std::string group;  // kInferencePoolGroupV1 or kInferencePoolGroupV1Alpha2
+  std::string ns;
+  std::string name;
+  std::map<std::string, std::string> selector;  // matchLabels (v1) or selector (v1alpha2)
+  std::vector<int> target_ports;                // 1..8 ports, in the pool's order
+  std::string resource_version;
+};
+
+// "v1" for kInferencePoolGroupV1, "v1alpha2" for kInferencePoolGroupV1Alpha2; kInvalidArgument
+// naming both for any other group.
+absl::StatusOr<std::string> InferencePoolVersion(std::string_view group);
+
+// "/apis/GROUP/VERSION/namespaces/NS/inferencepools/NAME" (names are checked, not escaped:
+// kInvalidArgument for a name that is not a DNS-1123 subdomain).
+absl::StatusOr<std::string> InferencePoolPath(std::string_view group, std::string_view ns, std::string_view name);
+
+// Parses an InferencePool object of `group`'s version. `source` prefixes messages ("GET URL").
+// kInvalidArgument "SOURCE: spec.targetPorts[1].number: port 0 out of range 1..65535".
+absl::StatusOr<InferencePool> ParseInferencePool(std::string_view json, std::string_view group,
+                                                 std::string_view source);
+
+// The selector as a labelSelector query value, keys sorted and URL-encoded:
+// {app: x, tier: "a b"} -> "app%3Dx%2Ctier%3Da%20b".
+std::string LabelSelectorQuery(const std::map<std::string, std::string>& selector);
+
+// "/api/v1/namespaces/NS/pods?labelSelector=..." for the pool.
+std::string PodListPath(const InferencePool& pool);
+
+// Endpoints of a PodList: one per counted Pod (see the top) and target port, sorted by Pod name
+// then port; address "podIP:port" ("[v6]:port"); metrics empty (scrape http://ADDRESS/metrics);
+// labels = the Pod's labels; engine from the engine-type label when it is a built-in engine;
+// origin "pod NS/NAME". A Pod whose IP another counted Pod already has is skipped.
+// kInvalidArgument "SOURCE: items[3].metadata.labels.app: expected a string, got number".
+absl::StatusOr<std::vector<EndpointSpec>> ParsePodListEndpoints(std::string_view json, const InferencePool& pool,
+                                                                std::string_view source);
+
+class KubeClient {
+ public:
+  // Resolves `options` (ResolveKubeClientOptions) and checks the server URL.
+  static absl::StatusOr<std::unique_ptr<KubeClient>> Create(KubeClientOptions options);
+  ~KubeClient();
+
+  // GET api_server + path_and_query with the bearer token; the body of a 2xx answer, else the
+  // error described at the top (the message of a Kubernetes Status answer included).
+  absl::StatusOr<std::string> Get(std::string_view path_and_query);
+
+  absl::StatusOr<InferencePool> GetInferencePool(std::string_view group, std::string_view ns, std::string_view name);
+  // Lists the pool's Pods (PodListPath) and converts them (ParsePodListEndpoints).
+  absl::StatusOr<std::vector<EndpointSpec>> ListPoolEndpoints(const InferencePool& pool);
+
+  const KubeClientOptions& options() const { return options_; }
+
+ private:
+  explicit KubeClient(KubeClientOptions options);
+  absl::StatusOr<std::string> Token();
+
+  KubeClientOptions options_;
+  HttpClient http_;
+  std::string token_;
+  bool token_read_ = false;
+  std::chrono::steady_clock::time_point token_time_{};
+};
+
+}  // namespace epp

@@ -1,0 +1,490 @@
+// Kubernetes API reads for pool discovery: InferencePool GET, Pod list, over epp::HttpClient.
+#include "epp/kube.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace epp {
+namespace {
+
+using json = nlohmann::json;
+
+std::string ReadSmallFile(const std::string& path, bool* ok) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *ok = false;
+    return {};
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *ok = static_cast<bool>(in) || in.eof();
+  return ss.str();
+}
+
+std::string Trim(std::string s) {
+  const char* ws = " \t\r\n";
+  s.erase(0, s.find_first_not_of(ws));
+  const size_t end = s.find_last_not_of(ws);
+  s.erase(end == std::string::npos ? 0 : end + 1);
+  return s;
+}
+
+bool FileExists(const std::string& path) {
+  std::ifstream in(path);
+  return static_cast<bool>(in);
+}
+
+const char* TypeName(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::object: return "object";
+    case json::value_t::array: return "array";
+    case json::value_t::string: return "string";
+    case json::value_t::boolean: return "boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+    case json::value_t::number_float: return "number";
+    default: return "value";
+  }
+}
+
+// A JSON reader that names the path of what is wrong.
+class Reader {
+ public:
+  explicit Reader(std::string_view source) : source_(source) {}
+
+  absl::Status Error(const std::string& path, const std::string& message) const {
+    return absl::InvalidArgumentError(source_ + ": " + path + ": " + message);
+  }
+  absl::Status WrongType(const std::string& path, const char* want, const json& got) const {
+    return Error(path, std::string("expected ") + want + ", got " + TypeName(got));
+  }
+
+  absl::StatusOr<json> Parse(std::string_view text) const {
+    json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+    if (doc.is_discarded()) {
+      // Parse again for the position; the non-throwing parse gives none.
+      try {
+        json again = json::parse(text.begin(), text.end());
+        (void)again;
+      } catch (const json::parse_error& e) {
+        return absl::InvalidArgumentError(source_ + ": answer is not JSON: byte " + std::to_string(e.byte) + ": " +
+                                          ParseMessage(e.what()));
+      }
+      return absl::InvalidArgumentError(source_ + ": answer is not JSON");
+    }
+    if (!doc.is_object()) return WrongType("(root)", "an object", doc);
+    return doc;
+  }
+
+  // Member `key` of object `obj`; nullptr when absent or null.
+  static const json* Member(const json& obj, std::string_view key) {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  absl::StatusOr<const json*> Object(const json& obj, std::string_view key, const std::string& path,
+                                     bool required) const {
+    const json* v = Member(obj, key);
+    if (v == nullptr) {
+      if (required) return Error(path, "missing");
+      return static_cast<const json*>(nullptr);
+    }
+    if (!v->is_object()) return WrongType(path, "an object", *v);
+    return v;
+  }
+
+  absl::StatusOr<std::string> String(const json& obj, std::string_view key, const std::string& path,
+                                     bool required) const {
+    const json* v = Member(obj, key);
+    if (v == nullptr) {
+      if (required) return Error(path, "missing");
+      return std::string();
+    }
+    if (!v->is_string()) return WrongType(path, "a string", *v);
+    return v->get<std::string>();
+  }
+
+  absl::StatusOr<std::map<std::string, std::string>> StringMap(const json& obj, std::string_view key,
+                                                                const std::string& path) const {
+    std::map<std::string, std::string> out;
+    const json* v = Member(obj, key);
+    if (v == nullptr) return out;
+    if (!v->is_object()) return WrongType(path, "an object", *v);
+    for (auto it = v->begin(); it != v->end(); ++it) {
+      if (!it.value().is_string()) return WrongType(path + "." + it.key(), "a string", it.value());
+      out[it.key()] = it.value().get<std::string>();
+    }
+    return out;
+  }
+
+  absl::StatusOr<int> Port(const json& v, const std::string& path) const {
+    if (!v.is_number_integer() && !v.is_number_unsigned()) return WrongType(path, "an integer", v);
+    const int64_t n = v.get<int64_t>();
+    if (n < 1 || n > 65535) return Error(path, "port " + std::to_string(n) + " out of range 1..65535");
+    return static_cast<int>(n);
+  }
+
+ private:
+  // nlohmann's what(): "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
+  static std::string ParseMessage(const std::string& what) {
+    const size_t colon = what.find(": ");
+    return colon == std::string::npos ? what : what.substr(colon + 2);
+  }
+
+  std::string source_;
+};
+
+bool IsDns1123Subdomain(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) return false;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  return alnum(s.front()) && alnum(s.back());
+}
+
+std::string UrlEncode(std::string_view s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+        c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  return out;
+}
+
+bool KnownEngine(std::string_view e) {
+  return e == "vllm" || e == "sglang" || e == "trtllm-serve" || e == "triton-tensorrt-llm";
+}
+
+// "8000, 8002" -> {8000, 8002}; entries that are not ports are ignored.
+std::set<int> ParsePortList(std::string_view text) {
+  std::set<int> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    std::string item = Trim(std::string(text.substr(start, comma - start)));
+    if (!item.empty() && item.size() <= 5 && std::all_of(item.begin(), item.end(), [](char c) {
+          return c >= '0' && c <= '9';
+        })) {
+      const int p = std::atoi(item.c_str());
+      if (p >= 1 && p <= 65535) out.insert(p);
+    }
+    start = comma + 1;
+  }
+  return out;
+}
+
+absl::Status StatusForHttp(long code, const std::string& what) {
+  if (code == 404) return absl::NotFoundError(what);
+  if (code == 401 || code == 403) return absl::PermissionDeniedError(what);
+  return absl::UnavailableError(what);
+}
+
+}  // namespace
+
+absl::StatusOr<KubeClientOptions> ResolveKubeClientOptions(KubeClientOptions options) {
+  const std::string dir = options.service_account_dir;
+  const bool in_cluster = options.api_server.empty();
+  if (in_cluster) {
+    const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+    const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+    if (host == nullptr || *host == '\0' || port == nullptr || *port == '\0') {
+      return absl::FailedPreconditionError(
+          "not running in a Kubernetes Pod: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set; "
+          "give the API server's URL (--kube-api-server)");
+    }
+    std::string h = host;
+    if (h.find(':') != std::string::npos) h = "[" + h + "]";
+    options.api_server = "https://" + h + ":" + port;
+    if (options.token_file.empty() && FileExists(dir + "/token")) options.token_file = dir + "/token";
+    if (options.ca_file.empty() && FileExists(dir + "/ca.crt")) options.ca_file = dir + "/ca.crt";
+  }
+  while (!options.api_server.empty() && options.api_server.back() == '/') options.api_server.pop_back();
+  const std::string& url = options.api_server;
+  if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0) {
+    return absl::InvalidArgumentError("Kubernetes API server '" + url + "': expected http://HOST:PORT or https://HOST:PORT");
+  }
+  const size_t host_start = url.find("://") + 3;
+  if (host_start >= url.size() || url.find('/', host_start) != std::string::npos || url.find('?') != std::string::npos) {
+    return absl::InvalidArgumentError("Kubernetes API server '" + url + "': expected a scheme and HOST[:PORT], no path");
+  }
+  if (!options.token_file.empty()) {
+    bool ok = true;
+    (void)ReadSmallFile(options.token_file, &ok);
+    if (!ok) return absl::NotFoundError("Kubernetes token file " + options.token_file + " cannot be read");
+  }
+  if (!options.ca_file.empty() && !FileExists(options.ca_file)) {
+    return absl::NotFoundError("Kubernetes CA file " + options.ca_file + " cannot be read");
+  }
+  return options;
+}
+
+std::string InClusterNamespace(std::string_view service_account_dir) {
+  bool ok = true;
+  std::string ns = Trim(ReadSmallFile(std::string(service_account_dir) + "/namespace", &ok));
+  return ok ? ns : std::string();
+}
+
+absl::StatusOr<std::string> InferencePoolVersion(std::string_view group) {
+  if (group == kInferencePoolGroupV1) return std::string("v1");
+  if (group == kInferencePoolGroupV1Alpha2) return std::string("v1alpha2");
+  return absl::InvalidArgumentError("InferencePool API group '" + std::string(group) + "': expected " +
+                                    std::string(kInferencePoolGroupV1) + " (v1) or " +
+                                    std::string(kInferencePoolGroupV1Alpha2) + " (v1alpha2)");
+}
+
+absl::StatusOr<std::string> InferencePoolPath(std::string_view group, std::string_view ns, std::string_view name) {
+  EPP_ASSIGN_OR_RETURN(std::string version, InferencePoolVersion(group));
+  if (!IsDns1123Subdomain(ns) || ns.size() > 63 || ns.find('.') != std::string_view::npos) {
+    return absl::InvalidArgumentError("namespace '" + std::string(ns) +
+                                      "': expected a DNS-1123 label (lower-case letters, digits, '-')");
+  }
+  if (!IsDns1123Subdomain(name)) {
+    return absl::InvalidArgumentError("InferencePool name '" + std::string(name) +
+                                      "': expected a DNS-1123 subdomain (lower-case letters, digits, '-', '.')");
+  }
+  return "/apis/" + std::string(group) + "/" + version + "/namespaces/" + std::string(ns) + "/inferencepools/" +
+         std::string(name);
+}
+
+absl::StatusOr<InferencePool> ParseInferencePool(std::string_view text, std::string_view group,
+                                                 std::string_view source) {
+  EPP_ASSIGN_OR_RETURN(std::string version, InferencePoolVersion(group));
+  Reader r(source);
+  EPP_ASSIGN_OR_RETURN(json doc, r.Parse(text));
+  InferencePool pool;
+  pool.group = std::string(group);
+  EPP_ASSIGN_OR_RETURN(std::string kind, r.String(doc, "kind", "kind", false));
+  if (!kind.empty() && kind != "InferencePool") return r.Error("kind", "expected InferencePool, got " + kind);
+  EPP_ASSIGN_OR_RETURN(std::string api_version, r.String(doc, "apiVersion", "apiVersion", false));
+  const std::string want = std::string(group) + "/" + version;
+  if (!api_version.empty() && api_version != want) {
+    return r.Error("apiVersion", "expected " + want + ", got " + api_version);
+  }
+  EPP_ASSIGN_OR_RETURN(const json* meta, r.Object(doc, "metadata", "metadata", true));
+  EPP_ASSIGN_OR_RETURN(pool.name, r.String(*meta, "name", "metadata.name", false));
+  EPP_ASSIGN_OR_RETURN(pool.ns, r.String(*meta, "namespace", "metadata.namespace", false));
+  EPP_ASSIGN_OR_RETURN(pool.resource_version, r.String(*meta, "resourceVersion", "metadata.resourceVersion", false));
+  EPP_ASSIGN_OR_RETURN(const json* spec, r.Object(doc, "spec", "spec", true));
+
+  if (version == "v1") {
+    EPP_ASSIGN_OR_RETURN(const json* selector, r.Object(*spec, "selector", "spec.selector", true));
+    EPP_ASSIGN_OR_RETURN(pool.selector, r.StringMap(*selector, "matchLabels", "spec.selector.matchLabels"));
+    if (Reader::Member(*selector, "matchExpressions") != nullptr) {
+      return r.Error("spec.selector.matchExpressions", "not supported (InferencePool v1 selects by matchLabels only)");
+    }
+    if (pool.selector.empty()) return r.Error("spec.selector.matchLabels", "missing or empty");
+    const json* ports = Reader::Member(*spec, "targetPorts");
+    if (ports == nullptr) return r.Error("spec.targetPorts", "missing");
+    if (!ports->is_array()) return r.WrongType("spec.targetPorts", "an array", *ports);
+    for (size_t i = 0; i < ports->size(); ++i) {
+      const std::string path = "spec.targetPorts[" + std::to_string(i) + "]";
+      const json& p = (*ports)[i];
+      if (!p.is_object()) return r.WrongType(path, "an object", p);
+      const json* number = Reader::Member(p, "number");
+      if (number == nullptr) return r.Error(path + ".number", "missing");
+      EPP_ASSIGN_OR_RETURN(int port, r.Port(*number, path + ".number"));
+      if (std::find(pool.target_ports.begin(), pool.target_ports.end(), port) != pool.target_ports.end()) {
+        return r.Error(path + ".number", "duplicate port " + std::to_string(port));
+      }
+      pool.target_ports.push_back(port);
+    }
+    if (pool.target_ports.empty() || pool.target_ports.size() > 8) {
+      return r.Error("spec.targetPorts", "expected 1 to 8 ports, got " + std::to_string(pool.target_ports.size()));
+    }
+  } else {
+    EPP_ASSIGN_OR_RETURN(pool.selector, r.StringMap(*spec, "selector", "spec.selector"));
+    if (pool.selector.empty()) return r.Error("spec.selector", "missing or empty");
+    const json* number = Reader::Member(*spec, "targetPortNumber");
+    if (number == nullptr) return r.Error("spec.targetPortNumber", "missing");
+    EPP_ASSIGN_OR_RETURN(int port, r.Port(*number, "spec.targetPortNumber"));
+    pool.target_ports.push_back(port);
+  }
+  return pool;
+}
+
+std::string LabelSelectorQuery(const std::map<std::string, std::string>& selector) {
+  std::string plain;
+  for (const auto& [k, v] : selector) plain += (plain.empty() ? "" : ",") + k + "=" + v;
+  return UrlEncode(plain);
+}
+
+std::string PodListPath(const InferencePool& pool) {
+  return "/api/v1/namespaces/" + pool.ns + "/pods?labelSelector=" + LabelSelectorQuery(pool.selector);
+}
+
+absl::StatusOr<std::vector<EndpointSpec>> ParsePodListEndpoints(std::string_view text, const InferencePool& pool,
+                                                                std::string_view source) {
+  Reader r(source);
+  EPP_ASSIGN_OR_RETURN(json doc, r.Parse(text));
+  EPP_ASSIGN_OR_RETURN(std::string kind, r.String(doc, "kind", "kind", false));
+  if (!kind.empty() && kind != "PodList") return r.Error("kind", "expected PodList, got " + kind);
+  const json* items = Reader::Member(doc, "items");
+  struct Found {
+    std::string name;
+    int port;
+    EndpointSpec spec;
+  };
+  std::vector<Found> found;
+  std::set<std::string> ips;
+  if (items != nullptr) {
+    if (!items->is_array()) return r.WrongType("items", "an array", *items);
+    for (size_t i = 0; i < items->size(); ++i) {
+      const std::string at = "items[" + std::to_string(i) + "]";
+      const json& pod = (*items)[i];
+      if (!pod.is_object()) return r.WrongType(at, "an object", pod);
+      EPP_ASSIGN_OR_RETURN(const json* meta, r.Object(pod, "metadata", at + ".metadata", true));
+      EPP_ASSIGN_OR_RETURN(std::string name, r.String(*meta, "name", at + ".metadata.name", true));
+      EPP_ASSIGN_OR_RETURN(std::string ns, r.String(*meta, "namespace", at + ".metadata.namespace", false));
+      EPP_ASSIGN_OR_RETURN(auto labels, r.StringMap(*meta, "labels", at + ".metadata.labels"));
+      EPP_ASSIGN_OR_RETURN(auto annotations, r.StringMap(*meta, "annotations", at + ".metadata.annotations"));
+      EPP_ASSIGN_OR_RETURN(std::string deleting,
+                           r.String(*meta, "deletionTimestamp", at + ".metadata.deletionTimestamp", false));
+      EPP_ASSIGN_OR_RETURN(const json* status, r.Object(pod, "status", at + ".status", false));
+      if (status == nullptr) continue;  // not scheduled yet
+      EPP_ASSIGN_OR_RETURN(std::string ip, r.String(*status, "podIP", at + ".status.podIP", false));
+      bool ready = false;
+      if (const json* conds = Reader::Member(*status, "conditions"); conds != nullptr) {
+        if (!conds->is_array()) return r.WrongType(at + ".status.conditions", "an array", *conds);
+        for (size_t c = 0; c < conds->size(); ++c) {
+          const std::string cat = at + ".status.conditions[" + std::to_string(c) + "]";
+          const json& cond = (*conds)[c];
+          if (!cond.is_object()) return r.WrongType(cat, "an object", cond);
+          EPP_ASSIGN_OR_RETURN(std::string type, r.String(cond, "type", cat + ".type", true));
+          EPP_ASSIGN_OR_RETURN(std::string value, r.String(cond, "status", cat + ".status", true));
+          if (type == "Ready") ready = value == "True";
+        }
+      }
+      if (ip.empty() || !ready || !deleting.empty()) continue;
+      if (!ips.insert(ip).second) continue;  // hostNetwork Pods on one node share an IP
+      // Selector re-checked: a server that ignores labelSelector must not widen the pool.
+      bool selected = true;
+      for (const auto& [k, v] : pool.selector) {
+        auto it = labels.find(k);
+        if (it == labels.end() || it->second != v) selected = false;
+      }
+      if (!selected) continue;
+      std::set<int> active;
+      bool restrict = false;
+      if (auto a = annotations.find(std::string(kActivePortsAnnotation)); a != annotations.end()) {
+        restrict = true;
+        active = ParsePortList(a->second);
+      }
+      std::string engine;
+      if (auto e = labels.find(std::string(kEngineTypeLabel)); e != labels.end() && KnownEngine(e->second)) {
+        engine = e->second;
+      }
+      const std::string host = ip.find(':') != std::string::npos ? "[" + ip + "]" : ip;
+      for (int port : pool.target_ports) {
+        if (restrict && !active.count(port)) continue;
+        EndpointSpec spec;
+        spec.address = host + ":" + std::to_string(port);
+        if (!ValidateEndpointAddress(spec.address).ok()) {
+          return r.Error(at + ".status.podIP", "'" + ip + "' is not an IP address");
+        }
+        spec.labels = labels;
+        spec.engine = engine;
+        spec.origin = "pod " + (ns.empty() ? pool.ns : ns) + "/" + name;
+        found.push_back({name, port, std::move(spec)});
+      }
+    }
+  }
+  std::sort(found.begin(), found.end(),
+            [](const Found& a, const Found& b) { return a.name != b.name ? a.name < b.name : a.port < b.port; });
+  std::vector<EndpointSpec> out;
+  out.reserve(found.size());
+  for (Found& f : found) out.push_back(std::move(f.spec));
+  return out;
+}
+
+KubeClient::KubeClient(KubeClientOptions options) : options_(std::move(options)) {}
+KubeClient::~KubeClient() = default;
+
+absl::StatusOr<std::unique_ptr<KubeClient>> KubeClient::Create(KubeClientOptions options) {
+  EPP_ASSIGN_OR_RETURN(KubeClientOptions resolved, ResolveKubeClientOptions(std::move(options)));
+  return std::unique_ptr<KubeClient>(new KubeClient(std::move(resolved)));
+}
+
+absl::StatusOr<std::string> KubeClient::Token() {
+  if (options_.token_file.empty()) return std::string();
+  const auto now = std::chrono::steady_clock::now();
+  if (!token_read_ || now - token_time_ >= options_.token_reload) {
+    bool ok = true;
+    std::string token = Trim(ReadSmallFile(options_.token_file, &ok));
+    if (!ok) {
+      // A rotation in progress: keep the token read last, if any.
+      if (!token_read_) return absl::UnavailableError("Kubernetes token file " + options_.token_file + " cannot be read");
+    } else {
+      token_ = std::move(token);
+      token_read_ = true;
+      token_time_ = now;
+    }
+  }
+  return token_;
+}
+
+absl::StatusOr<std::string> KubeClient::Get(std::string_view path_and_query) {
+  HttpRequest req;
+  req.url = options_.api_server + std::string(path_and_query);
+  req.timeout = options_.timeout;
+  req.insecure = options_.insecure_skip_verify;
+  req.ca_file = options_.ca_file;
+  req.max_body_bytes = size_t{64} << 20;
+  req.headers.push_back("Accept: application/json");
+  EPP_ASSIGN_OR_RETURN(std::string token, Token());
+  if (!token.empty()) req.headers.push_back("Authorization: Bearer " + token);
+  std::vector<absl::StatusOr<HttpResponse>> got = http_.FetchAll(std::span<const HttpRequest>(&req, 1));
+  if (!got.front().ok()) return got.front().status();
+  HttpResponse& resp = *got.front();
+  if (resp.status >= 200 && resp.status < 300) return std::move(resp.body);
+  if (resp.status == 401) token_read_ = false;  // re-read the token on the next call
+  // Kubernetes answers errors with a Status object: {"kind":"Status","reason":"Forbidden","message":...}.
+  std::string what = "GET " + req.url + ": HTTP " + std::to_string(resp.status);
+  json status = json::parse(resp.body, nullptr, false);
+  if (!status.is_discarded() && status.is_object()) {
+    if (auto it = status.find("reason"); it != status.end() && it->is_string()) {
+      what += " (" + it->get<std::string>() + ")";
+    }
+    if (auto it = status.find("message"); it != status.end() && it->is_string()) {
+      what += ": " + it->get<std::string>();
+    }
+  } else if (!resp.body.empty()) {
+    what += ": " + resp.body.substr(0, 200);
+    while (!what.empty() && (what.back() == '\n' || what.back() == '\r')) what.pop_back();
+  }
+  if (resp.status == 401) what += " (is the token valid? --kube-token-file)";
+  if (resp.status == 403) what += " (does the ServiceAccount's Role grant get/list on this resource?)";
+  return StatusForHttp(resp.status, what);
+}
+
+absl::StatusOr<InferencePool> KubeClient::GetInferencePool(std::string_view group, std::string_view ns,
+                                                           std::string_view name) {
+  EPP_ASSIGN_OR_RETURN(std::string path, InferencePoolPath(group, ns, name));
+  EPP_ASSIGN_OR_RETURN(std::string body, Get(path));
+  EPP_ASSIGN_OR_RETURN(InferencePool pool, ParseInferencePool(body, group, "GET " + options_.api_server + path));
+  pool.ns = std::string(ns);
+  if (pool.name.empty()) pool.name = std::string(name);
+  return pool;
+}
+
+absl::StatusOr<std::vector<EndpointSpec>> KubeClient::ListPoolEndpoints(const InferencePool& pool) {
+  const std::string path = PodListPath(pool);
+  EPP_ASSIGN_OR_RETURN(std::string body, Get(path));
+  return ParsePodListEndpoints(body, pool, "GET " + options_.api_server + path);
+}
+
+}  // namespace epp
