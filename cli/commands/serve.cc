@@ -25,6 +25,7 @@
 #include "commands/serve_pool.h"
 #include "epp/config.h"
 #include "epp/endpoints.h"
+#include "epp/kube.h"
 #include "epp/params.h"
 #include "epp/registry.h"
 #include "epp/scheduler.h"
@@ -129,6 +130,26 @@ int WaitSignal(const sigset_t& set, std::chrono::milliseconds timeout) {
   }
 }
 
+// --pool-name without --endpoints: the pool's Ready Pods, read through the Kubernetes API.
+absl::StatusOr<std::optional<ServePoolDiscovery>> PoolDiscovery(const ServeOptions& o) {
+  if (!o.pool_name_given || !o.endpoints_file.empty()) return std::optional<ServePoolDiscovery>();
+  ServePoolDiscovery d;
+  d.name = o.pool_name;
+  d.group = o.pool_group;
+  d.ns = o.pool_namespace;
+  if (const char* env = std::getenv("NAMESPACE"); d.ns.empty() && env != nullptr) d.ns = env;  // as GIE's EPP
+  if (d.ns.empty()) d.ns = epp::InClusterNamespace();
+  if (d.ns.empty()) d.ns = "default";
+  EPP_RETURN_IF_ERROR(epp::InferencePoolPath(d.group, d.ns, d.name).status());
+  EPP_ASSIGN_OR_RETURN(int64_t us, FlagDuration("--pool-resync-interval", o.pool_resync_interval, false));
+  d.interval = std::chrono::microseconds(us);
+  d.kube.api_server = o.kube_api_server;
+  d.kube.token_file = o.kube_token_file;
+  d.kube.ca_file = o.kube_ca_file;
+  d.kube.insecure_skip_verify = o.kube_insecure_skip_verify;
+  return std::optional<ServePoolDiscovery>(std::move(d));
+}
+
 const char* SignalName(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal"; }
 
 }  // namespace
@@ -190,10 +211,32 @@ void SetupServeCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--seed", o->seed, "Seed for tie-breaks and random pickers")->capture_default_str();
   cmd->add_option("--ready-file", o->ready_file,
                   "Once serving, write the bound ports here as JSON {\"grpc\":..,\"health\":..,\"metrics\":..}");
-  cmd->add_option("--pool-name", o->pool_name, "`name` label of the GIE-compatible inference_pool_* metrics")
+  CLI::Option* pool_name =
+      cmd->add_option("--pool-name", o->pool_name,
+                      "InferencePool whose Ready Pods are the endpoints (not with --endpoints: then only the "
+                      "metrics label); `name` label of the inference_pool_* metrics")
+          ->capture_default_str();
+  cmd->add_option("--pool-namespace", o->pool_namespace,
+                  "Namespace of the InferencePool (default: $NAMESPACE, else this Pod's namespace, else default)");
+  cmd->add_option("--pool-group", o->pool_group,
+                  "InferencePool API group: inference.networking.k8s.io (v1) or inference.networking.x-k8s.io "
+                  "(v1alpha2)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({std::string(epp::kInferencePoolGroupV1), std::string(epp::kInferencePoolGroupV1Alpha2)}));
+  cmd->add_option("--pool-resync-interval", o->pool_resync_interval,
+                  "How often the InferencePool and its Pods are listed (Go duration; no watch)")
       ->capture_default_str();
-  cmd->callback([o, staleness, &exit_code] {
+  cmd->add_option("--kube-api-server", o->kube_api_server,
+                  "Kubernetes API server URL, http(s)://HOST:PORT (default: in-cluster configuration)");
+  cmd->add_option("--kube-token-file", o->kube_token_file,
+                  "Bearer token file, re-read every minute (default in cluster: the service account token)");
+  cmd->add_option("--kube-ca-file", o->kube_ca_file,
+                  "CA bundle verifying the API server (default in cluster: the service account ca.crt)");
+  cmd->add_flag("--kube-insecure-skip-verify", o->kube_insecure_skip_verify,
+                "Do not verify the API server's TLS certificate");
+  cmd->callback([o, staleness, pool_name, &exit_code] {
     o->staleness_given = staleness->count() > 0;
+    o->pool_name_given = pool_name->count() > 0;
     exit_code = RunServe(*o);
   });
 }
@@ -219,6 +262,8 @@ int RunServe(const ServeOptions& o) {
   if (!drain.ok()) return fail(drain.status());
   auto shutdown_delay = FlagDuration("--shutdown-delay", o.shutdown_delay, true);
   if (!shutdown_delay.ok()) return fail(shutdown_delay.status());
+  auto discovery = PoolDiscovery(o);
+  if (!discovery.ok()) return fail(discovery.status());
   epp::ExtProcServerOptions server_options;
   server_options.session.max_request_bytes = o.max_request_bytes;
   server_options.session.ignore_subset_hint = o.disable_subset_filter;
@@ -285,6 +330,10 @@ int RunServe(const ServeOptions& o) {
   pool_options.resolve.check.engine = o.engine;
   pool_options.resolve.check.timeout = std::chrono::milliseconds(std::max<int64_t>(1, *scrape_timeout / 1000));
   pool_options.interval = std::chrono::microseconds(*interval);
+  pool_options.discovery = *discovery;
+  if (o.pool_name_given && !o.endpoints_file.empty())
+    log.Info("--pool-name " + o.pool_name + " with --endpoints: the endpoints come from the file; the InferencePool "
+             "is not read (--pool-name names the metrics only)");
   auto pool = ServePool::Create(std::move(pool_options), **scheduler, snapshot, log);
   if (!pool.ok()) return fail(pool.status());
 
@@ -334,6 +383,9 @@ int RunServe(const ServeOptions& o) {
       return fail(s);
   }
   std::string source = o.endpoints_file.empty() ? "" : o.endpoints_file + " (watched)";
+  if (*discovery)
+    source = "inferencepool " + (*discovery)->ns + "/" + (*discovery)->name + " (" + (*discovery)->group +
+             ", Pods listed every " + HumanDuration((*discovery)->interval.count()) + ")";
   if (!o.endpoints.empty())
     source += (source.empty() ? "" : " + ") + std::to_string(o.endpoints.size()) + " --endpoint flag" +
               (o.endpoints.size() > 1 ? "s" : "");

@@ -2,7 +2,8 @@
 //
 // ext_proc gRPC on --grpc-port (TLS by default), grpc.health.v1 on --grpc-health-port
 // (plaintext), Prometheus /metrics and /healthz on --metrics-port; one thread keeps the endpoints'
-// metrics fresh and reloads the endpoints file when it changes. SIGTERM/SIGINT: readiness goes
+// metrics fresh and reloads the endpoints file when it changes, or (--pool-name) another lists
+// the InferencePool's Ready Pods every --pool-resync-interval. SIGTERM/SIGINT: readiness goes
 // NOT_SERVING, open streams get --drain-timeout to finish, exit 0.
 #pragma once
 
@@ -40,7 +41,17 @@ struct ServeOptions {
   bool disable_subset_filter = false;
   uint64_t seed = 0;
   std::string ready_file;
+  // --pool-name: the InferencePool whose Ready Pods are the endpoints (unless --endpoints is
+  // given) and the `name` label of the inference_pool_* metrics.
   std::string pool_name = "default";
+  bool pool_name_given = false;  // set by the command: discovery only when the flag is given
+  std::string pool_namespace;    // empty: $NAMESPACE, the Pod's namespace, else "default"
+  std::string pool_group = "inference.networking.k8s.io";
+  std::string pool_resync_interval = "2s";
+  std::string kube_api_server;  // empty: in cluster
+  std::string kube_token_file;
+  std::string kube_ca_file;
+  bool kube_insecure_skip_verify = false;
 };
 
 void SetupServeCommand(CLI::App& app, int& exit_code);

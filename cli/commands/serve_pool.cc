@@ -44,7 +44,8 @@ absl::StatusOr<std::vector<epp::EndpointSpec>> ServePool::LoadSpecs() const {
   }
   specs.insert(specs.end(), options_.flag_specs.begin(), options_.flag_specs.end());
   if (specs.empty())
-    return absl::InvalidArgumentError("no endpoints: give --endpoints FILE or --endpoint ADDR[=METRICS]");
+    return absl::InvalidArgumentError(
+        "no endpoints: give --pool-name NAME, --endpoints FILE or --endpoint ADDR[=METRICS]");
   EPP_RETURN_IF_ERROR(epp::ValidateEndpointSpecs(specs));
   return specs;
 }
@@ -57,9 +58,53 @@ epp::ResolveOptions ServePool::Resolve() {
   return r;
 }
 
+std::string ServePool::PoolName() const {
+  return "inferencepool " + options_.discovery->ns + "/" + options_.discovery->name;
+}
+
+absl::StatusOr<std::vector<epp::EndpointSpec>> ServePool::Discover() {
+  const ServePoolDiscovery& d = *options_.discovery;
+  // The pool is read each time: its selector and targetPorts may change.
+  EPP_ASSIGN_OR_RETURN(epp::InferencePool pool, kube_->GetInferencePool(d.group, d.ns, d.name));
+  return kube_->ListPoolEndpoints(pool);
+}
+
+absl::StatusOr<std::vector<epp::EndpointSpec>> ServePool::WithFlags(std::vector<epp::EndpointSpec> discovered) const {
+  std::set<std::string> flagged;
+  for (const epp::EndpointSpec& s : options_.flag_specs) flagged.insert(s.address);
+  std::vector<epp::EndpointSpec> specs;
+  for (epp::EndpointSpec& s : discovered)
+    if (!flagged.count(s.address)) specs.push_back(std::move(s));
+  specs.insert(specs.end(), options_.flag_specs.begin(), options_.flag_specs.end());
+  EPP_RETURN_IF_ERROR(epp::ValidateEndpointSpecs(specs));
+  return specs;
+}
+
 absl::StatusOr<std::unique_ptr<ServePool>> ServePool::Create(ServePoolOptions options, const epp::Scheduler& scheduler,
                                                              epp::EndpointSnapshot& snapshot, const ServeLog& log) {
   std::unique_ptr<ServePool> pool(new ServePool(std::move(options), scheduler, snapshot, log));
+  if (pool->options_.discovery) {
+    if (!pool->options_.endpoints_file.empty())
+      return absl::InvalidArgumentError("pool discovery and an endpoints file cannot be combined");
+    auto kube = epp::KubeClient::Create(pool->options_.discovery->kube);
+    if (!kube.ok()) return absl::Status(kube.status().code(), "pool discovery: " + std::string(kube.status().message()));
+    pool->kube_ = *std::move(kube);
+    auto discovered = pool->Discover();
+    if (!discovered.ok()) {
+      return absl::Status(discovered.status().code(),
+                          pool->PoolName() + ": " + std::string(discovered.status().message()));
+    }
+    pool->discovered_ = *discovered;
+    EPP_ASSIGN_OR_RETURN(std::vector<epp::EndpointSpec> specs, pool->WithFlags(*std::move(discovered)));
+    if (specs.empty()) log.Warn(pool->PoolName() + " has no Ready Pods yet: every pick is answered 503 until one is");
+    EPP_ASSIGN_OR_RETURN(std::vector<epp::Endpoint> endpoints, epp::ResolveEndpoints(specs, pool->Resolve()));
+    {
+      std::lock_guard<std::mutex> lock(pool->mu_);
+      pool->counters_.discovery_ok++;
+    }
+    pool->Install(std::move(specs), std::move(endpoints));
+    return pool;
+  }
   // Stat before reading, so that a change made while loading is seen on the first poll.
   if (!pool->options_.endpoints_file.empty()) pool->applied_ = Stat(pool->options_.endpoints_file);
   EPP_ASSIGN_OR_RETURN(std::vector<epp::EndpointSpec> specs, pool->LoadSpecs());
@@ -135,6 +180,7 @@ void ServePool::Track(size_t i, bool read) {
 void ServePool::Start() {
   if (thread_.joinable()) return;
   thread_ = std::thread([this] { Run(); });
+  if (options_.discovery) discovery_thread_ = std::thread([this] { RunDiscovery(); });
 }
 
 void ServePool::Stop() {
@@ -144,6 +190,40 @@ void ServePool::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // At most one API request (KubeClientOptions::timeout) late.
+  if (discovery_thread_.joinable()) discovery_thread_.join();
+}
+
+void ServePool::RunDiscovery() {
+  using Clock = std::chrono::steady_clock;
+  auto next = Clock::now() + options_.discovery->interval;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_until(lock, next, [this] { return stop_; })) return;
+    }
+    absl::StatusOr<std::vector<epp::EndpointSpec>> specs = Discover();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      (specs.ok() ? counters_.discovery_ok : counters_.discovery_errors)++;
+      if (specs.ok() && *specs != discovered_) discovered_pending_ = *specs;  // the newest list wins
+    }
+    if (!specs.ok()) {
+      const std::string message(specs.status().message());
+      if (message != discovery_state_) {
+        log_.Error(PoolName() + ": discovery failed: " + message + "; keeping the endpoints in use");
+        discovery_state_ = message;
+      } else if (log_.Enabled(LogLevel::kDebug)) {
+        log_.Debug(PoolName() + ": discovery failed again: " + message);
+      }
+    } else {
+      if (!discovery_state_.empty()) log_.Info(PoolName() + ": discovery works again");
+      discovery_state_.clear();
+      discovered_ = *std::move(specs);
+    }
+    next += options_.discovery->interval;
+    if (next < Clock::now()) next = Clock::now();
+  }
 }
 
 ServePoolCounters ServePool::counters() const {
@@ -190,6 +270,15 @@ void ServePool::Refresh() {
 }
 
 void ServePool::MaybeReload() {
+  if (options_.discovery) {
+    std::optional<std::vector<epp::EndpointSpec>> discovered;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      discovered.swap(discovered_pending_);
+    }
+    if (discovered) Replace(WithFlags(*std::move(discovered)), PoolName());
+    return;
+  }
   if (options_.endpoints_file.empty()) return;
   const FileSig sig = Stat(options_.endpoints_file);
   if (sig == applied_) {
@@ -210,9 +299,10 @@ void ServePool::MaybeReload() {
   Reload();
 }
 
-void ServePool::Reload() {
+void ServePool::Reload() { Replace(LoadSpecs(), "endpoints file " + options_.endpoints_file); }
+
+void ServePool::Replace(absl::StatusOr<std::vector<epp::EndpointSpec>> specs, const std::string& source) {
   const std::string keep = "; keeping the " + std::to_string(endpoints_.size()) + " endpoints in use";
-  absl::StatusOr<std::vector<epp::EndpointSpec>> specs = LoadSpecs();
   absl::StatusOr<std::vector<epp::Endpoint>> endpoints =
       specs.ok() ? epp::ResolveEndpoints(*specs, Resolve())
                  : absl::StatusOr<std::vector<epp::Endpoint>>(specs.status());
@@ -221,8 +311,7 @@ void ServePool::Reload() {
       std::lock_guard<std::mutex> lock(mu_);
       counters_.reloads_failed++;
     }
-    log_.Error("endpoints file " + options_.endpoints_file +
-               " not loaded: " + std::string(endpoints.status().message()) + keep);
+    log_.Error(source + " not loaded: " + std::string(endpoints.status().message()) + keep);
     return;
   }
   std::set<std::string> before, after;
@@ -238,9 +327,8 @@ void ServePool::Reload() {
     std::lock_guard<std::mutex> lock(mu_);
     counters_.reloads_ok++;
   }
-  log_.Info("endpoints file " + options_.endpoints_file + " reloaded: " + std::to_string(endpoints_.size()) +
-            " endpoints; added: " + (added.empty() ? "none" : added) +
-            "; removed: " + (removed.empty() ? "none" : removed));
+  log_.Info(source + " reloaded: " + std::to_string(endpoints_.size()) + " endpoints; added: " +
+            (added.empty() ? "none" : added) + "; removed: " + (removed.empty() ? "none" : removed));
 }
 
 }  // namespace eppctl

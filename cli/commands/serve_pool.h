@@ -13,6 +13,12 @@
 // and resolved before it replaces the old one; endpoints that left are forgotten by the
 // scheduler (prefix index, in-flight counters). A file that does not load keeps the old set and
 // is logged once.
+//
+// With discovery (eppctl serve --pool-name), the endpoints are the Ready Pods of an InferencePool
+// instead (epp/kube.h), plus the --endpoint flags. A second thread reads the pool and lists its
+// Pods every discovery interval (no watch) and hands a changed list to the scrape thread, which
+// installs it exactly as a reloaded file. A discovery error keeps the set in use and is logged
+// once (again at debug level); picks never wait for discovery.
 #pragma once
 
 #include <sys/types.h>
@@ -33,15 +39,28 @@
 #include "epp/endpoints.h"
 #include "epp/extproc.h"
 #include "epp/http.h"
+#include "epp/kube.h"
 #include "epp/scheduler.h"
 
 namespace eppctl {
+
+// Where discovery finds the pool (serve's --pool-* and --kube-* flags).
+struct ServePoolDiscovery {
+  std::string group = std::string(epp::kInferencePoolGroupV1);
+  std::string ns;
+  std::string name;
+  epp::KubeClientOptions kube;
+  std::chrono::microseconds interval{2000000};  // between two lists of the pool's Pods
+};
 
 struct ServePoolOptions {
   std::string endpoints_file;                 // empty: only flag endpoints, nothing to watch
   std::vector<epp::EndpointSpec> flag_specs;  // --endpoint values, appended after the file's
   epp::ResolveOptions resolve;                // check settings; clock and http_client are the pool's
   std::chrono::microseconds interval{50000};
+  // Set: the endpoints are the pool's Ready Pods followed by flag_specs (a flag naming a
+  // discovered address replaces it); endpoints_file must be empty. An empty pool is allowed.
+  std::optional<ServePoolDiscovery> discovery;
 };
 
 // Counters for /metrics.
@@ -51,6 +70,9 @@ struct ServePoolCounters {
   int64_t reloads_failed = 0;
   double last_scrape_seconds = 0;
   std::map<std::string, int64_t> scrape_errors;  // per current endpoint address, cumulative
+  // Discovery: pool reads that succeeded / failed (a failed one keeps the set in use).
+  int64_t discovery_ok = 0;
+  int64_t discovery_errors = 0;
 };
 
 class ServePool {
@@ -82,6 +104,11 @@ class ServePool {
   ServePool(ServePoolOptions options, const epp::Scheduler& scheduler, epp::EndpointSnapshot& snapshot,
             const ServeLog& log);
   absl::StatusOr<std::vector<epp::EndpointSpec>> LoadSpecs() const;
+  // Discovery: the pool's Pods now (kube_, one thread at a time), and those merged with the flags.
+  absl::StatusOr<std::vector<epp::EndpointSpec>> Discover();
+  absl::StatusOr<std::vector<epp::EndpointSpec>> WithFlags(std::vector<epp::EndpointSpec> discovered) const;
+  std::string PoolName() const;  // "inferencepool NS/NAME"
+  void RunDiscovery();           // the discovery thread
   epp::ResolveOptions Resolve();
   // Installs a resolved set (initial load or reload): snapshot, counters, forgotten endpoints.
   void Install(std::vector<epp::EndpointSpec> specs, std::vector<epp::Endpoint> endpoints);
@@ -89,6 +116,9 @@ class ServePool {
   void Refresh();
   void MaybeReload();
   void Reload();
+  // Installs `specs` (resolved here) in place of the current set, or logs why not; `source`
+  // names where they came from in the log.
+  void Replace(absl::StatusOr<std::vector<epp::EndpointSpec>> specs, const std::string& source);
   // Logs state changes of endpoint i's metrics (unreadable, partial, recovered); `read` = this
   // round produced metrics.
   void Track(size_t i, bool read);
@@ -106,8 +136,15 @@ class ServePool {
   FileSig applied_;                      // the file as last loaded (or rejected)
   std::optional<FileSig> pending_;       // a change seen once, waiting to settle
 
+  // Discovery.
+  std::unique_ptr<epp::KubeClient> kube_;          // discovery thread only (and Create)
+  std::vector<epp::EndpointSpec> discovered_;      // discovery thread: the list last handed over
+  std::string discovery_state_;                    // discovery thread: the error last logged, "" = fine
+  std::optional<std::vector<epp::EndpointSpec>> discovered_pending_;  // guarded by mu_
+  std::thread discovery_thread_;
+
   std::atomic<size_t> size_{0};
-  mutable std::mutex mu_;  // guards counters_ and stop_
+  mutable std::mutex mu_;  // guards counters_, stop_ and discovered_pending_
   ServePoolCounters counters_;
   bool stop_ = false;
   std::condition_variable cv_;

@@ -234,9 +234,11 @@ def test_deployment_args_name_files_the_configmaps_provide(manifests: Dict[Tuple
     args = container["args"]
     assert args[0] == "serve"
     volumes = {v["name"]: v for v in pod["volumes"]}
+    assert flag_value(args, "--config"), "--config missing from the Deployment's args"
     for flag in ("--config", "--endpoints"):
         path = flag_value(args, flag)
-        assert path, f"{flag} missing from the Deployment's args"
+        if path is None:
+            continue
         mounts = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"].rstrip("/") + "/")]
         assert len(mounts) == 1, f"{path} is under no (or several) volume mounts"
         assert "subPath" not in mounts[0], "subPath mounts never see ConfigMap updates"
@@ -246,7 +248,6 @@ def test_deployment_args_name_files_the_configmaps_provide(manifests: Dict[Tuple
         name, key = provided[relative]
         assert key in manifests[("ConfigMap", name)]["data"], f"ConfigMap {name} has no key {key}"
     assert flag_value(args, "--config") == "/etc/epp/config.yaml"
-    assert flag_value(args, "--endpoints") == "/etc/epp/endpoints.yaml"
 
 
 def configmap_document(manifests: Dict[Tuple[str, str], Dict[str, Any]], flag: str) -> Dict[str, Any]:
@@ -274,14 +275,40 @@ def test_configmap_holds_an_endpoint_picker_config(manifests: Dict[Tuple[str, st
             assert ref["pluginRef"] in names
 
 
-def test_configmap_endpoints_use_the_pool_target_port(manifests: Dict[Tuple[str, str], Dict[str, Any]]) -> None:
-    endpoints = configmap_document(manifests, "--endpoints")["endpoints"]
-    assert endpoints, "an empty endpoints list is rejected by serve"
-    ports = {p["number"] for p in one(manifests, "InferencePool")["spec"]["targetPorts"]}
-    for entry in endpoints:
-        address = entry["address"] if isinstance(entry, dict) else entry
-        host, _, port = address.rpartition(":")
-        assert host and int(port) in ports, f"{address} is not on a target port {sorted(ports)}"
+def test_pool_discovery_names_the_inference_pool(manifests: Dict[Tuple[str, str], Dict[str, Any]]) -> None:
+    container = epp_container(manifests)
+    args = container["args"]
+    pool = one(manifests, "InferencePool")
+    assert flag_value(args, "--pool-name") == pool["metadata"]["name"]
+    # With --endpoints the pool would not be read (docs/serve.md).
+    assert flag_value(args, "--endpoints") is None
+    assert ("ConfigMap", "epp-endpoints") not in manifests
+    group = pool["apiVersion"].split("/")[0]
+    assert flag_value(args, "--pool-group") in (None, group)
+    # The pool is in the picker's namespace: --pool-namespace from the downward API.
+    assert flag_value(args, "--pool-namespace") == "$(NAMESPACE)"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    # In-cluster API access: the ServiceAccount's token must be mounted.
+    spec = one(manifests, "Deployment")["spec"]["template"]["spec"]
+    assert spec.get("automountServiceAccountToken", True) is True
+    assert manifests[("ServiceAccount", spec["serviceAccountName"])].get("automountServiceAccountToken", True)
+    binding = one(manifests, "RoleBinding")
+    rules = {(g, r): set(rule["verbs"]) for rule in manifests[("Role", binding["roleRef"]["name"])]["rules"]
+             for g in rule["apiGroups"] for r in rule["resources"]}
+    assert {"get", "list"} <= rules[(group, "inferencepools")]
+    assert {"get", "list"} <= rules[("", "pods")]
+
+
+def test_deployment_flags_are_known_to_eppctl_serve(manifests: Dict[Tuple[str, str], Dict[str, Any]]) -> None:
+    eppctl = Path(os.environ.get("EPPCTL") or Path(os.environ.get("EPP_BUILD_DIR", SOURCE_DIR / "build")) / "cli" / "eppctl")
+    if not eppctl.is_file():
+        pytest.skip(f"{eppctl} not built")
+    help_text = subprocess.run([str(eppctl), "serve", "--help"], capture_output=True, text=True, timeout=60).stdout
+    flags = {a.split("=", 1)[0] for a in epp_container(manifests)["args"] if a.startswith("--")}
+    assert "--pool-name" in flags
+    for flag in sorted(flags):
+        assert re.search(rf"(^|[\s,]){re.escape(flag)}\b", help_text), f"eppctl serve has no {flag}"
 
 
 def test_configmap_config_is_valid_for_eppctl(manifests: Dict[Tuple[str, str], Dict[str, Any]], tmp_path: Path) -> None:

@@ -1,0 +1,278 @@
+"""`eppctl serve --pool-name`: endpoints discovered from an InferencePool's Pods.
+
+A small Python http.server on 127.0.0.1 plays the Kubernetes API server (InferencePool and PodList
+JSON written here); the Pods' IPs are 127.0.0.2 and 127.0.0.3 (Linux routes all of 127/8 to
+loopback) where `eppctl sim` servers listen on one port, the pool's target port. Every wait is
+bounded.
+"""
+import http.server
+import json
+import re
+import subprocess
+import threading
+import time
+import urllib.parse
+
+import pytest
+
+from test_eppctl_serve import Serve, ROOT, chat_body, destination, pick  # noqa: F401
+import extproc_wire as wire
+
+NS = "ns1"
+POOL = "llama"
+V1 = "inference.networking.k8s.io"
+V1ALPHA2 = "inference.networking.x-k8s.io"
+
+
+def pod(name, ip, ready=True, deleting=False, labels=None):
+    meta = {"name": name, "namespace": NS, "labels": labels or {"app": "vllm"}}
+    if deleting:
+        meta["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    return {"metadata": meta,
+            "status": {"phase": "Running", "podIP": ip,
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def pool_object(group, port):
+    if group == V1:
+        spec = {"selector": {"matchLabels": {"app": "vllm"}}, "targetPorts": [{"number": port}],
+                "endpointPickerRef": {"name": "epp", "port": {"number": 9002}}}
+        version = "v1"
+    else:
+        spec = {"selector": {"app": "vllm"}, "targetPortNumber": port, "extensionRef": {"name": "epp"}}
+        version = "v1alpha2"
+    return {"apiVersion": "%s/%s" % (group, version), "kind": "InferencePool",
+            "metadata": {"name": POOL, "namespace": NS, "resourceVersion": "1"}, "spec": spec}
+
+
+class FakeApiServer:
+    """Answers GET for one InferencePool and the Pods of NS; `fail` makes every answer that status."""
+
+    def __init__(self, group, port):
+        self.lock = threading.Lock()
+        self.group = group
+        self.pool = pool_object(group, port)
+        self.pods = []
+        self.fail = None
+        self.requests = []  # (path, query dict, Authorization)
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                url = urllib.parse.urlsplit(self.path)
+                with outer.lock:
+                    outer.requests.append((url.path, urllib.parse.parse_qs(url.query),
+                                           self.headers.get("Authorization")))
+                    fail = outer.fail
+                    pool_path = "/apis/%s/%s/namespaces/%s/inferencepools/%s" % (
+                        outer.group, outer.pool["apiVersion"].split("/")[1], NS, POOL)
+                    if fail:
+                        status, body = fail, {"kind": "Status", "reason": "InternalError", "message": "etcd is down",
+                                              "code": fail}
+                    elif url.path == pool_path:
+                        status, body = 200, outer.pool
+                    elif url.path == "/api/v1/namespaces/%s/pods" % NS:
+                        status, body = 200, {"kind": "PodList", "apiVersion": "v1", "items": list(outer.pods)}
+                    else:
+                        status, body = 404, {"kind": "Status", "reason": "NotFound", "code": 404,
+                                             "message": "the server could not find the requested resource"}
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def set(self, pods=None, fail=None):
+        with self.lock:
+            if pods is not None:
+                self.pods = pods
+            self.fail = fail
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def start_sim(eppctl_path, host, port):
+    proc = subprocess.Popen([eppctl_path, "sim", "--host", host, "--port", str(port), "--threads", "8"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    m = re.search(r"listening on http://[^:]+:(\d+)", line)
+    if not m:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError("eppctl sim on %s:%s did not start: %s %s" % (host, port, line, proc.stderr.read()))
+    return proc, int(m.group(1))
+
+
+@pytest.fixture
+def pods_on_loopback(eppctl):
+    """Two simulators, on 127.0.0.2:P and 127.0.0.3:P (one target port P for both Pods)."""
+    import os
+    path = os.environ.get("EPPCTL") or str(ROOT / "build" / "cli" / "eppctl")
+    procs = []
+    try:
+        for _ in range(5):  # P free on 127.0.0.2 may be taken on 127.0.0.3: try another
+            a, port = start_sim(path, "127.0.0.2", 0)
+            procs.append(a)
+            try:
+                b, _ = start_sim(path, "127.0.0.3", port)
+            except RuntimeError:
+                continue
+            procs.append(b)
+            yield port
+            return
+        pytest.skip("no port free on both 127.0.0.2 and 127.0.0.3")
+    finally:
+        for p in procs:
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+            p.stderr.close()
+
+
+@pytest.fixture
+def kube_serve(eppctl, tmp_path):
+    import os
+    path = os.environ.get("EPPCTL") or str(ROOT / "build" / "cli" / "eppctl")
+    started = []
+
+    def start(*args):
+        s = Serve(path, tmp_path, list(args))
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.close()
+
+
+def wait_for(pred, what, timeout=15, log=None):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("%s not reached after %s s\n%s" % (what, timeout, log() if log else ""))
+        time.sleep(0.05)
+
+
+def test_pool_pods_are_endpoints_and_a_not_ready_pod_is_dropped(kube_serve, pods_on_loopback, tmp_path):
+    port = pods_on_loopback
+    a, b, c = "127.0.0.2:%d" % port, "127.0.0.3:%d" % port, "127.0.0.4:%d" % port
+    api = FakeApiServer(V1, port)
+    try:
+        api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3"),
+                      pod("vllm-c", "127.0.0.4", ready=False), pod("vllm-d", "127.0.0.5", deleting=True)])
+        token = tmp_path / "token"
+        token.write_text("t0ken\n")
+        s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
+                       "--kube-token-file", token, "--pool-resync-interval", "100ms",
+                       "--refresh-metrics-interval", "50ms", "--scrape-timeout", "2s")
+        assert s.metric("epp_endpoints") == 2
+        s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 0, endpoint=a)
+        s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 0, endpoint=b)
+        assert s.metrics()[("inference_pool_ready_pods", (("name", POOL),))] == 2
+        assert "2 endpoints from inferencepool ns1/llama" in s.log()
+        with api.lock:
+            reqs = list(api.requests)
+        assert reqs[0][0] == "/apis/inference.networking.k8s.io/v1/namespaces/ns1/inferencepools/llama"
+        assert reqs[1][0] == "/api/v1/namespaces/ns1/pods"
+        assert reqs[1][1]["labelSelector"] == ["app=vllm"]
+        assert all(r[2] == "Bearer t0ken" for r in reqs)
+
+        ch = s.channel()
+        first, _ = pick(ch, chat_body(), md=wire.subset_metadata([b]))
+        assert destination(first) == b
+
+        # vllm-b turns not Ready: dropped at the next list; picks for it are 503.
+        api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3", ready=False),
+                      pod("vllm-c", "127.0.0.4", ready=False)])
+        s.wait_metric("epp_endpoints", lambda v: v == 1)
+        assert s.metric("epp_endpoint_waiting_queue_size", endpoint=b) is None
+        wait_for(lambda: "removed: %s" % b in s.log(), "removal logged", log=s.log)
+        first, _ = pick(ch, chat_body(), md=wire.subset_metadata([b]))
+        assert first["immediate"]["status"] == 503
+        first, _ = pick(ch, chat_body())
+        assert destination(first) == a
+
+        # The API server fails: the set in use stays, picks go on, the failure is logged once.
+        api.set(fail=500)
+        wait_for(lambda: "discovery failed" in s.log(), "discovery failure logged", log=s.log)
+        time.sleep(0.5)  # about five more failed lists
+        assert s.log().count("discovery failed") == 1
+        assert "HTTP 500 (InternalError): etcd is down" in s.log()
+        assert s.metric("epp_endpoints") == 1
+        first, _ = pick(ch, chat_body())
+        assert destination(first) == a
+
+        # Back, with vllm-b Ready again and vllm-c Ready (nothing listens there: kept, unreadable).
+        api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3"), pod("vllm-c", "127.0.0.4")])
+        s.wait_metric("epp_endpoints", lambda v: v == 3)
+        assert "discovery works again" in s.log()
+        s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 0, endpoint=b)
+        s.wait_metric("epp_endpoint_scrape_errors_total", lambda v: v is not None and v >= 1, endpoint=c)
+        assert s.metric("epp_endpoints_reloads_total", result="ok") == 2
+    finally:
+        api.close()
+
+
+def test_v1alpha2_pool_and_flag_endpoints(kube_serve, pods_on_loopback):
+    port = pods_on_loopback
+    api = FakeApiServer(V1ALPHA2, port)
+    try:
+        api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("other", "127.0.0.3", labels={"app": "other"})])
+        s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--pool-group", V1ALPHA2,
+                       "--kube-api-server", api.url, "--endpoint", "10.9.9.9:8000=none")
+        # The Pod the selector does not match is not taken even though the server listed it.
+        assert s.metric("epp_endpoints") == 2
+        with api.lock:
+            reqs = list(api.requests)
+        assert reqs[0][0] == "/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/ns1/inferencepools/llama"
+        assert reqs[1][1]["labelSelector"] == ["app=vllm"]
+        assert reqs[0][2] is None  # no token file: no Authorization header
+        s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 0, endpoint="127.0.0.2:%d" % port)
+    finally:
+        api.close()
+
+
+def test_startup_discovery_errors(eppctl, tmp_path):
+    ports = ["--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--secure-serving=false"]
+    api = FakeApiServer(V1, 8000)
+    try:
+        # No such pool: 404, naming the URL.
+        r = eppctl("serve", *ports, "--pool-name", "nope", "--pool-namespace", NS, "--kube-api-server", api.url,
+                   timeout=30)
+        assert r.returncode == 2, r.stderr
+        assert ("GET %s/apis/inference.networking.k8s.io/v1/namespaces/ns1/inferencepools/nope: HTTP 404 (NotFound)"
+                % api.url) in r.stderr
+        # The API server failing at start: no last good set, so serve does not start.
+        api.set(fail=500)
+        r = eppctl("serve", *ports, "--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
+                   timeout=30)
+        assert r.returncode == 1, r.stderr
+        assert "inferencepool ns1/llama: GET" in r.stderr and "etcd is down" in r.stderr
+    finally:
+        api.close()
+    r = eppctl("serve", *ports, "--pool-name", POOL, "--pool-group", "example.com", timeout=30)
+    assert r.returncode == 2 and "--pool-group" in r.stderr, r.stderr
+    # Outside a cluster without --kube-api-server.
+    import os
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    path = os.environ.get("EPPCTL") or str(ROOT / "build" / "cli" / "eppctl")
+    r = subprocess.run([path, "serve", *ports, "--pool-name", POOL, "--pool-namespace", NS], capture_output=True,
+                       text=True, timeout=30, env=env)
+    assert r.returncode == 2, r.stderr
+    assert "--kube-api-server" in r.stderr
