@@ -64,6 +64,21 @@ class Exposition {
     Family(name, type, help);
     Sample(name, {}, value);
   }
+  // The samples of one histogram (`name`_bucket / _sum / _count) from the scheduler's cumulative
+  // buckets (aligned with epp::kTimingBucketBoundsSeconds).
+  void Histogram(const std::string& name, const Labels& labels, uint64_t count, double sum_seconds,
+                 const std::vector<uint64_t>& cumulative) {
+    Labels with_le = labels;
+    with_le.emplace_back("le", "");
+    for (size_t i = 0; i < cumulative.size() && i < epp::kTimingBucketBoundsSeconds.size(); ++i) {
+      with_le.back().second = Num(epp::kTimingBucketBoundsSeconds[i]);
+      Sample(name + "_bucket", with_le, static_cast<int64_t>(cumulative[i]));
+    }
+    with_le.back().second = "+Inf";
+    Sample(name + "_bucket", with_le, static_cast<int64_t>(count));
+    Sample(name + "_sum", labels, sum_seconds);
+    Sample(name + "_count", labels, static_cast<int64_t>(count));
+  }
   std::string Take() { return std::move(out_); }
 
  private:
@@ -203,6 +218,19 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
     x.Sample("inference_pool_per_pod_queue_size", {{"name", src.pool_name}, {"model_server_pod", e.address}},
              *e.metrics.waiting_queue_size);
   }
+
+  // Scheduler timings (GIE names): the whole cycle, and every plugin call per extension point.
+  const epp::DurationHistogram cycle = src.scheduler->CycleTiming();
+  x.Family("inference_extension_scheduler_e2e_duration_seconds", "histogram",
+           "End-to-end scheduling latency distribution in seconds (one scheduling cycle, without parsing).");
+  x.Histogram("inference_extension_scheduler_e2e_duration_seconds", {}, cycle.count, cycle.sum_seconds,
+              cycle.bucket_counts);
+  x.Family("inference_extension_plugin_duration_seconds", "histogram",
+           "Plugin processing latency distribution in seconds for each extension point, plugin type and plugin name.");
+  for (const epp::PluginTiming& t : src.scheduler->PluginTimings())
+    x.Histogram("inference_extension_plugin_duration_seconds",
+                {{"extension_point", t.extension_point}, {"plugin_type", t.plugin_type}, {"plugin_name", t.plugin_name}},
+                t.count, t.sum_seconds, t.bucket_counts);
   return x.Take();
 }
 

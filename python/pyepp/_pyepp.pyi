@@ -212,6 +212,23 @@ class Scheduler:
     def profile_names(self) -> List[str]: ...
     def prefix_index_entries(self) -> int: ...
     def inflight(self, endpoint: str) -> Tuple[int, int]: ...
+    def plugin_timings(self) -> List[PluginTiming]: ...
+    def cycle_timing(self) -> DurationHistogram: ...
+
+class DurationHistogram:
+    count: int
+    sum_seconds: float
+    bucket_counts: List[int]
+
+class PluginTiming:
+    extension_point: str
+    plugin_type: str
+    plugin_name: str
+    count: int
+    sum_seconds: float
+    bucket_counts: List[int]
+
+timing_bucket_bounds_seconds: List[float]
 
 # --- ext_proc (epp/extproc.h) ---
 

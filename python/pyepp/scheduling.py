@@ -534,6 +534,39 @@ class Scheduler:
         """(requests, estimated tokens) recorded on ``address`` and not yet released."""
         return tuple(self._native.inflight(address))  # type: ignore[return-value]
 
+    def plugin_timings(self) -> List[Dict[str, Any]]:
+        """Time spent in each plugin since the scheduler was built, one dict per extension point
+        and plugin instance the configuration uses (zero-call entries included), in call order::
+
+            {"extension_point": "Scorer", "plugin_type": "queue-scorer", "plugin_name": "queue",
+             "count": 12, "sum_seconds": 4.1e-05,
+             "buckets": [(1e-06, 0), (2.5e-06, 9), ..., (0.1, 12), (inf, 12)]}
+
+        ``extension_point`` is one of ``DataProducer``, ``SaturationDetector``, ``ProfilePicker``
+        (called at least twice per pick), ``Filter``, ``Scorer``, ``Picker``,
+        ``ProcessProfilesResults`` and ``PreRequest`` (recorded picks only). ``buckets`` are
+        cumulative ``(upper bound in seconds, calls that took at most that long)`` pairs, as a
+        Prometheus histogram's ``le`` buckets; the last bound is ``math.inf`` with ``count``.
+        What ``eppctl serve`` exports as ``inference_extension_plugin_duration_seconds``.
+        """
+        out = []
+        for t in self._native.plugin_timings():
+            out.append({"extension_point": t.extension_point, "plugin_type": t.plugin_type,
+                        "plugin_name": t.plugin_name, "count": t.count, "sum_seconds": t.sum_seconds,
+                        "buckets": _buckets(t.bucket_counts, t.count)})
+        return out
+
+    def cycle_timing(self) -> Dict[str, Any]:
+        """Duration of whole :meth:`pick` calls (every outcome) since the scheduler was built:
+        ``{"count", "sum_seconds", "buckets"}`` as in :meth:`plugin_timings`."""
+        h = self._native.cycle_timing()
+        return {"count": h.count, "sum_seconds": h.sum_seconds, "buckets": _buckets(h.bucket_counts, h.count)}
+
+
+def _buckets(cumulative: Sequence[int], count: int) -> List[Tuple[float, int]]:
+    bounds = list(lib.timing_bucket_bounds_seconds) + [math.inf]
+    return list(zip(bounds, list(cumulative) + [count]))
+
 
 def load_endpoints(path: PathLike, *, engine: Optional[str] = None, timeout: Optional[float] = None,
                    insecure: Optional[bool] = None, fail_on_metrics_error: bool = False) -> List[Endpoint]:

@@ -105,6 +105,18 @@ void BindScheduler(py::module_& m) {
       .def_readonly("has_request", &PickOutcome::has_request)
       .def("to_json", &PickOutcome_ToJsonShim, py::arg("indent"))
       .def("to_text", &PickOutcome_ToTextShim, py::arg("color"));
+  py::class_<epp::DurationHistogram>(m, "DurationHistogram")
+      .def_readonly("count", &epp::DurationHistogram::count)
+      .def_readonly("sum_seconds", &epp::DurationHistogram::sum_seconds)
+      .def_readonly("bucket_counts", &epp::DurationHistogram::bucket_counts);
+  py::class_<epp::PluginTiming>(m, "PluginTiming")
+      .def_readonly("extension_point", &epp::PluginTiming::extension_point)
+      .def_readonly("plugin_type", &epp::PluginTiming::plugin_type)
+      .def_readonly("plugin_name", &epp::PluginTiming::plugin_name)
+      .def_readonly("count", &epp::PluginTiming::count)
+      .def_readonly("sum_seconds", &epp::PluginTiming::sum_seconds)
+      .def_readonly("bucket_counts", &epp::PluginTiming::bucket_counts);
+  m.attr("timing_bucket_bounds_seconds") = py::cast(epp::kTimingBucketBoundsSeconds);
   py::class_<SchedulerHolder, std::shared_ptr<SchedulerHolder>>(m, "Scheduler")
       .def(py::init(&Scheduler_BuildShim), py::arg("config"), py::arg("registry"), py::arg("seed"))
       .def("pick", &Scheduler_PickShim, py::arg("request"), py::arg("endpoints"), py::arg("subset"), py::arg("record"),
@@ -114,7 +126,9 @@ void BindScheduler(py::module_& m) {
       .def_property_readonly("warnings", &Scheduler_WarningsShim)
       .def_property_readonly("profile_names", &Scheduler_ProfileNamesShim)
       .def("prefix_index_entries", &Scheduler_PrefixIndexEntriesShim, py::call_guard<py::gil_scoped_release>())
-      .def("inflight", &Scheduler_InflightShim, py::arg("endpoint"), py::call_guard<py::gil_scoped_release>());
+      .def("inflight", &Scheduler_InflightShim, py::arg("endpoint"), py::call_guard<py::gil_scoped_release>())
+      .def("plugin_timings", &Scheduler_PluginTimingsShim, py::call_guard<py::gil_scoped_release>())
+      .def("cycle_timing", &Scheduler_CycleTimingShim, py::call_guard<py::gil_scoped_release>());
 }
 
 void BindMetrics(py::module_& m) {

@@ -540,6 +540,14 @@ std::pair<int64_t, int64_t> Scheduler_InflightShim(const SchedulerHolder& holder
   return holder.scheduler->Inflight(endpoint);
 }
 
+std::vector<epp::PluginTiming> Scheduler_PluginTimingsShim(const SchedulerHolder& holder) {
+  return holder.scheduler->PluginTimings();
+}
+
+epp::DurationHistogram Scheduler_CycleTimingShim(const SchedulerHolder& holder) {
+  return holder.scheduler->CycleTiming();
+}
+
 std::string PickOutcome_ToJsonShim(const PickOutcome& outcome, int indent) {
   return epp::PickResultToJson(outcome.has_request ? &outcome.request : nullptr, outcome.result, indent);
 }

@@ -181,6 +181,8 @@ std::vector<std::string> Scheduler_WarningsShim(const SchedulerHolder& holder);
 std::vector<std::string> Scheduler_ProfileNamesShim(const SchedulerHolder& holder);
 size_t Scheduler_PrefixIndexEntriesShim(const SchedulerHolder& holder);
 std::pair<int64_t, int64_t> Scheduler_InflightShim(const SchedulerHolder& holder, const std::string& endpoint);
+std::vector<epp::PluginTiming> Scheduler_PluginTimingsShim(const SchedulerHolder& holder);
+epp::DurationHistogram Scheduler_CycleTimingShim(const SchedulerHolder& holder);
 
 // PickResultToJson() / PickResultToText() of an outcome (indent < 0: compact JSON).
 std::string PickOutcome_ToJsonShim(const PickOutcome& outcome, int indent);

@@ -552,6 +552,97 @@ def test_metrics_exposition_parses(serve, pool):
     assert s.http("/healthz") == (200, "ok")
 
 
+TIMING_CONFIG = """\
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+  - name: 'gold "pool" \\ only'
+    type: label-selector-filter
+    parameters:
+      matchLabels: {pool: gold}
+  - name: queue
+    type: queue-scorer
+  - name: kv
+    type: kv-cache-utilization-scorer
+  - name: prefix
+    type: prefix-cache-scorer
+  - name: best
+    type: max-score-picker
+schedulingProfiles:
+  - name: default
+    plugins:
+      - pluginRef: 'gold "pool" \\ only'
+      - pluginRef: queue
+        weight: 2
+      - pluginRef: kv
+        weight: 2
+      - pluginRef: prefix
+        weight: 3
+      - pluginRef: best
+"""
+
+
+def test_metrics_plugin_durations_per_extension_point(serve, sim, tmp_path):
+    sims = sim("--count", "2")
+    live = [u.split("//", 1)[1] for u in sims.urls]
+    endpoints = tmp_path / "endpoints.yaml"
+    endpoints.write_text("endpoints:\n" + "".join(
+        "  - address: %s\n    labels: {pool: gold}\n" % a for a in live))
+    config = tmp_path / "timing.yaml"
+    config.write_text(TIMING_CONFIG)
+    s = serve("--endpoints", endpoints, "--config", config)
+    ch = s.channel()
+    for i in range(6):
+        first, _ = pick(ch, chat_body("timing question %d " % i * 20))
+        assert destination(first) in live
+    status, text = s.http("/metrics")
+    assert status == 200
+    m, families = parse_exposition(text)
+    types = {f.name: f.type for f in families}
+    assert types["inference_extension_plugin_duration_seconds"] == "histogram"
+    assert types["inference_extension_scheduler_e2e_duration_seconds"] == "histogram"
+    from prometheus_client.parser import text_string_to_metric_families
+    assert {f.name for f in text_string_to_metric_families(text)} == set(types)
+    # The plugin name's quotes and backslash are escaped in the label value.
+    assert 'plugin_name="gold \\"pool\\" \\\\ only"' in text
+
+    name = "inference_extension_plugin_duration_seconds"
+    series = {}
+    for (sample, labels), value in m.items():
+        if sample.startswith(name):
+            d = dict(labels)
+            key = (d.pop("extension_point"), d.pop("plugin_type"), d.pop("plugin_name"))
+            series.setdefault(key, {})[(sample[len(name):], d.get("le"))] = value
+    producer, handler = "approx-prefix-cache-producer", "single-profile-handler"
+    expected_calls = {
+        ("Filter", "label-selector-filter", 'gold "pool" \\ only'): 6,
+        ("Scorer", "queue-scorer", "queue"): 6,
+        ("Scorer", "kv-cache-utilization-scorer", "kv"): 6,
+        ("Scorer", "prefix-cache-scorer", "prefix"): 6,
+        ("Picker", "max-score-picker", "best"): 6,
+        ("ProfilePicker", handler, handler): 12,
+        ("ProcessProfilesResults", handler, handler): 6,
+        ("DataProducer", producer, producer): 6,
+        ("PreRequest", producer, producer): 6,
+        ("SaturationDetector", "utilization-detector", "utilization-detector"): 6,
+    }
+    assert set(expected_calls) <= set(series), sorted(series)
+    for key, calls in expected_calls.items():
+        h = series[key]
+        assert h[("_count", None)] == calls, key
+        assert h[("_bucket", "+Inf")] == calls, key
+        assert h[("_sum", None)] > 0, key
+        bounds = sorted((float(le), v) for (kind, le), v in h.items() if kind == "_bucket")
+        assert [v for _, v in bounds] == sorted(v for _, v in bounds), key
+        assert bounds[0][0] == pytest.approx(1e-6) and len(bounds) == 17, key
+    e2e = "inference_extension_scheduler_e2e_duration_seconds"
+    assert m[(e2e + "_count", ())] == 6
+    assert m[(e2e + "_bucket", (("le", "+Inf"),))] == 6
+    assert 0 < m[(e2e + "_sum", ())] <= m[("epp_pick_duration_seconds_sum", ())]
+    plugin_seconds = sum(h[("_sum", None)] for h in series.values())
+    assert plugin_seconds <= m[(e2e + "_sum", ())]
+
+
 # ---------------------------------------------------------------------------------------------
 # Endpoints: scraping and reloads
 

@@ -8,6 +8,7 @@ cross the binding intact.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -440,6 +441,50 @@ def test_python_scorer_from_yaml_steers_picks() -> None:
     with pytest.raises(pyepp.EppError, match="already registered"):
         registry.register_filter("queue-scorer", ZoneScorer)
 
+
+
+def test_plugin_timings_count_calls_per_extension_point() -> None:
+    s = pyepp.Scheduler.from_yaml(CONFIG)
+    before = s.plugin_timings()
+    keys = [(t["extension_point"], t["plugin_type"], t["plugin_name"]) for t in before]
+    assert len(keys) == len(set(keys))
+    assert ("Scorer", "queue-scorer", "queue-scorer") in keys and ("Picker", "max-score-picker", "max-score-picker") in keys
+    assert all(t["count"] == 0 and t["sum_seconds"] == 0 for t in before)
+    eps = pool(IDLE, BUSY, FULL)
+    for i in range(10):
+        s.release(s.pick(chat(f"timing {i} " * 40), eps, trace=False))
+    s.pick(chat("what if"), eps, record=False)
+    timings = {(t["extension_point"], t["plugin_type"], t["plugin_name"]): t for t in s.plugin_timings()}
+    assert set(timings) == set(keys)
+    for name in ("queue-scorer", "kv-cache-utilization-scorer", "prefix-cache-scorer"):
+        assert timings[("Scorer", name, name)]["count"] == 11
+    assert timings[("Picker", "max-score-picker", "max-score-picker")]["count"] == 11
+    assert timings[("ProfilePicker", "single-profile-handler", "single-profile-handler")]["count"] == 22
+    producer = "approx-prefix-cache-producer"
+    assert timings[("DataProducer", producer, producer)]["count"] == 11
+    assert timings[("PreRequest", producer, producer)]["count"] == 10  # the what-if records nothing
+    for t in timings.values():
+        buckets = t["buckets"]
+        assert len(buckets) == 17 and buckets[-1] == (math.inf, t["count"])
+        assert [b for b, _ in buckets] == sorted(b for b, _ in buckets)
+        assert [c for _, c in buckets] == sorted(c for _, c in buckets)
+        assert t["sum_seconds"] >= 0 and (t["count"] == 0) == (t["sum_seconds"] == 0)
+    assert buckets[0][0] == pytest.approx(1e-6) and buckets[-2][0] == pytest.approx(0.1)
+    cycle = s.cycle_timing()
+    assert cycle["count"] == 11 and cycle["sum_seconds"] > 0 and cycle["buckets"][-1] == (math.inf, 11)
+    assert sum(t["sum_seconds"] for t in timings.values()) <= cycle["sum_seconds"]
+
+
+def test_plugin_timings_include_python_plugins() -> None:
+    created: List[ZoneScorer] = []
+    s = pyepp.Scheduler.from_yaml(ZONE_CONFIG, registry=zone_registry(created))
+    eps = [pyepp.Endpoint("10.0.0.1:8000", IDLE, labels={"zone": "a"}),
+           pyepp.Endpoint("10.0.0.2:8000", BUSY, labels={"zone": "b"})]
+    for _ in range(3):
+        s.pick(chat(), eps, trace=False)
+    (zone,) = [t for t in s.plugin_timings() if t["plugin_name"] == "prefer-zone-b"]
+    assert (zone["extension_point"], zone["plugin_type"], zone["count"]) == ("Scorer", "zone-scorer", 3)
+    assert zone["sum_seconds"] > 0 and created[0].calls == 3
 
 def test_python_scorer_sees_metrics_and_age() -> None:
     seen: List[Any] = []

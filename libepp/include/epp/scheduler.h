@@ -17,10 +17,18 @@
 // With `trace` set the result carries every filter's kept/removed lists with reasons and every
 // scorer's raw, weighted and explained score per endpoint: the data behind `eppctl explain`.
 //
+// Every plugin call in Pick is timed (steady clock read at each call boundary, adjacent calls
+// sharing a reading; about 0.4 us per pick, docs/benchmarks.md) into per plugin and extension
+// point histograms, read with PluginTimings(); the whole Pick into CycleTiming(). This is
+// what `eppctl serve` exports as GIE's inference_extension_plugin_duration_seconds and
+// inference_extension_scheduler_e2e_duration_seconds.
+//
 // Thread-safety: Pick and Release may be called concurrently. The endpoints span must stay
-// valid and unchanged during a Pick.
+// valid and unchanged during a Pick. PluginTimings() and CycleTiming() may be called at any time,
+// concurrently with picks.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -100,6 +108,37 @@ struct PickOptions {
   bool record = true;   // update the prefix index and in-flight load (false: a pure what-if)
 };
 
+// Upper bounds (seconds, `le`) of the timing histograms' buckets, shared by every histogram of
+// PluginTimings() and CycleTiming(); the implicit last bucket is +Inf. GIE's buckets (100 us to
+// 100 ms) preceded by finer ones, since most plugin calls take 1-50 us.
+inline constexpr std::array<double, 16> kTimingBucketBoundsSeconds = {
+    1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 1e-1};
+
+// A latency histogram since the scheduler was built, as Prometheus exposes one.
+struct DurationHistogram {
+  uint64_t count = 0;      // observations (= the +Inf bucket)
+  double sum_seconds = 0;  // their total
+  // Cumulative counts aligned with kTimingBucketBoundsSeconds: bucket_counts[i] observations took
+  // at most kTimingBucketBoundsSeconds[i] seconds. Non-decreasing, each <= count.
+  std::vector<uint64_t> bucket_counts;
+};
+
+// Time spent in one plugin instance at one extension point (a plugin that implements two, such as
+// utilization-detector as filter and as saturation detector, has one entry per extension point).
+struct PluginTiming {
+  // GIE's names where GIE has the extension point: "ProfilePicker" (ProfileHandler::PickProfiles,
+  // called until it returns no profile, so at least twice per pick), "Filter", "Scorer", "Picker",
+  // "ProcessProfilesResults" (ProfileHandler::PrimaryProfile), "DataProducer" (Prepare),
+  // "PreRequest" (RequestObserver, recorded picks only); and "SaturationDetector" (Saturation,
+  // plus ExplainSaturation when it runs).
+  std::string extension_point;
+  std::string plugin_type;
+  std::string plugin_name;
+  uint64_t count = 0;      // calls
+  double sum_seconds = 0;  // their total time
+  std::vector<uint64_t> bucket_counts;  // cumulative, as DurationHistogram::bucket_counts
+};
+
 class Scheduler {
  public:
   ~Scheduler();
@@ -124,6 +163,17 @@ class Scheduler {
   size_t PrefixIndexEntries() const;
   // In-flight counters of an endpoint: {requests, tokens}.
   std::pair<int64_t, int64_t> Inflight(std::string_view endpoint) const;
+
+  // Plugin time since the scheduler was built: one entry per (extension point, plugin instance)
+  // the configuration uses, in the order a pick calls them (data producers, saturation detector,
+  // profile handler, then per profile filters, scorers, picker; then ProcessProfilesResults and
+  // request observers), entries with zero calls included. A plugin shared by several profiles
+  // has one entry per extension point. Only the plugin calls are timed, not the scheduler's work
+  // around them nor trace-only calls (WhyRemoved, Explain). Counters are read without a lock while
+  // picks run: a snapshot may show a call in `count` whose time is not yet in `sum_seconds`.
+  std::vector<PluginTiming> PluginTimings() const;
+  // Duration of whole Pick() calls, every outcome included (GIE's scheduler e2e latency).
+  DurationHistogram CycleTiming() const;
 
   // GIE's SimpleTokenEstimator: input tokens (request.prompt_tokens, at least 1) plus
   // round(1.5 * input) expected output tokens.

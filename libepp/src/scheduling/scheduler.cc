@@ -5,6 +5,8 @@
 // no endpoint is eligible, which is what 503 means in the protocol (docs/scheduling.md).
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -83,7 +85,60 @@ bool SubsetEntryMatches(std::string_view entry, std::string_view address) {
   return false;
 }
 
-Scheduler::Scheduler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DurationHistogram TimingHistogram::Snapshot() const {
+  DurationHistogram h;
+  h.bucket_counts.resize(kBounds);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < kBounds; ++i) {
+    cumulative += buckets_[i].load(std::memory_order_relaxed);
+    h.bucket_counts[i] = cumulative;
+  }
+  h.count = cumulative + buckets_[kBounds].load(std::memory_order_relaxed);
+  h.sum_seconds = static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9;
+  return h;
+}
+
+namespace {
+
+// One timer per (extension point, plugin instance), in the order a pick calls them. BuildScheduler
+// fills Impl with plugins and profiles only; timers are derived here so that build.cc need not know.
+void SetUpTimers(Scheduler::Impl& m) {
+  std::map<std::pair<std::string_view, const Plugin*>, PluginTimer*> by_key;
+  auto timer = [&](const char* extension_point, const Plugin* plugin) {
+    PluginTimer*& t = by_key[{extension_point, plugin}];
+    if (!t) {
+      m.timers.push_back(std::make_unique<PluginTimer>());
+      t = m.timers.back().get();
+      t->extension_point = extension_point;
+      t->plugin = plugin;
+    }
+    return t;
+  };
+  // Producers and observers are kept as interfaces; find the plugin that implements each.
+  auto owner = [&](auto as, const void* iface) -> const Plugin* {
+    for (const auto& p : m.plugins)
+      if (static_cast<const void*>(((*p).*as)()) == iface) return p.get();
+    return nullptr;
+  };
+  for (const DataProducer* d : m.producers)
+    m.producer_timers.push_back(timer("DataProducer", owner(&Plugin::AsDataProducer, d)));
+  if (m.detector) m.detector_timer = timer("SaturationDetector", m.detector_plugin);
+  m.profile_picker_timer = timer("ProfilePicker", m.handler_plugin);
+  for (Profile& prof : m.profiles) {
+    prof.filter_timers.clear();
+    prof.scorer_timers.clear();
+    for (const auto& f : prof.filters) prof.filter_timers.push_back(timer("Filter", f.first));
+    for (const WeightedScorer& ws : prof.scorers) prof.scorer_timers.push_back(timer("Scorer", ws.plugin));
+    prof.picker_timer = timer("Picker", prof.picker_plugin);
+  }
+  m.process_results_timer = timer("ProcessProfilesResults", m.handler_plugin);
+  for (const RequestObserver* o : m.observers)
+    m.observer_timers.push_back(timer("PreRequest", owner(&Plugin::AsRequestObserver, o)));
+}
+
+}  // namespace
+
+Scheduler::Scheduler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { SetUpTimers(*impl_); }
 Scheduler::~Scheduler() = default;
 
 int64_t Scheduler::EstimateLoadTokens(const InferenceRequest& request) {
@@ -98,8 +153,15 @@ std::vector<const Endpoint*> RunProfile(const Profile& profile, const Scheduling
                                         const std::vector<const Endpoint*>& candidates, ProfileTrace* trace,
                                         std::string& error) {
   std::vector<const Endpoint*> cur = candidates;
-  for (const auto& [plugin, filter] : profile.filters) {
+  // Timing: one clock read per call boundary; consecutive filters share theirs (only a vector move
+  // lies between them), trace work is excluded by a fresh read.
+  int64_t t = profile.filters.empty() ? 0 : TimingNowNs();
+  for (size_t fi = 0; fi < profile.filters.size(); ++fi) {
+    const auto& [plugin, filter] = profile.filters[fi];
     std::vector<const Endpoint*> next = filter->Apply(ctx, cur);
+    const int64_t t_end = TimingNowNs();
+    profile.filter_timers[fi]->histogram.Record(t_end - t);
+    t = t_end;
     if (trace) {
       FilterTrace ft{plugin->name(), plugin->type(), {}, {}};
       size_t j = 0;
@@ -112,6 +174,7 @@ std::vector<const Endpoint*> RunProfile(const Profile& profile, const Scheduling
         }
       }
       trace->filters.push_back(std::move(ft));
+      t = TimingNowNs();
     }
     cur = std::move(next);
     if (cur.empty()) {
@@ -120,15 +183,28 @@ std::vector<const Endpoint*> RunProfile(const Profile& profile, const Scheduling
     }
   }
   const size_t n = cur.size();
-  std::vector<double> total(n, 0.0), raw(n);
+  std::vector<double> total(n, 0.0);
   std::vector<EndpointScoreTrace> score_trace;
   if (trace) {
     score_trace.resize(n);
     for (size_t i = 0; i < n; ++i) score_trace[i].endpoint = cur[i]->address;
   }
-  for (const WeightedScorer& ws : profile.scorers) {
-    std::fill(raw.begin(), raw.end(), 0.0);
-    ws.scorer->Score(ctx, cur, raw);
+  // Every scorer first, back to back, so that consecutive scorers share a clock read; then the
+  // weighted sum, in the same order as before.
+  const size_t num_scorers = profile.scorers.size();
+  std::vector<double> raw_all(num_scorers * n, 0.0);
+  if (num_scorers > 0) {
+    t = TimingNowNs();
+    for (size_t si = 0; si < num_scorers; ++si) {
+      profile.scorers[si].scorer->Score(ctx, cur, std::span<double>(raw_all).subspan(si * n, n));
+      const int64_t t_end = TimingNowNs();
+      profile.scorer_timers[si]->histogram.Record(t_end - t);
+      t = t_end;
+    }
+  }
+  for (size_t si = 0; si < num_scorers; ++si) {
+    const WeightedScorer& ws = profile.scorers[si];
+    const double* raw = raw_all.data() + si * n;
     for (size_t i = 0; i < n; ++i) {
       double s = raw[i];
       if (!(s >= 0)) s = 0;  // also NaN
@@ -141,7 +217,9 @@ std::vector<const Endpoint*> RunProfile(const Profile& profile, const Scheduling
   }
   std::vector<ScoredEndpoint> scored(n);
   for (size_t i = 0; i < n; ++i) scored[i] = {cur[i], total[i]};
+  const int64_t t_pick = TimingNowNs();
   std::vector<const Endpoint*> picked = profile.picker->Pick(ctx, scored);
+  profile.picker_timer->histogram.Record(TimingNowNs() - t_pick);
   if (trace) {
     for (size_t i = 0; i < n; ++i) score_trace[i].total = total[i];
     std::stable_sort(score_trace.begin(), score_trace.end(),
@@ -159,6 +237,7 @@ std::vector<const Endpoint*> RunProfile(const Profile& profile, const Scheduling
 PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endpoint> endpoints,
                            const PickOptions& options) const {
   const Impl& m = *impl_;
+  ScopedTiming cycle_timing(m.cycle_timing);
   PickResult r;
   SchedulingContext ctx;
   ctx.request = &request;
@@ -189,13 +268,21 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
   }
 
   m.load.Snapshot(endpoints, ctx.inflight_requests, ctx.inflight_tokens);
-  for (const DataProducer* p : m.producers) p->Prepare(ctx, candidates);
+  // Timing: producers and the detector run back to back and share their boundary clock reads.
+  int64_t t = TimingNowNs();
+  for (size_t i = 0; i < m.producers.size(); ++i) {
+    m.producers[i]->Prepare(ctx, candidates);
+    const int64_t t_end = TimingNowNs();
+    m.producer_timers[i]->histogram.Record(t_end - t);
+    t = t_end;
+  }
   r.prefix_block_size_tokens = ctx.prefix.block_size_tokens;
   r.prefix_blocks = static_cast<int>(ctx.prefix.hashes.size());
 
   if (m.detector) {
     r.saturation = m.detector->Saturation(ctx, candidates);
     if (options.trace || request.priority < 0) r.saturation_detail = m.detector->ExplainSaturation(ctx, candidates);
+    m.detector_timer->histogram.Record(TimingNowNs() - t);
     if (request.priority < 0 && r.saturation >= 1.0) {
       r.status = 429;
       r.reason = absl::StrCat("system saturated, sheddable request dropped (priority ", request.priority,
@@ -210,9 +297,14 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
   std::vector<std::string> ran;
   std::vector<std::pair<std::string, std::vector<const Endpoint*>>> results;
   std::vector<std::string> errors;
+  bool handler_done = false;
   for (int round = 0; round < 16; ++round) {  // bounded: a handler cannot loop forever
+    const int64_t t0 = TimingNowNs();
     std::vector<std::string> next = m.handler->PickProfiles(ctx, names, ran);
-    if (next.empty()) break;
+    t = TimingNowNs();
+    m.profile_picker_timer->histogram.Record(t - t0);
+    handler_done = next.empty();
+    if (handler_done) break;
     for (const std::string& name : next) {
       auto it = std::find_if(m.profiles.begin(), m.profiles.end(), [&](const Profile& p) { return p.name == name; });
       if (it == m.profiles.end() || std::find(ran.begin(), ran.end(), name) != ran.end()) continue;
@@ -228,7 +320,10 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
       ran.push_back(name);
     }
   }
+  // Usually `t` is the end of the PickProfiles call that returned no profile just before.
+  if (!handler_done) t = TimingNowNs();
   absl::StatusOr<std::string> primary = m.handler->PrimaryProfile(ran);
+  m.process_results_timer->histogram.Record(TimingNowNs() - t);
   if (!primary.ok()) {
     r.status = 503;
     r.reason = std::string(primary.status().message());
@@ -249,7 +344,13 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
   r.prefix_match_blocks = ctx.PrefixMatchBlocks(picked->front());
   if (options.record) {
     const Endpoint& target = *picked->front();
-    for (const RequestObserver* o : m.observers) o->PreRequest(ctx, target);
+    t = m.observers.empty() ? 0 : TimingNowNs();
+    for (size_t i = 0; i < m.observers.size(); ++i) {
+      m.observers[i]->PreRequest(ctx, target);
+      const int64_t t_end = TimingNowNs();
+      m.observer_timers[i]->histogram.Record(t_end - t);
+      t = t_end;
+    }
     r.load_tokens = EstimateLoadTokens(request);
     m.load.Add(target.address, 1, r.load_tokens);
   }
@@ -285,5 +386,19 @@ size_t Scheduler::PrefixIndexEntries() const {
 }
 
 std::pair<int64_t, int64_t> Scheduler::Inflight(std::string_view endpoint) const { return impl_->load.Get(endpoint); }
+
+std::vector<PluginTiming> Scheduler::PluginTimings() const {
+  std::vector<PluginTiming> out;
+  out.reserve(impl_->timers.size());
+  for (const auto& t : impl_->timers) {
+    DurationHistogram h = t->histogram.Snapshot();
+    out.push_back(PluginTiming{t->extension_point, t->plugin ? t->plugin->type() : std::string(),
+                               t->plugin ? t->plugin->name() : std::string(), h.count, h.sum_seconds,
+                               std::move(h.bucket_counts)});
+  }
+  return out;
+}
+
+DurationHistogram Scheduler::CycleTiming() const { return impl_->cycle_timing.Snapshot(); }
 
 }  // namespace epp

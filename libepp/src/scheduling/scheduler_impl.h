@@ -1,6 +1,9 @@
 // Private: the Scheduler's state, shared by scheduler.cc (the cycle) and build.cc (BuildScheduler).
 #pragma once
 
+#include <array>
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -14,6 +17,58 @@
 
 namespace epp {
 
+// Steady-clock nanoseconds: plugin timings measure real time even when the scheduler runs on a
+// ManualClock (tests, virtual-time replay).
+inline int64_t TimingNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// One latency histogram (a plugin at an extension point, or the whole cycle). Record() is two
+// relaxed atomic adds, so concurrent picks only contend on the cache line; the count is the sum of
+// the buckets, which keeps it equal to the +Inf bucket in every snapshot.
+class TimingHistogram {
+ public:
+  static constexpr size_t kBounds = kTimingBucketBoundsSeconds.size();
+
+  void Record(int64_t ns) {
+    if (ns < 0) ns = 0;
+    size_t b = 0;
+    while (b < kBounds && ns > kBoundsNs[b]) ++b;  // `le`: a value equal to a bound is inside it
+    buckets_[b].fetch_add(1, std::memory_order_relaxed);
+    sum_ns_.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+  }
+  DurationHistogram Snapshot() const;
+
+ private:
+  static constexpr std::array<int64_t, kBounds> kBoundsNs = [] {
+    std::array<int64_t, kBounds> ns{};
+    for (size_t i = 0; i < kBounds; ++i) ns[i] = static_cast<int64_t>(kTimingBucketBoundsSeconds[i] * 1e9 + 0.5);
+    return ns;
+  }();
+  std::array<std::atomic<uint64_t>, kBounds + 1> buckets_{};  // per bucket, not cumulative; last = +Inf
+  std::atomic<uint64_t> sum_ns_{0};
+};
+
+struct PluginTimer {
+  const char* extension_point = "";
+  const Plugin* plugin = nullptr;
+  TimingHistogram histogram;
+};
+
+// Records the time from construction to destruction (a scope with several exits).
+class ScopedTiming {
+ public:
+  explicit ScopedTiming(TimingHistogram& histogram) : histogram_(histogram), start_(TimingNowNs()) {}
+  ~ScopedTiming() { histogram_.Record(TimingNowNs() - start_); }
+  ScopedTiming(const ScopedTiming&) = delete;
+  ScopedTiming& operator=(const ScopedTiming&) = delete;
+
+ private:
+  TimingHistogram& histogram_;
+  int64_t start_;
+};
+
 struct WeightedScorer {
   const Plugin* plugin = nullptr;
   const Scorer* scorer = nullptr;
@@ -26,6 +81,10 @@ struct Profile {
   std::vector<WeightedScorer> scorers;
   const Plugin* picker_plugin = nullptr;
   const Picker* picker = nullptr;
+  // Set by the Scheduler's constructor (SetUpTimers), aligned with filters / scorers.
+  std::vector<PluginTimer*> filter_timers;
+  std::vector<PluginTimer*> scorer_timers;
+  PluginTimer* picker_timer = nullptr;
 };
 
 // Requests and estimated tokens in flight per endpoint address.
@@ -57,6 +116,17 @@ struct Scheduler::Impl {
   std::vector<std::string> warnings;
   Params effective;  // the effective configuration document
   mutable LoadTracker load;
+
+  // Plugin timings, set up by the Scheduler's constructor once the plugins above are in place.
+  // `timers` owns them in the order PluginTimings() reports; the others point into it, aligned
+  // with producers / observers.
+  std::vector<std::unique_ptr<PluginTimer>> timers;
+  std::vector<PluginTimer*> producer_timers;
+  std::vector<PluginTimer*> observer_timers;
+  PluginTimer* detector_timer = nullptr;
+  PluginTimer* profile_picker_timer = nullptr;
+  PluginTimer* process_results_timer = nullptr;
+  mutable TimingHistogram cycle_timing;  // whole Pick() calls
 };
 
 }  // namespace epp
