@@ -146,9 +146,14 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   x.Single("epp_scrape_cycles_total", "counter", "Metrics refresh cycles run.", counters.scrape_cycles);
   x.Single("epp_scrape_duration_seconds", "gauge", "Duration of the last refresh cycle (all endpoints, concurrently).",
            counters.last_scrape_seconds);
-  x.Family("epp_endpoints_reloads_total", "counter", "Endpoints file reloads, by result.");
+  x.Family("epp_endpoints_reloads_total", "counter",
+           "Endpoint set changes installed (endpoints file re-read or pool discovery changed), by result.");
   x.Sample("epp_endpoints_reloads_total", {{"result", "ok"}}, counters.reloads_ok);
   x.Sample("epp_endpoints_reloads_total", {{"result", "error"}}, counters.reloads_failed);
+  x.Family("epp_pool_discovery_total", "counter",
+           "Reads of the InferencePool and its Pods (--pool-name), by result; an error keeps the set in use.");
+  x.Sample("epp_pool_discovery_total", {{"result", "ok"}}, counters.discovery_ok);
+  x.Sample("epp_pool_discovery_total", {{"result", "error"}}, counters.discovery_errors);
 
   auto per_endpoint = [&](const char* name, const char* type, const char* help, auto value_of) {
     x.Family(name, type, help);

@@ -214,6 +214,8 @@ def test_pool_pods_are_endpoints_and_a_not_ready_pod_is_dropped(kube_serve, pods
         time.sleep(0.5)  # about five more failed lists
         assert s.log().count("discovery failed") == 1
         assert "HTTP 500 (InternalError): etcd is down" in s.log()
+        assert s.metric("epp_pool_discovery_total", result="error") >= 2
+        assert s.metric("epp_pool_discovery_total", result="ok") >= 2
         assert s.metric("epp_endpoints") == 1
         first, _ = pick(ch, chat_body())
         assert destination(first) == a
