@@ -7,8 +7,11 @@
 //     counter), and a FIFO of (block, stamp) touches in order. Touching a block is one map probe
 //     plus a sequential append, where a linked LRU would also chase list nodes. Eviction pops the
 //     FIFO's oldest touch and drops the block only if that touch is still its latest (otherwise
-//     the entry is stale and skipped); the FIFO is compacted when stale entries outnumber live
-//     ones, so it stays under twice the map's size;
+//     the entry is stale and skipped). When the FIFO (popped prefix included) grows past twice
+//     the map's size, it is compacted into a fresh vector a bounded slice per Add, so no single
+//     call pays for the whole FIFO while holding the writer lock;
+//   - a lowered capacity (autoTune learning the server's real KV size) is applied a bounded
+//     number of evictions per Add, for the same reason;
 //   - the reverse map holds, per block, the ids of the endpoints holding it (a small inline
 //     vector: endpoints per block are few);
 //   - lookups are prefetched a few blocks ahead (the hashes are known up front), so the misses of
@@ -38,16 +41,42 @@ struct PrefixIndex::Impl {
     std::vector<Touch> fifo;                          // touches, oldest first from `head`
     size_t head = 0;
     uint64_t clock = 0;
+    // Incremental compaction: entries of `fifo` before `scan` that were live when scanned are in
+    // `next`, in order; when `scan` reaches the end, `next` replaces `fifo`. Entries that turn
+    // stale after being copied are skipped at eviction like any other stale entry.
+    bool compacting = false;
+    size_t scan = 0;
+    std::vector<Touch> next;
 
-    void Compact() {
-      size_t out = 0;
-      for (size_t i = head; i < fifo.size(); ++i) {
-        if (i + kPrefetchAhead < fifo.size()) stamps.prefetch(fifo[i + kPrefetchAhead].block);
-        auto it = stamps.find(fifo[i].block);
-        if (it != stamps.end() && it->second == fifo[i].stamp) fifo[out++] = fifo[i];
+    bool Live(const Touch& t) const {
+      auto it = stamps.find(t.block);
+      return it != stamps.end() && it->second == t.stamp;
+    }
+
+    // Advances compaction by at most `budget` FIFO entries (starting it when the FIFO is over
+    // twice the map's size).
+    void CompactStep(size_t budget) {
+      if (!compacting) {
+        if (fifo.size() <= 2 * stamps.size() + 64) return;
+        compacting = true;
+        scan = head;
+        next.clear();
+        next.reserve(stamps.size() + 64);
       }
-      fifo.resize(out);
-      head = 0;
+      scan = std::max(scan, head);  // popped entries need no copy
+      const size_t end = std::min(fifo.size(), scan + budget);
+      for (size_t i = scan; i < end; ++i) {
+        if (i + kPrefetchAhead < end) stamps.prefetch(fifo[i + kPrefetchAhead].block);
+        if (Live(fifo[i])) next.push_back(fifo[i]);
+      }
+      scan = end;
+      if (scan == fifo.size()) {
+        fifo.swap(next);
+        next = {};
+        head = 0;
+        scan = 0;
+        compacting = false;
+      }
     }
   };
 
@@ -66,28 +95,25 @@ struct PrefixIndex::Impl {
     if (v.empty()) holders.erase(it);
   }
 
-  // Drops the least recently used blocks of `e` until it holds at most `capacity`.
-  void Evict(Endpoint& e, uint32_t id, size_t capacity) {
+  // Drops the least recently used blocks of `e` until it holds at most `capacity`, at most
+  // `max_evictions` of them and `max_pops` FIFO entries per call (a later call continues).
+  void Evict(Endpoint& e, uint32_t id, size_t capacity, size_t max_evictions, size_t max_pops) {
     if (e.stamps.size() > capacity)
       for (size_t a = 0; a < kPrefetchAhead && e.head + a < e.fifo.size(); ++a) e.stamps.prefetch(e.fifo[e.head + a].block);
-    while (e.stamps.size() > capacity && e.head < e.fifo.size()) {
+    size_t evicted = 0, popped = 0;
+    while (e.stamps.size() > capacity && e.head < e.fifo.size() && evicted < max_evictions && popped < max_pops) {
       if (e.head + kPrefetchAhead < e.fifo.size()) {
         e.stamps.prefetch(e.fifo[e.head + kPrefetchAhead].block);
         holders.prefetch(e.fifo[e.head + kPrefetchAhead].block);
       }
       const Touch t = e.fifo[e.head++];
+      ++popped;
       auto it = e.stamps.find(t.block);
       if (it == e.stamps.end() || it->second != t.stamp) continue;  // touched again later
       e.stamps.erase(it);
       Unlink(t.block, id);
       --entries;
-    }
-    const size_t live = e.fifo.size() - e.head;
-    if (live > 2 * e.stamps.size() + 64) {
-      e.Compact();
-    } else if (e.head > 4096 && e.head * 2 > e.fifo.size()) {
-      e.fifo.erase(e.fifo.begin(), e.fifo.begin() + static_cast<std::ptrdiff_t>(e.head));
-      e.head = 0;
+      ++evicted;
     }
   }
 };
@@ -169,7 +195,11 @@ void PrefixIndex::Add(std::string_view endpoint, std::span<const uint64_t> hashe
       ++m.entries;
     }
   }
-  m.Evict(e, id, static_cast<size_t>(capacity));
+  // Bounded work per call (see the top of the file): inserts are at most n, so n + 64 evictions
+  // keep up with them and also work a lowered capacity off; compaction scans 2n + 64 entries,
+  // more than the n this call appended, so it always finishes.
+  m.Evict(e, id, static_cast<size_t>(capacity), n + 64, 4 * n + 256);
+  e.CompactStep(2 * n + 64);
 }
 
 void PrefixIndex::RemoveEndpoint(std::string_view endpoint) {
@@ -184,6 +214,9 @@ void PrefixIndex::RemoveEndpoint(std::string_view endpoint) {
   e.stamps = {};
   e.fifo = {};
   e.head = 0;
+  e.next = {};
+  e.scan = 0;
+  e.compacting = false;
   // The id stays reserved for this name so concurrent callers holding it cannot alias another.
 }
 

@@ -169,5 +169,29 @@ TEST(PrefixIndexTest, AgreesWithAReferenceLruUnderChurn) {
   }
 }
 
+// A lower capacity (autoTune learning the server's KV size) is worked off n + 64 evictions per
+// Add, oldest first, rather than all at once under the writer lock.
+TEST(PrefixIndexTest, LoweredCapacityIsAppliedGradually) {
+  PrefixIndexOptions o;
+  o.lru_capacity_per_server = 1000;
+  PrefixIndex index(o);
+  std::vector<uint64_t> first;
+  for (uint64_t b = 1; b <= 250; ++b) first.push_back(b);  // under maxPrefixBlocksToMatch (256)
+  index.Add(kPods[0], first);
+  EXPECT_EQ(index.entries(), 250u);
+  index.Add(kPods[0], std::vector<uint64_t>{1000}, /*capacity=*/10);
+  EXPECT_EQ(index.entries(), 251u - 65u);  // one insert, 1 + 64 evictions
+  // The evicted are the least recently used: the first prompt's tail (it was added tail first).
+  EXPECT_EQ(index.MatchLengths(first, kPods)[0], 250 - 65);
+  int calls = 1;
+  for (uint64_t b = 1001; index.entries() > 10; ++b, ++calls) {
+    index.Add(kPods[0], std::vector<uint64_t>{b}, 10);
+    ASSERT_LT(calls, 10);
+  }
+  EXPECT_EQ(calls, 4);  // 251 -> 186 -> 122 -> 58 -> 10 (each call inserts one, evicts up to 65)
+  EXPECT_EQ(index.entries(), 10u);
+  EXPECT_EQ(index.MatchLengths(std::vector<uint64_t>{1}, kPods)[0], 1);  // the first prompt's head is the most recent of it
+}
+
 }  // namespace
 }  // namespace epp
