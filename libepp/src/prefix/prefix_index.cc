@@ -7,9 +7,9 @@
 //     counter), and a FIFO of (block, stamp) touches in order. Touching a block is one map probe
 //     plus a sequential append, where a linked LRU would also chase list nodes. Eviction pops the
 //     FIFO's oldest touch and drops the block only if that touch is still its latest (otherwise
-//     the entry is stale and skipped). When the FIFO (popped prefix included) grows past twice
-//     the map's size, it is compacted into a fresh vector a bounded slice per Add, so no single
-//     call pays for the whole FIFO while holding the writer lock;
+//     the entry is stale and skipped). The FIFO is a deque, so popping frees its front; when
+//     stale entries make it longer than twice the map's size, it is compacted into a fresh one
+//     a bounded slice per Add, so no single call pays for the whole FIFO under the writer lock;
 //   - a lowered capacity (autoTune learning the server's real KV size) is applied a bounded
 //     number of evictions per Add, for the same reason;
 //   - the reverse map holds, per block, the ids of the endpoints holding it (a small inline
@@ -17,6 +17,7 @@
 //   - lookups are prefetched a few blocks ahead (the hashes are known up front), so the misses of
 //     consecutive blocks are in flight together instead of one after another.
 #include <algorithm>
+#include <deque>
 #include <mutex>
 #include <shared_mutex>
 
@@ -38,15 +39,22 @@ struct PrefixIndex::Impl {
   struct Endpoint {
     std::string name;
     absl::flat_hash_map<uint64_t, uint64_t> stamps;  // block -> stamp of its latest touch
-    std::vector<Touch> fifo;                          // touches, oldest first from `head`
-    size_t head = 0;
+    std::deque<Touch> fifo;                           // touches, oldest first
     uint64_t clock = 0;
     // Incremental compaction: entries of `fifo` before `scan` that were live when scanned are in
     // `next`, in order; when `scan` reaches the end, `next` replaces `fifo`. Entries that turn
-    // stale after being copied are skipped at eviction like any other stale entry.
+    // stale after being copied (re-touched, or evicted from the front) are skipped at eviction
+    // like any other stale entry.
     bool compacting = false;
     size_t scan = 0;
-    std::vector<Touch> next;
+    std::deque<Touch> next;
+
+    Touch PopFront() {
+      const Touch t = fifo.front();
+      fifo.pop_front();
+      if (scan > 0) --scan;
+      return t;
+    }
 
     bool Live(const Touch& t) const {
       auto it = stamps.find(t.block);
@@ -59,11 +67,9 @@ struct PrefixIndex::Impl {
       if (!compacting) {
         if (fifo.size() <= 2 * stamps.size() + 64) return;
         compacting = true;
-        scan = head;
+        scan = 0;
         next.clear();
-        next.reserve(stamps.size() + 64);
       }
-      scan = std::max(scan, head);  // popped entries need no copy
       const size_t end = std::min(fifo.size(), scan + budget);
       for (size_t i = scan; i < end; ++i) {
         if (i + kPrefetchAhead < end) stamps.prefetch(fifo[i + kPrefetchAhead].block);
@@ -73,7 +79,6 @@ struct PrefixIndex::Impl {
       if (scan == fifo.size()) {
         fifo.swap(next);
         next = {};
-        head = 0;
         scan = 0;
         compacting = false;
       }
@@ -99,14 +104,14 @@ struct PrefixIndex::Impl {
   // `max_evictions` of them and `max_pops` FIFO entries per call (a later call continues).
   void Evict(Endpoint& e, uint32_t id, size_t capacity, size_t max_evictions, size_t max_pops) {
     if (e.stamps.size() > capacity)
-      for (size_t a = 0; a < kPrefetchAhead && e.head + a < e.fifo.size(); ++a) e.stamps.prefetch(e.fifo[e.head + a].block);
+      for (size_t a = 0; a < kPrefetchAhead && a < e.fifo.size(); ++a) e.stamps.prefetch(e.fifo[a].block);
     size_t evicted = 0, popped = 0;
-    while (e.stamps.size() > capacity && e.head < e.fifo.size() && evicted < max_evictions && popped < max_pops) {
-      if (e.head + kPrefetchAhead < e.fifo.size()) {
-        e.stamps.prefetch(e.fifo[e.head + kPrefetchAhead].block);
-        holders.prefetch(e.fifo[e.head + kPrefetchAhead].block);
+    while (e.stamps.size() > capacity && !e.fifo.empty() && evicted < max_evictions && popped < max_pops) {
+      if (kPrefetchAhead < e.fifo.size()) {
+        e.stamps.prefetch(e.fifo[kPrefetchAhead].block);
+        holders.prefetch(e.fifo[kPrefetchAhead].block);
       }
-      const Touch t = e.fifo[e.head++];
+      const Touch t = e.PopFront();
       ++popped;
       auto it = e.stamps.find(t.block);
       if (it == e.stamps.end() || it->second != t.stamp) continue;  // touched again later
@@ -213,7 +218,6 @@ void PrefixIndex::RemoveEndpoint(std::string_view endpoint) {
   m.entries -= e.stamps.size();
   e.stamps = {};
   e.fifo = {};
-  e.head = 0;
   e.next = {};
   e.scan = 0;
   e.compacting = false;
