@@ -66,6 +66,12 @@ absl::StatusOr<std::vector<epp::EndpointSpec>> ServePool::Discover() {
   const ServePoolDiscovery& d = *options_.discovery;
   // The pool is read each time: its selector and targetPorts may change.
   EPP_ASSIGN_OR_RETURN(epp::InferencePool pool, kube_->GetInferencePool(d.group, d.ns, d.name));
+  {
+    // Stop() waits for this thread: not a second request (up to KubeClientOptions::timeout) once
+    // it was asked to stop.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return absl::CancelledError("stopping");
+  }
   return kube_->ListPoolEndpoints(pool);
 }
 
@@ -114,11 +120,15 @@ absl::StatusOr<std::unique_ptr<ServePool>> ServePool::Create(ServePoolOptions op
 }
 
 void ServePool::Install(std::vector<epp::EndpointSpec> specs, std::vector<epp::Endpoint> endpoints) {
-  std::set<std::string> kept;
-  for (const epp::EndpointSpec& s : specs) kept.insert(s.address);
+  // Forgotten: addresses that left, and addresses now of another origin (a new Pod with the IP
+  // of one that went away): the old Pod's prefix entries and in-flight load must not carry over.
+  std::map<std::string, std::string> kept;  // address -> origin
+  for (const epp::EndpointSpec& s : specs) kept.emplace(s.address, s.origin);
   std::vector<std::string> removed;
-  for (const epp::EndpointSpec& s : specs_)
-    if (!kept.count(s.address)) removed.push_back(s.address);
+  for (const epp::EndpointSpec& s : specs_) {
+    auto it = kept.find(s.address);
+    if (it == kept.end() || it->second != s.origin) removed.push_back(s.address);
+  }
   std::map<std::string, std::string> old_errors;
   for (size_t i = 0; i < specs_.size() && i < last_error_.size(); ++i) old_errors[specs_[i].address] = last_error_[i];
 
@@ -190,7 +200,8 @@ void ServePool::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  // At most one API request (KubeClientOptions::timeout) late.
+  // At most one API request (KubeClientOptions::timeout) late: Discover() checks stop_ between
+  // its two requests (the pool GET and the Pod LIST).
   if (discovery_thread_.joinable()) discovery_thread_.join();
 }
 
@@ -205,8 +216,16 @@ void ServePool::RunDiscovery() {
     absl::StatusOr<std::vector<epp::EndpointSpec>> specs = Discover();
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;  // a list cut short (kCancelled) or one nobody will install
       (specs.ok() ? counters_.discovery_ok : counters_.discovery_errors)++;
-      if (specs.ok() && *specs != discovered_) discovered_pending_ = *specs;  // the newest list wins
+      if (discovered_rejected_) {  // the scrape thread did not install what it was handed: again
+        discovered_.reset();
+        discovered_rejected_ = false;
+      }
+      if (specs.ok() && *specs != discovered_) {
+        discovered_pending_ = *specs;  // the newest list wins
+        discovered_ = *specs;
+      }
     }
     if (!specs.ok()) {
       const std::string message(specs.status().message());
@@ -219,7 +238,6 @@ void ServePool::RunDiscovery() {
     } else {
       if (!discovery_state_.empty()) log_.Info(PoolName() + ": discovery works again");
       discovery_state_.clear();
-      discovered_ = *std::move(specs);
     }
     next += options_.discovery->interval;
     if (next < Clock::now()) next = Clock::now();
@@ -276,7 +294,10 @@ void ServePool::MaybeReload() {
       std::lock_guard<std::mutex> lock(mu_);
       discovered.swap(discovered_pending_);
     }
-    if (discovered) Replace(WithFlags(*std::move(discovered)), PoolName());
+    if (discovered && !Replace(WithFlags(*std::move(discovered)), PoolName())) {
+      std::lock_guard<std::mutex> lock(mu_);
+      discovered_rejected_ = true;  // hand the next list over even if it is the same
+    }
     return;
   }
   if (options_.endpoints_file.empty()) return;
@@ -301,7 +322,7 @@ void ServePool::MaybeReload() {
 
 void ServePool::Reload() { Replace(LoadSpecs(), "endpoints file " + options_.endpoints_file); }
 
-void ServePool::Replace(absl::StatusOr<std::vector<epp::EndpointSpec>> specs, const std::string& source) {
+bool ServePool::Replace(absl::StatusOr<std::vector<epp::EndpointSpec>> specs, const std::string& source) {
   const std::string keep = "; keeping the " + std::to_string(endpoints_.size()) + " endpoints in use";
   absl::StatusOr<std::vector<epp::Endpoint>> endpoints =
       specs.ok() ? epp::ResolveEndpoints(*specs, Resolve())
@@ -311,16 +332,30 @@ void ServePool::Replace(absl::StatusOr<std::vector<epp::EndpointSpec>> specs, co
       std::lock_guard<std::mutex> lock(mu_);
       counters_.reloads_failed++;
     }
-    log_.Error(source + " not loaded: " + std::string(endpoints.status().message()) + keep);
-    return;
+    const std::string message(endpoints.status().message());
+    // A rejected discovered list is handed over again every interval: log it once per message.
+    if (!options_.discovery || message != rejected_state_) {
+      log_.Error(source + " not loaded: " + message + keep);
+    } else if (log_.Enabled(LogLevel::kDebug)) {
+      log_.Debug(source + " not loaded again: " + message);
+    }
+    if (options_.discovery) rejected_state_ = message;
+    return false;
   }
-  std::set<std::string> before, after;
-  for (const epp::EndpointSpec& s : specs_) before.insert(s.address);
-  for (const epp::EndpointSpec& s : *specs) after.insert(s.address);
-  std::string added, removed;
-  for (const std::string& a : after)
-    if (!before.count(a)) added += (added.empty() ? "" : ", ") + a;
-  for (const std::string& a : before)
+  rejected_state_.clear();
+  std::map<std::string, std::string> before, after;  // address -> origin
+  for (const epp::EndpointSpec& s : specs_) before.emplace(s.address, s.origin);
+  for (const epp::EndpointSpec& s : *specs) after.emplace(s.address, s.origin);
+  std::string added, removed, replaced;
+  for (const auto& [a, origin] : after) {
+    auto it = before.find(a);
+    if (it == before.end()) {
+      added += (added.empty() ? "" : ", ") + a;
+    } else if (it->second != origin) {  // e.g. a new Pod with the IP of one that went away
+      replaced += (replaced.empty() ? "" : ", ") + a + " (" + it->second + " -> " + origin + ")";
+    }
+  }
+  for (const auto& [a, origin] : before)
     if (!after.count(a)) removed += (removed.empty() ? "" : ", ") + a;
   Install(*std::move(specs), *std::move(endpoints));
   {
@@ -328,7 +363,9 @@ void ServePool::Replace(absl::StatusOr<std::vector<epp::EndpointSpec>> specs, co
     counters_.reloads_ok++;
   }
   log_.Info(source + " reloaded: " + std::to_string(endpoints_.size()) + " endpoints; added: " +
-            (added.empty() ? "none" : added) + "; removed: " + (removed.empty() ? "none" : removed));
+            (added.empty() ? "none" : added) + "; removed: " + (removed.empty() ? "none" : removed) +
+            (replaced.empty() ? "" : "; replaced (state forgotten): " + replaced));
+  return true;
 }
 
 }  // namespace eppctl

@@ -18,7 +18,9 @@
 // instead (epp/kube.h), plus the --endpoint flags. A second thread reads the pool and lists its
 // Pods every discovery interval (no watch) and hands a changed list to the scrape thread, which
 // installs it exactly as a reloaded file. A discovery error keeps the set in use and is logged
-// once (again at debug level); picks never wait for discovery.
+// once (again at debug level); picks never wait for discovery. A list the scrape thread rejects
+// (validation or resolve failed) is handed over again at the next list even when unchanged;
+// the rejection is logged once per message (again at debug level).
 #pragma once
 
 #include <sys/types.h>
@@ -117,8 +119,8 @@ class ServePool {
   void MaybeReload();
   void Reload();
   // Installs `specs` (resolved here) in place of the current set, or logs why not; `source`
-  // names where they came from in the log.
-  void Replace(absl::StatusOr<std::vector<epp::EndpointSpec>> specs, const std::string& source);
+  // names where they came from in the log. false when the set was not installed.
+  bool Replace(absl::StatusOr<std::vector<epp::EndpointSpec>> specs, const std::string& source);
   // Logs state changes of endpoint i's metrics (unreadable, partial, recovered); `read` = this
   // round produced metrics.
   void Track(size_t i, bool read);
@@ -137,14 +139,19 @@ class ServePool {
   std::optional<FileSig> pending_;       // a change seen once, waiting to settle
 
   // Discovery.
-  std::unique_ptr<epp::KubeClient> kube_;          // discovery thread only (and Create)
-  std::vector<epp::EndpointSpec> discovered_;      // discovery thread: the list last handed over
-  std::string discovery_state_;                    // discovery thread: the error last logged, "" = fine
+  std::unique_ptr<epp::KubeClient> kube_;  // discovery thread only (and Create)
+  // Discovery thread: the list last handed over; unset = hand the next one over whatever it is.
+  std::optional<std::vector<epp::EndpointSpec>> discovered_;
+  std::string discovery_state_;  // discovery thread: the error last logged, "" = fine
+  std::string rejected_state_;   // scrape thread: the rejection of a discovered list last logged
   std::optional<std::vector<epp::EndpointSpec>> discovered_pending_;  // guarded by mu_
+  // Guarded by mu_: the scrape thread rejected a handed-over list; the discovery thread then
+  // forgets discovered_, so that the next list is handed over even if it is the same.
+  bool discovered_rejected_ = false;
   std::thread discovery_thread_;
 
   std::atomic<size_t> size_{0};
-  mutable std::mutex mu_;  // guards counters_, stop_ and discovered_pending_
+  mutable std::mutex mu_;  // guards counters_, stop_, discovered_pending_ and discovered_rejected_
   ServePoolCounters counters_;
   bool stop_ = false;
   std::condition_variable cv_;

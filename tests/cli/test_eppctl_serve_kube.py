@@ -15,7 +15,7 @@ import urllib.parse
 
 import pytest
 
-from test_eppctl_serve import Serve, ROOT, chat_body, destination, pick  # noqa: F401
+from test_eppctl_serve import Serve, Stream, ROOT, body_of, chat_body, destination, pick  # noqa: F401
 import extproc_wire as wire
 
 NS = "ns1"
@@ -54,6 +54,8 @@ class FakeApiServer:
         self.pool = pool_object(group, port)
         self.pods = []
         self.fail = None
+        self.pool_delay = 0  # seconds the pool GET waits before answering
+        self.pool_get = threading.Event()  # set when a delayed pool GET arrives
         self.requests = []  # (path, query dict, Authorization)
         outer = self
 
@@ -64,6 +66,7 @@ class FakeApiServer:
                     outer.requests.append((url.path, urllib.parse.parse_qs(url.query),
                                            self.headers.get("Authorization")))
                     fail = outer.fail
+                    delay = outer.pool_delay
                     pool_path = "/apis/%s/%s/namespaces/%s/inferencepools/%s" % (
                         outer.group, outer.pool["apiVersion"].split("/")[1], NS, POOL)
                     if fail:
@@ -71,17 +74,24 @@ class FakeApiServer:
                                               "code": fail}
                     elif url.path == pool_path:
                         status, body = 200, outer.pool
+                        if delay:
+                            outer.pool_get.set()
                     elif url.path == "/api/v1/namespaces/%s/pods" % NS:
                         status, body = 200, {"kind": "PodList", "apiVersion": "v1", "items": list(outer.pods)}
                     else:
                         status, body = 404, {"kind": "Status", "reason": "NotFound", "code": 404,
                                              "message": "the server could not find the requested resource"}
+                if delay and url.path == pool_path:
+                    time.sleep(delay)
                 data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:  # the client is gone (a delayed answer after serve exited)
+                    pass
 
             def log_message(self, *args):
                 pass
@@ -191,6 +201,8 @@ def test_pool_pods_are_endpoints_and_a_not_ready_pod_is_dropped(kube_serve, pods
         assert reqs[0][0] == "/apis/inference.networking.k8s.io/v1/namespaces/ns1/inferencepools/llama"
         assert reqs[1][0] == "/api/v1/namespaces/ns1/pods"
         assert reqs[1][1]["labelSelector"] == ["app=vllm"]
+        assert reqs[1][1]["resourceVersion"] == ["0"]  # from the watch cache, no quorum read
+        assert "resourceVersion" not in reqs[0][1]
         assert all(r[2] == "Bearer t0ken" for r in reqs)
 
         ch = s.channel()
@@ -244,6 +256,7 @@ def test_v1alpha2_pool_and_flag_endpoints(kube_serve, pods_on_loopback):
             reqs = list(api.requests)
         assert reqs[0][0] == "/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/ns1/inferencepools/llama"
         assert reqs[1][1]["labelSelector"] == ["app=vllm"]
+        assert reqs[1][1]["resourceVersion"] == ["0"]
         assert reqs[0][2] is None  # no token file: no Authorization header
         s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 0, endpoint="127.0.0.2:%d" % port)
     finally:
@@ -278,3 +291,84 @@ def test_startup_discovery_errors(eppctl, tmp_path):
                        text=True, timeout=30, env=env)
     assert r.returncode == 2, r.stderr
     assert "--kube-api-server" in r.stderr
+
+
+def test_rejected_list_is_handed_over_again(kube_serve, pods_on_loopback):
+    """A discovered list the scrape thread rejects is retried at the next list even when unchanged."""
+    port = pods_on_loopback
+    a, b = "127.0.0.2:%d" % port, "127.0.0.3:%d" % port
+    api = FakeApiServer(V1, port)
+    try:
+        api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3")])
+        s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
+                       "--pool-resync-interval", "100ms", "--refresh-metrics-interval", "50ms")
+        assert s.metric("epp_endpoints") == 2
+        # An empty label name: discovery reads it, endpoint validation rejects the list.
+        api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3", labels={"app": "vllm", "": "x"})])
+        # The same list again and again: handed over (and rejected) each time, logged once.
+        s.wait_metric("epp_endpoints_reloads_total", lambda v: v is not None and v >= 3, result="error")
+        assert s.log().count("not loaded") == 1, s.log()
+        assert "empty label name" in s.log()
+        assert "keeping the 2 endpoints in use" in s.log()
+        assert s.metric("epp_endpoints") == 2
+        # Fixed: installed at the next list.
+        api.set(pods=[pod("vllm-a", "127.0.0.2")])
+        s.wait_metric("epp_endpoints", lambda v: v == 1)
+        wait_for(lambda: "removed: %s" % b in s.log(), "removal logged", log=s.log)
+        assert s.metric("epp_endpoint_waiting_queue_size", endpoint=a) is not None
+    finally:
+        api.close()
+
+
+def test_new_pod_on_an_old_pods_address_starts_clean(kube_serve, pods_on_loopback):
+    """A new Pod reusing an old Pod's IP:port: the old Pod's in-flight load is forgotten."""
+    port = pods_on_loopback
+    b = "127.0.0.3:%d" % port
+    api = FakeApiServer(V1, port)
+    try:
+        api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3")])
+        s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
+                       "--pool-resync-interval", "100ms", "--refresh-metrics-interval", "50ms")
+        assert s.metric("epp_endpoints") == 2
+        with Stream(s.channel()) as st:
+            body = chat_body()
+            md = wire.subset_metadata([b])
+            st.send(wire.chat_request(body, md=md), wire.request_body(body, end_of_stream=True, md=md))
+            assert destination(st.recv()) == b
+            assert body_of([st.recv()]) == body
+            s.wait_metric("epp_endpoint_inflight_requests", lambda v: v == 1, endpoint=b)
+            # vllm-b is gone; vllm-b2 has its IP. Same addresses, another Pod behind one of them.
+            api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b2", "127.0.0.3")])
+            wait_for(lambda: "replaced (state forgotten): %s (pod ns1/vllm-b -> pod ns1/vllm-b2)" % b in s.log(),
+                     "replacement logged", log=s.log)
+            assert "added: none; removed: none" in s.log()
+            assert s.metric("epp_endpoint_inflight_requests", endpoint=b) == 0
+            assert s.metric("epp_endpoints") == 2
+            st.close()
+        s.wait_metric("epp_requests_in_flight", lambda v: v == 0)
+        assert s.metric("epp_endpoint_inflight_requests", endpoint=b) == 0  # the old request's end clamps at 0
+    finally:
+        api.close()
+
+
+def test_stop_during_pool_get_makes_no_pod_list(kube_serve, pods_on_loopback):
+    """SIGTERM while the pool GET is answered: discovery stops before the Pod LIST (one API timeout at most)."""
+    port = pods_on_loopback
+    api = FakeApiServer(V1, port)
+    try:
+        api.set(pods=[pod("vllm-a", "127.0.0.2")])
+        s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
+                       "--pool-resync-interval", "100ms")
+        with api.lock:
+            api.pool_delay = 2
+        assert api.pool_get.wait(15), "no pool GET after start"
+        with api.lock:
+            n = len(api.requests)
+        s.signal()
+        assert s.wait(timeout=30) == 0, s.log()
+        time.sleep(0.3)  # a LIST sent right after the delayed answer would have arrived by now
+        with api.lock:
+            later = [r[0] for r in api.requests[n:]]
+        assert "/api/v1/namespaces/%s/pods" % NS not in later, later
+    finally:
+        api.close()

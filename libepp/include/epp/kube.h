@@ -16,11 +16,13 @@
 // trtllm-serve, triton-tensorrt-llm) names the metrics dialect. Pod labels become endpoint labels.
 //
 // Errors are absl::Status naming the request and the JSON path:
-//   "GET http://127.0.0.1:8080/api/v1/namespaces/ns/pods?labelSelector=app%3Dx: items[2].status.podIP:
-//    expected a string, got number"
+//   "GET http://127.0.0.1:8080/api/v1/namespaces/ns/pods?labelSelector=app%3Dx&resourceVersion=0:
+//    items[2].status.podIP: expected a string, got number"
 //   "GET https://10.96.0.1:443/apis/...: HTTP 403 (Forbidden): inferencepools ... is forbidden: ..."
-// HTTP 404 is kNotFound, 401/403 kPermissionDenied, other statuses and transport errors
-// kUnavailable, JSON that is not what the API returns kInvalidArgument.
+// HTTP 404 is kNotFound, 401/403 kPermissionDenied, other statuses kUnavailable; transport errors
+// are those of HttpClient: a timeout kDeadlineExceeded, an answer over the 64 MiB body cap
+// kResourceExhausted, others (refused, dropped, TLS) kUnavailable; JSON that is not what the API
+// returns kInvalidArgument.
 //
 // Thread-safety: the free functions share no state; a KubeClient serves one thread at a time.
 #pragma once
@@ -98,14 +100,19 @@ absl::StatusOr<InferencePool> ParseInferencePool(std::string_view json, std::str
 // {app: x, tier: "a b"} -> "app%3Dx%2Ctier%3Da%20b".
 std::string LabelSelectorQuery(const std::map<std::string, std::string>& selector);
 
-// "/api/v1/namespaces/NS/pods?labelSelector=..." for the pool.
+// "/api/v1/namespaces/NS/pods?labelSelector=...&resourceVersion=0" for the pool: resourceVersion=0
+// lets the API server answer from its watch cache instead of a quorum read of etcd.
 std::string PodListPath(const InferencePool& pool);
 
 // Endpoints of a PodList: one per counted Pod (see the top) and target port, sorted by Pod name
 // then port; address "podIP:port" ("[v6]:port"); metrics empty (scrape http://ADDRESS/metrics);
 // labels = the Pod's labels; engine from the engine-type label when it is a built-in engine;
-// origin "pod NS/NAME". A Pod whose IP another counted Pod already has is skipped.
-// kInvalidArgument "SOURCE: items[3].metadata.labels.app: expected a string, got number".
+// origin "pod NS/NAME". A Pod whose IP another counted Pod already has is skipped (hostNetwork);
+// Pods the selector does not match are ignored first, so they never hide a selected one.
+// Malformed Pods fail the whole list, kInvalidArgument
+// "SOURCE: items[3].metadata.labels.app: expected a string, got number"; so does a counted Pod
+// whose status.podIP is not a literal IPv4/IPv6 address:
+// "SOURCE: items[1].status.podIP: pod NS/NAME: 'foo' is not an IPv4 or IPv6 address".
 absl::StatusOr<std::vector<EndpointSpec>> ParsePodListEndpoints(std::string_view json, const InferencePool& pool,
                                                                 std::string_view source);
 

@@ -1,6 +1,9 @@
 // Kubernetes API reads for pool discovery: InferencePool GET, Pod list, over epp::HttpClient.
 #include "epp/kube.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -188,6 +191,12 @@ std::set<int> ParsePortList(std::string_view text) {
   return out;
 }
 
+// A literal IPv4 or IPv6 address (no host name, no zone, no brackets).
+bool IsIpLiteral(const std::string& ip) {
+  unsigned char buf[sizeof(struct in6_addr)];
+  return ::inet_pton(AF_INET, ip.c_str(), buf) == 1 || ::inet_pton(AF_INET6, ip.c_str(), buf) == 1;
+}
+
 absl::Status StatusForHttp(long code, const std::string& what) {
   if (code == 404) return absl::NotFoundError(what);
   if (code == 401 || code == 403) return absl::PermissionDeniedError(what);
@@ -291,6 +300,10 @@ absl::StatusOr<InferencePool> ParseInferencePool(std::string_view text, std::str
     const json* ports = Reader::Member(*spec, "targetPorts");
     if (ports == nullptr) return r.Error("spec.targetPorts", "missing");
     if (!ports->is_array()) return r.WrongType("spec.targetPorts", "an array", *ports);
+    // The size first: the duplicate search below is then over at most 8 ports.
+    if (ports->empty() || ports->size() > 8) {
+      return r.Error("spec.targetPorts", "expected 1 to 8 ports, got " + std::to_string(ports->size()));
+    }
     for (size_t i = 0; i < ports->size(); ++i) {
       const std::string path = "spec.targetPorts[" + std::to_string(i) + "]";
       const json& p = (*ports)[i];
@@ -302,9 +315,6 @@ absl::StatusOr<InferencePool> ParseInferencePool(std::string_view text, std::str
         return r.Error(path + ".number", "duplicate port " + std::to_string(port));
       }
       pool.target_ports.push_back(port);
-    }
-    if (pool.target_ports.empty() || pool.target_ports.size() > 8) {
-      return r.Error("spec.targetPorts", "expected 1 to 8 ports, got " + std::to_string(pool.target_ports.size()));
     }
   } else {
     EPP_ASSIGN_OR_RETURN(pool.selector, r.StringMap(*spec, "selector", "spec.selector"));
@@ -324,7 +334,10 @@ std::string LabelSelectorQuery(const std::map<std::string, std::string>& selecto
 }
 
 std::string PodListPath(const InferencePool& pool) {
-  return "/api/v1/namespaces/" + pool.ns + "/pods?labelSelector=" + LabelSelectorQuery(pool.selector);
+  // resourceVersion=0: served from the API server's watch cache (possibly a little behind)
+  // rather than a quorum read of etcd on every resync.
+  return "/api/v1/namespaces/" + pool.ns + "/pods?labelSelector=" + LabelSelectorQuery(pool.selector) +
+         "&resourceVersion=0";
 }
 
 absl::StatusOr<std::vector<EndpointSpec>> ParsePodListEndpoints(std::string_view text, const InferencePool& pool,
@@ -370,7 +383,6 @@ absl::StatusOr<std::vector<EndpointSpec>> ParsePodListEndpoints(std::string_view
         }
       }
       if (ip.empty() || !ready || !deleting.empty()) continue;
-      if (!ips.insert(ip).second) continue;  // hostNetwork Pods on one node share an IP
       // Selector re-checked: a server that ignores labelSelector must not widen the pool.
       bool selected = true;
       for (const auto& [k, v] : pool.selector) {
@@ -378,6 +390,14 @@ absl::StatusOr<std::vector<EndpointSpec>> ParsePodListEndpoints(std::string_view
         if (it == labels.end() || it->second != v) selected = false;
       }
       if (!selected) continue;
+      const std::string pod_name = (ns.empty() ? pool.ns : ns) + "/" + name;
+      if (!IsIpLiteral(ip)) {
+        // Malformed like a field of the wrong type: the list fails (the set in use is kept).
+        return r.Error(at + ".status.podIP", "pod " + pod_name + ": '" + ip + "' is not an IPv4 or IPv6 address");
+      }
+      // hostNetwork Pods on one node share an IP: the first selected one is kept. Recorded only
+      // after the selector check, so an unselected Pod never hides a selected one.
+      if (!ips.insert(ip).second) continue;
       std::set<int> active;
       bool restrict = false;
       if (auto a = annotations.find(std::string(kActivePortsAnnotation)); a != annotations.end()) {
@@ -393,12 +413,9 @@ absl::StatusOr<std::vector<EndpointSpec>> ParsePodListEndpoints(std::string_view
         if (restrict && !active.count(port)) continue;
         EndpointSpec spec;
         spec.address = host + ":" + std::to_string(port);
-        if (!ValidateEndpointAddress(spec.address).ok()) {
-          return r.Error(at + ".status.podIP", "'" + ip + "' is not an IP address");
-        }
         spec.labels = labels;
         spec.engine = engine;
-        spec.origin = "pod " + (ns.empty() ? pool.ns : ns) + "/" + name;
+        spec.origin = "pod " + pod_name;
         found.push_back({name, port, std::move(spec)});
       }
     }

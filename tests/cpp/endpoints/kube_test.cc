@@ -52,6 +52,7 @@ class FakeApi {
       targets_.push_back(req.target);
       auth_.push_back(req.get_header_value("Authorization"));
       label_selectors_.push_back(req.get_param_value("labelSelector"));
+      resource_versions_.push_back(req.has_param("resourceVersion") ? req.get_param_value("resourceVersion") : "-");
       auto it = answers_.find(req.path);
       if (it == answers_.end()) {
         res.status = 404;
@@ -81,6 +82,10 @@ class FakeApi {
     std::lock_guard<std::mutex> lock(mu_);
     return label_selectors_;
   }
+  std::vector<std::string> resource_versions() {  // "-" when the query has none
+    std::lock_guard<std::mutex> lock(mu_);
+    return resource_versions_;
+  }
   const std::string& url() const { return url_; }
 
   std::unique_ptr<KubeClient> Client(KubeClientOptions o = {}) {
@@ -95,7 +100,7 @@ class FakeApi {
   std::string url_;
   std::mutex mu_;
   std::map<std::string, std::pair<int, std::string>> answers_;
-  std::vector<std::string> targets_, auth_, label_selectors_;
+  std::vector<std::string> targets_, auth_, label_selectors_, resource_versions_;
 };
 
 constexpr char kV1Path[] = "/apis/inference.networking.k8s.io/v1/namespaces/ns1/inferencepools/llama";
@@ -168,8 +173,11 @@ TEST(KubeTest, V1PoolSelectorBecomesLabelSelectorAndReadinessFilters) {
   const std::vector<std::string> targets = api.targets();
   ASSERT_EQ(targets.size(), 2u);
   EXPECT_EQ(targets[0], kV1Path);
-  EXPECT_EQ(targets[1], std::string(kPodsPath) + "?labelSelector=app%3Dvllm%2Ctier%3Da%20b");
+  // resourceVersion=0: the API server answers from its watch cache, no quorum read of etcd.
+  EXPECT_EQ(targets[1], std::string(kPodsPath) + "?labelSelector=app%3Dvllm%2Ctier%3Da%20b&resourceVersion=0");
   EXPECT_EQ(api.label_selectors()[1], "app=vllm,tier=a b");  // as the server decodes it
+  EXPECT_EQ(api.resource_versions()[1], "0");
+  EXPECT_EQ(api.resource_versions()[0], "-");  // the pool GET is a plain read
   EXPECT_EQ(api.auth()[0], "");                             // no token file: no Authorization
 }
 
@@ -186,7 +194,7 @@ TEST(KubeTest, V1Alpha2PoolUsesPlainSelectorAndTargetPortNumber) {
   auto specs = client->ListPoolEndpoints(*pool);
   ASSERT_TRUE(specs.ok()) << specs.status();
   EXPECT_EQ(Addresses(*specs), (std::vector<std::string>{"10.0.0.1:8000"}));
-  EXPECT_EQ(api.targets()[1], std::string(kPodsPath) + "?labelSelector=app%3Dvllm");
+  EXPECT_EQ(api.targets()[1], std::string(kPodsPath) + "?labelSelector=app%3Dvllm&resourceVersion=0");
 
   // A v1 object read as v1alpha2 (and the reverse) is an error naming the field.
   auto wrong = ParseInferencePool(kPoolV1, kInferencePoolGroupV1Alpha2, "src");
@@ -219,6 +227,13 @@ TEST(KubeTest, PoolFieldErrorsNameTheJsonPath) {
       {R"({"metadata": {}, "spec": {"selector": {"matchLabels": {"app": 1}}, "targetPorts": [{"number": 80}]}})",
        "s: spec.selector.matchLabels.app: expected a string, got number"},
       {R"({"metadata": {}, "spec": {"selector": {"matchLabels": {"app": "x"}}}})", "s: spec.targetPorts: missing"},
+      {R"({"metadata": {}, "spec": {"selector": {"matchLabels": {"app": "x"}}, "targetPorts": []}})",
+       "s: spec.targetPorts: expected 1 to 8 ports, got 0"},
+      // The size is checked before any item (nor its duplicates) is looked at.
+      {R"({"metadata": {}, "spec": {"selector": {"matchLabels": {"app": "x"}}, "targetPorts": [
+            {"number": 1}, {"number": 1}, {"number": 3}, {"number": 4}, {"number": 5}, {"number": 6},
+            {"number": 7}, {"number": 8}, {"number": 0}]}})",
+       "s: spec.targetPorts: expected 1 to 8 ports, got 9"},
       {R"({"metadata": {}})", "s: spec: missing"},
       {R"([1])", "s: (root): expected an object, got array"},
       {R"({"kind": "Service", "metadata": {}, "spec": {}})", "s: kind: expected InferencePool, got Service"},
@@ -243,7 +258,9 @@ TEST(KubeTest, MalformedJsonNamesTheUrl) {
   ASSERT_FALSE(specs.ok());
   EXPECT_EQ(specs.status().code(), absl::StatusCode::kInvalidArgument);
   const std::string msg(specs.status().message());
-  EXPECT_EQ(msg.rfind("GET " + api.url() + kPodsPath + "?labelSelector=app%3Dvllm%2Ctier%3Da%20b: answer is not JSON: byte ", 0),
+  EXPECT_EQ(msg.rfind("GET " + api.url() + kPodsPath +
+                          "?labelSelector=app%3Dvllm%2Ctier%3Da%20b&resourceVersion=0: answer is not JSON: byte ",
+                      0),
             0u)
       << msg;
 
@@ -251,8 +268,8 @@ TEST(KubeTest, MalformedJsonNamesTheUrl) {
   api.Answer(kPodsPath, PodList({Pod("p0", "10.0.0.1", true), R"({"metadata": {"name": "p1"}, "status": {"podIP": 7}})"}));
   specs = client->ListPoolEndpoints(*pool);
   ASSERT_FALSE(specs.ok());
-  EXPECT_NE(specs.status().message().find("pods?labelSelector=app%3Dvllm%2Ctier%3Da%20b: items[1].status.podIP: "
-                                          "expected a string, got number"),
+  EXPECT_NE(specs.status().message().find("pods?labelSelector=app%3Dvllm%2Ctier%3Da%20b&resourceVersion=0: "
+                                          "items[1].status.podIP: expected a string, got number"),
             std::string::npos)
       << specs.status();
   api.Answer(kPodsPath, PodList({R"({"metadata": {"name": "p1"}, "status": {"conditions": [{"type": "Ready"}]}})"}));
@@ -260,6 +277,56 @@ TEST(KubeTest, MalformedJsonNamesTheUrl) {
   ASSERT_FALSE(specs.ok());
   EXPECT_NE(specs.status().message().find(": items[0].status.conditions[0].status: missing"), std::string::npos)
       << specs.status();
+}
+
+TEST(KubeTest, UnselectedPodSharingAnIpDoesNotHideASelectedOne) {
+  FakeApi api;
+  api.Answer(kV1Path, kPoolV1);
+  // A server that ignores labelSelector lists an unselected hostNetwork Pod first, on the IP of a
+  // selected one; then two selected Pods sharing an IP (the first listed is kept).
+  api.Answer(kPodsPath, PodList({
+                            Pod("aaa-other", "10.0.0.1", true, "", R"({"app": "other"})"),
+                            Pod("vllm-x", "10.0.0.1", true),
+                            Pod("vllm-z", "10.0.0.2", true),
+                            Pod("vllm-y", "10.0.0.2", true),
+                        }));
+  auto client = api.Client();
+  ASSERT_NE(client, nullptr);
+  auto pool = client->GetInferencePool(kInferencePoolGroupV1, "ns1", "llama");
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  auto specs = client->ListPoolEndpoints(*pool);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  EXPECT_EQ(Addresses(*specs),
+            (std::vector<std::string>{"10.0.0.1:8000", "10.0.0.1:8002", "10.0.0.2:8000", "10.0.0.2:8002"}));
+  EXPECT_EQ((*specs)[0].origin, "pod ns1/vllm-x");
+  EXPECT_EQ((*specs)[2].origin, "pod ns1/vllm-z");
+}
+
+TEST(KubeTest, PodIpThatIsNotAnAddressFailsTheList) {
+  FakeApi api;
+  api.Answer(kV1Path, kPoolV1);
+  auto client = api.Client();
+  ASSERT_NE(client, nullptr);
+  auto pool = client->GetInferencePool(kInferencePoolGroupV1, "ns1", "llama");
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  // A host name passes ValidateEndpointAddress but is no Pod IP: the list fails like any other
+  // malformed Pod (discovery keeps the set in use), naming the Pod and the JSON path.
+  for (const std::string bad : {"foo", "10.0.0.256", "[fd00::1]", "fe80::1%eth0", "10.0.0.1:80"}) {
+    api.Answer(kPodsPath, PodList({Pod("vllm-a", "10.0.0.1", true), Pod("vllm-bad", bad, true)}));
+    auto specs = client->ListPoolEndpoints(*pool);
+    ASSERT_FALSE(specs.ok()) << bad;
+    EXPECT_EQ(specs.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string want =
+        "&resourceVersion=0: items[1].status.podIP: pod ns1/vllm-bad: '" + bad + "' is not an IPv4 or IPv6 address";
+    const std::string msg(specs.status().message());
+    EXPECT_EQ(msg.size() >= want.size() ? msg.substr(msg.size() - want.size()) : msg, want);
+  }
+  // Not checked for Pods that do not count (not Ready, not selected): they are skipped as before.
+  api.Answer(kPodsPath, PodList({Pod("vllm-a", "10.0.0.1", true), Pod("vllm-bad", "foo", false),
+                                 Pod("other", "bar", true, "", R"({"app": "other"})")}));
+  auto specs = client->ListPoolEndpoints(*pool);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  EXPECT_EQ(Addresses(*specs), (std::vector<std::string>{"10.0.0.1:8000", "10.0.0.1:8002"}));
 }
 
 TEST(KubeTest, HttpErrorsCarryStatusAndKubernetesMessage) {
