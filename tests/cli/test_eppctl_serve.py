@@ -21,6 +21,7 @@ import pytest
 
 grpc = pytest.importorskip("grpc")
 
+from conftest import _eppctl_path  # noqa: E402
 import extproc_wire as wire  # noqa: E402  (tests/cli is on sys.path via conftest.py)
 
 ROOT = pathlib.Path(os.environ.get("EPP_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
@@ -114,10 +115,15 @@ class Serve:
         with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.metrics_port, path), timeout=10) as r:
             return r.status, r.read().decode()
 
-    def metrics(self):
+    def exposition(self):
+        """/metrics as (text, {(sample, labels): value}, {family: type})."""
         status, text = self.http("/metrics")
         assert status == 200
-        return parse_exposition(text)[0]
+        samples, families = parse_exposition(text)
+        return text, samples, {f.name: f.type for f in families}
+
+    def metrics(self):
+        return self.exposition()[1]
 
     def metric(self, name, **labels):
         return self.metrics().get((name, tuple(sorted(labels.items()))))
@@ -233,7 +239,7 @@ def destination(first):
 
 @pytest.fixture
 def serve(eppctl, tmp_path):
-    path = os.environ.get("EPPCTL") or str(ROOT / "build" / "cli" / "eppctl")
+    path = _eppctl_path()
     started = []
 
     def start(*args, tls=False):
@@ -516,10 +522,7 @@ def test_metrics_exposition_parses(serve, pool):
     shared = "A long shared context that every request repeats, so the prefix index has blocks. " * 40
     for i in range(3):
         pick(ch, chat_body(shared + "question %d" % i))
-    status, text = s.http("/metrics")
-    assert status == 200
-    m, families = parse_exposition(text)
-    types = {f.name: f.type for f in families}
+    text, m, types = s.exposition()
     assert types["epp_requests"] == "counter"
     assert types["epp_pick_duration_seconds"] == "histogram"
     assert types["epp_endpoint_scrape_errors"] == "counter"
@@ -595,10 +598,7 @@ def test_metrics_plugin_durations_per_extension_point(serve, sim, tmp_path):
     for i in range(6):
         first, _ = pick(ch, chat_body("timing question %d " % i * 20))
         assert destination(first) in live
-    status, text = s.http("/metrics")
-    assert status == 200
-    m, families = parse_exposition(text)
-    types = {f.name: f.type for f in families}
+    text, m, types = s.exposition()
     assert types["inference_extension_plugin_duration_seconds"] == "histogram"
     assert types["inference_extension_scheduler_e2e_duration_seconds"] == "histogram"
     from prometheus_client.parser import text_string_to_metric_families

@@ -6,6 +6,7 @@ loopback) where `eppctl sim` servers listen on one port, the pool's target port.
 bounded.
 """
 import http.server
+import os
 import json
 import re
 import subprocess
@@ -15,6 +16,7 @@ import urllib.parse
 
 import pytest
 
+from conftest import _eppctl_path
 from test_eppctl_serve import Serve, Stream, ROOT, body_of, chat_body, destination, pick  # noqa: F401
 import extproc_wire as wire
 
@@ -128,8 +130,7 @@ def start_sim(eppctl_path, host, port):
 @pytest.fixture
 def pods_on_loopback(eppctl):
     """Two simulators, on 127.0.0.2:P and 127.0.0.3:P (one target port P for both Pods)."""
-    import os
-    path = os.environ.get("EPPCTL") or str(ROOT / "build" / "cli" / "eppctl")
+    path = _eppctl_path()
     procs = []
     try:
         for _ in range(5):  # P free on 127.0.0.2 may be taken on 127.0.0.3: try another
@@ -157,8 +158,7 @@ def pods_on_loopback(eppctl):
 
 @pytest.fixture
 def kube_serve(eppctl, tmp_path):
-    import os
-    path = os.environ.get("EPPCTL") or str(ROOT / "build" / "cli" / "eppctl")
+    path = _eppctl_path()
     started = []
 
     def start(*args):
@@ -171,6 +171,20 @@ def kube_serve(eppctl, tmp_path):
         s.close()
 
 
+@pytest.fixture
+def fake_api():
+    """Starts FakeApiServer(group, pod_port) instances, closed when the test ends."""
+    servers = []
+
+    def start(group, pod_port):
+        servers.append(FakeApiServer(group, pod_port))
+        return servers[-1]
+
+    yield start
+    for api in servers:
+        api.close()
+
+
 def wait_for(pred, what, timeout=15, log=None):
     deadline = time.monotonic() + timeout
     while not pred():
@@ -179,196 +193,177 @@ def wait_for(pred, what, timeout=15, log=None):
         time.sleep(0.05)
 
 
-def test_pool_pods_are_endpoints_and_a_not_ready_pod_is_dropped(kube_serve, pods_on_loopback, tmp_path):
+def test_pool_pods_are_endpoints_and_a_not_ready_pod_is_dropped(kube_serve, pods_on_loopback, tmp_path, fake_api):
     port = pods_on_loopback
     a, b, c = "127.0.0.2:%d" % port, "127.0.0.3:%d" % port, "127.0.0.4:%d" % port
-    api = FakeApiServer(V1, port)
-    try:
-        api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3"),
-                      pod("vllm-c", "127.0.0.4", ready=False), pod("vllm-d", "127.0.0.5", deleting=True)])
-        token = tmp_path / "token"
-        token.write_text("t0ken\n")
-        s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
-                       "--kube-token-file", token, "--pool-resync-interval", "100ms",
-                       "--refresh-metrics-interval", "50ms", "--scrape-timeout", "2s")
-        assert s.metric("epp_endpoints") == 2
-        s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 0, endpoint=a)
-        s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 0, endpoint=b)
-        assert s.metrics()[("inference_pool_ready_pods", (("name", POOL),))] == 2
-        assert "2 endpoints from inferencepool ns1/llama" in s.log()
-        with api.lock:
-            reqs = list(api.requests)
-        assert reqs[0][0] == "/apis/inference.networking.k8s.io/v1/namespaces/ns1/inferencepools/llama"
-        assert reqs[1][0] == "/api/v1/namespaces/ns1/pods"
-        assert reqs[1][1]["labelSelector"] == ["app=vllm"]
-        assert reqs[1][1]["resourceVersion"] == ["0"]  # from the watch cache, no quorum read
-        assert "resourceVersion" not in reqs[0][1]
-        assert all(r[2] == "Bearer t0ken" for r in reqs)
+    api = fake_api(V1, port)
+    api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3"),
+                  pod("vllm-c", "127.0.0.4", ready=False), pod("vllm-d", "127.0.0.5", deleting=True)])
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
+                   "--kube-token-file", token, "--pool-resync-interval", "100ms",
+                   "--refresh-metrics-interval", "50ms", "--scrape-timeout", "2s")
+    assert s.metric("epp_endpoints") == 2
+    s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 0, endpoint=a)
+    s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 0, endpoint=b)
+    assert s.metrics()[("inference_pool_ready_pods", (("name", POOL),))] == 2
+    assert "2 endpoints from inferencepool ns1/llama" in s.log()
+    with api.lock:
+        reqs = list(api.requests)
+    assert reqs[0][0] == "/apis/inference.networking.k8s.io/v1/namespaces/ns1/inferencepools/llama"
+    assert reqs[1][0] == "/api/v1/namespaces/ns1/pods"
+    assert reqs[1][1]["labelSelector"] == ["app=vllm"]
+    assert reqs[1][1]["resourceVersion"] == ["0"]  # from the watch cache, no quorum read
+    assert "resourceVersion" not in reqs[0][1]
+    assert all(r[2] == "Bearer t0ken" for r in reqs)
 
-        ch = s.channel()
-        first, _ = pick(ch, chat_body(), md=wire.subset_metadata([b]))
-        assert destination(first) == b
+    ch = s.channel()
+    first, _ = pick(ch, chat_body(), md=wire.subset_metadata([b]))
+    assert destination(first) == b
 
-        # vllm-b turns not Ready: dropped at the next list; picks for it are 503.
-        api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3", ready=False),
-                      pod("vllm-c", "127.0.0.4", ready=False)])
-        s.wait_metric("epp_endpoints", lambda v: v == 1)
-        assert s.metric("epp_endpoint_waiting_queue_size", endpoint=b) is None
-        wait_for(lambda: "removed: %s" % b in s.log(), "removal logged", log=s.log)
-        first, _ = pick(ch, chat_body(), md=wire.subset_metadata([b]))
-        assert first["immediate"]["status"] == 503
-        first, _ = pick(ch, chat_body())
-        assert destination(first) == a
+    # vllm-b turns not Ready: dropped at the next list; picks for it are 503.
+    api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3", ready=False),
+                  pod("vllm-c", "127.0.0.4", ready=False)])
+    s.wait_metric("epp_endpoints", lambda v: v == 1)
+    assert s.metric("epp_endpoint_waiting_queue_size", endpoint=b) is None
+    wait_for(lambda: "removed: %s" % b in s.log(), "removal logged", log=s.log)
+    first, _ = pick(ch, chat_body(), md=wire.subset_metadata([b]))
+    assert first["immediate"]["status"] == 503
+    first, _ = pick(ch, chat_body())
+    assert destination(first) == a
 
-        # The API server fails: the set in use stays, picks go on, the failure is logged once.
-        api.set(fail=500)
-        wait_for(lambda: "discovery failed" in s.log(), "discovery failure logged", log=s.log)
-        time.sleep(0.5)  # about five more failed lists
-        assert s.log().count("discovery failed") == 1
-        assert "HTTP 500 (InternalError): etcd is down" in s.log()
-        assert s.metric("epp_pool_discovery_total", result="error") >= 2
-        assert s.metric("epp_pool_discovery_total", result="ok") >= 2
-        assert s.metric("epp_endpoints") == 1
-        first, _ = pick(ch, chat_body())
-        assert destination(first) == a
+    # The API server fails: the set in use stays, picks go on, the failure is logged once.
+    api.set(fail=500)
+    wait_for(lambda: "discovery failed" in s.log(), "discovery failure logged", log=s.log)
+    time.sleep(0.5)  # about five more failed lists
+    assert s.log().count("discovery failed") == 1
+    assert "HTTP 500 (InternalError): etcd is down" in s.log()
+    assert s.metric("epp_pool_discovery_total", result="error") >= 2
+    assert s.metric("epp_pool_discovery_total", result="ok") >= 2
+    assert s.metric("epp_endpoints") == 1
+    first, _ = pick(ch, chat_body())
+    assert destination(first) == a
 
-        # Back, with vllm-b Ready again and vllm-c Ready (nothing listens there: kept, unreadable).
-        api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3"), pod("vllm-c", "127.0.0.4")])
-        s.wait_metric("epp_endpoints", lambda v: v == 3)
-        assert "discovery works again" in s.log()
-        s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 0, endpoint=b)
-        s.wait_metric("epp_endpoint_scrape_errors_total", lambda v: v is not None and v >= 1, endpoint=c)
-        assert s.metric("epp_endpoints_reloads_total", result="ok") == 2
-    finally:
-        api.close()
+    # Back, with vllm-b Ready again and vllm-c Ready (nothing listens there: kept, unreadable).
+    api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3"), pod("vllm-c", "127.0.0.4")])
+    s.wait_metric("epp_endpoints", lambda v: v == 3)
+    assert "discovery works again" in s.log()
+    s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 0, endpoint=b)
+    s.wait_metric("epp_endpoint_scrape_errors_total", lambda v: v is not None and v >= 1, endpoint=c)
+    assert s.metric("epp_endpoints_reloads_total", result="ok") == 2
 
 
-def test_v1alpha2_pool_and_flag_endpoints(kube_serve, pods_on_loopback):
+def test_v1alpha2_pool_and_flag_endpoints(kube_serve, pods_on_loopback, fake_api):
     port = pods_on_loopback
-    api = FakeApiServer(V1ALPHA2, port)
-    try:
-        api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("other", "127.0.0.3", labels={"app": "other"})])
-        s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--pool-group", V1ALPHA2,
-                       "--kube-api-server", api.url, "--endpoint", "10.9.9.9:8000=none")
-        # The Pod the selector does not match is not taken even though the server listed it.
-        assert s.metric("epp_endpoints") == 2
-        with api.lock:
-            reqs = list(api.requests)
-        assert reqs[0][0] == "/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/ns1/inferencepools/llama"
-        assert reqs[1][1]["labelSelector"] == ["app=vllm"]
-        assert reqs[1][1]["resourceVersion"] == ["0"]
-        assert reqs[0][2] is None  # no token file: no Authorization header
-        s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 0, endpoint="127.0.0.2:%d" % port)
-    finally:
-        api.close()
+    api = fake_api(V1ALPHA2, port)
+    api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("other", "127.0.0.3", labels={"app": "other"})])
+    s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--pool-group", V1ALPHA2,
+                   "--kube-api-server", api.url, "--endpoint", "10.9.9.9:8000=none")
+    # The Pod the selector does not match is not taken even though the server listed it.
+    assert s.metric("epp_endpoints") == 2
+    with api.lock:
+        reqs = list(api.requests)
+    assert reqs[0][0] == "/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/ns1/inferencepools/llama"
+    assert reqs[1][1]["labelSelector"] == ["app=vllm"]
+    assert reqs[1][1]["resourceVersion"] == ["0"]
+    assert reqs[0][2] is None  # no token file: no Authorization header
+    s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 0, endpoint="127.0.0.2:%d" % port)
 
 
-def test_startup_discovery_errors(eppctl, tmp_path):
+def test_startup_discovery_errors(eppctl, tmp_path, fake_api):
     ports = ["--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0", "--secure-serving=false"]
-    api = FakeApiServer(V1, 8000)
-    try:
-        # No such pool: 404, naming the URL.
-        r = eppctl("serve", *ports, "--pool-name", "nope", "--pool-namespace", NS, "--kube-api-server", api.url,
-                   timeout=30)
-        assert r.returncode == 2, r.stderr
-        assert ("GET %s/apis/inference.networking.k8s.io/v1/namespaces/ns1/inferencepools/nope: HTTP 404 (NotFound)"
-                % api.url) in r.stderr
-        # The API server failing at start: no last good set, so serve does not start.
-        api.set(fail=500)
-        r = eppctl("serve", *ports, "--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
-                   timeout=30)
-        assert r.returncode == 1, r.stderr
-        assert "inferencepool ns1/llama: GET" in r.stderr and "etcd is down" in r.stderr
-    finally:
-        api.close()
+    api = fake_api(V1, 8000)
+    # No such pool: 404, naming the URL.
+    r = eppctl("serve", *ports, "--pool-name", "nope", "--pool-namespace", NS, "--kube-api-server", api.url,
+               timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert ("GET %s/apis/inference.networking.k8s.io/v1/namespaces/ns1/inferencepools/nope: HTTP 404 (NotFound)"
+            % api.url) in r.stderr
+    # The API server failing at start: no last good set, so serve does not start.
+    api.set(fail=500)
+    r = eppctl("serve", *ports, "--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
+               timeout=30)
+    assert r.returncode == 1, r.stderr
+    assert "inferencepool ns1/llama: GET" in r.stderr and "etcd is down" in r.stderr
     r = eppctl("serve", *ports, "--pool-name", POOL, "--pool-group", "example.com", timeout=30)
     assert r.returncode == 2 and "--pool-group" in r.stderr, r.stderr
     # Outside a cluster without --kube-api-server.
-    import os
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
-    path = os.environ.get("EPPCTL") or str(ROOT / "build" / "cli" / "eppctl")
+    path = _eppctl_path()
     r = subprocess.run([path, "serve", *ports, "--pool-name", POOL, "--pool-namespace", NS], capture_output=True,
                        text=True, timeout=30, env=env)
     assert r.returncode == 2, r.stderr
     assert "--kube-api-server" in r.stderr
 
 
-def test_rejected_list_is_handed_over_again(kube_serve, pods_on_loopback):
+def test_rejected_list_is_handed_over_again(kube_serve, pods_on_loopback, fake_api):
     """A discovered list the scrape thread rejects is retried at the next list even when unchanged."""
     port = pods_on_loopback
     a, b = "127.0.0.2:%d" % port, "127.0.0.3:%d" % port
-    api = FakeApiServer(V1, port)
-    try:
-        api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3")])
-        s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
-                       "--pool-resync-interval", "100ms", "--refresh-metrics-interval", "50ms")
-        assert s.metric("epp_endpoints") == 2
-        # An empty label name: discovery reads it, endpoint validation rejects the list.
-        api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3", labels={"app": "vllm", "": "x"})])
-        # The same list again and again: handed over (and rejected) each time, logged once.
-        s.wait_metric("epp_endpoints_reloads_total", lambda v: v is not None and v >= 3, result="error")
-        assert s.log().count("not loaded") == 1, s.log()
-        assert "empty label name" in s.log()
-        assert "keeping the 2 endpoints in use" in s.log()
-        assert s.metric("epp_endpoints") == 2
-        # Fixed: installed at the next list.
-        api.set(pods=[pod("vllm-a", "127.0.0.2")])
-        s.wait_metric("epp_endpoints", lambda v: v == 1)
-        wait_for(lambda: "removed: %s" % b in s.log(), "removal logged", log=s.log)
-        assert s.metric("epp_endpoint_waiting_queue_size", endpoint=a) is not None
-    finally:
-        api.close()
+    api = fake_api(V1, port)
+    api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3")])
+    s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
+                   "--pool-resync-interval", "100ms", "--refresh-metrics-interval", "50ms")
+    assert s.metric("epp_endpoints") == 2
+    # An empty label name: discovery reads it, endpoint validation rejects the list.
+    api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3", labels={"app": "vllm", "": "x"})])
+    # The same list again and again: handed over (and rejected) each time, logged once.
+    s.wait_metric("epp_endpoints_reloads_total", lambda v: v is not None and v >= 3, result="error")
+    assert s.log().count("not loaded") == 1, s.log()
+    assert "empty label name" in s.log()
+    assert "keeping the 2 endpoints in use" in s.log()
+    assert s.metric("epp_endpoints") == 2
+    # Fixed: installed at the next list.
+    api.set(pods=[pod("vllm-a", "127.0.0.2")])
+    s.wait_metric("epp_endpoints", lambda v: v == 1)
+    wait_for(lambda: "removed: %s" % b in s.log(), "removal logged", log=s.log)
+    assert s.metric("epp_endpoint_waiting_queue_size", endpoint=a) is not None
 
 
-def test_new_pod_on_an_old_pods_address_starts_clean(kube_serve, pods_on_loopback):
+def test_new_pod_on_an_old_pods_address_starts_clean(kube_serve, pods_on_loopback, fake_api):
     """A new Pod reusing an old Pod's IP:port: the old Pod's in-flight load is forgotten."""
     port = pods_on_loopback
     b = "127.0.0.3:%d" % port
-    api = FakeApiServer(V1, port)
-    try:
-        api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3")])
-        s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
-                       "--pool-resync-interval", "100ms", "--refresh-metrics-interval", "50ms")
+    api = fake_api(V1, port)
+    api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3")])
+    s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
+                   "--pool-resync-interval", "100ms", "--refresh-metrics-interval", "50ms")
+    assert s.metric("epp_endpoints") == 2
+    with Stream(s.channel()) as st:
+        body = chat_body()
+        md = wire.subset_metadata([b])
+        st.send(wire.chat_request(body, md=md), wire.request_body(body, end_of_stream=True, md=md))
+        assert destination(st.recv()) == b
+        assert body_of([st.recv()]) == body
+        s.wait_metric("epp_endpoint_inflight_requests", lambda v: v == 1, endpoint=b)
+        # vllm-b is gone; vllm-b2 has its IP. Same addresses, another Pod behind one of them.
+        api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b2", "127.0.0.3")])
+        wait_for(lambda: "replaced (state forgotten): %s (pod ns1/vllm-b -> pod ns1/vllm-b2)" % b in s.log(),
+                 "replacement logged", log=s.log)
+        assert "added: none; removed: none" in s.log()
+        assert s.metric("epp_endpoint_inflight_requests", endpoint=b) == 0
         assert s.metric("epp_endpoints") == 2
-        with Stream(s.channel()) as st:
-            body = chat_body()
-            md = wire.subset_metadata([b])
-            st.send(wire.chat_request(body, md=md), wire.request_body(body, end_of_stream=True, md=md))
-            assert destination(st.recv()) == b
-            assert body_of([st.recv()]) == body
-            s.wait_metric("epp_endpoint_inflight_requests", lambda v: v == 1, endpoint=b)
-            # vllm-b is gone; vllm-b2 has its IP. Same addresses, another Pod behind one of them.
-            api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b2", "127.0.0.3")])
-            wait_for(lambda: "replaced (state forgotten): %s (pod ns1/vllm-b -> pod ns1/vllm-b2)" % b in s.log(),
-                     "replacement logged", log=s.log)
-            assert "added: none; removed: none" in s.log()
-            assert s.metric("epp_endpoint_inflight_requests", endpoint=b) == 0
-            assert s.metric("epp_endpoints") == 2
-            st.close()
-        s.wait_metric("epp_requests_in_flight", lambda v: v == 0)
-        assert s.metric("epp_endpoint_inflight_requests", endpoint=b) == 0  # the old request's end clamps at 0
-    finally:
-        api.close()
+        st.close()
+    s.wait_metric("epp_requests_in_flight", lambda v: v == 0)
+    assert s.metric("epp_endpoint_inflight_requests", endpoint=b) == 0  # the old request's end clamps at 0
 
 
-def test_stop_during_pool_get_makes_no_pod_list(kube_serve, pods_on_loopback):
+def test_stop_during_pool_get_makes_no_pod_list(kube_serve, pods_on_loopback, fake_api):
     """SIGTERM while the pool GET is answered: discovery stops before the Pod LIST (one API timeout at most)."""
     port = pods_on_loopback
-    api = FakeApiServer(V1, port)
-    try:
-        api.set(pods=[pod("vllm-a", "127.0.0.2")])
-        s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
-                       "--pool-resync-interval", "100ms")
-        with api.lock:
-            api.pool_delay = 2
-        assert api.pool_get.wait(15), "no pool GET after start"
-        with api.lock:
-            n = len(api.requests)
-        s.signal()
-        assert s.wait(timeout=30) == 0, s.log()
-        time.sleep(0.3)  # a LIST sent right after the delayed answer would have arrived by now
-        with api.lock:
-            later = [r[0] for r in api.requests[n:]]
-        assert "/api/v1/namespaces/%s/pods" % NS not in later, later
-    finally:
-        api.close()
+    api = fake_api(V1, port)
+    api.set(pods=[pod("vllm-a", "127.0.0.2")])
+    s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
+                   "--pool-resync-interval", "100ms")
+    with api.lock:
+        api.pool_delay = 2
+    assert api.pool_get.wait(15), "no pool GET after start"
+    with api.lock:
+        n = len(api.requests)
+    s.signal()
+    assert s.wait(timeout=30) == 0, s.log()
+    time.sleep(0.3)  # a LIST sent right after the delayed answer would have arrived by now
+    with api.lock:
+        later = [r[0] for r in api.requests[n:]]
+    assert "/api/v1/namespaces/%s/pods" % NS not in later, later

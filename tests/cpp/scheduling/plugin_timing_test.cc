@@ -96,6 +96,33 @@ uint64_t CountOf(const std::map<Key, PluginTiming>& m, const std::string& point,
   return it == m.end() ? ~uint64_t{0} : it->second.count;
 }
 
+// Every (extension point, type, name) of kConfig's scheduler and its calls per recorded pick.
+struct ExpectedCalls {
+  const char* point;
+  const char* type;
+  const char* name;
+  uint64_t per_pick;
+};
+constexpr ExpectedCalls kCallsPerPick[] = {
+    {"Filter", "label-selector-filter", "gold-only", 1},
+    {"Scorer", "queue-scorer", "queue", 1},
+    {"Scorer", "kv-cache-utilization-scorer", "kv", 1},
+    {"Scorer", "prefix-cache-scorer", "prefix", 1},
+    {"Picker", "max-score-picker", "best", 1},
+    // PickProfiles is asked until it returns nothing: once with the profile, once empty.
+    {"ProfilePicker", "single-profile-handler", "single-profile-handler", 2},
+    {"ProcessProfilesResults", "single-profile-handler", "single-profile-handler", 1},
+    {"SaturationDetector", "utilization-detector", "utilization-detector", 1},
+    // The prefix scorer pulls in the default producer, which also observes recorded picks.
+    {"DataProducer", "approx-prefix-cache-producer", "approx-prefix-cache-producer", 1},
+    {"PreRequest", "approx-prefix-cache-producer", "approx-prefix-cache-producer", 1},
+};
+
+void ExpectCallsAfterPicks(const std::map<Key, PluginTiming>& m, uint64_t picks) {
+  for (const ExpectedCalls& c : kCallsPerPick)
+    EXPECT_EQ(CountOf(m, c.point, c.type, c.name), c.per_pick * picks) << c.point << " " << c.name;
+}
+
 void ExpectValidHistogram(uint64_t count, double sum_seconds, const std::vector<uint64_t>& buckets,
                           const std::string& what) {
   SCOPED_TRACE(what);
@@ -111,18 +138,7 @@ void ExpectValidHistogram(uint64_t count, double sum_seconds, const std::vector<
 TEST(PluginTimingTest, EveryConfiguredPluginHasAnEntryBeforeAnyPick) {
   Fixture f;
   ASSERT_NE(f.sched, nullptr);
-  auto m = ByKey(f.sched->PluginTimings());
-  EXPECT_EQ(CountOf(m, "Filter", "label-selector-filter", "gold-only"), 0u);
-  EXPECT_EQ(CountOf(m, "Scorer", "queue-scorer", "queue"), 0u);
-  EXPECT_EQ(CountOf(m, "Scorer", "kv-cache-utilization-scorer", "kv"), 0u);
-  EXPECT_EQ(CountOf(m, "Scorer", "prefix-cache-scorer", "prefix"), 0u);
-  EXPECT_EQ(CountOf(m, "Picker", "max-score-picker", "best"), 0u);
-  EXPECT_EQ(CountOf(m, "ProfilePicker", "single-profile-handler", "single-profile-handler"), 0u);
-  EXPECT_EQ(CountOf(m, "ProcessProfilesResults", "single-profile-handler", "single-profile-handler"), 0u);
-  EXPECT_EQ(CountOf(m, "SaturationDetector", "utilization-detector", "utilization-detector"), 0u);
-  // The prefix scorer pulls in the default producer, which also observes recorded picks.
-  EXPECT_EQ(CountOf(m, "DataProducer", "approx-prefix-cache-producer", "approx-prefix-cache-producer"), 0u);
-  EXPECT_EQ(CountOf(m, "PreRequest", "approx-prefix-cache-producer", "approx-prefix-cache-producer"), 0u);
+  ExpectCallsAfterPicks(ByKey(f.sched->PluginTimings()), 0);
   EXPECT_EQ(f.sched->CycleTiming().count, 0u);
 }
 
@@ -140,20 +156,7 @@ TEST(PluginTimingTest, CountsGrowPerPluginAndExtensionPoint) {
   }
   const std::vector<PluginTiming> timings = f.sched->PluginTimings();
   auto m = ByKey(timings);
-  EXPECT_EQ(CountOf(m, "Filter", "label-selector-filter", "gold-only"), uint64_t{kPicks});
-  EXPECT_EQ(CountOf(m, "Scorer", "queue-scorer", "queue"), uint64_t{kPicks});
-  EXPECT_EQ(CountOf(m, "Scorer", "kv-cache-utilization-scorer", "kv"), uint64_t{kPicks});
-  EXPECT_EQ(CountOf(m, "Scorer", "prefix-cache-scorer", "prefix"), uint64_t{kPicks});
-  EXPECT_EQ(CountOf(m, "Picker", "max-score-picker", "best"), uint64_t{kPicks});
-  // PickProfiles is asked until it returns nothing: once with the profile, once empty.
-  EXPECT_EQ(CountOf(m, "ProfilePicker", "single-profile-handler", "single-profile-handler"), uint64_t{2 * kPicks});
-  EXPECT_EQ(CountOf(m, "ProcessProfilesResults", "single-profile-handler", "single-profile-handler"),
-            uint64_t{kPicks});
-  EXPECT_EQ(CountOf(m, "SaturationDetector", "utilization-detector", "utilization-detector"), uint64_t{kPicks});
-  EXPECT_EQ(CountOf(m, "DataProducer", "approx-prefix-cache-producer", "approx-prefix-cache-producer"),
-            uint64_t{kPicks});
-  EXPECT_EQ(CountOf(m, "PreRequest", "approx-prefix-cache-producer", "approx-prefix-cache-producer"),
-            uint64_t{kPicks});
+  ExpectCallsAfterPicks(m, kPicks);
   double plugin_seconds = 0;
   for (const PluginTiming& t : timings) {
     ExpectValidHistogram(t.count, t.sum_seconds, t.bucket_counts, t.extension_point + " " + t.plugin_name);
