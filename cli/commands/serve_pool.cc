@@ -43,7 +43,9 @@ absl::StatusOr<std::vector<epp::EndpointSpec>> ServePool::LoadSpecs() const {
     EPP_ASSIGN_OR_RETURN(specs, epp::LoadEndpointsFile(options_.endpoints_file));
   }
   specs.insert(specs.end(), options_.flag_specs.begin(), options_.flag_specs.end());
-  if (specs.empty())
+  // An endpoints file may list none (yet): the pool starts empty and every pick is a 503 until
+  // the file lists one, as the reference EPP does with a pool whose Pods are not Ready.
+  if (specs.empty() && options_.endpoints_file.empty())
     return absl::InvalidArgumentError(
         "no endpoints: give --pool-name NAME, --endpoints FILE or --endpoint ADDR[=METRICS]");
   EPP_RETURN_IF_ERROR(epp::ValidateEndpointSpecs(specs));
@@ -114,6 +116,9 @@ absl::StatusOr<std::unique_ptr<ServePool>> ServePool::Create(ServePoolOptions op
   // Stat before reading, so that a change made while loading is seen on the first poll.
   if (!pool->options_.endpoints_file.empty()) pool->applied_ = Stat(pool->options_.endpoints_file);
   EPP_ASSIGN_OR_RETURN(std::vector<epp::EndpointSpec> specs, pool->LoadSpecs());
+  if (specs.empty())
+    log.Warn("endpoints file " + pool->options_.endpoints_file +
+             " lists no endpoints yet: every pick is answered 503 until it does");
   EPP_ASSIGN_OR_RETURN(std::vector<epp::Endpoint> endpoints, epp::ResolveEndpoints(specs, pool->Resolve()));
   pool->Install(std::move(specs), std::move(endpoints));
   return pool;

@@ -745,6 +745,29 @@ def test_endpoints_file_rewritten_in_place(serve, tmp_path):
     s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 9, endpoint=POOL[1])
 
 
+def test_empty_endpoints_file_starts_ready_and_answers_503_until_endpoints_appear(serve, tmp_path):
+    # As the reference EPP with a pool whose Pods are not Ready yet: start, be ready, answer 503.
+    path = tmp_path / "p" / "endpoints.yaml"
+    path.parent.mkdir()
+    path.write_text("endpoints: []\n")
+    s = serve("--endpoints", path, "--refresh-metrics-interval", "20ms")
+    assert "lists no endpoints yet" in s.log()
+    assert s.health("readiness") == wire.SERVING
+    assert s.metric("epp_endpoints") == 0
+    first, _ = pick(s.channel(), chat_body())
+    assert first["kind"] == "immediate_response"
+    assert first["immediate"]["status"] == 503
+    write_pool(tmp_path / "p", [(POOL[1], 0, 0, 0.1)])
+    s.wait_metric("epp_endpoints", lambda v: v == 1)
+    first, _ = pick(s.channel(), chat_body())
+    assert destination(first) == POOL[1]
+    # And back to none: the pool empties (503 again) rather than keeping departed endpoints.
+    path.write_text("endpoints: []\n")
+    s.wait_metric("epp_endpoints", lambda v: v == 0)
+    first, _ = pick(s.channel(), chat_body())
+    assert first["immediate"]["status"] == 503
+
+
 # ---------------------------------------------------------------------------------------------
 # Lifecycle
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/strings.h"
+#include "common/yaml_limits.h"
 #include "epp/config.h"
 
 namespace epp {
@@ -604,6 +605,8 @@ absl::StatusOr<EppConfig> ParseText(std::string_view yaml, std::string_view sour
   try {
     EPP_ASSIGN_OR_RETURN(std::vector<YAML::Node> all, LoadAllDocuments(std::string(yaml), source));
     for (YAML::Node& d : all) {
+      // Bound every walk below (parsing, the embedded-config search, parameter trees).
+      EPP_RETURN_IF_ERROR(internal::CheckYamlExpansion(d, source));
       if (!d.IsNull()) docs.push_back(d);  // a stray "---" adds an empty document
     }
   } catch (const YAML::Exception& e) {

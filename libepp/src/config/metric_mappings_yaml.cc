@@ -5,6 +5,7 @@
 #include <string>
 
 #include "epp/metrics.h"
+#include "common/yaml_limits.h"
 
 namespace epp {
 namespace {
@@ -76,6 +77,7 @@ absl::StatusOr<std::vector<MetricMapping>> LoadMetricMappingsYaml(std::string_vi
                                                                   std::string_view source) {
   try {
     YAML::Node root = YAML::Load(std::string(yaml));
+    if (absl::Status s = internal::CheckYamlExpansion(root, source); !s.ok()) return s;
     YAML::Node list = root;
     std::string base = "";
     if (root.IsMap()) {

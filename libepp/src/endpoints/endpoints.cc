@@ -14,6 +14,8 @@
 #include <set>
 #include <utility>
 
+#include "common/yaml_limits.h"
+
 namespace epp {
 namespace {
 
@@ -189,6 +191,7 @@ absl::Status ParseEntry(std::string_view source, const YAML::Node& entry, const 
 absl::StatusOr<std::vector<EndpointSpec>> ParseYamlOrThrow(std::string_view text, std::string_view source,
                                                           const std::string& base_dir) {
   const YAML::Node root = YAML::Load(std::string(text));
+  EPP_RETURN_IF_ERROR(internal::CheckYamlExpansion(root, source));
   YAML::Node list;
   YAML::Node list_key;  // where to report a null list
   if (root.IsMap()) {
@@ -212,7 +215,8 @@ absl::StatusOr<std::vector<EndpointSpec>> ParseYamlOrThrow(std::string_view text
   if (!list.IsSequence()) {
     return YamlError(source, list.IsNull() ? list_key : list, "endpoints", "expected a list of endpoints");
   }
-  if (list.size() == 0) return YamlError(source, list, "endpoints", "the list is empty");
+  // An empty list is a pool with no endpoints yet (as a Kubernetes pool before its Pods are
+  // Ready); commands that need one say so themselves.
 
   std::vector<EndpointSpec> specs;
   std::map<std::string, std::pair<size_t, std::string>> seen;  // address -> (index, line)

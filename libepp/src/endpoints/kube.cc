@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json.h"
+
 namespace epp {
 namespace {
 
@@ -69,18 +71,9 @@ class Reader {
   }
 
   absl::StatusOr<json> Parse(std::string_view text) const {
-    json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-    if (doc.is_discarded()) {
-      // Parse again for the position; the non-throwing parse gives none.
-      try {
-        json again = json::parse(text.begin(), text.end());
-        (void)again;
-      } catch (const json::parse_error& e) {
-        return absl::InvalidArgumentError(source_ + ": answer is not JSON: byte " + std::to_string(e.byte) + ": " +
-                                          ParseMessage(e.what()));
-      }
-      return absl::InvalidArgumentError(source_ + ": answer is not JSON");
-    }
+    absl::StatusOr<json> parsed = internal::ParseJson(text);
+    if (!parsed.ok()) return absl::InvalidArgumentError(source_ + ": answer is not JSON: " + std::string(parsed.status().message()));
+    json& doc = *parsed;
     if (!doc.is_object()) return WrongType("(root)", "an object", doc);
     return doc;
   }
@@ -129,18 +122,12 @@ class Reader {
 
   absl::StatusOr<int> Port(const json& v, const std::string& path) const {
     if (!v.is_number_integer() && !v.is_number_unsigned()) return WrongType(path, "an integer", v);
-    const int64_t n = v.get<int64_t>();
-    if (n < 1 || n > 65535) return Error(path, "port " + std::to_string(n) + " out of range 1..65535");
-    return static_cast<int>(n);
+    const std::optional<int64_t> n = internal::JsonInt64(v);
+    if (!n || *n < 1 || *n > 65535) return Error(path, "port " + internal::DumpJsonLossy(v) + " out of range 1..65535");
+    return static_cast<int>(*n);
   }
 
  private:
-  // nlohmann's what(): "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
-  static std::string ParseMessage(const std::string& what) {
-    const size_t colon = what.find(": ");
-    return colon == std::string::npos ? what : what.substr(colon + 2);
-  }
-
   std::string source_;
 };
 
@@ -471,14 +458,10 @@ absl::StatusOr<std::string> KubeClient::Get(std::string_view path_and_query) {
   if (resp.status == 401) token_read_ = false;  // re-read the token on the next call
   // Kubernetes answers errors with a Status object: {"kind":"Status","reason":"Forbidden","message":...}.
   std::string what = "GET " + req.url + ": HTTP " + std::to_string(resp.status);
-  json status = json::parse(resp.body, nullptr, false);
-  if (!status.is_discarded() && status.is_object()) {
-    if (auto it = status.find("reason"); it != status.end() && it->is_string()) {
-      what += " (" + it->get<std::string>() + ")";
-    }
-    if (auto it = status.find("message"); it != status.end() && it->is_string()) {
-      what += ": " + it->get<std::string>();
-    }
+  const json status = internal::ParseJsonOrDiscarded(resp.body);
+  if (status.is_object()) {
+    if (const std::string* reason = internal::JsonStringMember(status, "reason")) what += " (" + *reason + ")";
+    if (const std::string* message = internal::JsonStringMember(status, "message")) what += ": " + *message;
   } else if (!resp.body.empty()) {
     what += ": " + resp.body.substr(0, 200);
     while (!what.empty() && (what.back() == '\n' || what.back() == '\r')) what.pop_back();

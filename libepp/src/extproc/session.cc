@@ -12,6 +12,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/json.h"
 #include "common/strings.h"
 #include "extproc/session_impl.h"
 
@@ -29,6 +30,34 @@ const char* ErrorCodeName(int status) {
     case 503: return "ServiceUnavailable";
     default: return "Internal";
   }
+}
+
+// The payloads of the `data:` fields on one SSE line, in order. Besides the line's own `data:`
+// prefix, a `data:` right after a closing brace or bracket (spaces allowed between) starts
+// another event: events sent in separate body chunks without line ends join up that way. When
+// the line splits, the unsplit payload comes first (so it is tried last): a `}data:` inside a
+// JSON string splits wrongly, and then only the whole payload parses.
+std::vector<std::string_view> SseDataPayloads(std::string_view line) {
+  std::vector<std::string_view> out;
+  if (line.substr(0, 5) != "data:") return out;
+  out.push_back(internal::TrimSpace(line.substr(5)));
+  size_t begin = 5;
+  size_t from = 5;
+  while (true) {
+    size_t next = line.find("data:", from);
+    while (next != std::string_view::npos) {
+      size_t k = next;
+      while (k > begin && (line[k - 1] == ' ' || line[k - 1] == '\t')) --k;
+      if (k > begin && (line[k - 1] == '}' || line[k - 1] == ']')) break;
+      next = line.find("data:", next + 5);
+    }
+    const size_t stop = next == std::string_view::npos ? line.size() : next;
+    if (next == std::string_view::npos && out.size() == 1) break;  // one event: the whole payload
+    out.push_back(internal::TrimSpace(line.substr(begin, stop - begin)));
+    if (next == std::string_view::npos) break;
+    begin = from = next + 5;
+  }
+  return out;
 }
 
 void SetHeader(pb::HeaderMutation* m, std::string_view key, std::string_view value) {
@@ -191,13 +220,26 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
   for (const auto& [k, v] : headers) {
     if (k != kModelNameRewriteHeader || v.empty() || v == request->model) continue;
     // Rewrite the body's model (key order kept); the target model also seeds the prefix hashes.
-    nlohmann::ordered_json j = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object()) {
-      j["model"] = v;
-      new_body = j.dump();
-      changed = true;
-      request->model = v;
+    // Header values arrive as raw bytes: one that is not UTF-8 cannot become a JSON string, and
+    // the request is refused naming the header rather than sent on with the old model.
+    absl::StatusOr<nlohmann::ordered_json> j = internal::ParseJson<nlohmann::ordered_json>(body);
+    absl::StatusOr<std::string> dumped = absl::InternalError("request body is not a JSON object");
+    if (j.ok() && j->is_object()) {
+      (*j)["model"] = v;
+      dumped = internal::DumpJson(*j);
+    } else if (!j.ok()) {
+      dumped = j.status();
     }
+    if (!dumped.ok()) {
+      result = PickResult::BadRequest(dumped.status());
+      Immediate(400, std::string(kModelNameRewriteHeader) + ": cannot rewrite the model: " +
+                         std::string(dumped.status().message()),
+                out);
+      return;
+    }
+    new_body = std::move(*dumped);
+    changed = true;
+    request->model = v;
     break;
   }
   for (const auto& [k, v] : headers) {
@@ -258,33 +300,43 @@ void ExtProcSession::Impl::ParseUsage() {
         j["response"]["usage"].is_object())
       u = &j["response"]["usage"];
     if (!u) return false;
+    // A token count is a non-negative whole number below 2^53 (what a double holds exactly);
+    // anything else (a fraction, a negative, 1e300) counts as absent rather than as a wild cast.
+    auto count = [](const nlohmann::json& v) -> int64_t {
+      std::optional<int64_t> n = internal::JsonInt64(v);
+      return n && *n >= 0 && *n < (int64_t{1} << 53) ? *n : 0;
+    };
     auto num = [&](const char* a, const char* b) -> int64_t {
-      if (u->contains(a) && (*u)[a].is_number()) return (*u)[a].get<int64_t>();
-      if (b && u->contains(b) && (*u)[b].is_number()) return (*u)[b].get<int64_t>();
+      if (auto it = u->find(a); it != u->end()) return count(*it);
+      if (b != nullptr)
+        if (auto it = u->find(b); it != u->end()) return count(*it);
       return 0;
     };
     stats->prompt_tokens += num("prompt_tokens", "input_tokens");
     stats->completion_tokens += num("completion_tokens", "output_tokens");
-    for (const char* details : {"prompt_tokens_details", "prompt_token_details", "input_tokens_details"})
-      if (u->contains(details) && (*u)[details].is_object() && (*u)[details].contains("cached_tokens") &&
-          (*u)[details]["cached_tokens"].is_number())
-        stats->cached_tokens += (*u)[details]["cached_tokens"].get<int64_t>();
+    for (const char* details : {"prompt_tokens_details", "prompt_token_details", "input_tokens_details"}) {
+      auto d = u->find(details);
+      if (d == u->end() || !d->is_object()) continue;
+      if (auto c = d->find("cached_tokens"); c != d->end()) stats->cached_tokens += count(*c);
+    }
     return true;
   };
   if (!response_streaming && !response_body_truncated) {
-    take(nlohmann::json::parse(response_body, nullptr, false));
+    take(internal::ParseJsonOrDiscarded(response_body));
     return;
   }
-  // SSE: the last `data:` event carrying usage wins.
+  // SSE: the last `data:` event carrying usage wins. Events normally end with a blank line, but
+  // a server (or GIE's own tests) may send one event per body chunk with no line end, so that the
+  // joined stream holds `data: {...}data: {...}` on one line: each line is also split where a
+  // `data:` follows the end of a JSON value.
   size_t end = response_body.size();
   while (end > 0) {
     size_t start = response_body.rfind('\n', end - 1);
     start = start == std::string::npos ? 0 : start + 1;
-    std::string_view line = internal::TrimSpace(std::string_view(response_body).substr(start, end - start));
-    if (line.substr(0, 5) == "data:") {
-      std::string_view payload = internal::TrimSpace(line.substr(5));
-      if (payload != "[DONE]" && take(nlohmann::json::parse(payload.begin(), payload.end(), nullptr, false))) return;
-    }
+    const std::string_view line = internal::TrimSpace(std::string_view(response_body).substr(start, end - start));
+    const std::vector<std::string_view> payloads = SseDataPayloads(line);
+    for (auto it = payloads.rbegin(); it != payloads.rend(); ++it)
+      if (*it != "[DONE]" && take(internal::ParseJsonOrDiscarded(*it))) return;
     if (start == 0) break;
     end = start - 1;
   }

@@ -147,6 +147,10 @@ std::vector<std::string> SplitAdapters(std::string_view s) {
   return out;
 }
 
+// Cache geometry beyond 2^50 (a petabyte of blocks) is not a real server; the bound also keeps
+// every product of two such values (capacity = blocks x block size) inside int64.
+constexpr int64_t kMaxCacheValue = int64_t{1} << 50;
+
 std::optional<int64_t> ParsePositiveInt(std::string_view s, bool allow_zero) {
   s = TrimSpace(s);
   if (s.empty()) return std::nullopt;
@@ -154,7 +158,7 @@ std::optional<int64_t> ParsePositiveInt(std::string_view s, bool allow_zero) {
   for (char c : s) {
     if (c < '0' || c > '9') return std::nullopt;
     v = v * 10 + (c - '0');
-    if (v > (int64_t{1} << 50)) return std::nullopt;
+    if (v > kMaxCacheValue) return std::nullopt;
   }
   if (!allow_zero && v == 0) return std::nullopt;
   return v;
@@ -232,7 +236,7 @@ void ReadCacheInfo(const MetricFamilies& families, const MetricMapping& mapping,
       out.checks.push_back({id, CheckStatus::kFail,
                             spec->name + ": " + mapping.cache_block_size_label + "='" + std::string(*bs) + "', " +
                                 mapping.cache_num_blocks_label + "='" + std::string(*nb) +
-                                "' must be positive integers"});
+                                "' must be positive integers up to 2^50"});
       return;
     }
     source = spec->name;
@@ -250,7 +254,9 @@ void ReadCacheInfo(const MetricFamilies& families, const MetricMapping& mapping,
     auto value_of = [&](const MetricSpec& spec) -> std::optional<int64_t> {
       const MetricFamily* family = nullptr;
       for (const Sample* s : Matching(families, spec, &family)) {
-        if (std::isfinite(s->value) && s->value >= 1 && s->value == std::floor(s->value)) {
+        // Checked before the cast: a gauge near or above 2^63 would be undefined behaviour.
+        if (std::isfinite(s->value) && s->value >= 1 && s->value <= static_cast<double>(kMaxCacheValue) &&
+            s->value == std::floor(s->value)) {
           return static_cast<int64_t>(s->value);
         }
         return std::nullopt;
@@ -261,7 +267,7 @@ void ReadCacheInfo(const MetricFamilies& families, const MetricMapping& mapping,
     blocks = value_of(*nb);
     if (!size || !blocks) {
       out.checks.push_back({id, CheckStatus::kFail,
-                            bs->ToString() + " / " + nb->ToString() + " must be positive integers"});
+                            bs->ToString() + " / " + nb->ToString() + " must be positive integers up to 2^50"});
       return;
     }
     source = bs->name;

@@ -63,7 +63,11 @@ class ApproxPrefixProducer : public Plugin, public DataProducer, public RequestO
     int64_t capacity = 0;
     if (o_.auto_tune && picked.metrics.cache_num_blocks.value_or(0) > 0) {
       const int64_t server_bs = std::max<int64_t>(1, picked.metrics.cache_block_size.value_or(ctx.prefix.block_size_tokens));
-      capacity = std::max<int64_t>(1, *picked.metrics.cache_num_blocks * server_bs / ctx.prefix.block_size_tokens);
+      // Metrics can come from files or Python as well as from the extractor (which bounds them):
+      // the product saturates instead of overflowing.
+      int64_t tokens = 0;
+      if (__builtin_mul_overflow(*picked.metrics.cache_num_blocks, server_bs, &tokens)) tokens = INT64_MAX;
+      capacity = std::max<int64_t>(1, tokens / ctx.prefix.block_size_tokens);
     }
     index_.Add(picked.address, ctx.prefix.hashes, capacity);
   }

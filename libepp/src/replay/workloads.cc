@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json.h"
 #include "epp/prefix_cache.h"
 #include "epp/replay.h"
 #include "epp/request.h"
@@ -188,6 +189,15 @@ absl::StatusOr<SharedPrefixWorkload> GieBenchmarkWorkload(std::string_view name)
 
 namespace {
 
+// `value` in units of `unit_us` microseconds, scaled: an error naming `what` when the result is
+// negative, not finite or beyond 2^62 us (llround of such a value is unspecified).
+absl::StatusOr<int64_t> ArrivalMicros(double value, double unit_us, double time_scale, const std::string& what) {
+  const double us = value * unit_us * time_scale;
+  if (!std::isfinite(us) || us > 4.6e18) return Bad(what + ": arrival time out of range");
+  if (us < 0) return Bad(what + ": negative arrival time");
+  return std::llround(us);
+}
+
 // One JSON object per line, blank lines skipped; `each(line_number, text, object, where)` turns a
 // line into a request (`where` is "path:line: " for its errors). The result is in arrival order.
 template <typename Each>
@@ -202,7 +212,9 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadJsonLinesTrace(const std::string&
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = absl::StrCat(path, ":", n, ": ");
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    absl::StatusOr<nlohmann::json> parsed = internal::ParseJson(line);
+    if (!parsed.ok()) return Bad(where + "not JSON: " + std::string(parsed.status().message()));
+    const nlohmann::json& j = *parsed;
     if (!j.is_object()) return Bad(where + "not a JSON object");
     absl::StatusOr<ReplayRequest> r = each(n, line, j, where);
     if (!r.ok()) return r.status();
@@ -232,7 +244,9 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadMooncakeTrace(const std::string& 
     if (!il.ok()) return il.status();
     if (!ol.ok()) return ol.status();
     if (!j.contains("hash_ids") || !j["hash_ids"].is_array()) return Bad(where + "hash_ids: missing or not an array");
-    r.arrival_us = std::llround(static_cast<double>(*ts) * 1000.0 * time_scale);
+    absl::StatusOr<int64_t> at = ArrivalMicros(static_cast<double>(*ts), 1000.0, time_scale, where + "timestamp");
+    if (!at.ok()) return at.status();
+    r.arrival_us = *at;
     r.prompt_tokens = std::max<int64_t>(1, *il);
     r.output_tokens = std::max<int64_t>(1, *ol);
     int64_t left = r.prompt_tokens;
@@ -258,14 +272,14 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadOpenAITrace(const std::string& pa
     absl::StatusOr<InferenceRequest> req = ParseCaptureEnvelope(line);
     if (!req.ok()) return Bad(where + std::string(req.status().message()));
     ReplayRequest r;
+    absl::StatusOr<int64_t> at = Bad(where + "no arrival time: give \"timestamp\" (ms) or \"arrival_s\"");
     if (j.contains("timestamp") && j["timestamp"].is_number()) {
-      r.arrival_us = std::llround(j["timestamp"].get<double>() * 1000.0 * time_scale);
+      at = ArrivalMicros(j["timestamp"].get<double>(), 1000.0, time_scale, where + "timestamp");
     } else if (j.contains("arrival_s") && j["arrival_s"].is_number()) {
-      r.arrival_us = std::llround(j["arrival_s"].get<double>() * 1e6 * time_scale);
-    } else {
-      return Bad(where + "no arrival time: give \"timestamp\" (ms) or \"arrival_s\"");
+      at = ArrivalMicros(j["arrival_s"].get<double>(), 1e6, time_scale, where + "arrival_s");
     }
-    if (r.arrival_us < 0) return Bad(where + "negative arrival time");
+    if (!at.ok()) return at.status();
+    r.arrival_us = *at;
     r.model = req->model;
     r.text = req->prompt;
     r.prompt_tokens = std::max<int64_t>(1, req->prompt_tokens);
@@ -273,10 +287,11 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadOpenAITrace(const std::string& pa
     const nlohmann::json& body = j.contains("body") ? j["body"] : j;
     if (body.is_object()) {
       for (const char* k : {"max_tokens", "max_completion_tokens", "max_output_tokens"})
-        if (body.contains(k) && body[k].is_number_integer() && body[k].get<int64_t>() > 0) r.output_tokens = body[k].get<int64_t>();
+        if (auto it = body.find(k); it != body.end() && it->is_number_integer())
+          if (std::optional<int64_t> v = internal::JsonInt64(*it); v && *v > 0) r.output_tokens = *v;
     }
-    if (j.contains("output_tokens") && j["output_tokens"].is_number_integer() && j["output_tokens"].get<int64_t>() > 0)
-      r.output_tokens = j["output_tokens"].get<int64_t>();
+    if (auto it = j.find("output_tokens"); it != j.end() && it->is_number_integer())
+      if (std::optional<int64_t> v = internal::JsonInt64(*it); v && *v > 0) r.output_tokens = *v;
     return r;
   });
 }

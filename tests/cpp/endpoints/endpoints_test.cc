@@ -315,7 +315,7 @@ TEST(ParseEndpointsYamlTest, StrictErrorsCarryLineAndPath) {
        "t.yaml:2: endpoints[0].metrics: 'ftp://h/m': only http:// and https:// URLs, file paths or 'none'"},
       {"engine a list", "- address: a:1\n  engine: [vllm]\n", "t.yaml:2: endpoints[0].engine: expected a string"},
       {"entry a list", "endpoints:\n  - [a:1]\n", "t.yaml:2: endpoints[0]: expected a map or an address string"},
-      {"empty list", "endpoints: []\n", "t.yaml:1: endpoints: the list is empty"},
+      {"self alias", "endpoints: &a [*a]\n", "t.yaml:1: endpoints[0]: expected a map or an address string"},
       {"null list", "endpoints:\n", "t.yaml:1: endpoints: expected a list of endpoints"},
       {"scalar root", "10.0.0.1:8000\n", "t.yaml:1: expected a map with 'endpoints' or a list of endpoints"},
       {"empty text", "", "t.yaml: expected a map with 'endpoints' or a list of endpoints"},
@@ -336,6 +336,28 @@ TEST(ParseEndpointsYamlTest, StrictErrorsCarryLineAndPath) {
       EXPECT_EQ(std::string(specs.status().message()), c.message);
     }
   }
+}
+
+TEST(ParseEndpointsYamlTest, EmptyListIsAPoolWithNoEndpointsYet) {
+  for (const char* text : {"endpoints: []\n", "[]\n"}) {
+    auto specs = ParseEndpointsYaml(text, "t.yaml", "");
+    ASSERT_TRUE(specs.ok()) << text << ": " << specs.status();
+    EXPECT_TRUE(specs->empty());
+  }
+}
+
+TEST(ParseEndpointsYamlTest, AliasExpansionIsBoundedAndNamed) {
+  std::string text = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char level = 'b'; level <= 'g'; ++level) {
+    text += std::string(1, level) + ": &" + level + " [";
+    for (int i = 0; i < 10; ++i) text += std::string(i ? ", " : "") + "*" + static_cast<char>(level - 1);
+    text += "]\n";
+  }
+  text += "endpoints: [*g]\n";
+  auto specs = ParseEndpointsYaml(text, "t.yaml", "");
+  ASSERT_FALSE(specs.ok());
+  EXPECT_NE(std::string(specs.status().message()).find("expands to more than 250000 nodes"), std::string::npos)
+      << specs.status();
 }
 
 // ---- ResolveEndpoints over files -----------------------------------------------------------

@@ -246,6 +246,25 @@ TEST(KubeTest, PoolFieldErrorsNameTheJsonPath) {
   }
 }
 
+TEST(KubeTest, NumbersBeyondTheDoubleRangeAreAnErrorNotAnAbort) {
+  // `1e407` overflows a double: the position re-parse used to throw out_of_range past a catch of
+  // parse_error only, which aborted Pod discovery.
+  for (const char* json : {"1e407", R"({"metadata": {"name": 1e407}})", R"({"spec": {"x": -1e999}})"}) {
+    SCOPED_TRACE(json);
+    auto p = ParseInferencePool(json, kInferencePoolGroupV1, "s");
+    ASSERT_FALSE(p.ok());
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(std::string(p.status().message()).rfind("s: answer is not JSON: ", 0), 0u) << p.status();
+    EXPECT_NE(p.status().message().find("number overflow"), std::string::npos) << p.status();
+  }
+  // A port number above INT64_MAX is named, not wrapped.
+  auto big = ParseInferencePool(
+      R"({"metadata": {}, "spec": {"selector": {"matchLabels": {"app": "x"}}, "targetPorts": [{"number": 18446744073709551615}]}})",
+      kInferencePoolGroupV1, "s");
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(std::string(big.status().message()), "s: spec.targetPorts[0].number: port 18446744073709551615 out of range 1..65535");
+}
+
 TEST(KubeTest, MalformedJsonNamesTheUrl) {
   FakeApi api;
   api.Answer(kV1Path, kPoolV1);

@@ -206,6 +206,27 @@ TEST(ExtProcSessionTest, ModelRewriteToTheSameModelKeepsTheBytes) {
   EXPECT_EQ(Streamed(rs[1]).body(), body);
 }
 
+TEST(ExtProcSessionTest, ModelRewriteHeaderThatIsNotUtf8Is400NamingTheHeader) {
+  // Header values arrive as raw bytes; one that is not UTF-8 cannot become the body's model. It
+  // used to make the JSON writer throw: the session aborted the process, or the stream hung.
+  SchedulerEnv env({Ep("10.0.0.1:8000")});
+  ExtProcOptions options;
+  ExtProcStats stats;
+  for (const std::string& bad : {std::string("\xff\xfe"), std::string("llama-\xc3"), std::string("a\xed\xa0\x80" "b")}) {
+    SCOPED_TRACE(bad);
+    ExtProcSession s(*env.scheduler, env.pool, options, &stats);
+    HttpRequestCapture capture = ChatCapture(R"({"model":"alias","messages":[{"role":"user","content":"hi"}]})");
+    capture.headers.emplace_back(std::string(kModelNameRewriteHeader), bad);
+    const auto rs = Decode(Feed(s, BuildProcessingRequests(capture)));
+    ExpectImmediate(rs, 400, "BadRequest");
+    EXPECT_NE(rs[0].immediate_response().details().find(std::string(kModelNameRewriteHeader) + ": cannot rewrite the model"),
+              std::string::npos)
+        << rs[0].immediate_response().details();
+    EXPECT_TRUE(s.finished());
+  }
+  EXPECT_EQ(stats.requests_in_flight.load(), 0);
+}
+
 TEST(ExtProcSessionTest, BodyOverTheLimitIs413) {
   SchedulerEnv env({Ep("10.0.0.1:8000")});
   const std::string body = ChatBody("m", std::string(3000, 'x'));
@@ -476,6 +497,23 @@ TEST(ExtProcSessionTest, UsageFromJsonAndSse) {
        {"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n"},
        12, 1, 0},
       {"no usage", "application/json", {R"({"object":"chat.completion"})"}, 0, 0, 0},
+      // GIE's own test: one event per chunk, no line ends, so the joined stream is one line.
+      {"sse one event per chunk without line ends", "text/event-stream",
+       {"data: {}", "data: {\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":10,\"total_tokens\":17}}"}, 7, 10, 0},
+      {"sse events without line ends, usage mid-stream", "text/event-stream",
+       {"data: {\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":1}}", "data: {\"choices\":[]}", "data: [DONE]"}, 4, 1,
+       0},
+      {"sse event spanning chunks without line ends", "text/event-stream",
+       {"data: {\"choices\":[]}data: {\"usage\":{\"prompt_tok", "ens\":8,\"completion_tokens\":2}}"}, 8, 2, 0},
+      {"sse with }data: inside a string", "text/event-stream",
+       {"data: {\"note\":\"a}data: b\",\"usage\":{\"prompt_tokens\":6,\"completion_tokens\":5}}\n\n"}, 6, 5, 0},
+      // Token counts that are not whole non-negative numbers below 2^53 count as absent (a float
+      // beyond the int64 range was undefined behaviour in get<int64_t>()).
+      {"float token counts", "application/json",
+       {R"({"usage":{"prompt_tokens":12.0,"completion_tokens":1e300,"prompt_tokens_details":{"cached_tokens":-3}}})"}, 12, 0,
+       0},
+      {"fractional and huge token counts", "application/json",
+       {R"({"usage":{"prompt_tokens":2.5,"completion_tokens":18446744073709551615}})"}, 0, 0, 0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

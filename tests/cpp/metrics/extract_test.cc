@@ -55,6 +55,23 @@ TEST(ExtractMetricsTest, SumsCountsTakesMaxKvAndNewestLora) {
   EXPECT_NE(r.Find("metrics.kv_cache")->message.find("max of 2 series"), std::string::npos);
 }
 
+TEST(ExtractMetricsTest, CacheGeometryGaugesNearInt64AreRejectedNotCast) {
+  // trtllm-serve and Triton report block size and count as gauge values: a value near or above
+  // 2^63 was cast to int64 (undefined behaviour) and later multiplied.
+  for (const char* big : {"9.3e18", "1e300", "+Inf", "1125899906842625"}) {
+    SCOPED_TRACE(big);
+    Extracted r = Extract(std::string("trtllm_kv_cache_tokens_per_block 32\ntrtllm_kv_cache_max_blocks ") + big + "\n",
+                          "trtllm-serve");
+    EXPECT_FALSE(r.ex.metrics.cache_num_blocks.has_value());
+    const CheckResult* c = r.Find("metrics.cache_info");
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->status, CheckStatus::kFail);
+    EXPECT_NE(c->message.find("must be positive integers up to 2^50"), std::string::npos) << c->message;
+  }
+  Extracted ok = Extract("trtllm_kv_cache_tokens_per_block 32\ntrtllm_kv_cache_max_blocks 1125899906842624\n", "trtllm-serve");
+  EXPECT_EQ(ok.ex.metrics.cache_num_blocks, int64_t{1} << 50);
+}
+
 TEST(ExtractMetricsTest, CounterWhereGaugeRequiredNamesBothTypes) {
   Extracted r = Extract(
       "# TYPE vllm:num_requests_waiting counter\n"

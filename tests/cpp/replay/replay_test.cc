@@ -356,7 +356,9 @@ TEST(MooncakeTraceTest, ErrorsNameFileAndLine) {
     std::string name, line3, expect;
   };
   const std::vector<Case> cases = {
-      {"not_json", "{oops", "not a JSON object"},
+      {"not_json", "{oops", "not JSON: byte 2: "},
+      {"not_object", "[1]", "not a JSON object"},
+      {"number_overflow", "{\"timestamp\": 1e407}", "not JSON: number overflow"},
       {"no_timestamp", "{\"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}", "timestamp: missing or not a number"},
       {"bad_hash", "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [\"x\"]}", "hash_ids[0]"},
       {"no_hashes", "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1}", "hash_ids: missing"},
@@ -374,6 +376,12 @@ TEST(MooncakeTraceTest, ErrorsNameFileAndLine) {
   }
   EXPECT_EQ(LoadMooncakeTrace(::testing::TempDir() + "/missing.jsonl").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(LoadMooncakeTrace(WriteTemp("mooncake_scale.jsonl", good), 0).status().code(), absl::StatusCode::kInvalidArgument);
+  // A timestamp times a large scale beyond int64 microseconds is named (llround was unspecified).
+  auto huge = LoadMooncakeTrace(WriteTemp("mooncake_huge.jsonl", "{\"timestamp\": 1e15, \"input_length\": 1, "
+                                                                 "\"output_length\": 1, \"hash_ids\": []}\n"),
+                                1e6);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find(":1: timestamp: arrival time out of range"), std::string::npos) << huge.status();
 }
 
 TEST(MooncakeTraceTest, SharedFixtureLoads) {

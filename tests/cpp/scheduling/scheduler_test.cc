@@ -110,6 +110,23 @@ TEST(SchedulerTest, AutoTuneCapsTheIndexAtTheServersKvCapacity) {
   EXPECT_EQ(f.sched->PrefixIndexEntries(), 20u);
 }
 
+TEST(SchedulerTest, AutoTuneCapacityFromExtremeCacheMetricsSaturates) {
+  // Metrics from files or Python are not bounded by the extractor: blocks x block size beyond
+  // int64 used to overflow (undefined behaviour; in practice a capacity of one block).
+  auto entries = [](int64_t blocks, int64_t block_size) {
+    Fixture f;
+    std::vector<Endpoint> pool = {Ep("a:1", 0, 0.1)};
+    pool[0].metrics.cache_block_size = block_size;
+    pool[0].metrics.cache_num_blocks = blocks;
+    for (int i = 0; i < 5; ++i) f.sched->Pick(Chat(std::to_string(i) + Long('c', 1000)), pool);
+    return f.sched->PrefixIndexEntries();
+  };
+  const size_t roomy = entries(1'000'000, 16);
+  EXPECT_GT(roomy, 20u);
+  EXPECT_EQ(entries(INT64_MAX / 2, 16), roomy);
+  EXPECT_EQ(entries(INT64_MAX, INT64_MAX), roomy);
+}
+
 TEST(SchedulerTest, WhatIfPicksDoNotLearn) {
   Fixture f;
   std::vector<Endpoint> pool = {Ep("a:1", 0, 0.1), Ep("b:1", 0, 0.1)};
