@@ -351,6 +351,23 @@ def test_bad_json_is_400_naming_the_path(serve, pool):
     assert s.metric("epp_requests_total", outcome="400") == 2
 
 
+def test_model_rewrite_header_not_utf8_is_answered_400(serve, pool):
+    # Header values arrive as raw bytes. Such a value used to make the body rewrite throw inside
+    # the reactor: the stream was never answered and its state stayed behind.
+    s = serve("--endpoints", pool)
+    for bad in (b"\xff\xfe", b"llama-\xc3", b"a\xed\xa0\x80b"):
+        first, responses = pick(s.channel(), chat_body(), extra_headers=[("x-gateway-model-name-rewrite", bad)])
+        assert first["kind"] == "immediate_response", first
+        assert first["immediate"]["status"] == 400
+        assert "x-gateway-model-name-rewrite: cannot rewrite the model" in first["immediate"]["body"]
+        assert responses == [first]
+    assert s.metric("epp_requests_total", outcome="400") == 3
+    s.wait_metric("epp_streams_active", lambda v: v == 0)  # every stream ended
+    # The server goes on picking.
+    first, _ = pick(s.channel(), chat_body())
+    assert destination(first) in POOL
+
+
 def test_body_over_max_request_bytes_is_413(serve, pool):
     s = serve("--endpoints", pool, "--max-request-bytes", "1000")
     with Stream(s.channel()) as st:
