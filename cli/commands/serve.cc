@@ -1,11 +1,13 @@
-// `eppctl serve`: wires libepp's ExtProcServer, HealthServer and scheduler to the endpoint pool
-// (serve_pool.h), the /metrics server (serve_metrics.h) and the process's signals.
+// `eppctl serve`: flags to an epp::ServeConfig, then epp::EppServer (epp/serve.h) does the work.
+// What stays here is process policy: the allocator and Abseil settings, the stop signals, the
+// ready file and the drain timing.
 #include "commands/serve.h"
 
 #include <malloc.h>
 #include <pthread.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -20,40 +22,22 @@
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
-#include "epp/extproc.h"
-#include "commands/serve_log.h"
-#include "commands/serve_metrics.h"
-#include "commands/serve_pool.h"
-#include "epp/config.h"
-#include "epp/endpoints.h"
 #include "epp/kube.h"
 #include "epp/params.h"
-#include "epp/registry.h"
-#include "epp/scheduler.h"
+#include "epp/serve.h"
 #include "epp/version.h"
 #include "output.h"
 
 namespace eppctl {
 namespace {
 
-absl::StatusOr<int64_t> FlagDuration(const char* flag, const std::string& text, bool allow_zero) {
+absl::StatusOr<std::chrono::microseconds> FlagDuration(const char* flag, const std::string& text, bool allow_zero) {
   absl::StatusOr<int64_t> us = epp::ParseDurationMicros(text);
   if (!us.ok()) return absl::InvalidArgumentError(std::string(flag) + ": " + std::string(us.status().message()));
   if (*us < 0 || (*us == 0 && !allow_zero))
     return absl::InvalidArgumentError(std::string(flag) + ": must be " + (allow_zero ? ">= 0" : "> 0") + ", got '" +
                                       text + "'");
-  return *us;
-}
-
-std::string HumanDuration(int64_t us) {
-  char buf[32];
-  if (us % 1000000 == 0)
-    std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(us / 1000000));
-  else if (us % 1000 == 0)
-    std::snprintf(buf, sizeof buf, "%lldms", static_cast<long long>(us / 1000));
-  else
-    std::snprintf(buf, sizeof buf, "%lldus", static_cast<long long>(us));
-  return buf;
+  return std::chrono::microseconds(*us);
 }
 
 // "NAME=PRIORITY" values of --objective.
@@ -71,41 +55,6 @@ absl::Status ParseObjectives(const std::vector<std::string>& flags, std::map<std
     out[name] = priority;
   }
   return absl::OkStatus();
-}
-
-// gRPC wants "[v6]:port"; httplib a bare host.
-std::string JoinHostPort(const std::string& host, int port) {
-  if (host.find(':') != std::string::npos && host.front() != '[') return "[" + host + "]:" + std::to_string(port);
-  return host + ":" + std::to_string(port);
-}
-
-// How --metrics-staleness-threshold reaches the scheduler. The saturation detector has its own
-// `metricsStalenessThreshold` parameter (GIE: 200ms). An explicit flag sets it on the default
-// utilization-detector when the configuration leaves it unset; when the configuration sets it, or
-// names its own detector, the configuration governs. Returns what was decided, for the log.
-std::string ApplyStalenessFlag(epp::EppConfig& config, const std::string& text, bool given) {
-  if (!given) return {};
-  if (!config.saturation_detector_ref.empty()) {
-    return "--metrics-staleness-threshold: the config's saturation detector '" + config.saturation_detector_ref +
-           "' keeps its own metricsStalenessThreshold; the flag sets only the pool-average gauges";
-  }
-  for (const epp::PluginSpec& p : config.plugins) {
-    // BuildScheduler uses a plugin named utilization-detector as the default detector.
-    if (p.name == "utilization-detector" && config.saturation_detector_params.is_null()) {
-      return "--metrics-staleness-threshold: the config's plugin 'utilization-detector' keeps its own "
-             "metricsStalenessThreshold; the flag sets only the pool-average gauges";
-    }
-  }
-  epp::Params& params = config.saturation_detector_params;
-  if (params.is_map() && params.Has("metricsStalenessThreshold")) {
-    return "--metrics-staleness-threshold: the config sets saturationDetector.metricsStalenessThreshold, which "
-           "governs; "
-           "the flag sets only the pool-average gauges";
-  }
-  if (params.is_null()) params = epp::Params::Map("saturationDetector");
-  if (!params.is_map()) return {};  // BuildScheduler reports the bad section
-  params.Set("metricsStalenessThreshold", epp::Params::String(text));
-  return "--metrics-staleness-threshold=" + text + " applied to the saturation detector (metricsStalenessThreshold)";
 }
 
 absl::Status WriteReadyFile(const std::string& path, int grpc, int health, int metrics) {
@@ -131,27 +80,77 @@ int WaitSignal(const sigset_t& set, std::chrono::milliseconds timeout) {
   }
 }
 
-// --pool-name without --endpoints: the pool's Ready Pods, read through the Kubernetes API.
-absl::StatusOr<std::optional<ServePoolDiscovery>> PoolDiscovery(const ServeOptions& o) {
-  if (!o.pool_name_given || !o.endpoints_file.empty()) return std::optional<ServePoolDiscovery>();
-  ServePoolDiscovery d;
-  d.name = o.pool_name;
-  d.group = o.pool_group;
-  d.ns = o.pool_namespace;
-  if (const char* env = std::getenv("NAMESPACE"); d.ns.empty() && env != nullptr) d.ns = env;  // as GIE's EPP
-  if (d.ns.empty()) d.ns = epp::InClusterNamespace();
-  if (d.ns.empty()) d.ns = "default";
-  EPP_RETURN_IF_ERROR(epp::InferencePoolPath(d.group, d.ns, d.name).status());
-  EPP_ASSIGN_OR_RETURN(int64_t us, FlagDuration("--pool-resync-interval", o.pool_resync_interval, false));
-  d.interval = std::chrono::microseconds(us);
-  d.kube.api_server = o.kube_api_server;
-  d.kube.token_file = o.kube_token_file;
-  d.kube.ca_file = o.kube_ca_file;
-  d.kube.insecure_skip_verify = o.kube_insecure_skip_verify;
-  return std::optional<ServePoolDiscovery>(std::move(d));
+const char* SignalName(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal"; }
+
+// The flags as a ServeConfig (everything except process policy).
+absl::StatusOr<epp::ServeConfig> ToServeConfig(const ServeOptions& o, const epp::Logger& log) {
+  epp::ServeConfig c;
+  c.log = &log;
+  c.config_file = o.config;
+  c.seed = o.seed;
+  c.endpoints_file = o.endpoints_file;
+  c.engine = o.engine;
+  EPP_ASSIGN_OR_RETURN(c.refresh_interval, FlagDuration("--refresh-metrics-interval", o.refresh_metrics_interval, false));
+  EPP_ASSIGN_OR_RETURN(c.staleness, FlagDuration("--metrics-staleness-threshold", o.metrics_staleness_threshold, false));
+  if (o.staleness_given) c.detector_staleness = c.staleness;
+  EPP_ASSIGN_OR_RETURN(c.scrape_timeout, FlagDuration("--scrape-timeout", o.scrape_timeout, false));
+  for (size_t i = 0; i < o.endpoints.size(); ++i) {
+    EPP_ASSIGN_OR_RETURN(epp::EndpointSpec spec, epp::ParseEndpointFlag(o.endpoints[i], static_cast<int>(i + 1)));
+    c.endpoints.push_back(std::move(spec));
+  }
+  if (o.pool_name_given && o.endpoints_file.empty()) {
+    // --pool-name without --endpoints: the pool's Ready Pods, read through the Kubernetes API.
+    epp::PoolDiscoveryOptions d;
+    d.name = o.pool_name;
+    d.group = o.pool_group;
+    d.ns = epp::PoolNamespace(o.pool_namespace);
+    EPP_ASSIGN_OR_RETURN(d.interval, FlagDuration("--pool-resync-interval", o.pool_resync_interval, false));
+    d.kube.api_server = o.kube_api_server;
+    d.kube.token_file = o.kube_token_file;
+    d.kube.ca_file = o.kube_ca_file;
+    d.kube.insecure_skip_verify = o.kube_insecure_skip_verify;
+    c.discovery = std::move(d);
+  }
+  c.listen_address = o.listen_address;
+  c.grpc_port = o.grpc_port;
+  c.health_port = o.grpc_health_port;
+  c.metrics_port = o.metrics_port;
+  c.tls = o.secure_serving;
+  if (o.secure_serving && !o.cert_path.empty()) {
+    EPP_ASSIGN_OR_RETURN(c.cert_pem, ReadFile(o.cert_path + "/tls.crt"));
+    EPP_ASSIGN_OR_RETURN(c.key_pem, ReadFile(o.cert_path + "/tls.key"));
+    c.tls_source = o.cert_path;
+  }
+  c.session.max_request_bytes = o.max_request_bytes;
+  c.session.ignore_subset_hint = o.disable_subset_filter;
+  EPP_RETURN_IF_ERROR(ParseObjectives(o.objectives, c.session.objective_priorities));
+  if (!o.capture_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.capture_dir, ec);
+    if (ec) return absl::InvalidArgumentError("--capture " + o.capture_dir + ": " + ec.message());
+    c.capture_dir = o.capture_dir;
+  }
+  c.pool_name = o.pool_name;
+  return c;
 }
 
-const char* SignalName(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal"; }
+// Process-wide settings for a server under load (docs/serve.md, "Process settings").
+void ApplyProcessPolicy() {
+  // glibc's allocator, by default, serves blocks from 128 KiB up (raised dynamically up to 32 MiB)
+  // with mmap and trims freed heap back to the kernel: with request bodies of hundreds of KiB
+  // every request then faults its buffers in again (page faults were 17% of serve's CPU at 220 KiB
+  // prompts). Keep freed memory instead; docs/benchmarks.md ("ext_proc load") has the measurements.
+  // A GLIBC_TUNABLES malloc setting given by the operator wins.
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables == nullptr || std::string_view(tunables).find("glibc.malloc.") == std::string_view::npos) {
+    mallopt(M_MMAP_THRESHOLD, 16 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  }
+  // Abseil as Debian builds it checks every Mutex acquisition for lock-order cycles (a debug
+  // aid that keeps a global graph under a lock); gRPC's mutexes are absl::Mutex, and the check
+  // was ~3.5% of serve's CPU under load. Production servers run without it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+}
 
 }  // namespace
 
@@ -243,61 +242,24 @@ void SetupServeCommand(CLI::App& app, int& exit_code) {
 }
 
 int RunServe(const ServeOptions& o) {
-  LogLevel level = LogLevel::kInfo;
-  if (!ParseLogLevel(o.log_level, level))
+  epp::LogLevel level = epp::LogLevel::kInfo;
+  if (!epp::ParseLogLevel(o.log_level, level))
     return PrintError(absl::InvalidArgumentError("--log-level: unknown level '" + o.log_level + "'"));
-  ServeLog log(level);
+  epp::StderrLogger log(level);
   auto fail = [&log](const absl::Status& s) {
     log.Error(std::string(s.message()));
     return PrintError(s);
   };
-
-  // Flags.
-  auto interval = FlagDuration("--refresh-metrics-interval", o.refresh_metrics_interval, false);
-  if (!interval.ok()) return fail(interval.status());
-  auto staleness = FlagDuration("--metrics-staleness-threshold", o.metrics_staleness_threshold, false);
-  if (!staleness.ok()) return fail(staleness.status());
-  auto scrape_timeout = FlagDuration("--scrape-timeout", o.scrape_timeout, false);
-  if (!scrape_timeout.ok()) return fail(scrape_timeout.status());
-  auto drain = FlagDuration("--drain-timeout", o.drain_timeout, true);
+  absl::StatusOr<std::chrono::microseconds> drain = FlagDuration("--drain-timeout", o.drain_timeout, true);
   if (!drain.ok()) return fail(drain.status());
-  auto shutdown_delay = FlagDuration("--shutdown-delay", o.shutdown_delay, true);
+  absl::StatusOr<std::chrono::microseconds> shutdown_delay = FlagDuration("--shutdown-delay", o.shutdown_delay, true);
   if (!shutdown_delay.ok()) return fail(shutdown_delay.status());
-  auto discovery = PoolDiscovery(o);
-  if (!discovery.ok()) return fail(discovery.status());
-  epp::ExtProcServerOptions server_options;
-  server_options.session.max_request_bytes = o.max_request_bytes;
-  server_options.session.ignore_subset_hint = o.disable_subset_filter;
-  if (absl::Status s = ParseObjectives(o.objectives, server_options.session.objective_priorities); !s.ok())
-    return fail(s);
-  std::vector<epp::EndpointSpec> flag_specs;
-  for (size_t i = 0; i < o.endpoints.size(); ++i) {
-    auto spec = epp::ParseEndpointFlag(o.endpoints[i], static_cast<int>(i + 1));
-    if (!spec.ok()) return fail(spec.status());
-    flag_specs.push_back(*std::move(spec));
-  }
-  if (!o.capture_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.capture_dir, ec);
-    if (ec) return fail(absl::InvalidArgumentError("--capture " + o.capture_dir + ": " + ec.message()));
-    server_options.capture_dir = o.capture_dir;
-  }
-
-  // glibc's allocator, by default, serves blocks from 128 KiB up (raised dynamically up to 32 MiB)
-  // with mmap and trims freed heap back to the kernel: with request bodies of hundreds of KiB
-  // every request then faults its buffers in again (page faults were 17% of serve's CPU at 220 KiB
-  // prompts). Keep freed memory instead; docs/benchmarks.md ("ext_proc load") has the measurements.
-  // A GLIBC_TUNABLES malloc setting given by the operator wins.
-  const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (tunables == nullptr || std::string_view(tunables).find("glibc.malloc.") == std::string_view::npos) {
-    mallopt(M_MMAP_THRESHOLD, 16 << 20);
-    mallopt(M_TRIM_THRESHOLD, 512 << 20);
-  }
-
-  // Abseil as Debian builds it checks every Mutex acquisition for lock-order cycles (a debug
-  // aid that keeps a global graph under a lock); gRPC's mutexes are absl::Mutex, and the check
-  // was ~3.5% of serve's CPU under load. Production servers run without it.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  absl::StatusOr<epp::ServeConfig> config = ToServeConfig(o, log);
+  if (!config.ok()) return fail(config.status());
+  if (o.pool_name_given && !o.endpoints_file.empty())
+    log.Info("--pool-name " + o.pool_name + " with --endpoints: the endpoints come from the file; the InferencePool "
+             "is not read (--pool-name names the metrics only)");
+  ApplyProcessPolicy();
 
   // The stop signals are taken by sigwait below: block them before any thread starts.
   sigset_t stop;
@@ -307,121 +269,37 @@ int RunServe(const ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  // Configuration and scheduler.
-  epp::EppConfig config = epp::DefaultConfig();
-  if (!o.config.empty()) {
-    auto loaded = epp::LoadConfigFile(o.config);
-    if (!loaded.ok()) return fail(loaded.status());
-    config = *std::move(loaded);
-  }
-  const std::string staleness_note = ApplyStalenessFlag(config, o.metrics_staleness_threshold, o.staleness_given);
-  epp::SeededRng rng(o.seed);
-  auto scheduler =
-      epp::BuildScheduler(config, epp::BuiltinRegistry(), epp::PluginContext{&epp::SteadyClock::Get(), &rng});
-  if (!scheduler.ok()) return fail(scheduler.status());
-  for (const std::string& w : (*scheduler)->warnings()) log.Warn("config: " + w);
-  if (!staleness_note.empty()) log.Info(staleness_note);
-  if (*interval + *scrape_timeout >= *staleness) {
-    log.Warn(
-        "--refresh-metrics-interval (" + HumanDuration(*interval) + ") + --scrape-timeout (" +
-        HumanDuration(*scrape_timeout) + ") >= --metrics-staleness-threshold (" + HumanDuration(*staleness) +
-        "): metrics may count as stale between scrapes, and stale endpoints count as saturated for sheddable requests");
-  }
-
-  // Endpoints: resolved once (every endpoint read or found unreadable) before serving.
-  epp::EndpointSnapshot snapshot;
-  ServePoolOptions pool_options;
-  pool_options.endpoints_file = o.endpoints_file;
-  pool_options.flag_specs = std::move(flag_specs);
-  pool_options.resolve.check.engine = o.engine;
-  pool_options.resolve.check.timeout = std::chrono::milliseconds(std::max<int64_t>(1, *scrape_timeout / 1000));
-  pool_options.interval = std::chrono::microseconds(*interval);
-  pool_options.discovery = *discovery;
-  if (o.pool_name_given && !o.endpoints_file.empty())
-    log.Info("--pool-name " + o.pool_name + " with --endpoints: the endpoints come from the file; the InferencePool "
-             "is not read (--pool-name names the metrics only)");
-  auto pool = ServePool::Create(std::move(pool_options), **scheduler, snapshot, log);
-  if (!pool.ok()) return fail(pool.status());
-
-  // TLS material.
-  std::string tls_mode = "plaintext h2c";
-  if (o.secure_serving) {
-    server_options.tls = true;
-    if (!o.cert_path.empty()) {
-      auto cert = ReadFile(o.cert_path + "/tls.crt");
-      if (!cert.ok()) return fail(cert.status());
-      auto key = ReadFile(o.cert_path + "/tls.key");
-      if (!key.ok()) return fail(key.status());
-      server_options.cert_pem = *std::move(cert);
-      server_options.key_pem = *std::move(key);
-      tls_mode = "TLS, certificate from " + o.cert_path;
-    } else {
-      auto pair = epp::GenerateSelfSignedCertificate();
-      if (!pair.ok()) return fail(pair.status());
-      server_options.cert_pem = pair->cert_pem;
-      server_options.key_pem = pair->key_pem;
-      tls_mode = "TLS, self-signed certificate";
-    }
-  }
-
-  // Servers: ext_proc, health, metrics.
-  server_options.listen = JoinHostPort(o.listen_address, o.grpc_port);
-  auto server = epp::ExtProcServer::Start(**scheduler, snapshot, server_options);
-  if (!server.ok()) return fail(server.status());
-  auto health = epp::HealthServer::Start(JoinHostPort(o.listen_address, o.grpc_health_port));
-  if (!health.ok()) return fail(health.status());
-  ServeMetricsSources sources;
-  sources.stats = &(*server)->stats();
-  sources.scheduler = scheduler->get();
-  sources.endpoints = &snapshot;
-  sources.pool = pool->get();
-  sources.staleness_us = *staleness;
-  sources.pool_name = o.pool_name;
-  auto metrics = MetricsHttpServer::Start(o.listen_address, o.metrics_port, [&sources] {
-    return RenderServeMetrics(sources, epp::SteadyClock::Get().NowMicros());
-  });
-  if (!metrics.ok()) return fail(metrics.status());
-  (*pool)->Start();
-  (*health)->SetReady(true);
+  absl::StatusOr<std::unique_ptr<epp::EppServer>> started = epp::EppServer::Start(*std::move(config));
+  if (!started.ok()) return fail(started.status());
+  epp::EppServer& server = **started;
+  server.SetReady(true);
   if (!o.ready_file.empty()) {
-    if (absl::Status s = WriteReadyFile(o.ready_file, (*server)->port(), (*health)->port(), (*metrics)->port());
+    if (absl::Status s = WriteReadyFile(o.ready_file, server.grpc_port(), server.health_port(), server.metrics_port());
         !s.ok())
       return fail(s);
   }
-  std::string source = o.endpoints_file.empty() ? "" : o.endpoints_file + " (watched)";
-  if (*discovery)
-    source = "inferencepool " + (*discovery)->ns + "/" + (*discovery)->name + " (" + (*discovery)->group +
-             ", Pods listed every " + HumanDuration((*discovery)->interval.count()) + ")";
-  if (!o.endpoints.empty())
-    source += (source.empty() ? "" : " + ") + std::to_string(o.endpoints.size()) + " --endpoint flag" +
-              (o.endpoints.size() > 1 ? "s" : "");
-  log.Info("eppctl serve " EPP_VERSION_STRING " serving: ext_proc " +
-           JoinHostPort(o.listen_address, (*server)->port()) + " (" + tls_mode + "), health " +
-           JoinHostPort(o.listen_address, (*health)->port()) + " (grpc.health.v1, plaintext), metrics http://" +
-           JoinHostPort(o.listen_address, (*metrics)->port()) + "/metrics; " + std::to_string((*pool)->size()) +
-           ((*pool)->size() == 1 ? " endpoint from " : " endpoints from ") + source + "; config " +
-           (o.config.empty() ? "<default: GIE's default profile>" : o.config) + "; refresh " +
-           HumanDuration(*interval) + ", staleness " + HumanDuration(*staleness) + ", drain " + HumanDuration(*drain));
+  const auto ms = [](std::chrono::microseconds us) { return std::chrono::duration_cast<std::chrono::milliseconds>(us); };
+  log.Info("eppctl serve " EPP_VERSION_STRING " serving: " + server.Describe() + ", drain " + o.drain_timeout);
 
-  // Run until SIGTERM / SIGINT.
+  // Run until SIGTERM / SIGINT; then readiness NOT_SERVING, the shutdown delay, the drain.
   int sig = 0;
   while (sig == 0) sig = WaitSignal(stop, std::chrono::hours(24));
   log.Info(std::string("received ") + SignalName(sig) + ": readiness NOT_SERVING; draining open streams for up to " +
-           HumanDuration(*drain) + " (a second signal exits at once)");
-  (*health)->SetReady(false);
+           o.drain_timeout + " (a second signal exits at once)");
+  server.SetReady(false);
   auto quit_now = [&log](int s) {
     log.Warn(std::string("received ") + SignalName(s) + " again: exiting without waiting for open streams");
     std::fflush(stderr);
     std::_Exit(kExitFailure);
   };
-  if (*shutdown_delay > 0) {
-    if (int again = WaitSignal(stop, std::chrono::milliseconds(*shutdown_delay / 1000)); again != 0) quit_now(again);
+  if (shutdown_delay->count() > 0) {
+    if (int again = WaitSignal(stop, ms(*shutdown_delay)); again != 0) quit_now(again);
   }
-  const int64_t open_streams = (*server)->stats().streams_active.load();
+  const int64_t open_streams = server.stats().streams_active.load();
   const auto drain_start = std::chrono::steady_clock::now();
   std::atomic<bool> drained{false};
   std::thread drainer([&] {
-    (*server)->Shutdown(std::chrono::milliseconds(*drain / 1000));
+    server.Shutdown(ms(*drain));
     drained = true;
   });
   while (!drained.load()) {
@@ -429,9 +307,6 @@ int RunServe(const ServeOptions& o) {
   }
   drainer.join();
   const double drain_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - drain_start).count();
-  (*pool)->Stop();
-  (*metrics)->Stop();
-  (*health)->Shutdown();
   if (!o.ready_file.empty()) std::remove(o.ready_file.c_str());
   char took[32];
   std::snprintf(took, sizeof took, "%.3fs", drain_s);

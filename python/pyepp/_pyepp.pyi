@@ -257,20 +257,56 @@ class ExtProcSession:
     @property
     def served(self) -> str: ...
 
+class ServeArgs:
+    # A runtime server's settings (pyepp.serve(config=..., ...)), in seconds.
+    config_file: str
+    watch_config: bool
+    endpoints_file: str
+    endpoint_flags: List[str]
+    pool_name: Optional[str]
+    pool_namespace: str
+    pool_group: str
+    pool_resync_interval_s: float
+    kube_api_server: str
+    kube_token_file: str
+    kube_ca_file: str
+    kube_insecure_skip_verify: bool
+    engine: str
+    refresh_interval_s: float
+    scrape_timeout_s: float
+    staleness_s: float
+    detector_staleness_s: Optional[float]
+    metrics_pool_name: str
+    seed: int
+    log_level: str
+    def __init__(self) -> None: ...
+
 class ExtProcServer:
-    # Starts serving (without the GIL); health_listen None: no health server.
-    def __init__(self, scheduler: Scheduler, endpoints: List[Endpoint], listen: str, tls: bool,
-                 health_listen: Optional[str], options: ExtProcOptions) -> None: ...
+    # libepp's EppServer. Static mode: a Python scheduler over endpoints set from Python. Starts
+    # without the GIL; a port of None: no such server; readiness reported at once.
+    def __init__(self, scheduler: Scheduler, endpoints: List[Endpoint], host: str, port: int, tls: bool,
+                 health_port: Optional[int], metrics_port: Optional[int], options: ExtProcOptions) -> None: ...
+    # Runtime mode: config, endpoints file / specs / discovery, scrape loop, reloads.
+    @staticmethod
+    def start_runtime(args: ServeArgs, host: str, port: int, tls: bool, health_port: Optional[int],
+                      metrics_port: Optional[int], options: ExtProcOptions) -> "ExtProcServer": ...
     @property
     def port(self) -> int: ...
     @property
     def health_port(self) -> Optional[int]: ...
     @property
+    def metrics_port(self) -> Optional[int]: ...
+    @property
     def cert_pem(self) -> bytes: ...  # b"" without TLS
-    def set_endpoints(self, endpoints: List[Endpoint]) -> None: ...
+    def set_endpoints(self, endpoints: List[Endpoint]) -> None: ...  # static mode only
     def set_ready(self, ready: bool) -> None: ...
     def close(self, drain_s: float) -> None: ...  # idempotent, without the GIL
     def stats(self) -> Dict[str, Any]: ...
+    def metrics_text(self) -> str: ...
+    def reload_config(self) -> None: ...
+    def config_reloads(self) -> Dict[str, Any]: ...
+    def endpoints(self) -> List[Endpoint]: ...
+    def describe(self) -> str: ...
 
 # --- Replay (epp/replay.h) ---
 

@@ -300,26 +300,39 @@ class Session:
         return f"Session(finished={self.finished}, result={self.result!r})"
 
 
-def _listen(host: str, port: int) -> str:
-    if not isinstance(host, str) or not host:
-        raise TypeError("host must be a non-empty str")
+def _port(port: Any, what: str, optional: bool = False) -> Optional[int]:
+    if optional and port is None:
+        return None
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ConfigError(f"port must be an int in [0, 65535], got {port!r}")
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"  # an IPv6 address
-    return f"{host}:{port}"
+        raise ConfigError(f"{what} must be an int in [0, 65535]{' or None' if optional else ''}, got {port!r}")
+    return port
+
+
+def _seconds(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ConfigError(f"{what} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def _path(value: Any, what: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{what} must be a path (str or os.PathLike), not {type(value).__name__}")
+    return os.fspath(value)
 
 
 class ServeHandle:
-    """A running in-process EPP (see :func:`serve`). Use it as a context manager, or call
-    :meth:`close`; closing is idempotent and also happens at interpreter exit.
+    """A running in-process EPP (see :func:`serve`): libepp's ``EppServer``, the runtime ``eppctl
+    serve`` runs. Use it as a context manager, or call :meth:`close`; closing is idempotent and
+    also happens at interpreter exit.
 
-    ``port`` is the ext_proc port, ``health_port`` the grpc.health.v1 port (None without one),
-    ``cert_pem`` the self-signed certificate (bytes, for ``grpc.ssl_channel_credentials``) when
-    serving TLS, else None.
+    ``port`` is the ext_proc port, ``health_port`` the grpc.health.v1 port and ``metrics_port``
+    the Prometheus ``/metrics`` port (None without such a server), ``cert_pem`` the server's
+    certificate (bytes, for ``grpc.ssl_channel_credentials``) when serving TLS, else None.
     """
 
-    def __init__(self, native: Any, scheduler: Scheduler) -> None:
+    def __init__(self, native: Any, scheduler: Optional[Scheduler]) -> None:
         self._native = native
         self._scheduler = scheduler  # keep_alive: the server schedules with it until closed
         self._closed = False
@@ -335,11 +348,17 @@ class ServeHandle:
         return self._native.health_port
 
     @property
+    def metrics_port(self) -> Optional[int]:
+        return self._native.metrics_port
+
+    @property
     def cert_pem(self) -> Optional[bytes]:
         return self._native.cert_pem or None
 
     @property
-    def scheduler(self) -> Scheduler:
+    def scheduler(self) -> Optional[Scheduler]:
+        """The Python :class:`Scheduler` given to :func:`serve`; None when the server builds its
+        own from a configuration."""
         return self._scheduler
 
     @property
@@ -356,8 +375,33 @@ class ServeHandle:
         ``latency_sum_us``. Still readable after :meth:`close`."""
         return self._native.stats()
 
+    def metrics_text(self) -> str:
+        """The Prometheus exposition ``/metrics`` serves (also without a metrics server)."""
+        return self._native.metrics_text()
+
+    def endpoints(self) -> List[Endpoint]:
+        """The pool as the server sees it now (with the metrics last read)."""
+        return [Endpoint._wrap(e) for e in self._native.endpoints()]
+
+    def reload_config(self) -> None:
+        """Re-reads the configuration file now, as a change on disk does. Raises (and counts)
+        when it does not build; the running scheduler then stays."""
+        self._native.reload_config()
+
+    def config_reloads(self) -> Dict[str, Any]:
+        """``{"ok": int, "failed": int, "last_error": str}`` (``last_error`` "" after a
+        success)."""
+        return self._native.config_reloads()
+
+    def describe(self) -> str:
+        """The start-up line of ``eppctl serve``: ports, endpoints and where they come from,
+        the configuration."""
+        return self._native.describe()
+
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
-        """Replaces the pool; streams whose pick has not started yet use the new one."""
+        """Replaces the pool of a server started with ``endpoints``; streams whose pick has not
+        started yet use the new one. Raises :class:`pyepp.EppError` on a server that reads its
+        endpoints itself."""
         self._native.set_endpoints(_native_endpoints(endpoints))
 
     def set_ready(self, ready: bool) -> None:
@@ -368,7 +412,7 @@ class ServeHandle:
 
     def close(self, drain_s: float = 0) -> None:
         """Stops accepting streams, lets open ones finish for up to ``drain_s`` seconds, then
-        cancels the rest. Runs without the GIL."""
+        cancels the rest and stops the other servers and the pool. Runs without the GIL."""
         if isinstance(drain_s, bool) or not isinstance(drain_s, (int, float)) or not 0 <= drain_s < math.inf:
             raise ConfigError(f"drain_s must be a finite number of seconds >= 0, got {drain_s!r}")
         self._native.close(float(drain_s))
@@ -382,25 +426,90 @@ class ServeHandle:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "serving"
-        return f"ServeHandle(port={self.port}, health_port={self.health_port}, tls={self.cert_pem is not None}, {state})"
+        return (f"ServeHandle(port={self.port}, health_port={self.health_port}, metrics_port={self.metrics_port}, "
+                f"tls={self.cert_pem is not None}, {state})")
 
 
-def serve(scheduler: Scheduler, endpoints: Iterable[Endpoint], *, port: int = 0, host: str = "127.0.0.1",
-          tls: bool = False, health_port: Optional[int] = None, max_request_bytes: Optional[int] = None,
+def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[Endpoint]] = None, *,
+          config: Union[str, "os.PathLike[str]", None] = None, endpoints_file: Union[str, "os.PathLike[str]", None] = None,
+          endpoint: Sequence[str] = (), pool_name: Optional[str] = None, pool_namespace: Optional[str] = None,
+          pool_group: Optional[str] = None, pool_resync_interval_s: float = 2.0, kube_api_server: Optional[str] = None,
+          kube_token_file: Union[str, "os.PathLike[str]", None] = None,
+          kube_ca_file: Union[str, "os.PathLike[str]", None] = None, kube_insecure_skip_verify: bool = False,
+          engine: str = "auto", refresh_interval_s: float = 0.05, scrape_timeout_s: float = 0.1,
+          staleness_s: float = 0.2, detector_staleness_s: Optional[float] = None, watch_config: bool = True,
+          metrics_pool_name: str = "default", seed: int = 0, log_level: str = "warn",
+          port: int = 0, host: str = "127.0.0.1", tls: bool = False, health_port: Optional[int] = None,
+          metrics_port: Optional[int] = None, max_request_bytes: Optional[int] = None,
           objective_priorities: Optional[Mapping[str, int]] = None, ignore_subset_hint: bool = False) -> ServeHandle:
-    """Serves the ext_proc protocol in this process (libepp's ExtProcServer, as ``eppctl
-    serve`` does) over ``endpoints``, scheduling with ``scheduler``.
+    """Runs the Endpoint Picker in this process: libepp's ``EppServer``, what ``eppctl serve``
+    runs, with its ext_proc server, grpc.health.v1 server and Prometheus ``/metrics``.
 
-    ``port`` 0 picks a free port (see :attr:`ServeHandle.port`). ``tls=True`` serves TLS with a
-    fresh self-signed certificate (CN epp, SANs localhost and 127.0.0.1) in
-    :attr:`ServeHandle.cert_pem`. ``health_port`` (0: a free one) adds a grpc.health.v1 server on
-    ``host``, reported ready at once (:meth:`ServeHandle.set_ready`). The pool is static until
-    :meth:`ServeHandle.set_endpoints`; each endpoint's metrics are as old as its
-    ``metrics_age_s`` at every pick. The handle keeps the scheduler alive while it serves.
-    Raises :class:`pyepp.UnavailableError` when a port cannot be bound.
+    Two ways to give it endpoints and a scheduler:
+
+    - ``serve(scheduler, endpoints)``: a :class:`Scheduler` built in Python (custom Python
+      plugins included) over a static pool of :class:`pyepp.Endpoint` values, replaced with
+      :meth:`ServeHandle.set_endpoints`; each endpoint's metrics are as old as its
+      ``metrics_age_s`` at every pick. The handle keeps the scheduler alive while it serves.
+    - ``serve(config=..., endpoints_file=... | endpoint=[...] | pool_name=...)``: the server
+      builds its scheduler from an EndpointPickerConfig file (None: GIE's default profile) and
+      re-reads it when it changes (``watch_config``); endpoints come from an endpoints file
+      (watched), ``ADDR[=METRICS]`` specs as ``--endpoint`` takes them, or the Ready Pods of the
+      InferencePool ``pool_name`` (``pool_namespace``, ``pool_group``, ``kube_*``, listed every
+      ``pool_resync_interval_s``). Metrics are read every ``refresh_interval_s``; log lines go
+      to stderr from ``log_level`` up. ``detector_staleness_s`` is ``eppctl serve``'s explicit
+      ``--metrics-staleness-threshold``.
+
+    ``port`` 0 picks a free port. ``tls=True`` serves TLS with a fresh self-signed certificate
+    (CN epp, SANs localhost and 127.0.0.1) in :attr:`ServeHandle.cert_pem`. ``health_port`` and
+    ``metrics_port`` (0: a free one; None: no such server) add the health and metrics servers on
+    ``host``; readiness is reported at once (:meth:`ServeHandle.set_ready`). Raises
+    :class:`pyepp.UnavailableError` when a port cannot be bound, :class:`pyepp.ConfigError` for
+    a bad configuration or endpoints.
     """
-    listen = _listen(host, port)
-    health_listen = None if health_port is None else _listen(host, health_port)
-    native = lib.ExtProcServer(_scheduler(scheduler), _native_endpoints(endpoints), listen, bool(tls), health_listen,
-                               _options(max_request_bytes, objective_priorities, ignore_subset_hint, False))
-    return ServeHandle(native, scheduler)
+    if not isinstance(host, str) or not host:
+        raise TypeError("host must be a non-empty str")
+    port = _port(port, "port")
+    health_port = _port(health_port, "health_port", optional=True)
+    metrics_port = _port(metrics_port, "metrics_port", optional=True)
+    options = _options(max_request_bytes, objective_priorities, ignore_subset_hint, False)
+    runtime = (config is not None or endpoints_file is not None or bool(endpoint) or pool_name is not None)
+    if scheduler is not None or endpoints is not None:
+        if scheduler is None or endpoints is None:
+            raise TypeError("serve(scheduler, endpoints) needs both")
+        if runtime:
+            raise TypeError("give serve(scheduler, endpoints), or config / endpoints_file / endpoint / pool_name, "
+                            "not both")
+        native = lib.ExtProcServer(_scheduler(scheduler), _native_endpoints(endpoints), host, port, bool(tls),
+                                   health_port, metrics_port, options)
+        return ServeHandle(native, scheduler)
+    if not runtime:
+        raise TypeError("serve() needs endpoints: serve(scheduler, endpoints), endpoints_file=, endpoint= or pool_name=")
+    if isinstance(endpoint, str) or not all(isinstance(e, str) for e in endpoint):
+        raise TypeError("endpoint must be a sequence of 'ADDR[=METRICS]' strings")
+    args = lib.ServeArgs()
+    args.config_file = _path(config, "config")
+    args.watch_config = bool(watch_config)
+    args.endpoints_file = _path(endpoints_file, "endpoints_file")
+    args.endpoint_flags = list(endpoint)
+    args.pool_name = pool_name
+    args.pool_namespace = pool_namespace or ""
+    args.pool_group = pool_group or ""
+    args.pool_resync_interval_s = _seconds(pool_resync_interval_s, "pool_resync_interval_s")
+    args.kube_api_server = kube_api_server or ""
+    args.kube_token_file = _path(kube_token_file, "kube_token_file")
+    args.kube_ca_file = _path(kube_ca_file, "kube_ca_file")
+    args.kube_insecure_skip_verify = bool(kube_insecure_skip_verify)
+    args.engine = engine
+    args.refresh_interval_s = _seconds(refresh_interval_s, "refresh_interval_s")
+    args.scrape_timeout_s = _seconds(scrape_timeout_s, "scrape_timeout_s")
+    args.staleness_s = _seconds(staleness_s, "staleness_s")
+    args.detector_staleness_s = None if detector_staleness_s is None else _seconds(detector_staleness_s,
+                                                                                   "detector_staleness_s")
+    args.metrics_pool_name = metrics_pool_name
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"seed must be an int >= 0, got {seed!r}")
+    args.seed = seed
+    args.log_level = log_level
+    native = lib.ExtProcServer.start_runtime(args, host, port, bool(tls), health_port, metrics_port, options)
+    return ServeHandle(native, None)

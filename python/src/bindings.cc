@@ -237,16 +237,48 @@ void BindExtProc(py::module_& m) {
       .def_property_readonly("finished", &ExtProcSession_FinishedShim)
       .def_property_readonly("result", &ExtProcSession_ResultShim)
       .def_property_readonly("served", &ExtProcSession_ServedShim);
+  py::class_<ServeArgs>(m, "ServeArgs")
+      .def(py::init<>())
+      .def_readwrite("config_file", &ServeArgs::config_file)
+      .def_readwrite("watch_config", &ServeArgs::watch_config)
+      .def_readwrite("endpoints_file", &ServeArgs::endpoints_file)
+      .def_readwrite("endpoint_flags", &ServeArgs::endpoint_flags)
+      .def_readwrite("pool_name", &ServeArgs::pool_name)
+      .def_readwrite("pool_namespace", &ServeArgs::pool_namespace)
+      .def_readwrite("pool_group", &ServeArgs::pool_group)
+      .def_readwrite("pool_resync_interval_s", &ServeArgs::pool_resync_interval_s)
+      .def_readwrite("kube_api_server", &ServeArgs::kube_api_server)
+      .def_readwrite("kube_token_file", &ServeArgs::kube_token_file)
+      .def_readwrite("kube_ca_file", &ServeArgs::kube_ca_file)
+      .def_readwrite("kube_insecure_skip_verify", &ServeArgs::kube_insecure_skip_verify)
+      .def_readwrite("engine", &ServeArgs::engine)
+      .def_readwrite("refresh_interval_s", &ServeArgs::refresh_interval_s)
+      .def_readwrite("scrape_timeout_s", &ServeArgs::scrape_timeout_s)
+      .def_readwrite("staleness_s", &ServeArgs::staleness_s)
+      .def_readwrite("detector_staleness_s", &ServeArgs::detector_staleness_s)
+      .def_readwrite("metrics_pool_name", &ServeArgs::metrics_pool_name)
+      .def_readwrite("seed", &ServeArgs::seed)
+      .def_readwrite("log_level", &ServeArgs::log_level);
   py::class_<ServeHolder, std::shared_ptr<ServeHolder>>(m, "ExtProcServer")
-      .def(py::init(&ExtProcServer_StartShim), py::arg("scheduler"), py::arg("endpoints"), py::arg("listen"),
-           py::arg("tls"), py::arg("health_listen"), py::arg("options"), py::call_guard<py::gil_scoped_release>())
+      .def(py::init(&ExtProcServer_StartShim), py::arg("scheduler"), py::arg("endpoints"), py::arg("host"),
+           py::arg("port"), py::arg("tls"), py::arg("health_port"), py::arg("metrics_port"), py::arg("options"),
+           py::call_guard<py::gil_scoped_release>())
+      .def_static("start_runtime", &EppServer_StartShim, py::arg("args"), py::arg("host"), py::arg("port"),
+                  py::arg("tls"), py::arg("health_port"), py::arg("metrics_port"), py::arg("options"),
+                  py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("port", &ExtProcServer_PortShim)
       .def_property_readonly("health_port", &ExtProcServer_HealthPortShim)
+      .def_property_readonly("metrics_port", &ExtProcServer_MetricsPortShim)
       .def_property_readonly("cert_pem", &ExtProcServer_CertPemShim)
       .def("set_endpoints", &ExtProcServer_SetEndpointsShim, py::arg("endpoints"))
       .def("set_ready", &ExtProcServer_SetReadyShim, py::arg("ready"))
       .def("close", &ExtProcServer_CloseShim, py::arg("drain_s"), py::call_guard<py::gil_scoped_release>())
-      .def("stats", &ExtProcServer_StatsShim);
+      .def("stats", &ExtProcServer_StatsShim)
+      .def("metrics_text", &ExtProcServer_MetricsTextShim)
+      .def("reload_config", &ExtProcServer_ReloadConfigShim)
+      .def("config_reloads", &ExtProcServer_ConfigReloadsShim)
+      .def("endpoints", &ExtProcServer_EndpointsShim)
+      .def("describe", &ExtProcServer_DescribeShim);
 }
 
 void BindReplay(py::module_& m) {

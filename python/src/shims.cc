@@ -673,59 +673,150 @@ ServeHolder::~ServeHolder() {
 
 void ServeHolder::Close(std::chrono::milliseconds drain) {
   std::lock_guard<std::mutex> lock(mu);
-  if (health) health->Shutdown();
   if (server) server->Shutdown(drain);
 }
 
-std::shared_ptr<ServeHolder> ExtProcServer_StartShim(std::shared_ptr<SchedulerHolder> scheduler,
-                                                     std::vector<epp::Endpoint> endpoints, const std::string& listen,
-                                                     bool tls, const std::optional<std::string>& health_listen,
-                                                     const epp::ExtProcOptions& options) {
-  auto holder = std::make_shared<ServeHolder>();
-  holder->endpoints = std::make_shared<PythonEndpointSource>(std::move(endpoints), scheduler->clock);
-  holder->scheduler = std::move(scheduler);
-  epp::ExtProcServerOptions server_options;
-  server_options.listen = listen;
-  server_options.session = options;
-  if (tls) {
-    epp::PemKeyPair pair = Unwrap(epp::GenerateSelfSignedCertificate());
-    server_options.tls = true;
-    server_options.cert_pem = pair.cert_pem;
-    server_options.key_pem = std::move(pair.key_pem);
-    holder->cert_pem = std::move(pair.cert_pem);
-  }
-  holder->server = Unwrap(epp::ExtProcServer::Start(*holder->scheduler->scheduler, *holder->endpoints, server_options));
-  if (health_listen) {
-    holder->health = Unwrap(epp::HealthServer::Start(*health_listen));
-    holder->health->SetReady(true);
-  }
+namespace {
+
+std::chrono::microseconds Seconds(double s, const char* what) {
+  if (!(s > 0) || s > 1e9) ThrowIfError(absl::InvalidArgumentError(std::string(what) + " must be a number of seconds > 0"));
+  return std::chrono::microseconds(std::llround(s * 1e6));
+}
+
+// Ports and TLS, the same for both modes.
+void SetServers(epp::ServeConfig& c, const std::string& host, int port, bool tls, std::optional<int> health_port,
+                std::optional<int> metrics_port, const epp::ExtProcOptions& options) {
+  c.listen_address = host;
+  c.grpc_port = port;
+  c.health_port = health_port.value_or(-1);
+  c.metrics_port = metrics_port.value_or(-1);
+  c.tls = tls;
+  c.session = options;
+}
+
+std::shared_ptr<ServeHolder> Run(std::shared_ptr<ServeHolder> holder, epp::ServeConfig config) {
+  holder->server = Unwrap(epp::EppServer::Start(std::move(config)));
+  holder->server->SetReady(true);
   return holder;
 }
 
-int ExtProcServer_PortShim(const ServeHolder& holder) { return holder.server->port(); }
+}  // namespace
 
-py::bytes ExtProcServer_CertPemShim(const ServeHolder& holder) { return py::bytes(holder.cert_pem); }
+std::shared_ptr<ServeHolder> ExtProcServer_StartShim(std::shared_ptr<SchedulerHolder> scheduler,
+                                                     std::vector<epp::Endpoint> endpoints, const std::string& host,
+                                                     int port, bool tls, std::optional<int> health_port,
+                                                     std::optional<int> metrics_port, const epp::ExtProcOptions& options) {
+  auto holder = std::make_shared<ServeHolder>();
+  holder->endpoints = std::make_shared<PythonEndpointSource>(std::move(endpoints), scheduler->clock);
+  holder->scheduler = std::move(scheduler);
+  epp::ServeConfig c;
+  SetServers(c, host, port, tls, health_port, metrics_port, options);
+  // Shares the holder's ownership: the scheduler lives while the server does.
+  c.scheduler = std::shared_ptr<const epp::Scheduler>(holder->scheduler, holder->scheduler->scheduler.get());
+  c.endpoint_source = holder->endpoints;
+  return Run(std::move(holder), std::move(c));
+}
+
+std::shared_ptr<ServeHolder> EppServer_StartShim(const ServeArgs& a, const std::string& host, int port, bool tls,
+                                                 std::optional<int> health_port, std::optional<int> metrics_port,
+                                                 const epp::ExtProcOptions& options) {
+  auto holder = std::make_shared<ServeHolder>();
+  epp::LogLevel level = epp::LogLevel::kWarn;
+  if (!epp::ParseLogLevel(a.log_level, level))
+    ThrowIfError(absl::InvalidArgumentError("log_level must be error, warn, info or debug, not '" + a.log_level + "'"));
+  holder->log = std::make_unique<epp::StderrLogger>(level);
+  epp::ServeConfig c;
+  SetServers(c, host, port, tls, health_port, metrics_port, options);
+  c.log = holder->log.get();
+  c.config_file = a.config_file;
+  c.watch_config = a.watch_config;
+  c.seed = a.seed;
+  c.endpoints_file = a.endpoints_file;
+  for (size_t i = 0; i < a.endpoint_flags.size(); ++i)
+    c.endpoints.push_back(Unwrap(epp::ParseEndpointFlag(a.endpoint_flags[i], static_cast<int>(i + 1))));
+  if (a.pool_name && a.endpoints_file.empty()) {
+    epp::PoolDiscoveryOptions d;
+    d.name = *a.pool_name;
+    d.ns = epp::PoolNamespace(a.pool_namespace);
+    if (!a.pool_group.empty()) d.group = a.pool_group;
+    d.interval = Seconds(a.pool_resync_interval_s, "pool_resync_interval_s");
+    d.kube.api_server = a.kube_api_server;
+    d.kube.token_file = a.kube_token_file;
+    d.kube.ca_file = a.kube_ca_file;
+    d.kube.insecure_skip_verify = a.kube_insecure_skip_verify;
+    c.discovery = std::move(d);
+  }
+  c.engine = a.engine;
+  c.refresh_interval = Seconds(a.refresh_interval_s, "refresh_interval_s");
+  c.scrape_timeout = Seconds(a.scrape_timeout_s, "scrape_timeout_s");
+  c.staleness = Seconds(a.staleness_s, "staleness_s");
+  if (a.detector_staleness_s) c.detector_staleness = Seconds(*a.detector_staleness_s, "detector_staleness_s");
+  c.pool_name = a.metrics_pool_name;
+  return Run(std::move(holder), std::move(c));
+}
+
+int ExtProcServer_PortShim(const ServeHolder& holder) { return holder.server->grpc_port(); }
+
+py::bytes ExtProcServer_CertPemShim(const ServeHolder& holder) { return py::bytes(holder.server->certificate_pem()); }
 
 std::optional<int> ExtProcServer_HealthPortShim(const ServeHolder& holder) {
-  if (!holder.health) return std::nullopt;
-  return holder.health->port();
+  const int p = holder.server->health_port();
+  return p < 0 ? std::nullopt : std::optional<int>(p);
+}
+
+std::optional<int> ExtProcServer_MetricsPortShim(const ServeHolder& holder) {
+  const int p = holder.server->metrics_port();
+  return p < 0 ? std::nullopt : std::optional<int>(p);
 }
 
 void ExtProcServer_SetEndpointsShim(ServeHolder& holder, std::vector<epp::Endpoint> endpoints) {
+  if (!holder.endpoints)
+    ThrowIfError(absl::FailedPreconditionError(
+        "set_endpoints: this server reads its endpoints itself (endpoints_file, endpoint or pool_name)"));
   holder.endpoints->Set(std::move(endpoints));
 }
 
 void ExtProcServer_SetReadyShim(ServeHolder& holder, bool ready) {
-  if (!holder.health) ThrowIfError(absl::FailedPreconditionError("no health server: start with health_port"));
+  if (holder.server->health_port() < 0)
+    ThrowIfError(absl::FailedPreconditionError("no health server: start with health_port"));
   py::gil_scoped_release release;  // close() may hold `mu` while draining streams that need the GIL
   std::lock_guard<std::mutex> lock(holder.mu);
-  holder.health->SetReady(ready);
+  holder.server->SetReady(ready);
 }
 
 void ExtProcServer_CloseShim(ServeHolder& holder, double drain_s) {
   if (!(drain_s >= 0)) ThrowIfError(absl::InvalidArgumentError("drain_s must be >= 0"));
   holder.Close(std::chrono::milliseconds(static_cast<int64_t>(std::llround(drain_s * 1000.0))));
 }
+
+std::string ExtProcServer_MetricsTextShim(ServeHolder& holder) {
+  py::gil_scoped_release release;  // rendering reads the scheduler, whose plugins may be Python
+  return holder.server->RenderMetrics();
+}
+
+void ExtProcServer_ReloadConfigShim(ServeHolder& holder) {
+  absl::Status s;
+  {
+    py::gil_scoped_release release;
+    s = holder.server->ReloadConfig();
+  }
+  ThrowIfError(s);
+}
+
+py::dict ExtProcServer_ConfigReloadsShim(ServeHolder& holder) {
+  const epp::ConfigReloadCounters c = holder.server->config_reloads();
+  py::dict d;
+  d["ok"] = c.ok;
+  d["failed"] = c.failed;
+  d["last_error"] = c.last_error;
+  return d;
+}
+
+std::vector<epp::Endpoint> ExtProcServer_EndpointsShim(ServeHolder& holder) {
+  return *holder.server->endpoints().Snapshot();
+}
+
+std::string ExtProcServer_DescribeShim(ServeHolder& holder) { return holder.server->Describe(); }
 
 py::dict ExtProcServer_StatsShim(ServeHolder& holder) {
   const epp::ExtProcStats& s = holder.server->stats();

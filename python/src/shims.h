@@ -32,6 +32,7 @@
 #include "epp/replay.h"
 #include "epp/request.h"
 #include "epp/scheduler.h"
+#include "epp/serve.h"
 #include "epp/sim.h"
 #include "epp/status.h"
 
@@ -241,30 +242,56 @@ bool ExtProcSession_FinishedShim(SessionHolder& holder);
 std::optional<PickOutcome> ExtProcSession_ResultShim(SessionHolder& holder);
 std::string ExtProcSession_ServedShim(SessionHolder& holder);
 
-// An ExtProcServer (and optional HealthServer) with what it references: the scheduler and the
-// endpoint source are held here and outlive the servers (declared first, destroyed last).
+// A running epp::EppServer (the runtime `eppctl serve` runs) and what it references. Two modes:
+//  - static: a Python Scheduler (Python plugins included) over endpoints set from Python
+//    (set_endpoints); the scheduler and the source are held here and outlive the server;
+//  - runtime: a configuration file, an endpoints file, --endpoint specs or InferencePool
+//    discovery, with the scrape loop, reloads and /metrics of `eppctl serve`.
 struct ServeHolder {
-  std::shared_ptr<SchedulerHolder> scheduler;
-  std::shared_ptr<PythonEndpointSource> endpoints;
-  std::string cert_pem;
+  std::shared_ptr<SchedulerHolder> scheduler;        // static mode
+  std::shared_ptr<PythonEndpointSource> endpoints;   // static mode
+  std::unique_ptr<epp::Logger> log;
   std::mutex mu;  // serializes Close() and SetReady()
-  std::unique_ptr<epp::ExtProcServer> server;
-  std::unique_ptr<epp::HealthServer> health;
+  std::unique_ptr<epp::EppServer> server;
   ~ServeHolder();  // Close(0), without the GIL when the destroying thread holds it
-  // Stops both servers, letting open streams finish for up to `drain`. Idempotent. Call without
+  // Drains open streams for up to `drain`, then stops every server. Idempotent. Call without
   // the GIL: streams may be waiting for it in Python plugins.
   void Close(std::chrono::milliseconds drain);
 };
-// Starts the ext_proc server on `listen` (host:port), with a self-signed certificate when `tls`,
-// and the health server on `health_listen` when given (then reported ready). Call without the
-// GIL.
+
+// What pyepp.serve(...) passes for a runtime server (ServeConfig in Python's units).
+struct ServeArgs {
+  std::string config_file;
+  bool watch_config = true;
+  std::string endpoints_file;
+  std::vector<std::string> endpoint_flags;  // ADDR[=METRICS], as --endpoint
+  std::optional<std::string> pool_name;     // discovery when set and there is no endpoints file
+  std::string pool_namespace, pool_group, kube_api_server, kube_token_file, kube_ca_file;
+  bool kube_insecure_skip_verify = false;
+  double pool_resync_interval_s = 2.0;
+  std::string engine = "auto";
+  double refresh_interval_s = 0.05, scrape_timeout_s = 0.1, staleness_s = 0.2;
+  std::optional<double> detector_staleness_s;
+  std::string metrics_pool_name = "default";
+  uint64_t seed = 0;
+  std::string log_level = "warn";
+};
+
+// Static mode. Ports: 0 picks a free one; a health or metrics port of None means no such server.
+// The health server (when any) reports ready at once. Call without the GIL.
 std::shared_ptr<ServeHolder> ExtProcServer_StartShim(std::shared_ptr<SchedulerHolder> scheduler,
-                                                     std::vector<epp::Endpoint> endpoints, const std::string& listen,
-                                                     bool tls, const std::optional<std::string>& health_listen,
-                                                     const epp::ExtProcOptions& options);
+                                                     std::vector<epp::Endpoint> endpoints, const std::string& host,
+                                                     int port, bool tls, std::optional<int> health_port,
+                                                     std::optional<int> metrics_port, const epp::ExtProcOptions& options);
+// Runtime mode, same ports and readiness. Call without the GIL.
+std::shared_ptr<ServeHolder> EppServer_StartShim(const ServeArgs& args, const std::string& host, int port, bool tls,
+                                                 std::optional<int> health_port, std::optional<int> metrics_port,
+                                                 const epp::ExtProcOptions& options);
 int ExtProcServer_PortShim(const ServeHolder& holder);
 std::optional<int> ExtProcServer_HealthPortShim(const ServeHolder& holder);
+std::optional<int> ExtProcServer_MetricsPortShim(const ServeHolder& holder);
 py::bytes ExtProcServer_CertPemShim(const ServeHolder& holder);  // b"" without TLS
+// Static mode only (kFailedPrecondition otherwise).
 void ExtProcServer_SetEndpointsShim(ServeHolder& holder, std::vector<epp::Endpoint> endpoints);
 // kFailedPrecondition (EppError) without a health server. Releases the GIL.
 void ExtProcServer_SetReadyShim(ServeHolder& holder, bool ready);
@@ -272,6 +299,14 @@ void ExtProcServer_CloseShim(ServeHolder& holder, double drain_s);
 // The ExtProcStats counters: every counter by its field name, plus latency_bucket_bounds_us,
 // latency_bucket_counts (per bucket, the last one above every bound) and latency_count.
 py::dict ExtProcServer_StatsShim(ServeHolder& holder);
+// The /metrics exposition now (also without a metrics server).
+std::string ExtProcServer_MetricsTextShim(ServeHolder& holder);
+// ReloadConfig() (errors raise); the reload counters as {"ok", "failed", "last_error"}.
+void ExtProcServer_ReloadConfigShim(ServeHolder& holder);
+py::dict ExtProcServer_ConfigReloadsShim(ServeHolder& holder);
+// The pool as the server sees it now.
+std::vector<epp::Endpoint> ExtProcServer_EndpointsShim(ServeHolder& holder);
+std::string ExtProcServer_DescribeShim(ServeHolder& holder);
 
 // --- Replay ----------------------------------------------------------------------------------
 

@@ -785,6 +785,61 @@ def test_empty_endpoints_file_starts_ready_and_answers_503_until_endpoints_appea
     assert first["immediate"]["status"] == 503
 
 
+def zone_config(zone):
+    return ("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+            "- name: zone\n  type: label-selector-filter\n  parameters:\n    matchLabels: {zone: %s}\n"
+            "- type: queue-scorer\n- type: prefix-cache-scorer\n"
+            "schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: zone\n  - pluginRef: queue-scorer\n"
+            "  - pluginRef: prefix-cache-scorer\n" % zone)
+
+
+def replace_file(path, text):
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)  # a new inode, as a ConfigMap swap
+
+
+def test_config_file_change_is_picked_up_without_dropping_a_stream(serve, tmp_path):
+    # Endpoints in zones a and b; the config keeps one zone. A stream opened before the config
+    # changes is answered by the scheduler it started with; new streams use the new config; a
+    # config that does not build keeps the running one and shows on /metrics.
+    endpoints = tmp_path / "endpoints.yaml"
+    endpoints.write_text("endpoints:\n"
+                         "  - {address: %s, metrics: none, labels: {zone: a}}\n"
+                         "  - {address: %s, metrics: none, labels: {zone: b}}\n" % (POOL[0], POOL[1]))
+    config = tmp_path / "config.yaml"
+    config.write_text(zone_config("a"))
+    s = serve("--config", config, "--endpoints", endpoints, "--refresh-metrics-interval", "20ms")
+    assert "config %s (watched)" % config in s.log()
+    first, _ = pick(s.channel(), chat_body())
+    assert destination(first) == POOL[0]
+
+    body = chat_body()
+    with Stream(s.channel()) as open_stream:
+        open_stream.send(wire.chat_request(body), wire.request_body(body[:10], end_of_stream=False))
+        replace_file(config, zone_config("b"))
+        s.wait_metric("epp_config_reloads_total", lambda v: v == 1, result="ok")
+        assert "reloaded: new streams use it" in s.log()
+        first, _ = pick(s.channel(), chat_body())
+        assert destination(first) == POOL[1], "a new stream uses the new config"
+        open_stream.send(wire.request_body(body[10:], end_of_stream=True))
+        answered = open_stream.recv()
+        assert destination(answered) == POOL[0], "the open stream finishes on the scheduler it started with"
+
+    replace_file(config, "kind: [")
+    s.wait_metric("epp_config_reloads_total", lambda v: v == 1, result="error")
+    samples = s.metrics()
+    errors = [labels for (name, labels), v in samples.items() if name == "epp_config_reload_error" and v == 1]
+    assert len(errors) == 1 and str(config) in dict(errors[0])["error"], errors
+    first, _ = pick(s.channel(), chat_body())
+    assert destination(first) == POOL[1], "a config that does not load keeps the running scheduler"
+    assert "not reloaded" in s.log()
+    replace_file(config, zone_config("a"))
+    s.wait_metric("epp_config_reloads_total", lambda v: v == 2, result="ok")
+    assert not [k for k in s.metrics() if k[0] == "epp_config_reload_error"]
+    assert destination(pick(s.channel(), chat_body())[0]) == POOL[0]
+
+
 # ---------------------------------------------------------------------------------------------
 # Lifecycle
 

@@ -86,4 +86,12 @@ class Scheduler;
 absl::StatusOr<std::unique_ptr<Scheduler>> BuildScheduler(const EppConfig& config, const PluginRegistry& registry,
                                                           const PluginContext& context = {});
 
+// BuildScheduler for a configuration reload: state carries over from `previous`. A plugin whose
+// name, type and effective parameters equal one of `previous`'s is that same instance (the prefix
+// index, cache-aware radix trees and round-robin positions go on); in-flight load is shared, so
+// a request picked by `previous` and released after the reload is counted once. `previous` may be
+// destroyed at any time afterwards.
+absl::StatusOr<std::unique_ptr<Scheduler>> RebuildScheduler(const EppConfig& config, const PluginRegistry& registry,
+                                                            const PluginContext& context, const Scheduler& previous);
+
 }  // namespace epp

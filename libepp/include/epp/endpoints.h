@@ -47,6 +47,11 @@ struct EndpointSpec {
   std::string engine;
   // "endpoints.yaml:4" or "--endpoint #2", for messages; when empty they say "endpoints[i]".
   std::string origin;
+  // Which server is behind the address, when the source knows: "NS/NAME" of the Pod for
+  // discovered endpoints. Empty for files and flags, whose address is the identity (moving an
+  // entry to another line is not a new server). The same address with another instance is a new
+  // server: the serve pool forgets the old one's state.
+  std::string instance;
 
   bool operator==(const EndpointSpec&) const = default;
 };

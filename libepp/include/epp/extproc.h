@@ -166,6 +166,25 @@ absl::StatusOr<std::string> ProcessingRequestToJson(std::string_view bytes);
 absl::StatusOr<std::string> ProcessingResponseToJson(std::string_view bytes);
 absl::StatusOr<std::string> ProcessingRequestFromJson(std::string_view json);
 
+// The scheduler new streams use. Set() replaces it whole (a configuration reload); a stream keeps
+// the scheduler it started with until it ends, which keeps that one alive.
+class SchedulerHandle {
+ public:
+  explicit SchedulerHandle(std::shared_ptr<const Scheduler> scheduler) : current_(std::move(scheduler)) {}
+  std::shared_ptr<const Scheduler> Get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return current_;
+  }
+  void Set(std::shared_ptr<const Scheduler> scheduler) {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_.swap(scheduler);  // the old one is released with the argument, after the lock
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const Scheduler> current_;
+};
+
 struct ExtProcServerOptions {
   std::string listen = "0.0.0.0:9002";  // host:port; port 0 picks a free one
   bool tls = false;
@@ -176,6 +195,12 @@ struct ExtProcServerOptions {
 
 class ExtProcServer {
  public:
+  // Every stream takes the handle's scheduler when it opens. The handle and `endpoints` must
+  // outlive the server.
+  static absl::StatusOr<std::unique_ptr<ExtProcServer>> Start(const SchedulerHandle& scheduler,
+                                                               const EndpointSource& endpoints,
+                                                               const ExtProcServerOptions& options);
+  // One fixed scheduler, which must outlive the server.
   static absl::StatusOr<std::unique_ptr<ExtProcServer>> Start(const Scheduler& scheduler, const EndpointSource& endpoints,
                                                                const ExtProcServerOptions& options);
   ~ExtProcServer();
@@ -187,6 +212,10 @@ class ExtProcServer {
   struct Impl;
 
  private:
+  static absl::StatusOr<std::unique_ptr<ExtProcServer>> StartWith(const SchedulerHandle& scheduler,
+                                                                   const EndpointSource& endpoints,
+                                                                   const ExtProcServerOptions& options,
+                                                                   std::unique_ptr<SchedulerHandle> owned);
   explicit ExtProcServer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -73,6 +73,10 @@ absl::StatusOr<KubeClientOptions> ResolveKubeClientOptions(KubeClientOptions opt
 // The namespace of the Pod this runs in (SA_DIR/namespace, trimmed); "" when it cannot be read.
 std::string InClusterNamespace(std::string_view service_account_dir = kServiceAccountDir);
 
+// The namespace to find the InferencePool in, as GIE's EPP chooses it: `given` when not empty,
+// else $NAMESPACE, else the Pod's own namespace (InClusterNamespace), else "default".
+std::string PoolNamespace(std::string_view given, std::string_view service_account_dir = kServiceAccountDir);
+
 // An InferencePool as discovery needs it.
 struct InferencePool {
   std::string group;  // kInferencePoolGroupV1 or kInferencePoolGroupV1Alpha2

@@ -181,6 +181,7 @@ class Scheduler {
 
   struct Impl;
   explicit Scheduler(std::unique_ptr<Impl> impl);
+  const Impl& impl() const { return *impl_; }  // for libepp itself (RebuildScheduler)
 
  private:
   std::unique_ptr<Impl> impl_;

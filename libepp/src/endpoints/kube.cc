@@ -235,6 +235,13 @@ std::string InClusterNamespace(std::string_view service_account_dir) {
   return ok ? ns : std::string();
 }
 
+std::string PoolNamespace(std::string_view given, std::string_view service_account_dir) {
+  if (!given.empty()) return std::string(given);
+  if (const char* env = std::getenv("NAMESPACE"); env != nullptr && *env != '\0') return env;
+  std::string ns = InClusterNamespace(service_account_dir);
+  return ns.empty() ? "default" : ns;
+}
+
 absl::StatusOr<std::string> InferencePoolVersion(std::string_view group) {
   if (group == kInferencePoolGroupV1) return std::string("v1");
   if (group == kInferencePoolGroupV1Alpha2) return std::string("v1alpha2");
@@ -403,6 +410,7 @@ absl::StatusOr<std::vector<EndpointSpec>> ParsePodListEndpoints(std::string_view
         spec.labels = labels;
         spec.engine = engine;
         spec.origin = "pod " + pod_name;
+        spec.instance = pod_name;
         found.push_back({name, port, std::move(spec)});
       }
     }

@@ -46,7 +46,8 @@ class CaptureFile {
 }  // namespace
 
 struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService {
-  const Scheduler* scheduler = nullptr;
+  std::unique_ptr<SchedulerHandle> owned_handle;  // Start(const Scheduler&): a fixed scheduler
+  const SchedulerHandle* scheduler = nullptr;
   const EndpointSource* source = nullptr;
   ExtProcServerOptions options;
   ExtProcStats stats;
@@ -56,7 +57,8 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
 
   class Reactor final : public grpc::ServerBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse> {
    public:
-    explicit Reactor(Impl* s) : s_(s), session_(*s->scheduler, *s->source, s->options.session, &s->stats) {
+    explicit Reactor(Impl* s)
+        : s_(s), scheduler_(s->scheduler->Get()), session_(*scheduler_, *s->source, s->options.session, &s->stats) {
       s_->stats.streams_total++;
       s_->stats.streams_active++;
       if (!s_->options.capture_dir.empty()) capture_ = std::make_unique<CaptureFile>(s_->options.capture_dir, s_->next_id++);
@@ -117,6 +119,7 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
     }
 
     Impl* s_;
+    std::shared_ptr<const Scheduler> scheduler_;  // the stream's, for its whole life (before session_)
     ExtProcSession::Impl session_;
     std::unique_ptr<CaptureFile> capture_;
     std::recursive_mutex mu_;  // reactions may run inline from Start* calls
@@ -136,7 +139,24 @@ ExtProcServer::~ExtProcServer() { Shutdown(std::chrono::milliseconds(0)); }
 
 absl::StatusOr<std::unique_ptr<ExtProcServer>> ExtProcServer::Start(const Scheduler& scheduler, const EndpointSource& endpoints,
                                                                     const ExtProcServerOptions& options) {
+  // Not owned: the caller keeps the scheduler alive for the server's life.
+  auto handle = std::make_unique<SchedulerHandle>(std::shared_ptr<const Scheduler>(&scheduler, [](const Scheduler*) {}));
+  const SchedulerHandle& ref = *handle;
+  return StartWith(ref, endpoints, options, std::move(handle));
+}
+
+absl::StatusOr<std::unique_ptr<ExtProcServer>> ExtProcServer::Start(const SchedulerHandle& scheduler,
+                                                                    const EndpointSource& endpoints,
+                                                                    const ExtProcServerOptions& options) {
+  return StartWith(scheduler, endpoints, options, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<ExtProcServer>> ExtProcServer::StartWith(const SchedulerHandle& scheduler,
+                                                                        const EndpointSource& endpoints,
+                                                                        const ExtProcServerOptions& options,
+                                                                        std::unique_ptr<SchedulerHandle> owned) {
   auto impl = std::make_unique<Impl>();
+  impl->owned_handle = std::move(owned);
   impl->scheduler = &scheduler;
   impl->source = &endpoints;
   impl->options = options;

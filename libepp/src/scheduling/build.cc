@@ -135,10 +135,16 @@ void EmitYaml(const Params& p, int indent, std::string& out) {
   }
 }
 
-}  // namespace
 
-absl::StatusOr<std::unique_ptr<Scheduler>> BuildScheduler(const EppConfig& input, const PluginRegistry& registry,
-                                                          const PluginContext& context) {
+// The effective parameters as text: what decides whether a plugin carries over a reload.
+std::string ParamsKey(const Plugin& p) {
+  std::string out;
+  EmitYaml(p.EffectiveParams(), 0, out);
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Build(const EppConfig& input, const PluginRegistry& registry,
+                                                 const PluginContext& context, const Scheduler::Impl* previous) {
   EppConfig c = input;
   if (c.plugins.empty() && c.profiles.empty()) {
     EppConfig d = DefaultConfig();
@@ -168,7 +174,18 @@ absl::StatusOr<std::unique_ptr<Scheduler>> BuildScheduler(const EppConfig& input
 
   std::map<std::string, const Plugin*> by_name;
   std::vector<std::string> order;
-  auto add_plugin = [&](std::unique_ptr<Plugin> p) -> const Plugin* {
+  if (previous != nullptr) impl->load = previous->load;
+  auto add_plugin = [&](std::unique_ptr<Plugin> created) -> const Plugin* {
+    std::shared_ptr<Plugin> p = std::move(created);
+    // A reload keeps the previous instance (and its state) when nothing about it changed.
+    if (previous != nullptr) {
+      for (const std::shared_ptr<Plugin>& old : previous->plugins) {
+        if (old->name() == p->name() && old->type() == p->type() && ParamsKey(*old) == ParamsKey(*p)) {
+          p = old;
+          break;
+        }
+      }
+    }
     const Plugin* raw = p.get();
     by_name[p->name()] = raw;
     order.push_back(p->name());
@@ -376,6 +393,18 @@ absl::StatusOr<std::unique_ptr<Scheduler>> BuildScheduler(const EppConfig& input
   impl->effective = std::move(doc);
 
   return std::make_unique<Scheduler>(std::move(impl));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Scheduler>> BuildScheduler(const EppConfig& config, const PluginRegistry& registry,
+                                                          const PluginContext& context) {
+  return Build(config, registry, context, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> RebuildScheduler(const EppConfig& config, const PluginRegistry& registry,
+                                                            const PluginContext& context, const Scheduler& previous) {
+  return Build(config, registry, context, &previous.impl());
 }
 
 std::string Scheduler::EffectiveConfigYaml() const {

@@ -267,7 +267,7 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
     return r;
   }
 
-  m.load.Snapshot(endpoints, ctx.inflight_requests, ctx.inflight_tokens);
+  m.load->Snapshot(endpoints, ctx.inflight_requests, ctx.inflight_tokens);
   // Timing: producers and the detector run back to back and share their boundary clock reads.
   int64_t t = TimingNowNs();
   for (size_t i = 0; i < m.producers.size(); ++i) {
@@ -352,7 +352,7 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
       t = t_end;
     }
     r.load_tokens = EstimateLoadTokens(request);
-    m.load.Add(target.address, 1, r.load_tokens);
+    m.load->Add(target.address, 1, r.load_tokens);
   }
   return r;
 }
@@ -362,10 +362,10 @@ void Scheduler::Release(const PickResult& result) const {
   Release(result.endpoints.front(), result.load_tokens);
 }
 
-void Scheduler::Release(std::string_view endpoint, int64_t tokens) const { impl_->load.Add(endpoint, -1, -tokens); }
+void Scheduler::Release(std::string_view endpoint, int64_t tokens) const { impl_->load->Add(endpoint, -1, -tokens); }
 
 void Scheduler::ForgetEndpoint(std::string_view endpoint) const {
-  impl_->load.Forget(endpoint);
+  impl_->load->Forget(endpoint);
   for (const auto& p : impl_->plugins)
     if (auto* s = dynamic_cast<const plugins::EndpointState*>(p.get())) s->ForgetEndpoint(endpoint);
 }
@@ -385,7 +385,7 @@ size_t Scheduler::PrefixIndexEntries() const {
   return n;
 }
 
-std::pair<int64_t, int64_t> Scheduler::Inflight(std::string_view endpoint) const { return impl_->load.Get(endpoint); }
+std::pair<int64_t, int64_t> Scheduler::Inflight(std::string_view endpoint) const { return impl_->load->Get(endpoint); }
 
 std::vector<PluginTiming> Scheduler::PluginTimings() const {
   std::vector<PluginTiming> out;

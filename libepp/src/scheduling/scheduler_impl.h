@@ -105,7 +105,9 @@ struct Scheduler::Impl {
   std::unique_ptr<Rng> owned_rng;
   Rng* rng = nullptr;
   Clock* clock = nullptr;
-  std::vector<std::unique_ptr<Plugin>> plugins;  // owns every plugin, config order
+  // Every plugin, config order. Shared: a rebuilt scheduler (config reload) keeps the instances
+  // whose name, type and effective parameters did not change, state included.
+  std::vector<std::shared_ptr<Plugin>> plugins;
   std::vector<Profile> profiles;
   const ProfileHandler* handler = nullptr;
   const Plugin* handler_plugin = nullptr;
@@ -115,7 +117,9 @@ struct Scheduler::Impl {
   std::vector<const RequestObserver*> observers;
   std::vector<std::string> warnings;
   Params effective;  // the effective configuration document
-  mutable LoadTracker load;
+  // Shared with the schedulers rebuilt from this one, so that requests picked by one and
+  // released by another are counted once.
+  std::shared_ptr<LoadTracker> load = std::make_shared<LoadTracker>();
 
   // Plugin timings, set up by the Scheduler's constructor once the plugins above are in place.
   // `timers` owns them in the order PluginTimings() reports; the others point into it, aligned

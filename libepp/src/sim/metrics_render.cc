@@ -4,31 +4,23 @@
 #include <string>
 
 #include "common/strings.h"
+#include "metrics/exposition.h"
 #include "epp/sim.h"
 
 namespace epp {
 namespace {
 
-// Python's float repr, as the engines (all Python, prometheus_client) print values: "3.0", "0.25".
-std::string Py(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  std::string s = internal::ShortestDouble(v);
-  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
-  return s;
-}
+using internal::Labels;
 
+// The engines' conventions over the shared exposition writer: Python float values, the server's
+// own labels after each sample's, counters exposed as NAME_total.
 class Writer {
  public:
-  explicit Writer(std::string labels) : labels_(std::move(labels)) {}
-  void Family(const std::string& name, const char* type, const char* help) {
-    out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-  }
-  void Sample(const std::string& name, double v, const std::string& extra = "") {
-    std::string l = labels_;
-    if (!extra.empty()) l = l.empty() ? extra : extra + "," + l;
-    out_ += name + (l.empty() ? "" : "{" + l + "}") + " " + Py(v) + "\n";
-  }
+  explicit Writer(Labels labels) : x_(internal::NumberStyle::kPython, std::move(labels)) {}
+  void Family(const std::string& name, const char* type, const char* help) { x_.Family(name, type, help); }
+  void Sample(const std::string& name, double v, const Labels& extra = {}) { x_.Sample(name, extra, v); }
+  // A sample whose labels are its own only (info gauges).
+  void Info(const std::string& name, const Labels& labels, double v) { x_.SampleOwnLabels(name, labels, v); }
   void Gauge(const std::string& name, const char* help, double v) {
     Family(name, "gauge", help);
     Sample(name, v);
@@ -39,21 +31,15 @@ class Writer {
   }
   void Histogram(const std::string& name, const char* help, const SimHistogram& h) {
     Family(name, "histogram", help);
+    std::vector<uint64_t> cumulative(h.counts.size());
     uint64_t cum = 0;
-    for (size_t i = 0; i < h.bounds.size(); ++i) {
-      cum += h.counts[i];
-      Sample(name + "_bucket", static_cast<double>(cum), "le=\"" + Py(h.bounds[i]) + "\"");
-    }
-    Sample(name + "_bucket", static_cast<double>(h.count), "le=\"+Inf\"");
-    Sample(name + "_count", static_cast<double>(h.count));
-    Sample(name + "_sum", h.sum);
+    for (size_t i = 0; i < h.counts.size(); ++i) cumulative[i] = cum += h.counts[i];
+    x_.Histogram(name, {}, h.bounds, cumulative, h.count, h.sum);
   }
-  void Raw(const std::string& s) { out_ += s; }
-  std::string Take() { return std::move(out_); }
+  std::string Take() { return x_.Take(); }
 
  private:
-  std::string labels_;
-  std::string out_;
+  internal::Exposition x_;
 };
 
 std::string Join(const std::vector<std::string>& v) {
@@ -70,7 +56,7 @@ std::string RenderSimMetrics(const SimParams& p, const SimSnapshot& s, double wa
                               ? static_cast<double>(s.prefix_hit_tokens_total) / s.prefix_query_tokens_total
                               : 0.0;
   if (p.engine == "sglang") {
-    Writer w("model_name=\"" + model + "\"");
+    Writer w({{"model_name", model}});
     w.Gauge("sglang:num_running_reqs", "The number of running requests.", s.running);
     w.Gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", s.waiting);
     w.Gauge("sglang:num_used_tokens", "The number of used tokens.",
@@ -78,8 +64,8 @@ std::string RenderSimMetrics(const SimParams& p, const SimSnapshot& s, double wa
     w.Gauge("sglang:token_usage", "The token usage.", s.kv_usage);
     w.Gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", hit_rate);
     w.Family("sglang:cache_config_info", "gauge", "Information of the cache configuration.");
-    w.Raw("sglang:cache_config_info{num_pages=\"" + std::to_string(p.kv_blocks) + "\",page_size=\"" +
-          std::to_string(p.block_size) + "\"} 1.0\n");
+    w.Info("sglang:cache_config_info", {{"num_pages", std::to_string(p.kv_blocks)}, {"page_size", std::to_string(p.block_size)}},
+           1.0);
     w.Counter("sglang:prompt_tokens", "Number of prefill tokens processed.", static_cast<double>(s.prompt_tokens_total));
     w.Counter("sglang:generation_tokens", "Number of generation tokens processed.",
               static_cast<double>(s.generation_tokens_total));
@@ -90,7 +76,7 @@ std::string RenderSimMetrics(const SimParams& p, const SimSnapshot& s, double wa
     return w.Take();
   }
   if (p.engine == "trtllm-serve") {
-    Writer w("model_name=\"" + model + "\"");
+    Writer w({{"model_name", model}});
     w.Gauge("trtllm_num_requests_waiting", "Number of requests waiting to be scheduled.", s.waiting);
     w.Gauge("trtllm_num_requests_running", "Number of requests in the running batch.", s.running);
     w.Gauge("trtllm_kv_cache_utilization", "Fraction of KV cache blocks in use.", s.kv_usage);
@@ -103,20 +89,25 @@ std::string RenderSimMetrics(const SimParams& p, const SimSnapshot& s, double wa
     w.Histogram("trtllm_e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", s.e2e_s);
     return w.Take();
   }
-  Writer w("engine=\"0\",model_name=\"" + model + "\"");
+  Writer w({{"engine", "0"}, {"model_name", model}});
   w.Gauge("vllm:num_requests_running", "Number of requests in model execution batches.", s.running);
   w.Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", s.waiting);
   w.Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage);
   if (!p.loras.empty()) {
     w.Family("vllm:lora_requests_info", "gauge", "Running stats on lora requests.");
-    w.Raw("vllm:lora_requests_info{max_lora=\"" + std::to_string(p.max_loras) + "\",running_lora_adapters=\"" +
-          Join(s.running_adapters) + "\",waiting_lora_adapters=\"" + Join(s.waiting_adapters) + "\"} " +
-          Py(wall_time_s) + "\n");
+    w.Info("vllm:lora_requests_info",
+           {{"max_lora", std::to_string(p.max_loras)},
+            {"running_lora_adapters", Join(s.running_adapters)},
+            {"waiting_lora_adapters", Join(s.waiting_adapters)}},
+           wall_time_s);
   }
   w.Family("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
-  w.Raw("vllm:cache_config_info{block_size=\"" + std::to_string(p.block_size) +
-        "\",cache_dtype=\"auto\",enable_prefix_caching=\"True\",num_gpu_blocks=\"" + std::to_string(p.kv_blocks) +
-        "\"} 1.0\n");
+  w.Info("vllm:cache_config_info",
+         {{"block_size", std::to_string(p.block_size)},
+          {"cache_dtype", "auto"},
+          {"enable_prefix_caching", "True"},
+          {"num_gpu_blocks", std::to_string(p.kv_blocks)}},
+         1.0);
   w.Counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
             static_cast<double>(s.prefix_query_tokens_total));
   w.Counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
@@ -125,7 +116,7 @@ std::string RenderSimMetrics(const SimParams& p, const SimSnapshot& s, double wa
   w.Counter("vllm:generation_tokens", "Number of generation tokens processed.",
             static_cast<double>(s.generation_tokens_total));
   w.Family("vllm:request_success_total", "counter", "Count of successfully processed requests.");
-  w.Sample("vllm:request_success_total", static_cast<double>(s.requests_finished), "finished_reason=\"length\"");
+  w.Sample("vllm:request_success_total", static_cast<double>(s.requests_finished), {{"finished_reason", "length"}});
   w.Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", s.ttft_s);
   w.Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", s.e2e_s);
   w.Histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", s.queue_s);

@@ -124,7 +124,8 @@ TEST(SchedulerTest, AutoTuneCapacityFromExtremeCacheMetricsSaturates) {
   const size_t roomy = entries(1'000'000, 16);
   EXPECT_GT(roomy, 20u);
   EXPECT_EQ(entries(INT64_MAX / 2, 16), roomy);
-  EXPECT_EQ(entries(INT64_MAX, INT64_MAX), roomy);
+  EXPECT_EQ(entries(INT64_MAX, 16), roomy);
+  EXPECT_EQ(entries(INT64_MAX / 3, 64), entries(1'000'000, 64));  // larger server blocks, same rule
 }
 
 TEST(SchedulerTest, WhatIfPicksDoNotLearn) {

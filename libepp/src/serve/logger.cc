@@ -1,11 +1,12 @@
-#include "commands/serve_log.h"
-
+// StderrLogger, NullLogger and log level names (epp/serve.h).
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <mutex>
 
-namespace eppctl {
+#include "epp/serve.h"
+
+namespace epp {
 
 bool ParseLogLevel(std::string_view name, LogLevel& level) {
   if (name == "error")
@@ -21,8 +22,7 @@ bool ParseLogLevel(std::string_view name, LogLevel& level) {
   return true;
 }
 
-void ServeLog::Log(LogLevel level, std::string_view message) const {
-  if (!Enabled(level)) return;
+void StderrLogger::Write(LogLevel level, std::string_view message) const {
   static std::mutex mu;
   static constexpr const char* kNames[] = {"ERROR", "WARN ", "INFO ", "DEBUG"};
   const auto now = std::chrono::system_clock::now();
@@ -40,4 +40,9 @@ void ServeLog::Log(LogLevel level, std::string_view message) const {
   std::fflush(stderr);
 }
 
-}  // namespace eppctl
+const NullLogger& NullLogger::Get() {
+  static const NullLogger logger;
+  return logger;
+}
+
+}  // namespace epp

@@ -1,5 +1,5 @@
-// Private to `eppctl serve`: its own Prometheus /metrics (text format 0.0.4) and the small HTTP
-// server (cpp-httplib) that serves it with /healthz. docs/serve.md lists every metric.
+// Private to libepp's serve runtime: EppServer's Prometheus /metrics (text format 0.0.4) and the
+// small HTTP server (cpp-httplib) that serves it with /healthz. docs/serve.md lists every metric.
 #pragma once
 
 #include <cstdint>
@@ -7,23 +7,24 @@
 #include <memory>
 #include <string>
 
-#include "commands/serve_pool.h"
 #include "epp/extproc.h"
 #include "epp/scheduler.h"
+#include "epp/serve.h"
 #include "epp/status.h"
 
-namespace eppctl {
+namespace epp::internal {
 
 struct ServeMetricsSources {
-  epp::ExtProcStats* stats = nullptr;
-  const epp::Scheduler* scheduler = nullptr;
-  const epp::EndpointSource* endpoints = nullptr;
-  const ServePool* pool = nullptr;
+  const ExtProcStats* stats = nullptr;
+  const Scheduler* scheduler = nullptr;  // the one new streams use
+  const EndpointSource* endpoints = nullptr;
+  const EndpointPool* pool = nullptr;  // its counters; nullptr: a caller-kept source (all zero)
+  ConfigReloadCounters config_reloads;
   int64_t staleness_us = 200000;  // endpoints with older metrics are left out of the pool averages
   std::string pool_name;          // `name` label of the GIE-compatible inference_pool_* gauges
 };
 
-// The exposition at `now_us` (the steady clock the scrape stamps metrics with).
+// The exposition at `now_us` (the clock the pool stamps metrics with).
 std::string RenderServeMetrics(const ServeMetricsSources& sources, int64_t now_us);
 
 class MetricsHttpServer {
@@ -43,4 +44,4 @@ class MetricsHttpServer {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace eppctl
+}  // namespace epp::internal

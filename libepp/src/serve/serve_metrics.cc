@@ -1,4 +1,4 @@
-#include "commands/serve_metrics.h"
+#include "serve/serve_metrics.h"
 
 #include <httplib.h>
 #include <sys/socket.h>
@@ -11,87 +11,21 @@
 #include <vector>
 
 #include "epp/version.h"
+#include "metrics/exposition.h"
 
-namespace eppctl {
+namespace epp::internal {
 namespace {
 
-using Labels = std::vector<std::pair<std::string, std::string>>;
-
-std::string Num(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[64];
-  // Shortest round-trip digits, %g-style layout ("1e-05", "0.0001", "0.4375").
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
-  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
-}
-
-std::string Num(int64_t v) { return std::to_string(v); }
-
-// Text exposition format 0.0.4: one HELP and TYPE per family, then its samples.
-class Exposition {
- public:
-  void Family(const std::string& name, const char* type, const char* help) {
-    out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-  }
-  template <typename T>
-  void Sample(const std::string& name, const Labels& labels, T value) {
-    out_ += name;
-    if (!labels.empty()) {
-      out_ += '{';
-      for (size_t i = 0; i < labels.size(); ++i) {
-        if (i) out_ += ',';
-        out_ += labels[i].first + "=\"";
-        for (char c : labels[i].second) {
-          if (c == '\\')
-            out_ += "\\\\";
-          else if (c == '"')
-            out_ += "\\\"";
-          else if (c == '\n')
-            out_ += "\\n";
-          else
-            out_ += c;
-        }
-        out_ += '"';
-      }
-      out_ += '}';
-    }
-    out_ += ' ' + Num(value) + '\n';
-  }
-  // A family with one unlabelled sample.
-  template <typename T>
-  void Single(const std::string& name, const char* type, const char* help, T value) {
-    Family(name, type, help);
-    Sample(name, {}, value);
-  }
-  // The samples of one histogram (`name`_bucket / _sum / _count) from the scheduler's cumulative
-  // buckets (aligned with epp::kTimingBucketBoundsSeconds).
-  void Histogram(const std::string& name, const Labels& labels, uint64_t count, double sum_seconds,
-                 const std::vector<uint64_t>& cumulative) {
-    Labels with_le = labels;
-    with_le.emplace_back("le", "");
-    for (size_t i = 0; i < cumulative.size() && i < epp::kTimingBucketBoundsSeconds.size(); ++i) {
-      with_le.back().second = Num(epp::kTimingBucketBoundsSeconds[i]);
-      Sample(name + "_bucket", with_le, static_cast<int64_t>(cumulative[i]));
-    }
-    with_le.back().second = "+Inf";
-    Sample(name + "_bucket", with_le, static_cast<int64_t>(count));
-    Sample(name + "_sum", labels, sum_seconds);
-    Sample(name + "_count", labels, static_cast<int64_t>(count));
-  }
-  std::string Take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
+// Serve's samples are integers where they count (exactly) and doubles otherwise.
+std::string Num(double v) { return FormatNumber(v, NumberStyle::kShortest); }
 
 }  // namespace
 
 std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   Exposition x;
-  const epp::ExtProcStats& s = *src.stats;
-  std::shared_ptr<const std::vector<epp::Endpoint>> pool = src.endpoints->Snapshot();
-  const ServePoolCounters pc = src.pool ? src.pool->counters() : ServePoolCounters{};
+  const ExtProcStats& s = *src.stats;
+  std::shared_ptr<const std::vector<Endpoint>> pool = src.endpoints->Snapshot();
+  const EndpointPoolCounters pc = src.pool ? src.pool->counters() : EndpointPoolCounters{};
 
   x.Family("epp_info", "gauge", "Build information of this eppctl serve.");
   x.Sample("epp_info", {{"version", EPP_VERSION_STRING}}, int64_t{1});
@@ -107,12 +41,12 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
 
   x.Family("epp_pick_duration_seconds", "histogram", "Time to decide a request: parse, schedule and encode.");
   int64_t cumulative = 0;
-  for (size_t i = 0; i < epp::ExtProcStats::kLatencyBuckets; ++i) {
+  for (size_t i = 0; i < ExtProcStats::kLatencyBuckets; ++i) {
     cumulative += s.latency_count[i].load();
-    x.Sample("epp_pick_duration_seconds_bucket", {{"le", Num(epp::ExtProcStats::kLatencyBucketsUs[i] / 1e6)}},
+    x.Sample("epp_pick_duration_seconds_bucket", {{"le", Num(ExtProcStats::kLatencyBucketsUs[i] / 1e6)}},
              cumulative);
   }
-  cumulative += s.latency_count[epp::ExtProcStats::kLatencyBuckets].load();
+  cumulative += s.latency_count[ExtProcStats::kLatencyBuckets].load();
   x.Sample("epp_pick_duration_seconds_bucket", {{"le", "+Inf"}}, cumulative);
   x.Sample("epp_pick_duration_seconds_sum", {}, static_cast<double>(s.latency_sum_us.load()) / 1e6);
   x.Sample("epp_pick_duration_seconds_count", {}, cumulative);
@@ -141,7 +75,7 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
            blocks > 0 ? static_cast<double>(matched) / static_cast<double>(blocks) : 0.0);
 
   // Endpoints.
-  const ServePoolCounters& counters = pc;
+  const EndpointPoolCounters& counters = pc;
   x.Single("epp_endpoints", "gauge", "Endpoints in the pool.", static_cast<int64_t>(pool->size()));
   x.Single("epp_scrape_cycles_total", "counter", "Metrics refresh cycles run.", counters.scrape_cycles);
   x.Single("epp_scrape_duration_seconds", "gauge", "Duration of the last refresh cycle (all endpoints, concurrently).",
@@ -154,39 +88,47 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
            "Reads of the InferencePool and its Pods (--pool-name), by result; an error keeps the set in use.");
   x.Sample("epp_pool_discovery_total", {{"result", "ok"}}, counters.discovery_ok);
   x.Sample("epp_pool_discovery_total", {{"result", "error"}}, counters.discovery_errors);
+  x.Family("epp_config_reloads_total", "counter",
+           "Configuration file changes acted on, by result (error: the running scheduler was kept).");
+  x.Sample("epp_config_reloads_total", {{"result", "ok"}}, src.config_reloads.ok);
+  x.Sample("epp_config_reloads_total", {{"result", "error"}}, src.config_reloads.failed);
+  x.Family("epp_config_reload_error", "gauge",
+           "1 with the error of the last configuration reload while it failed; absent after a success.");
+  if (!src.config_reloads.last_error.empty())
+    x.Sample("epp_config_reload_error", {{"error", src.config_reloads.last_error}}, int64_t{1});
 
   auto per_endpoint = [&](const char* name, const char* type, const char* help, auto value_of) {
     x.Family(name, type, help);
-    for (const epp::Endpoint& e : *pool) {
+    for (const Endpoint& e : *pool) {
       std::optional<double> v = value_of(e);
       if (v) x.Sample(name, {{"endpoint", e.address}}, *v);
     }
   };
   per_endpoint("epp_endpoint_waiting_queue_size", "gauge", "Requests queued on the endpoint, as last read.",
-               [](const epp::Endpoint& e) { return e.metrics.waiting_queue_size; });
+               [](const Endpoint& e) { return e.metrics.waiting_queue_size; });
   per_endpoint("epp_endpoint_running_requests", "gauge", "Requests in the endpoint's running batch, as last read.",
-               [](const epp::Endpoint& e) { return e.metrics.running_requests; });
+               [](const Endpoint& e) { return e.metrics.running_requests; });
   per_endpoint("epp_endpoint_kv_cache_usage", "gauge", "Fraction of the endpoint's KV cache in use, as last read.",
-               [](const epp::Endpoint& e) { return e.metrics.kv_cache_usage; });
+               [](const Endpoint& e) { return e.metrics.kv_cache_usage; });
   per_endpoint("epp_endpoint_metrics_age_seconds", "gauge", "Age of the endpoint's last metrics (absent: never read).",
-               [&](const epp::Endpoint& e) -> std::optional<double> {
+               [&](const Endpoint& e) -> std::optional<double> {
                  if (!e.metrics_time_us) return std::nullopt;
                  return static_cast<double>(now_us - *e.metrics_time_us) / 1e6;
                });
   per_endpoint("epp_endpoint_metrics_fresh", "gauge",
                "1 when the endpoint's metrics are younger than --metrics-staleness-threshold.",
-               [&](const epp::Endpoint& e) -> std::optional<double> {
+               [&](const Endpoint& e) -> std::optional<double> {
                  return e.metrics_time_us && now_us - *e.metrics_time_us <= src.staleness_us ? 1.0 : 0.0;
                });
   x.Family("epp_endpoint_scrape_errors_total", "counter", "Metrics reads of the endpoint that failed.");
-  for (const epp::Endpoint& e : *pool) {
+  for (const Endpoint& e : *pool) {
     auto it = counters.scrape_errors.find(e.address);
     x.Sample("epp_endpoint_scrape_errors_total", {{"endpoint", e.address}},
              it == counters.scrape_errors.end() ? 0 : it->second);
   }
   x.Family("epp_endpoint_inflight_requests", "gauge", "Requests picked for the endpoint and not finished.");
   std::vector<std::pair<int64_t, int64_t>> inflight;
-  for (const epp::Endpoint& e : *pool) inflight.push_back(src.scheduler->Inflight(e.address));
+  for (const Endpoint& e : *pool) inflight.push_back(src.scheduler->Inflight(e.address));
   for (size_t i = 0; i < pool->size(); ++i)
     x.Sample("epp_endpoint_inflight_requests", {{"endpoint", (*pool)[i].address}}, inflight[i].first);
   x.Family("epp_endpoint_inflight_tokens", "gauge", "Estimated tokens of those requests (input + expected output).");
@@ -202,7 +144,7 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   // Averages over endpoints with fresh metrics, as GIE computes them.
   double q = 0, r = 0, kv = 0;
   int nq = 0, nr = 0, nkv = 0;
-  for (const epp::Endpoint& e : *pool) {
+  for (const Endpoint& e : *pool) {
     if (!e.metrics_time_us || now_us - *e.metrics_time_us > src.staleness_us) continue;
     if (e.metrics.waiting_queue_size) q += *e.metrics.waiting_queue_size, ++nq;
     if (e.metrics.running_requests) r += *e.metrics.running_requests, ++nr;
@@ -218,24 +160,24 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
            "Mean KV-cache use over endpoints with fresh metrics (GIE name).");
   x.Sample("inference_pool_average_kv_cache_utilization", name, nkv ? kv / nkv : 0.0);
   x.Family("inference_pool_per_pod_queue_size", "gauge", "Waiting queue per endpoint with fresh metrics (GIE name).");
-  for (const epp::Endpoint& e : *pool) {
+  for (const Endpoint& e : *pool) {
     if (!e.metrics_time_us || now_us - *e.metrics_time_us > src.staleness_us || !e.metrics.waiting_queue_size) continue;
     x.Sample("inference_pool_per_pod_queue_size", {{"name", src.pool_name}, {"model_server_pod", e.address}},
              *e.metrics.waiting_queue_size);
   }
 
   // Scheduler timings (GIE names): the whole cycle, and every plugin call per extension point.
-  const epp::DurationHistogram cycle = src.scheduler->CycleTiming();
+  const DurationHistogram cycle = src.scheduler->CycleTiming();
   x.Family("inference_extension_scheduler_e2e_duration_seconds", "histogram",
            "End-to-end scheduling latency distribution in seconds (one scheduling cycle, without parsing).");
-  x.Histogram("inference_extension_scheduler_e2e_duration_seconds", {}, cycle.count, cycle.sum_seconds,
-              cycle.bucket_counts);
+  x.Histogram("inference_extension_scheduler_e2e_duration_seconds", {}, kTimingBucketBoundsSeconds, cycle.bucket_counts,
+              cycle.count, cycle.sum_seconds);
   x.Family("inference_extension_plugin_duration_seconds", "histogram",
            "Plugin processing latency distribution in seconds for each extension point, plugin type and plugin name.");
-  for (const epp::PluginTiming& t : src.scheduler->PluginTimings())
+  for (const PluginTiming& t : src.scheduler->PluginTimings())
     x.Histogram("inference_extension_plugin_duration_seconds",
                 {{"extension_point", t.extension_point}, {"plugin_type", t.plugin_type}, {"plugin_name", t.plugin_name}},
-                t.count, t.sum_seconds, t.bucket_counts);
+                kTimingBucketBoundsSeconds, t.bucket_counts, t.count, t.sum_seconds);
   return x.Take();
 }
 
@@ -299,4 +241,4 @@ void MetricsHttpServer::Stop() {
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-}  // namespace eppctl
+}  // namespace epp::internal

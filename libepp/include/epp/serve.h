@@ -1,0 +1,276 @@
+// The EPP runtime: an endpoint pool kept current, and the server that puts a scheduler behind
+// Envoy ext_proc with health checks and Prometheus metrics. `eppctl serve` and `pyepp.serve` are
+// thin edges over these two classes.
+//
+// EndpointPool (an EndpointSource):
+//   - where endpoints come from: an endpoints file (re-stat()ed by path every cycle, so both an
+//     edit in place and a Kubernetes ConfigMap update, whose `..data` symlink swap makes the path
+//     resolve to another inode, are seen), the --endpoint flags, or an EndpointLister (an
+//     InferencePool's Ready Pods through the Kubernetes API) followed by the flags;
+//   - the settle rule: a changed file is acted on once it looked the same on two consecutive
+//     cycles (a half-written file is not loaded); a file that does not load keeps the set in use
+//     and is logged once per version;
+//   - departures: an endpoint that left, or whose origin changed (a new Pod with the IP of one
+//     that went away), is reported to `on_departure` after the new snapshot is published, so the
+//     scheduler forgets its prefix entries and in-flight load;
+//   - one scrape cycle per interval on one thread: every endpoint's metrics re-read concurrently
+//     (RefreshEndpointMetrics through one persistent HttpClient), the copy published whole; picks
+//     read the last snapshot and never wait. An unreadable endpoint keeps its last metrics, which
+//     age into staleness. Discovery runs on a second thread and hands changed lists over.
+//   RunCycle() and RunDiscovery() are what the threads do once; tests drive the pool with them
+//   (with a ManualClock and a fake EndpointLister), without threads or sleeps.
+//
+// EppServer: Start(ServeConfig) builds the scheduler, the pool, the ext_proc server (TLS optional),
+// the grpc.health.v1 server and the /metrics HTTP server, in that order; Shutdown(drain) stops
+// them in reverse. With a config file it also re-reads the config when the file changes (the same
+// settle rule): a config that fails to build is logged and counted and the running scheduler
+// stays; streams keep the scheduler they started with; plugins whose type, name and effective
+// parameters did not change carry over with their state (the prefix index).
+//
+// Thread-safety: every method may be called from any thread, except that RunCycle/RunDiscovery
+// must not be mixed with Start() (they are what its threads call).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epp/endpoints.h"
+#include "epp/extproc.h"
+#include "epp/kube.h"
+#include "epp/scheduler.h"
+#include "epp/status.h"
+
+namespace epp {
+
+// ---- Logging -------------------------------------------------------------------------------
+
+enum class LogLevel { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
+
+// "error", "warn" (or "warning"), "info", "debug" -> level; false for anything else.
+bool ParseLogLevel(std::string_view name, LogLevel& level);
+
+class Logger {
+ public:
+  virtual ~Logger() = default;
+  virtual bool Enabled(LogLevel level) const = 0;
+  // Called only when Enabled(level); may be called from any thread.
+  virtual void Write(LogLevel level, std::string_view message) const = 0;
+
+  void Log(LogLevel level, std::string_view m) const {
+    if (Enabled(level)) Write(level, m);
+  }
+  void Error(std::string_view m) const { Log(LogLevel::kError, m); }
+  void Warn(std::string_view m) const { Log(LogLevel::kWarn, m); }
+  void Info(std::string_view m) const { Log(LogLevel::kInfo, m); }
+  void Debug(std::string_view m) const { Log(LogLevel::kDebug, m); }
+};
+
+// One line per message on stderr, "2025-06-01T12:00:00.123Z INFO  message", written whole under a
+// lock so lines of different threads never interleave.
+class StderrLogger final : public Logger {
+ public:
+  explicit StderrLogger(LogLevel level = LogLevel::kInfo) : level_(level) {}
+  bool Enabled(LogLevel level) const override { return level <= level_; }
+  void Write(LogLevel level, std::string_view message) const override;
+
+ private:
+  LogLevel level_;
+};
+
+// Logs nothing.
+class NullLogger final : public Logger {
+ public:
+  bool Enabled(LogLevel) const override { return false; }
+  void Write(LogLevel, std::string_view) const override {}
+  static const NullLogger& Get();
+};
+
+// ---- Endpoint pool ---------------------------------------------------------------------------
+
+// Where discovery finds an InferencePool (serve's --pool-* and --kube-* flags).
+struct PoolDiscoveryOptions {
+  std::string group = std::string(kInferencePoolGroupV1);
+  std::string ns;  // required
+  std::string name;
+  KubeClientOptions kube;
+  std::chrono::microseconds interval{2000000};  // between two lists of the pool's Pods
+};
+
+// A source of discovered endpoints: each List() returns the whole current set.
+class EndpointLister {
+ public:
+  virtual ~EndpointLister() = default;
+  // The endpoints now. `cancel` turns true when the pool stops: a lister making several requests
+  // returns kCancelled between them.
+  virtual absl::StatusOr<std::vector<EndpointSpec>> List(const std::atomic<bool>& cancel) = 0;
+  // What is listed, for log lines: "inferencepool NS/NAME".
+  virtual std::string Describe() const = 0;
+};
+
+// Lists an InferencePool's Ready Pods (the pool is read each time: its selector and targetPorts
+// may change). Fails when the options do not make a client (no cluster, bad URL).
+absl::StatusOr<std::unique_ptr<EndpointLister>> NewInferencePoolLister(const PoolDiscoveryOptions& options);
+
+struct EndpointPoolOptions {
+  std::string endpoints_file;            // empty: nothing to watch
+  std::vector<EndpointSpec> flag_specs;  // appended after the file's (or the lister's) endpoints
+  // How metrics are read (mappings, engine, timeout, headers). `clock` stamps metrics (nullptr:
+  // the steady clock); `http_client` nullptr: the pool's own persistent client.
+  ResolveOptions resolve;
+  std::chrono::microseconds interval{50000};  // scrape cycle, start to start
+  // Discovery: when set, the endpoints are lister's followed by flag_specs (a flag naming a
+  // discovered address replaces it); endpoints_file must then be empty.
+  std::shared_ptr<EndpointLister> lister;
+  std::chrono::microseconds discovery_interval{2000000};
+  const Logger* log = nullptr;  // nullptr: NullLogger
+  // Each endpoint that left or changed origin, after the snapshot without it is published
+  // (called on the thread that installed the new set).
+  std::function<void(const std::string& address)> on_departure;
+};
+
+struct EndpointPoolCounters {
+  int64_t scrape_cycles = 0;
+  double last_scrape_seconds = 0;
+  int64_t reloads_ok = 0;      // endpoint sets installed after the first (file or discovery)
+  int64_t reloads_failed = 0;  // sets rejected (the set in use kept)
+  std::map<std::string, int64_t> scrape_errors;  // per current endpoint address, cumulative
+  int64_t discovery_ok = 0;
+  int64_t discovery_errors = 0;
+};
+
+class EndpointPool final : public EndpointSource {
+ public:
+  // Loads the specs (file or lister, then flags), validates them and resolves them once: every
+  // endpoint is read or found unreadable (kept, with metrics_error). An empty file or an empty
+  // discovered list is a pool with no endpoints (every pick 503). kInvalidArgument / kNotFound
+  // for a bad file or specs, no source at all, or a first discovery that fails.
+  static absl::StatusOr<std::unique_ptr<EndpointPool>> Create(EndpointPoolOptions options);
+  ~EndpointPool() override;
+  EndpointPool(const EndpointPool&) = delete;
+  EndpointPool& operator=(const EndpointPool&) = delete;
+
+  std::shared_ptr<const std::vector<Endpoint>> Snapshot() const override;
+
+  void Start();  // the scrape thread (and the discovery thread with a lister)
+  void Stop();   // joins them; idempotent
+
+  // One cycle of the scrape thread: install a settled endpoints-file change or a handed-over
+  // discovered list, then re-read every endpoint's metrics and publish them.
+  void RunCycle();
+  // One round of the discovery thread: list, and hand a changed list to the next RunCycle().
+  void RunDiscovery();
+
+  size_t size() const;
+  EndpointPoolCounters counters() const;
+  // Where the endpoints come from, for the start-up line: "pool.yaml (watched) + 2 --endpoint flags".
+  std::string Describe() const;
+
+  struct Impl;
+
+ private:
+  explicit EndpointPool(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- The server ------------------------------------------------------------------------------
+
+struct ServeConfig {
+  // Scheduling. config_file empty: GIE's default profile (config_yaml, when set, is used instead
+  // and not watched).
+  std::string config_file;
+  std::string config_yaml;
+  bool watch_config = true;  // re-read config_file when it changes
+  // When set (serve's explicit --metrics-staleness-threshold): the default utilization-detector's
+  // metricsStalenessThreshold, unless the config sets one or names its own detector.
+  std::optional<std::chrono::microseconds> detector_staleness;
+  uint64_t seed = 0;  // tie-breaks and random pickers
+  // Instead of a configuration: a scheduler the caller built (pyepp, with Python plugins). It is
+  // shared, never reloaded, and its plugins use the caller's clock and randomness.
+  std::shared_ptr<const Scheduler> scheduler;
+
+  // Endpoints.
+  std::string endpoints_file;
+  std::vector<EndpointSpec> endpoints;
+  std::optional<PoolDiscoveryOptions> discovery;  // not with endpoints_file
+  std::shared_ptr<EndpointLister> lister;         // instead of discovery (tests, embedders)
+  // Instead of all of the above: endpoints the caller keeps current (pyepp's static pools). No
+  // scrape runs; /metrics shows what the source holds.
+  std::shared_ptr<const EndpointSource> endpoint_source;
+  std::string engine = "auto";                    // metrics dialect of endpoints that name none
+  std::chrono::microseconds refresh_interval{50000};
+  std::chrono::microseconds scrape_timeout{100000};
+  // Metrics older than this count as stale in the pool-average gauges.
+  std::chrono::microseconds staleness{200000};
+
+  // Servers. Port 0 picks a free one; health_port or metrics_port -1: no such server.
+  std::string listen_address = "0.0.0.0";
+  int grpc_port = 9002;
+  int health_port = 9003;
+  int metrics_port = 9090;
+  bool tls = true;
+  std::string cert_pem, key_pem;  // with tls; both empty: a self-signed certificate made at start
+  std::string tls_source;         // how the certificate came, for the start-up line
+  ExtProcOptions session;         // request limits, objectives, subset hint handling
+  std::string capture_dir;
+  std::string pool_name = "default";  // `name` label of the inference_pool_* metrics
+
+  const Logger* log = nullptr;  // nullptr: NullLogger
+};
+
+struct ConfigReloadCounters {
+  int64_t ok = 0;
+  int64_t failed = 0;
+  std::string last_error;  // of the last attempt; empty after a success
+};
+
+class EppServer {
+ public:
+  // Everything listens (readiness still NOT_SERVING: SetReady(true) when the host is ready) and
+  // the pool's threads run. kInvalidArgument for a bad config or endpoints, kUnavailable when a
+  // port cannot be bound.
+  static absl::StatusOr<std::unique_ptr<EppServer>> Start(ServeConfig config);
+  ~EppServer();  // Shutdown(0)
+  EppServer(const EppServer&) = delete;
+  EppServer& operator=(const EppServer&) = delete;
+
+  int grpc_port() const;
+  int health_port() const;   // -1 without a health server
+  int metrics_port() const;  // -1 without a metrics server
+  void SetReady(bool ready);
+  // Stops accepting streams, lets open ones finish for up to `drain`, cancels the rest, then stops
+  // the config watch, the pool, the metrics and health servers. Idempotent.
+  void Shutdown(std::chrono::milliseconds drain);
+
+  // Re-reads the config file now (what the watch does on a settled change). The error is also
+  // counted and logged; the running scheduler stays.
+  absl::Status ReloadConfig();
+  ConfigReloadCounters config_reloads() const;
+
+  std::shared_ptr<const Scheduler> scheduler() const;  // the one new streams use
+  const EndpointPool* pool() const;                    // nullptr with ServeConfig::endpoint_source
+  const EndpointSource& endpoints() const;             // the pool, or the caller's source
+  // The ext_proc server's certificate (PEM; the self-signed one when none was given), "" without
+  // TLS: what a client pins to trust the server.
+  const std::string& certificate_pem() const;
+  ExtProcStats& stats();
+  std::string RenderMetrics() const;  // the /metrics exposition now
+  // "ext_proc 0.0.0.0:9002 (TLS, self-signed certificate), health ..., metrics ...; 3 endpoints
+  // from ...; config ...": the start-up line.
+  std::string Describe() const;
+
+  struct Impl;
+
+ private:
+  explicit EppServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace epp

@@ -1,0 +1,378 @@
+// EndpointPool (epp/serve.h): the endpoint set behind a serving scheduler, kept current.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "epp/kube.h"
+#include "serve/endpoint_pool_impl.h"
+
+namespace epp {
+namespace {
+
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3fs", s);
+  return buf;
+}
+
+// An InferencePool's Ready Pods through the Kubernetes API.
+class InferencePoolLister final : public EndpointLister {
+ public:
+  InferencePoolLister(PoolDiscoveryOptions options, std::unique_ptr<KubeClient> kube)
+      : options_(std::move(options)), kube_(std::move(kube)) {}
+
+  absl::StatusOr<std::vector<EndpointSpec>> List(const std::atomic<bool>& cancel) override {
+    // The pool is read each time: its selector and targetPorts may change.
+    EPP_ASSIGN_OR_RETURN(InferencePool pool, kube_->GetInferencePool(options_.group, options_.ns, options_.name));
+    // Stop() waits for the discovery thread: not a second request (up to the client's timeout)
+    // once it was asked to stop.
+    if (cancel.load()) return absl::CancelledError("stopping");
+    return kube_->ListPoolEndpoints(pool);
+  }
+  std::string Describe() const override { return "inferencepool " + options_.ns + "/" + options_.name; }
+
+ private:
+  PoolDiscoveryOptions options_;
+  std::unique_ptr<KubeClient> kube_;  // one thread at a time (the discovery thread, or Create)
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EndpointLister>> NewInferencePoolLister(const PoolDiscoveryOptions& options) {
+  EPP_RETURN_IF_ERROR(InferencePoolPath(options.group, options.ns, options.name).status());
+  auto kube = KubeClient::Create(options.kube);
+  if (!kube.ok()) return absl::Status(kube.status().code(), "pool discovery: " + std::string(kube.status().message()));
+  return std::unique_ptr<EndpointLister>(new InferencePoolLister(options, *std::move(kube)));
+}
+
+// ---- Impl ------------------------------------------------------------------------------------
+
+int64_t EndpointPool::Impl::NowMicros() const {
+  return options.resolve.clock ? options.resolve.clock->NowMicros() : SteadyClock::Get().NowMicros();
+}
+
+ResolveOptions EndpointPool::Impl::Resolve() {
+  ResolveOptions r = options.resolve;
+  r.fail_on_metrics_error = false;  // an endpoint that cannot be read stays, with its error
+  if (r.http_client == nullptr) r.http_client = &client;
+  return r;
+}
+
+absl::StatusOr<std::vector<EndpointSpec>> EndpointPool::Impl::LoadSpecs() const {
+  std::vector<EndpointSpec> out;
+  if (!options.endpoints_file.empty()) {
+    EPP_ASSIGN_OR_RETURN(out, LoadEndpointsFile(options.endpoints_file));
+  }
+  out.insert(out.end(), options.flag_specs.begin(), options.flag_specs.end());
+  EPP_RETURN_IF_ERROR(ValidateEndpointSpecs(out));
+  return out;
+}
+
+absl::StatusOr<std::vector<EndpointSpec>> EndpointPool::Impl::WithFlags(std::vector<EndpointSpec> found) const {
+  std::set<std::string> flagged;
+  for (const EndpointSpec& s : options.flag_specs) flagged.insert(s.address);
+  std::vector<EndpointSpec> out;
+  for (EndpointSpec& s : found)
+    if (!flagged.count(s.address)) out.push_back(std::move(s));
+  out.insert(out.end(), options.flag_specs.begin(), options.flag_specs.end());
+  EPP_RETURN_IF_ERROR(ValidateEndpointSpecs(out));
+  return out;
+}
+
+void EndpointPool::Impl::Install(std::vector<EndpointSpec> new_specs, std::vector<Endpoint> new_endpoints) {
+  // Departed: addresses that left, and addresses now of another instance (a new Pod with the IP
+  // of one that went away): the old Pod's prefix entries and in-flight load must not carry over.
+  std::map<std::string, std::string> kept;  // address -> instance
+  for (const EndpointSpec& s : new_specs) kept.emplace(s.address, s.instance);
+  std::vector<std::string> departed;
+  for (const EndpointSpec& s : specs) {
+    auto it = kept.find(s.address);
+    if (it == kept.end() || it->second != s.instance) departed.push_back(s.address);
+  }
+  std::map<std::string, std::string> old_errors;
+  for (size_t i = 0; i < specs.size() && i < last_error.size(); ++i) old_errors[specs[i].address] = last_error[i];
+
+  specs = std::move(new_specs);
+  endpoints = std::move(new_endpoints);
+  last_error.assign(specs.size(), std::string());
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    std::map<std::string, int64_t> errors;
+    for (const EndpointSpec& s : specs) {
+      auto it = counters.scrape_errors.find(s.address);
+      errors[s.address] = it == counters.scrape_errors.end() ? 0 : it->second;
+    }
+    counters.scrape_errors = std::move(errors);
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto it = old_errors.find(specs[i].address);
+    if (it != old_errors.end()) last_error[i] = it->second;
+    // The resolve just done read (or failed to read) every endpoint once.
+    Track(i, endpoints[i].metrics_time_us.has_value() || specs[i].metrics == kNoMetrics);
+  }
+  size = endpoints.size();
+  snapshot.Set(endpoints);
+  // Only after the new snapshot is published, so that no pick sees the endpoint again.
+  if (options.on_departure)
+    for (const std::string& address : departed) options.on_departure(address);
+}
+
+void EndpointPool::Impl::Track(size_t i, bool read) {
+  const Endpoint& e = endpoints[i];
+  if (specs[i].metrics == kNoMetrics) return;
+  if (!read) {
+    std::lock_guard<std::mutex> lock(mu);
+    counters.scrape_errors[e.address]++;
+  }
+  // What is compared from one round to the next: a transport error's text varies ("after 3 ms"),
+  // so an unreadable endpoint is one state; a partial read is keyed by its (stable) check list.
+  const std::string state = !read ? std::string("unreadable") : e.metrics_error;
+  std::string& last = last_error[i];
+  if (state == last) {
+    if (!read && log.Enabled(LogLevel::kDebug)) log.Debug("endpoint " + e.address + ": scrape failed again: " + e.metrics_error);
+    return;
+  }
+  if (state.empty()) {
+    log.Info("endpoint " + e.address + ": metrics read again");
+  } else if (!read) {
+    std::string age = "never read";
+    if (e.metrics_time_us) age = "last read " + Seconds((NowMicros() - *e.metrics_time_us) / 1e6) + " ago";
+    log.Warn("endpoint " + e.address + ": metrics cannot be read (" + age + "; picks use the last metrics read): " +
+             e.metrics_error);
+  } else {
+    log.Warn("endpoint " + e.address + ": metrics read but incomplete: " + e.metrics_error);
+  }
+  last = state;
+}
+
+bool EndpointPool::Impl::Replace(absl::StatusOr<std::vector<EndpointSpec>> new_specs, const std::string& source) {
+  const std::string keep = "; keeping the " + std::to_string(endpoints.size()) + " endpoints in use";
+  absl::StatusOr<std::vector<Endpoint>> resolved =
+      new_specs.ok() ? ResolveEndpoints(*new_specs, Resolve()) : absl::StatusOr<std::vector<Endpoint>>(new_specs.status());
+  if (!resolved.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      counters.reloads_failed++;
+    }
+    const std::string message(resolved.status().message());
+    // A rejected discovered list is handed over again every round: log it once per message.
+    if (!options.lister || message != rejected_state) {
+      log.Error(source + " not loaded: " + message + keep);
+    } else if (log.Enabled(LogLevel::kDebug)) {
+      log.Debug(source + " not loaded again: " + message);
+    }
+    if (options.lister) rejected_state = message;
+    return false;
+  }
+  rejected_state.clear();
+  std::map<std::string, const EndpointSpec*> before, after;  // by address
+  for (const EndpointSpec& s : specs) before.emplace(s.address, &s);
+  for (const EndpointSpec& s : *new_specs) after.emplace(s.address, &s);
+  std::string added, removed, replaced;
+  for (const auto& [a, spec] : after) {
+    auto it = before.find(a);
+    if (it == before.end()) {
+      added += (added.empty() ? "" : ", ") + a;
+    } else if (it->second->instance != spec->instance) {  // e.g. a new Pod with the IP of one that went away
+      replaced += (replaced.empty() ? "" : ", ") + a + " (" + it->second->origin + " -> " + spec->origin + ")";
+    }
+  }
+  for (const auto& [a, spec] : before)
+    if (!after.count(a)) removed += (removed.empty() ? "" : ", ") + a;
+  Install(*std::move(new_specs), *std::move(resolved));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    counters.reloads_ok++;
+  }
+  log.Info(source + " reloaded: " + std::to_string(endpoints.size()) + " endpoints; added: " +
+           (added.empty() ? "none" : added) + "; removed: " + (removed.empty() ? "none" : removed) +
+           (replaced.empty() ? "" : "; replaced (state forgotten): " + replaced));
+  return true;
+}
+
+void EndpointPool::Impl::MaybeReload() {
+  if (options.lister) {
+    std::optional<std::vector<EndpointSpec>> handed;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      handed.swap(discovered_pending);
+    }
+    if (handed && !Replace(WithFlags(*std::move(handed)), ListerName())) {
+      std::lock_guard<std::mutex> lock(mu);
+      discovered_rejected = true;  // hand the next list over even if it is the same
+    }
+    return;
+  }
+  if (options.endpoints_file.empty()) return;
+  switch (watch.Poll()) {
+    case internal::FileWatch::Change::kNone:
+    case internal::FileWatch::Change::kSettling:
+      return;
+    case internal::FileWatch::Change::kGone:
+      log.Warn("endpoints file " + options.endpoints_file + " cannot be read; keeping the " +
+               std::to_string(endpoints.size()) + " endpoints in use");
+      return;
+    case internal::FileWatch::Change::kChanged:
+      Replace(LoadSpecs(), "endpoints file " + options.endpoints_file);
+      return;
+  }
+}
+
+void EndpointPool::Impl::Refresh() {
+  std::vector<std::optional<int64_t>> before(endpoints.size());
+  for (size_t i = 0; i < endpoints.size(); ++i) before[i] = endpoints[i].metrics_time_us;
+  absl::Status s = RefreshEndpointMetrics(specs, endpoints, Resolve());
+  if (!s.ok()) {
+    log.Error("metrics refresh: " + std::string(s.message()));
+    return;
+  }
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    const bool read = endpoints[i].metrics_time_us.has_value() && endpoints[i].metrics_time_us != before[i];
+    Track(i, read);
+  }
+  snapshot.Set(endpoints);
+}
+
+// ---- EndpointPool ----------------------------------------------------------------------------
+
+EndpointPool::EndpointPool(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+EndpointPool::~EndpointPool() { Stop(); }
+
+absl::StatusOr<std::unique_ptr<EndpointPool>> EndpointPool::Create(EndpointPoolOptions options) {
+  if (options.lister && !options.endpoints_file.empty())
+    return absl::InvalidArgumentError("pool discovery and an endpoints file cannot be combined");
+  if (!options.lister && options.endpoints_file.empty() && options.flag_specs.empty())
+    return absl::InvalidArgumentError(
+        "no endpoints: give --pool-name NAME, --endpoints FILE or --endpoint ADDR[=METRICS]");
+  if (options.interval.count() <= 0 || (options.lister && options.discovery_interval.count() <= 0))
+    return absl::InvalidArgumentError("endpoint pool: intervals must be > 0");
+  auto impl = std::make_unique<Impl>(std::move(options));
+  Impl& m = *impl;
+  std::vector<EndpointSpec> specs;
+  if (m.options.lister) {
+    auto found = m.options.lister->List(m.stopping);
+    if (!found.ok())
+      return absl::Status(found.status().code(), m.ListerName() + ": " + std::string(found.status().message()));
+    m.discovered = *found;
+    EPP_ASSIGN_OR_RETURN(specs, m.WithFlags(*std::move(found)));
+    if (specs.empty()) m.log.Warn(m.ListerName() + " has no Ready Pods yet: every pick is answered 503 until one is");
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.counters.discovery_ok++;
+  } else {
+    // Marked before reading, so that a change made while loading is seen on the first polls.
+    if (!m.options.endpoints_file.empty()) m.watch.MarkApplied();
+    EPP_ASSIGN_OR_RETURN(specs, m.LoadSpecs());
+    // An endpoints file may list none (yet): the pool starts empty and every pick is a 503 until
+    // the file lists one, as the reference EPP does with a pool whose Pods are not Ready.
+    if (specs.empty())
+      m.log.Warn("endpoints file " + m.options.endpoints_file +
+                 " lists no endpoints yet: every pick is answered 503 until it does");
+  }
+  EPP_ASSIGN_OR_RETURN(std::vector<Endpoint> endpoints, ResolveEndpoints(specs, m.Resolve()));
+  m.Install(std::move(specs), std::move(endpoints));
+  return std::unique_ptr<EndpointPool>(new EndpointPool(std::move(impl)));
+}
+
+std::shared_ptr<const std::vector<Endpoint>> EndpointPool::Snapshot() const { return impl_->snapshot.Snapshot(); }
+size_t EndpointPool::size() const { return impl_->size.load(); }
+
+EndpointPoolCounters EndpointPool::counters() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->counters;
+}
+
+std::string EndpointPool::Describe() const {
+  const EndpointPoolOptions& o = impl_->options;
+  std::string source = o.endpoints_file.empty() ? "" : o.endpoints_file + " (watched)";
+  if (o.lister) {
+    char every[32];
+    std::snprintf(every, sizeof every, "%gs", static_cast<double>(o.discovery_interval.count()) / 1e6);
+    source = o.lister->Describe() + " (listed every " + every + ")";
+  }
+  if (!o.flag_specs.empty())
+    source += (source.empty() ? "" : " + ") + std::to_string(o.flag_specs.size()) + " --endpoint flag" +
+              (o.flag_specs.size() > 1 ? "s" : "");
+  return source;
+}
+
+void EndpointPool::RunCycle() {
+  Impl& m = *impl_;
+  const auto start = std::chrono::steady_clock::now();
+  m.MaybeReload();
+  m.Refresh();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.counters.scrape_cycles++;
+  m.counters.last_scrape_seconds = took;
+}
+
+void EndpointPool::RunDiscovery() {
+  Impl& m = *impl_;
+  if (!m.options.lister) return;
+  absl::StatusOr<std::vector<EndpointSpec>> found = m.options.lister->List(m.stopping);
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (m.stop) return;  // a list cut short (kCancelled) or one nobody will install
+    (found.ok() ? m.counters.discovery_ok : m.counters.discovery_errors)++;
+    if (m.discovered_rejected) {  // the scrape thread did not install what it was handed: again
+      m.discovered.reset();
+      m.discovered_rejected = false;
+    }
+    if (found.ok() && *found != m.discovered) {
+      m.discovered_pending = *found;  // the newest list wins
+      m.discovered = *found;
+    }
+  }
+  if (!found.ok()) {
+    const std::string message(found.status().message());
+    if (message != m.discovery_state) {
+      m.log.Error(m.ListerName() + ": discovery failed: " + message + "; keeping the endpoints in use");
+      m.discovery_state = message;
+    } else if (m.log.Enabled(LogLevel::kDebug)) {
+      m.log.Debug(m.ListerName() + ": discovery failed again: " + message);
+    }
+  } else {
+    if (!m.discovery_state.empty()) m.log.Info(m.ListerName() + ": discovery works again");
+    m.discovery_state.clear();
+  }
+}
+
+void EndpointPool::Start() {
+  Impl& m = *impl_;
+  if (m.scrape_thread.joinable()) return;
+  using Clock = std::chrono::steady_clock;
+  // Each loop runs start to start; a cycle that overran its interval is followed at once by the
+  // next. Waiting on the condition variable lets Stop() end a wait at once.
+  auto loop = [&m](std::chrono::microseconds interval, bool first_at_once, auto body) {
+    auto next = Clock::now() + (first_at_once ? Clock::duration::zero() : interval);
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(m.mu);
+        if (m.cv.wait_until(lock, next, [&m] { return m.stop; })) return;
+      }
+      body();
+      next += interval;
+      if (next < Clock::now()) next = Clock::now();
+    }
+  };
+  m.scrape_thread = std::thread([this, loop, &m] { loop(m.options.interval, true, [this] { RunCycle(); }); });
+  if (m.options.lister)
+    m.discovery_thread =
+        std::thread([this, loop, &m] { loop(m.options.discovery_interval, false, [this] { RunDiscovery(); }); });
+}
+
+void EndpointPool::Stop() {
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.stop = true;
+  }
+  m.stopping = true;
+  m.cv.notify_all();
+  if (m.scrape_thread.joinable()) m.scrape_thread.join();
+  // At most one API request late: the lister checks `stopping` between its requests.
+  if (m.discovery_thread.joinable()) m.discovery_thread.join();
+}
+
+}  // namespace epp

@@ -1,0 +1,328 @@
+// EppServer (epp/serve.h): a scheduler, its endpoint pool, and the ext_proc, health and metrics
+// servers around them; the configuration file watch and reload.
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "epp/config.h"
+#include "epp/params.h"
+#include "epp/registry.h"
+#include "epp/serve.h"
+#include "epp/version.h"
+#include "serve/file_watch.h"
+#include "serve/serve_metrics.h"
+
+namespace epp {
+namespace {
+
+// "50ms", "2s", "150us": the shortest exact Go spelling of a duration.
+std::string GoDuration(int64_t us) {
+  char buf[32];
+  if (us % 1000000 == 0)
+    std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(us / 1000000));
+  else if (us % 1000 == 0)
+    std::snprintf(buf, sizeof buf, "%lldms", static_cast<long long>(us / 1000));
+  else
+    std::snprintf(buf, sizeof buf, "%lldus", static_cast<long long>(us));
+  return buf;
+}
+
+// gRPC wants "[v6]:port"; httplib a bare host.
+std::string JoinHostPort(const std::string& host, int port) {
+  if (host.find(':') != std::string::npos && host.front() != '[') return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+// How an explicit staleness threshold reaches the scheduler. The saturation detector has its own
+// `metricsStalenessThreshold` parameter (GIE: 200ms). The threshold sets it on the default
+// utilization-detector when the configuration leaves it unset; when the configuration sets it, or
+// names its own detector, the configuration governs. Returns what was decided, for the log.
+std::string ApplyDetectorStaleness(EppConfig& config, std::optional<std::chrono::microseconds> staleness) {
+  if (!staleness) return {};
+  const std::string text = GoDuration(staleness->count());
+  if (!config.saturation_detector_ref.empty()) {
+    return "--metrics-staleness-threshold: the config's saturation detector '" + config.saturation_detector_ref +
+           "' keeps its own metricsStalenessThreshold; the flag sets only the pool-average gauges";
+  }
+  for (const PluginSpec& p : config.plugins) {
+    // BuildScheduler uses a plugin named utilization-detector as the default detector.
+    if (p.name == "utilization-detector" && config.saturation_detector_params.is_null()) {
+      return "--metrics-staleness-threshold: the config's plugin 'utilization-detector' keeps its own "
+             "metricsStalenessThreshold; the flag sets only the pool-average gauges";
+    }
+  }
+  Params& params = config.saturation_detector_params;
+  if (params.is_map() && params.Has("metricsStalenessThreshold")) {
+    return "--metrics-staleness-threshold: the config sets saturationDetector.metricsStalenessThreshold, which "
+           "governs; the flag sets only the pool-average gauges";
+  }
+  if (params.is_null()) params = Params::Map("saturationDetector");
+  if (!params.is_map()) return {};  // BuildScheduler reports the bad section
+  params.Set("metricsStalenessThreshold", Params::String(text));
+  return "--metrics-staleness-threshold=" + text + " applied to the saturation detector (metricsStalenessThreshold)";
+}
+
+}  // namespace
+
+struct EppServer::Impl {
+  explicit Impl(ServeConfig c)
+      : config(std::move(c)), log(config.log ? *config.log : NullLogger::Get()), rng(config.seed) {}
+
+  ServeConfig config;
+  const Logger& log;
+  SeededRng rng;  // shared by every scheduler built here (plugins keep a pointer to it)
+  PluginRegistry registry = BuiltinRegistry();
+  std::unique_ptr<SchedulerHandle> handle;
+  std::unique_ptr<EndpointPool> pool;
+  const EndpointSource* endpoints = nullptr;  // the pool, or config.endpoint_source
+  std::string cert_pem;
+  std::unique_ptr<ExtProcServer> server;
+  std::unique_ptr<HealthServer> health;
+  std::unique_ptr<internal::MetricsHttpServer> metrics;
+  std::string tls_mode = "plaintext h2c";
+
+  std::mutex reload_mu;   // one reload at a time (the watch thread, ReloadConfig callers)
+  mutable std::mutex mu;  // guards reloads, stop
+  ConfigReloadCounters reloads;
+  bool stop = false;
+  bool shut_down = false;
+  std::condition_variable cv;
+  std::thread watch_thread;
+
+  PluginContext Context() { return PluginContext{&SteadyClock::Get(), &rng}; }
+
+  // The configuration as the server builds it: loaded, with the detector staleness applied.
+  absl::StatusOr<EppConfig> LoadConfig(std::string* note) const {
+    EppConfig c = DefaultConfig();
+    if (!config.config_file.empty()) {
+      EPP_ASSIGN_OR_RETURN(c, LoadConfigFile(config.config_file));
+    } else if (!config.config_yaml.empty()) {
+      EPP_ASSIGN_OR_RETURN(c, ParseConfig(config.config_yaml, "<config>"));
+    }
+    *note = ApplyDetectorStaleness(c, config.detector_staleness);
+    return c;
+  }
+
+  absl::Status Reload() {
+    std::lock_guard<std::mutex> serial(reload_mu);
+    std::string note;
+    absl::StatusOr<std::unique_ptr<Scheduler>> built = [&]() -> absl::StatusOr<std::unique_ptr<Scheduler>> {
+      EPP_ASSIGN_OR_RETURN(EppConfig c, LoadConfig(&note));
+      return RebuildScheduler(c, registry, Context(), *handle->Get());
+    }();
+    std::lock_guard<std::mutex> lock(mu);
+    if (!built.ok()) {
+      reloads.failed++;
+      reloads.last_error = std::string(built.status().message());
+      log.Error("config " + config.config_file + " not reloaded: " + reloads.last_error +
+                "; the running scheduler stays");
+      return built.status();
+    }
+    for (const std::string& w : (*built)->warnings()) log.Warn("config: " + w);
+    handle->Set(std::shared_ptr<const Scheduler>(*std::move(built)));
+    reloads.ok++;
+    reloads.last_error.clear();
+    log.Info("config " + config.config_file + " reloaded: new streams use it; open streams finish on the previous one");
+    return absl::OkStatus();
+  }
+
+  void Watch() {
+    internal::FileWatch watch(config.config_file);
+    watch.MarkApplied();  // Start() read it just before
+    const auto interval = std::max(config.refresh_interval, std::chrono::microseconds(20000));
+    std::unique_lock<std::mutex> lock(mu);
+    while (!cv.wait_for(lock, interval, [this] { return stop; })) {
+      lock.unlock();
+      switch (watch.Poll()) {
+        case internal::FileWatch::Change::kChanged:
+          (void)Reload();  // counted and logged there
+          break;
+        case internal::FileWatch::Change::kGone:
+          log.Warn("config " + config.config_file + " cannot be read; the running scheduler stays");
+          break;
+        default:
+          break;
+      }
+      lock.lock();
+    }
+  }
+
+  internal::ServeMetricsSources Sources() const {
+    internal::ServeMetricsSources s;
+    s.stats = &server->stats();
+    s.endpoints = endpoints;
+    s.pool = pool.get();
+    s.staleness_us = config.staleness.count();
+    s.pool_name = config.pool_name;
+    std::lock_guard<std::mutex> lock(mu);
+    s.config_reloads = reloads;
+    return s;
+  }
+  std::string Render() const {
+    internal::ServeMetricsSources s = Sources();
+    const std::shared_ptr<const Scheduler> current = handle->Get();
+    s.scheduler = current.get();
+    return internal::RenderServeMetrics(s, SteadyClock::Get().NowMicros());
+  }
+};
+
+EppServer::EppServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+EppServer::~EppServer() { Shutdown(std::chrono::milliseconds(0)); }
+
+absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) {
+  if (!config.endpoints_file.empty() && (config.discovery || config.lister))
+    return absl::InvalidArgumentError("pool discovery and an endpoints file cannot be combined");
+  const std::pair<const char*, std::chrono::microseconds> durations[] = {{"refresh interval", config.refresh_interval},
+                                                                         {"scrape timeout", config.scrape_timeout},
+                                                                         {"staleness threshold", config.staleness}};
+  for (const auto& [name, d] : durations)
+    if (d.count() <= 0) return absl::InvalidArgumentError(std::string(name) + " must be > 0");
+  auto impl = std::make_unique<Impl>(std::move(config));
+  Impl& m = *impl;
+  const ServeConfig& c = m.config;
+
+  // Configuration and scheduler.
+  if (c.scheduler) {
+    if (!c.config_file.empty() || !c.config_yaml.empty())
+      return absl::InvalidArgumentError("give a scheduler or a configuration, not both");
+    m.handle = std::make_unique<SchedulerHandle>(c.scheduler);
+  } else {
+    std::string note;
+    EPP_ASSIGN_OR_RETURN(EppConfig loaded, m.LoadConfig(&note));
+    EPP_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, BuildScheduler(loaded, m.registry, m.Context()));
+    for (const std::string& w : scheduler->warnings()) m.log.Warn("config: " + w);
+    if (!note.empty()) m.log.Info(note);
+    m.handle = std::make_unique<SchedulerHandle>(std::shared_ptr<const Scheduler>(std::move(scheduler)));
+  }
+  if (c.refresh_interval + c.scrape_timeout >= c.staleness) {
+    m.log.Warn("--refresh-metrics-interval (" + GoDuration(c.refresh_interval.count()) + ") + --scrape-timeout (" +
+               GoDuration(c.scrape_timeout.count()) + ") >= --metrics-staleness-threshold (" +
+               GoDuration(c.staleness.count()) +
+               "): metrics may count as stale between scrapes, and stale endpoints count as saturated for sheddable "
+               "requests");
+  }
+
+  // Endpoints: resolved once (every endpoint read or found unreadable) before serving.
+  Impl* raw = &m;
+  if (c.endpoint_source) {
+    if (!c.endpoints_file.empty() || !c.endpoints.empty() || c.discovery || c.lister)
+      return absl::InvalidArgumentError("give an endpoint source or endpoints to read, not both");
+    m.endpoints = c.endpoint_source.get();
+  } else {
+    EndpointPoolOptions po;
+    po.endpoints_file = c.endpoints_file;
+    po.flag_specs = c.endpoints;
+    po.resolve.check.engine = c.engine;
+    po.resolve.check.timeout = std::chrono::milliseconds(
+        std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(c.scrape_timeout).count()));
+    po.interval = c.refresh_interval;
+    po.log = &m.log;
+    po.lister = c.lister;
+    if (!po.lister && c.discovery) {
+      EPP_ASSIGN_OR_RETURN(std::unique_ptr<EndpointLister> lister, NewInferencePoolLister(*c.discovery));
+      po.lister = std::move(lister);
+      po.discovery_interval = c.discovery->interval;
+    }
+    // Departed endpoints are forgotten by the scheduler new streams use; plugins carried over a
+    // reload are shared, so their state is forgotten too.
+    po.on_departure = [raw](const std::string& address) { raw->handle->Get()->ForgetEndpoint(address); };
+    EPP_ASSIGN_OR_RETURN(m.pool, EndpointPool::Create(std::move(po)));
+    m.endpoints = m.pool.get();
+  }
+
+  // Servers: ext_proc (TLS material first), health, metrics.
+  ExtProcServerOptions so;
+  so.session = c.session;
+  so.capture_dir = c.capture_dir;
+  so.listen = JoinHostPort(c.listen_address, c.grpc_port);
+  if (c.tls) {
+    so.tls = true;
+    if (c.cert_pem.empty() != c.key_pem.empty())
+      return absl::InvalidArgumentError("TLS serving needs both a certificate and a key");
+    if (c.cert_pem.empty()) {
+      EPP_ASSIGN_OR_RETURN(PemKeyPair pair, GenerateSelfSignedCertificate());
+      so.cert_pem = pair.cert_pem;
+      so.key_pem = pair.key_pem;
+      m.tls_mode = "TLS, self-signed certificate";
+    } else {
+      so.cert_pem = c.cert_pem;
+      so.key_pem = c.key_pem;
+      m.tls_mode = c.tls_source.empty() ? "TLS" : "TLS, certificate from " + c.tls_source;
+    }
+  }
+  m.cert_pem = so.cert_pem;
+  EPP_ASSIGN_OR_RETURN(m.server, ExtProcServer::Start(*m.handle, *m.endpoints, so));
+  if (c.health_port >= 0) {
+    EPP_ASSIGN_OR_RETURN(m.health, HealthServer::Start(JoinHostPort(c.listen_address, c.health_port)));
+  }
+  if (c.metrics_port >= 0) {
+    EPP_ASSIGN_OR_RETURN(m.metrics, internal::MetricsHttpServer::Start(c.listen_address, c.metrics_port,
+                                                                       [raw] { return raw->Render(); }));
+  }
+  if (m.pool) m.pool->Start();
+  if (!c.config_file.empty() && c.watch_config) m.watch_thread = std::thread([raw] { raw->Watch(); });
+  return std::unique_ptr<EppServer>(new EppServer(std::move(impl)));
+}
+
+int EppServer::grpc_port() const { return impl_->server->port(); }
+int EppServer::health_port() const { return impl_->health ? impl_->health->port() : -1; }
+int EppServer::metrics_port() const { return impl_->metrics ? impl_->metrics->port() : -1; }
+void EppServer::SetReady(bool ready) {
+  if (impl_->health) impl_->health->SetReady(ready);
+}
+
+void EppServer::Shutdown(std::chrono::milliseconds drain) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (m.shut_down) return;
+    m.shut_down = true;
+    m.stop = true;
+  }
+  m.cv.notify_all();
+  if (m.health) m.health->SetReady(false);
+  if (m.server) m.server->Shutdown(drain);
+  if (m.watch_thread.joinable()) m.watch_thread.join();
+  if (m.pool) m.pool->Stop();
+  if (m.metrics) m.metrics->Stop();
+  if (m.health) m.health->Shutdown();
+}
+
+absl::Status EppServer::ReloadConfig() {
+  if (impl_->config.config_file.empty())
+    return absl::FailedPreconditionError("no configuration file to reload (the server runs on an embedded config)");
+  return impl_->Reload();
+}
+
+ConfigReloadCounters EppServer::config_reloads() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->reloads;
+}
+
+std::shared_ptr<const Scheduler> EppServer::scheduler() const { return impl_->handle->Get(); }
+const EndpointPool* EppServer::pool() const { return impl_->pool.get(); }
+const EndpointSource& EppServer::endpoints() const { return *impl_->endpoints; }
+const std::string& EppServer::certificate_pem() const { return impl_->cert_pem; }
+ExtProcStats& EppServer::stats() { return impl_->server->stats(); }
+std::string EppServer::RenderMetrics() const { return impl_->Render(); }
+
+std::string EppServer::Describe() const {
+  const Impl& m = *impl_;
+  const ServeConfig& c = m.config;
+  const size_t n = m.endpoints->Snapshot()->size();
+  std::string out = "ext_proc " + JoinHostPort(c.listen_address, grpc_port()) + " (" + m.tls_mode + ")";
+  if (m.health) out += ", health " + JoinHostPort(c.listen_address, health_port()) + " (grpc.health.v1, plaintext)";
+  if (m.metrics) out += ", metrics http://" + JoinHostPort(c.listen_address, metrics_port()) + "/metrics";
+  out += "; " + std::to_string(n) + (n == 1 ? " endpoint from " : " endpoints from ") +
+         (m.pool ? m.pool->Describe() : std::string("the caller"));
+  std::string config = c.config_file.empty() ? "<default: GIE's default profile>" : c.config_file;
+  if (!c.config_file.empty() && c.watch_config) config += " (watched)";
+  if (c.config_file.empty() && !c.config_yaml.empty()) config = "<embedded>";
+  if (c.scheduler) config = "<the caller's scheduler>";
+  out += "; config " + config;
+  out += "; refresh " + GoDuration(c.refresh_interval.count()) + ", staleness " + GoDuration(c.staleness.count());
+  return out;
+}
+
+}  // namespace epp

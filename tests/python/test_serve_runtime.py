@@ -1,0 +1,200 @@
+"""pyepp.serve(config=..., endpoints_file=... | endpoint=... | pool_name=...): the same EppServer
+`eppctl serve` runs, in this process: endpoints read from files (scraped, reloaded), /metrics on
+its own port, configuration reloads, InferencePool discovery from a loopback API server.
+
+Every wait is bounded; every server is closed by the fixture.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List
+
+import pytest
+
+import pyepp
+from pyepp import extproc
+
+grpc = pytest.importorskip("grpc")
+
+from test_extproc import LOCAL, chat_capture, destination, process  # noqa: E402
+
+A, B = "10.0.0.1:8000", "10.0.0.2:8000"
+
+
+def vllm_metrics(waiting: int) -> str:
+    return ("# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\"} %d\n"
+            "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 1\n"
+            "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.2\n" % waiting)
+
+
+def replace(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)  # a new inode, as a ConfigMap update
+
+
+def zone_config(zone: str) -> str:
+    return ("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+            "- name: zone\n  type: label-selector-filter\n  parameters:\n    matchLabels: {zone: %s}\n"
+            "- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: zone\n"
+            "  - pluginRef: queue-scorer\n" % zone)
+
+
+def wait_for(what: str, pred: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def runtime() -> Iterator[Any]:
+    handles: List[pyepp.ServeHandle] = []
+    channels: List[Any] = []
+
+    class Runtime:
+        def start(self, **kwargs: Any) -> pyepp.ServeHandle:
+            h = pyepp.serve(**kwargs)
+            handles.append(h)
+            return h
+
+        def pick(self, handle: pyepp.ServeHandle) -> str:
+            ch = grpc.insecure_channel(f"127.0.0.1:{handle.port}", options=LOCAL)
+            channels.append(ch)
+            return destination(process(ch, extproc.requests_from_capture(chat_capture()))[0])
+
+    yield Runtime()
+    for ch in channels:
+        ch.close()
+    for h in handles:
+        h.close()
+
+
+def metrics(handle: pyepp.ServeHandle) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{handle.metrics_port}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def test_endpoints_file_config_reload_and_metrics(runtime: Any, tmp_path: Path) -> None:
+    (tmp_path / "a.prom").write_text(vllm_metrics(0))
+    (tmp_path / "b.prom").write_text(vllm_metrics(0))
+    endpoints = tmp_path / "endpoints.yaml"
+    endpoints.write_text("endpoints:\n"
+                         f"  - {{address: {A}, metrics: {tmp_path / 'a.prom'}, labels: {{zone: a}}}}\n"
+                         f"  - {{address: {B}, metrics: {tmp_path / 'b.prom'}, labels: {{zone: b}}}}\n")
+    config = tmp_path / "config.yaml"
+    config.write_text(zone_config("a"))
+    h = runtime.start(config=config, endpoints_file=endpoints, metrics_port=0, health_port=0,
+                      refresh_interval_s=0.02, log_level="error")
+    assert h.scheduler is None and h.metrics_port and h.health_port
+    assert "2 endpoints from %s (watched)" % endpoints in h.describe()
+    assert runtime.pick(h) == A
+    text = metrics(h)
+    assert "epp_endpoints 2\n" in text and 'epp_requests_total{outcome="200"} 1\n' in text
+    assert h.metrics_text().startswith("# HELP epp_info ")
+    # Metrics are scraped from the files every cycle.
+    replace(tmp_path / "a.prom", vllm_metrics(7))
+    wait_for("the scrape to see 7 waiting",
+             lambda: any(e.address == A and e.metrics.waiting_queue_size == 7 for e in h.endpoints()))
+    # The config file is watched: a change is picked up and counted.
+    replace(config, zone_config("b"))
+    wait_for("the config reload", lambda: h.config_reloads()["ok"] == 1)
+    assert runtime.pick(h) == B
+    # One that does not build raises from reload_config() and keeps the running scheduler.
+    replace(config, "kind: [")
+    wait_for("the failed reload", lambda: h.config_reloads()["failed"] >= 1)
+    with pytest.raises(pyepp.ConfigError):
+        h.reload_config()
+    assert h.config_reloads()["last_error"]
+    assert runtime.pick(h) == B
+    # The endpoints file is watched too.
+    endpoints.write_text(f"endpoints:\n  - {{address: {B}, metrics: none, labels: {{zone: b}}}}\n")
+    wait_for("the endpoints reload", lambda: [e.address for e in h.endpoints()] == [B])
+    with pytest.raises(pyepp.EppError):
+        h.set_endpoints([pyepp.Endpoint(A)])  # this server reads its endpoints itself
+
+
+def test_endpoint_specs_default_config_and_errors(runtime: Any, tmp_path: Path) -> None:
+    h = runtime.start(endpoint=[f"{A}=none", f"{B}=none"])
+    assert h.metrics_port is None and h.health_port is None
+    assert runtime.pick(h) in (A, B)
+    assert "<default: GIE's default profile>" in h.describe()
+    with pytest.raises(pyepp.EppError):
+        h.reload_config()  # no file to reload
+    with pytest.raises(pyepp.ConfigError):
+        pyepp.serve(endpoint=["10.0.0.1"])  # no port
+    with pytest.raises(pyepp.NotFoundError):
+        pyepp.serve(endpoint=[f"{A}=none"], config=tmp_path / "missing.yaml")
+    with pytest.raises(TypeError):
+        pyepp.serve()  # no endpoints at all
+    with pytest.raises(TypeError):
+        pyepp.serve(pyepp.Scheduler.default(), [pyepp.Endpoint(A)], endpoint=[f"{A}=none"])
+
+
+class FakeKubeApi:
+    """GET of one v1 InferencePool and the Pods of namespace ns1 on 127.0.0.1."""
+
+    def __init__(self) -> None:
+        self.pods: List[Dict[str, Any]] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.startswith("/apis/inference.networking.k8s.io/v1/namespaces/ns1/inferencepools/llama"):
+                    body = {"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
+                            "metadata": {"name": "llama", "namespace": "ns1"},
+                            "spec": {"selector": {"matchLabels": {"app": "vllm"}}, "targetPorts": [{"number": 8000}]}}
+                elif self.path.startswith("/api/v1/namespaces/ns1/pods"):
+                    body = {"kind": "PodList", "items": list(outer.pods)}
+                else:
+                    self.send_error(404)
+                    return
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def set_pods(self, *ips: str) -> None:
+        self.pods = [{"metadata": {"name": "p%d" % i, "namespace": "ns1", "labels": {"app": "vllm"}},
+                      "status": {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]}}
+                     for i, ip in enumerate(ips)]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+def test_pool_discovery_from_a_loopback_api_server(runtime: Any, tmp_path: Path) -> None:
+    api = FakeKubeApi()
+    try:
+        api.set_pods("10.0.0.1")
+        token = tmp_path / "token"
+        token.write_text("t0k3n\n")
+        h = runtime.start(pool_name="llama", pool_namespace="ns1", kube_api_server=api.url, kube_token_file=token,
+                          pool_resync_interval_s=0.05, engine="vllm", metrics_port=0, log_level="error")
+        assert [e.address for e in h.endpoints()] == [A]
+        assert "inferencepool ns1/llama" in h.describe()
+        api.set_pods("10.0.0.1", "10.0.0.2")
+        wait_for("the second Pod", lambda: sorted(e.address for e in h.endpoints()) == [A, B])
+        assert 'epp_pool_discovery_total{result="ok"}' in metrics(h)
+    finally:
+        api.close()
