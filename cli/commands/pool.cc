@@ -56,9 +56,9 @@ absl::StatusOr<std::unique_ptr<Pool>> BuildPool(const PoolOptions& o) {
   if (specs.empty()) return absl::InvalidArgumentError("no endpoints: give --endpoints FILE or --endpoint ADDR[=METRICS]");
   EPP_RETURN_IF_ERROR(epp::ValidateEndpointSpecs(specs));
   epp::ResolveOptions ro;
-  ro.check.engine = o.engine;
-  ro.check.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
-  ro.check.insecure = o.insecure;
+  ro.scrape.engine = o.engine;
+  ro.scrape.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  ro.scrape.insecure = o.insecure;
   ro.clock = &pool->clock;
   EPP_ASSIGN_OR_RETURN(pool->endpoints, epp::ResolveEndpoints(specs, ro));
   for (const epp::Endpoint& e : pool->endpoints)

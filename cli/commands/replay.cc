@@ -20,21 +20,6 @@ namespace {
 constexpr const char* kWorkloadFlags[] = {"--groups",     "--prompts-per-group", "--system-len", "--question-len",
                                           "--output-len", "--multi-turn",        "--rate",       "--arrivals"};
 
-// A policy argument: a named baseline, else a config file (named after its stem).
-absl::StatusOr<epp::ReplayPolicy> ResolvePolicy(const std::string& arg) {
-  absl::StatusOr<epp::ReplayPolicy> named = epp::NamedReplayPolicy(arg);
-  if (named.ok()) return named;
-  const std::filesystem::path path(arg);
-  const std::string ext = path.extension().string();
-  std::error_code ec;
-  if (ext != ".yaml" && ext != ".yml" && ext != ".json" && !std::filesystem::is_regular_file(path, ec)) return named.status();
-  EPP_ASSIGN_OR_RETURN(epp::EppConfig config, epp::LoadConfigFile(arg));
-  epp::ReplayPolicy p;
-  p.name = path.stem().string();
-  p.config = std::move(config);
-  return p;
-}
-
 // A one-line progress bar on stderr, redrawn when the shown percentage changes.
 class ProgressBar {
  public:
@@ -64,11 +49,8 @@ absl::StatusOr<std::vector<epp::ReplayRequest>> LoadInput(const ReplayCommandOpt
     for (const std::string& flag : o.given)
       if (std::find(std::begin(kWorkloadFlags), std::end(kWorkloadFlags), flag) != std::end(kWorkloadFlags))
         return absl::InvalidArgumentError(flag + " applies to --workload / --gie-workload, not to --trace");
-    if (o.trace_format == "mooncake") {
-      EPP_ASSIGN_OR_RETURN(trace, epp::LoadMooncakeTrace(o.trace, o.time_scale));
-    } else {
-      EPP_ASSIGN_OR_RETURN(trace, epp::LoadOpenAITrace(o.trace, o.time_scale));
-    }
+    EPP_ASSIGN_OR_RETURN(epp::TraceFormat format, epp::ParseTraceFormat(o.trace_format));
+    EPP_ASSIGN_OR_RETURN(trace, epp::LoadReplayTrace(o.trace, format, o.time_scale));
     if (o.duration_s > 0 && !trace.empty()) {
       const int64_t end = trace.front().arrival_us + static_cast<int64_t>(std::llround(o.duration_s * 1e6));
       trace.erase(std::find_if(trace.begin(), trace.end(), [&](const epp::ReplayRequest& r) { return r.arrival_us > end; }),
@@ -111,8 +93,10 @@ void SetupReplayCommand(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "replay", "Replay a trace or a generated workload through routing policies over simulated servers (virtual time)");
   auto* trace = cmd->add_option("--trace", o->trace, "Trace file (JSONL)");
-  cmd->add_option("--trace-format", o->trace_format, "mooncake (timestamp, input_length, output_length, hash_ids) or openai (captured requests)")
-      ->check(CLI::IsMember({"mooncake", "openai"}))->capture_default_str();
+  cmd->add_option("--trace-format", o->trace_format,
+                  "auto (mooncake when the first line has hash_ids), mooncake (timestamp, input_length, output_length, "
+                  "hash_ids) or openai (captured requests)")
+      ->check(CLI::IsMember({"auto", "mooncake", "openai"}))->capture_default_str();
   auto* workload = cmd->add_option("--workload", o->workload, "Generated workload: shared-prefix")
       ->check(CLI::IsMember({"shared-prefix"}));
   auto* gie = cmd->add_option("--gie-workload", o->gie_workload,
@@ -173,16 +157,13 @@ int RunReplay(const ReplayCommandOptions& o) {
   if (*interval <= 0) return PrintError(absl::InvalidArgumentError("--refresh-metrics-interval: must be > 0"));
 
   std::vector<epp::ReplayPolicy> policies;
-  for (const std::string& arg : o.policies.empty() ? std::vector<std::string>{"round-robin", "gie-default"} : o.policies) {
-    absl::StatusOr<epp::ReplayPolicy> p = ResolvePolicy(arg);
+  const std::vector<std::string> args = o.policies.empty() ? std::vector<std::string>{"round-robin", "gie-default"} : o.policies;
+  for (size_t i = 0; i < args.size(); ++i) {
+    absl::StatusOr<epp::ReplayPolicy> p = epp::ResolveReplayPolicy(args[i], i);
     if (!p.ok()) return PrintError(p.status());
-    // Two policies with one name would be indistinguishable in the report.
-    std::string name = p->name;
-    for (int k = 2; std::any_of(policies.begin(), policies.end(), [&](const epp::ReplayPolicy& q) { return q.name == name; }); ++k)
-      name = p->name + "#" + std::to_string(k);
-    p->name = name;
     policies.push_back(*std::move(p));
   }
+  epp::MakePolicyNamesUnique(policies);
 
   epp::ReplayOptions ro;
   ro.servers = o.servers;

@@ -13,7 +13,7 @@ namespace eppctl {
 struct ReplayCommandOptions {
   // Input: a trace file, or a generated workload.
   std::string trace;
-  std::string trace_format = "mooncake";  // mooncake or openai
+  std::string trace_format = "auto";  // auto, mooncake or openai
   std::string workload;                   // shared-prefix
   std::string gie_workload;               // one of the GIE prefix-cache benchmark configurations
   epp::SharedPrefixWorkload shared;       // flags given explicitly override the GIE workload's

@@ -43,8 +43,6 @@ __all__ = [
 Bytes = Union[bytes, bytearray, memoryview]
 Headers = Union[Mapping[str, Union[str, Sequence[str]]], Iterable[Tuple[str, str]], None]
 
-# The headers a captured request may carry its path in, in the order the session reads them.
-_PATH_HEADERS = (":path", "x-original-path", "x-forwarded-path")
 
 
 def _header_pairs(headers: Headers, what: str) -> List[Tuple[str, str]]:
@@ -65,36 +63,21 @@ def _header_pairs(headers: Headers, what: str) -> List[Tuple[str, str]]:
     return out
 
 
-def _body_text(body: Any, what: str) -> str:
-    if isinstance(body, str):
-        return body
-    if isinstance(body, (bytes, bytearray, memoryview)):
-        return bytes(body).decode("utf-8")
-    if isinstance(body, (Mapping, list)):
-        return json.dumps(body, separators=(",", ":"))
-    raise TypeError(f"{what} must be a dict, str or bytes, not {type(body).__name__}")
-
-
-def _load_capture(capture: Any) -> Tuple[Any, str]:
-    """(decoded JSON document, its text) of a capture given as a dict, JSON text or a file."""
+def _capture_text(capture: Any) -> str:
+    """The JSON text of a capture given as a dict, JSON text or a file."""
     if isinstance(capture, Mapping):
-        return capture, json.dumps(capture, separators=(",", ":"))
+        return json.dumps(capture, separators=(",", ":"))
     if isinstance(capture, (bytes, bytearray, memoryview)):
-        text = bytes(capture).decode("utf-8")
-    elif isinstance(capture, str) and capture.lstrip().startswith("{"):
-        text = capture
-    elif isinstance(capture, (str, os.PathLike)):
+        return bytes(capture).decode("utf-8")
+    if isinstance(capture, str) and capture.lstrip().startswith("{"):
+        return capture
+    if isinstance(capture, (str, os.PathLike)):
         try:
             with open(capture, encoding="utf-8") as f:
-                text = f.read()
+                return f.read()
         except OSError as e:
             raise NotFoundError(f"cannot read capture '{os.fspath(capture)}': {e.strerror}") from None
-    else:
-        raise TypeError(f"capture must be a dict, JSON text or a file path, not {type(capture).__name__}")
-    try:
-        return json.loads(text), text
-    except ValueError as e:
-        raise ConfigError(f"capture: invalid JSON: {e}") from None
+    raise TypeError(f"capture must be a dict, JSON text or a file path, not {type(capture).__name__}")
 
 
 def requests_from_capture(capture: Union[Mapping[str, Any], str, bytes, "os.PathLike[str]"], *, chunk_bytes: int = 0,
@@ -116,35 +99,9 @@ def requests_from_capture(capture: Union[Mapping[str, Any], str, bytes, "os.Path
     comma-separated string with ``subset_as_string``. The body is not validated here: a body
     that does not parse gets its 400 from the EPP.
     """
-    doc, text = _load_capture(capture)
-    method = "POST"
-    headers: List[Tuple[str, str]] = []
-    capture_path: Optional[str] = None
-    if isinstance(doc, Mapping) and "body" in doc:  # an envelope (libepp's rule: a top-level body)
-        raw = doc.get("headers")
-        if raw is not None and not isinstance(raw, Mapping):
-            raise ConfigError("capture: headers must be an object")
-        for name, value in _header_pairs(raw, "capture headers"):
-            lower = name.lower()
-            if lower == ":method":
-                method = value
-            elif lower == ":path":
-                capture_path = capture_path or value
-            else:
-                headers.append((name, value))
-        if isinstance(doc.get("path"), str) and doc["path"]:
-            capture_path = doc["path"]
-        elif capture_path is None:
-            capture_path = next((v for k, v in headers if k.lower() in _PATH_HEADERS[1:] and v), None)
-        body = _body_text(doc["body"], "capture body")
-    else:
-        if isinstance(doc, Mapping) and isinstance(doc.get("path"), str) and doc["path"]:
-            capture_path = doc["path"]
-        body = text
-    if path is not None:
-        if not isinstance(path, str):
-            raise TypeError(f"path must be a str, not {type(path).__name__}")
-        capture_path = path
+    text = _capture_text(capture)
+    if path is not None and not isinstance(path, str):
+        raise TypeError(f"path must be a str, not {type(path).__name__}")
     entries: Optional[List[str]] = None
     if subset is not None:
         entries = [subset] if isinstance(subset, str) else list(subset)
@@ -152,8 +109,8 @@ def requests_from_capture(capture: Union[Mapping[str, Any], str, bytes, "os.Path
             raise TypeError("subset entries must be str")
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 0:
         raise ConfigError(f"chunk_bytes must be an int >= 0, got {chunk_bytes!r}")
-    return lib.build_processing_requests(capture_path, method, headers, body, entries, bool(subset_as_string),
-                                         chunk_bytes)
+    # libepp reads the envelope (CaptureToHttpRequest): the same rules as eppctl explain.
+    return lib.requests_from_capture(text, path or "", entries, bool(subset_as_string), chunk_bytes)
 
 
 def response_messages(status: int, headers: Headers = None, body: Union[str, Bytes] = b"",

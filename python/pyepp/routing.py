@@ -104,22 +104,6 @@ def _uint64(value: Any, what: str) -> int:
     return value
 
 
-def _sniff_format(path: str) -> str:
-    """mooncake when the first non-empty line has hash_ids, else openai."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    try:
-                        first = json.loads(line)
-                    except ValueError:
-                        return "openai"  # let the loader report the line
-                    return "mooncake" if isinstance(first, dict) and "hash_ids" in first else "openai"
-    except OSError as e:
-        raise NotFoundError(f"cannot read trace '{path}': {e.strerror}") from None
-    return "openai"
-
-
 def _trace(trace: Any, trace_format: Optional[str], time_scale: float, seed: int) -> Any:
     if isinstance(trace, SharedPrefix):
         return lib.generate_shared_prefix(trace._native(seed))
@@ -137,16 +121,12 @@ def _trace(trace: Any, trace_format: Optional[str], time_scale: float, seed: int
         if not os.path.exists(path) and os.sep not in path and not path.endswith((".jsonl", ".json")):
             raise NotFoundError(f"trace '{path}' is neither a file nor a GIE workload "
                                 f"(known: {', '.join(_GIE_WORKLOADS)})")
-        fmt = trace_format or _sniff_format(path)
-        if fmt not in ("mooncake", "openai"):
-            raise ConfigError(f"trace_format must be 'mooncake', 'openai' or None, got {fmt!r}")
-        return lib.load_replay_trace(fmt, path, time_scale)
+        if trace_format is not None and trace_format not in ("mooncake", "openai"):
+            raise ConfigError(f"trace_format must be 'mooncake', 'openai' or None, got {trace_format!r}")
+        # None: libepp detects the format from the first line, as eppctl replay does.
+        return lib.load_replay_trace(trace_format or "auto", path, time_scale)
     raise TypeError("trace must be a file path, a GIE workload name, a pyepp.SharedPrefix or a dict of its fields, "
                     f"not {type(trace).__name__}")
-
-
-def _looks_like_yaml(text: str) -> bool:
-    return "\n" in text or text.lstrip().startswith("{") or ": " in text
 
 
 def _policy(spec: Any, index: int) -> Any:
@@ -159,19 +139,7 @@ def _policy(spec: Any, index: int) -> Any:
         spec = os.fspath(spec)
     if not isinstance(spec, str):
         raise TypeError(f"a policy must be a name, YAML text or a config file path, not {type(spec).__name__}")
-    if spec in lib.named_replay_policies():
-        policy = lib.named_replay_policy(spec)
-    elif _looks_like_yaml(spec):
-        policy = lib.ReplayPolicy()
-        policy.name = f"policy{index + 1}"
-        policy.config = lib.parse_config(spec, name or f"policies[{index}]")
-    elif os.path.isfile(spec) or spec.endswith((".yaml", ".yml", ".json")):
-        policy = lib.ReplayPolicy()
-        policy.name = os.path.splitext(os.path.basename(spec))[0]
-        policy.config = lib.load_config_file(spec)
-    else:
-        lib.named_replay_policy(spec)  # raises NotFoundError listing the named policies
-        raise AssertionError("unreachable")
+    policy = lib.resolve_replay_policy(spec, index)  # libepp's rule, as eppctl replay --policy
     if name is not None:
         policy.name = name
     return policy
@@ -182,19 +150,10 @@ def _policies(policies: Union[str, Sequence[Any]]) -> List[Any]:
         policies = [policies]
     elif not isinstance(policies, Sequence):
         raise TypeError(f"policies must be a list of policies or one policy, not {type(policies).__name__}")
-    out: List[Any] = []
-    names = set()
-    for i, spec in enumerate(policies):
-        p = _policy(spec, i)
-        # Two policies with one name would be indistinguishable in the report.
-        base, k = p.name, 2
-        while p.name in names:
-            p.name, k = f"{base}#{k}", k + 1
-        names.add(p.name)
-        out.append(p)
+    out = [_policy(spec, i) for i, spec in enumerate(policies)]
     if not out:
         raise ConfigError("policies: give at least one policy")
-    return out
+    return lib.unique_policy_names(out)
 
 
 def _sim_params(sim: Optional[Mapping[str, Any]], server_kv_tokens: Optional[int], seed: int) -> Any:

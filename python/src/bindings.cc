@@ -224,8 +224,8 @@ void BindExtProc(py::module_& m) {
       .def_readwrite("objective_priorities", &epp::ExtProcOptions::objective_priorities)
       .def_readwrite("ignore_subset_hint", &epp::ExtProcOptions::ignore_subset_hint)
       .def_readwrite("trace", &epp::ExtProcOptions::trace);
-  m.def("build_processing_requests", &HttpRequestCapture_BuildShim, py::arg("path"), py::arg("method"),
-        py::arg("headers"), py::arg("body"), py::arg("subset"), py::arg("subset_as_string"), py::arg("chunk_bytes"));
+  m.def("requests_from_capture", &CaptureRequests_BuildShim, py::arg("capture_json"), py::arg("path_override"),
+        py::arg("subset"), py::arg("subset_as_string"), py::arg("chunk_bytes"));
   m.def("build_response_messages", &ResponseMessages_BuildShim, py::arg("status"), py::arg("headers"), py::arg("body"),
         py::arg("served_endpoint"));
   m.def("processing_request_to_json", &ProcessingRequest_ToJsonShim, py::arg("bytes"));
@@ -308,6 +308,8 @@ void BindReplay(py::module_& m) {
       .def_readwrite("config", &epp::ReplayPolicy::config);
   m.def("named_replay_policy", &ReplayPolicy_NamedShim, py::arg("name"));
   m.def("named_replay_policies", &epp::NamedReplayPolicies);
+  m.def("resolve_replay_policy", &ReplayPolicy_ResolveShim, py::arg("spec"), py::arg("index"));
+  m.def("unique_policy_names", &ReplayPolicy_UniqueNamesShim, py::arg("policies"));
   py::class_<epp::ReplayOptions>(m, "ReplayOptions")
       .def(py::init<>())
       .def_readwrite("servers", &epp::ReplayOptions::servers)

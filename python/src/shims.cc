@@ -99,16 +99,14 @@ py::tuple MetricFamilies_ParseShim(const std::string& text, bool lenient) {
 std::tuple<std::string, epp::EndpointMetrics, std::vector<epp::CheckResult>> EndpointMetrics_ExtractShim(
     const std::string& text, const std::string& engine, bool lenient,
     const std::vector<std::pair<std::string, std::string>>& metric_overrides) {
-  epp::ParseOptions parse_options;
-  parse_options.lenient = lenient;
-  const epp::MetricFamilies families = Unwrap(epp::ParsePrometheusText(text, parse_options));
-  epp::CheckOptions options;
+  epp::ScrapeOptions options;
   options.metric_overrides = metric_overrides;
   options.engine = engine;
-  const std::string name = Unwrap(epp::ResolveEngine(families, options));
-  const epp::MetricMapping mapping = Unwrap(epp::ResolveMapping(name, options));
-  epp::MetricsExtraction extraction = epp::ExtractMetrics(families, mapping);
-  return {name, std::move(extraction.metrics), std::move(extraction.checks)};
+  options.lenient = lenient;
+  const epp::MetricMappings mappings = Unwrap(epp::MetricMappings::Create(options));
+  epp::MetricsRead read = epp::ReadEndpointMetrics(text, mappings, engine);
+  ThrowIfError(read.error);
+  return {read.engine, std::move(read.extraction.metrics), std::move(read.extraction.checks)};
 }
 
 std::vector<epp::MetricMapping> MetricMapping_LoadYamlShim(const std::string& yaml, const std::string& source_name) {
@@ -267,7 +265,7 @@ std::vector<epp::Endpoint> Endpoints_LoadShim(const std::string& path, const epp
   // A clock stopped at 0 stamps what was read as "fresh at the pick" (shims.h, Time).
   epp::ManualClock clock(0);
   epp::ResolveOptions options;
-  options.check = check;
+  options.scrape = check;
   options.clock = &clock;
   options.fail_on_metrics_error = fail_on_metrics_error;
   return Unwrap(epp::ResolveEndpoints(specs, options));
@@ -583,15 +581,10 @@ std::shared_ptr<const std::vector<epp::Endpoint>> PythonEndpointSource::Snapshot
   return stamped;
 }
 
-py::list HttpRequestCapture_BuildShim(const std::optional<std::string>& path, const std::string& method,
-                                      const std::vector<std::pair<std::string, std::string>>& headers,
-                                      const std::string& body, std::optional<std::vector<std::string>> subset,
-                                      bool subset_as_string, size_t chunk_bytes) {
-  epp::HttpRequestCapture capture;
-  if (path) capture.path = *path;
-  capture.method = method;
-  capture.headers = headers;
-  capture.body = body;
+py::list CaptureRequests_BuildShim(const std::string& capture_json, const std::string& path_override,
+                                   std::optional<std::vector<std::string>> subset, bool subset_as_string,
+                                   size_t chunk_bytes) {
+  epp::HttpRequestCapture capture = Unwrap(epp::CaptureToHttpRequest(capture_json, path_override));
   capture.subset = std::move(subset);
   capture.subset_as_string = subset_as_string;
   capture.chunk_bytes = chunk_bytes;
@@ -813,7 +806,14 @@ py::dict ExtProcServer_ConfigReloadsShim(ServeHolder& holder) {
 }
 
 std::vector<epp::Endpoint> ExtProcServer_EndpointsShim(ServeHolder& holder) {
-  return *holder.server->endpoints().Snapshot();
+  std::vector<epp::Endpoint> out = *holder.server->endpoints().Snapshot();
+  if (holder.endpoints) return out;  // static mode: already in pyepp's relative time
+  // Runtime mode: the pool stamps metrics with the steady clock; pyepp's Endpoint keeps them
+  // relative to now (shims.h, Time), so metrics_age_s is the age of the last read.
+  const int64_t now = epp::SteadyClock::Get().NowMicros();
+  for (epp::Endpoint& e : out)
+    if (e.metrics_time_us) *e.metrics_time_us -= now;
+  return out;
 }
 
 std::string ExtProcServer_DescribeShim(ServeHolder& holder) { return holder.server->Describe(); }
@@ -857,13 +857,10 @@ size_t ReplayTrace_LenShim(const ReplayTrace& trace) { return trace.requests.siz
 
 std::shared_ptr<ReplayTrace> ReplayTrace_LoadShim(const std::string& format, const std::string& path, double time_scale) {
   auto trace = std::make_shared<ReplayTrace>();
-  if (format == "mooncake") {
-    trace->requests = Unwrap(epp::LoadMooncakeTrace(path, time_scale));
-  } else if (format == "openai") {
-    trace->requests = Unwrap(epp::LoadOpenAITrace(path, time_scale));
-  } else {
-    ThrowIfError(absl::InvalidArgumentError("trace_format must be 'mooncake' or 'openai', got '" + format + "'"));
-  }
+  const absl::StatusOr<epp::TraceFormat> parsed = epp::ParseTraceFormat(format);
+  if (!parsed.ok())
+    ThrowIfError(absl::InvalidArgumentError("trace_format must be 'mooncake', 'openai' or None, got '" + format + "'"));
+  trace->requests = Unwrap(epp::LoadReplayTrace(path, *parsed, time_scale));
   return trace;
 }
 
@@ -878,6 +875,15 @@ epp::SharedPrefixWorkload SharedPrefix_GieShim(const std::string& name) {
 }
 
 epp::ReplayPolicy ReplayPolicy_NamedShim(const std::string& name) { return Unwrap(epp::NamedReplayPolicy(name)); }
+
+epp::ReplayPolicy ReplayPolicy_ResolveShim(const std::string& spec, size_t index) {
+  return Unwrap(epp::ResolveReplayPolicy(spec, index));
+}
+
+std::vector<epp::ReplayPolicy> ReplayPolicy_UniqueNamesShim(std::vector<epp::ReplayPolicy> policies) {
+  epp::MakePolicyNamesUnique(policies);
+  return policies;
+}
 
 epp::ReplayReport ReplayReport_RunShim(const ReplayTrace& trace, const std::vector<epp::ReplayPolicy>& policies,
                                        const epp::ReplayOptions& options) {

@@ -206,12 +206,11 @@ class PythonEndpointSource final : public epp::EndpointSource {
   const epp::Clock* clock_;
 };
 
-// BuildProcessingRequests() / BuildResponseMessages() as lists of bytes. A path of None keeps
-// HttpRequestCapture's default.
-py::list HttpRequestCapture_BuildShim(const std::optional<std::string>& path, const std::string& method,
-                                      const std::vector<std::pair<std::string, std::string>>& headers,
-                                      const std::string& body, std::optional<std::vector<std::string>> subset,
-                                      bool subset_as_string, size_t chunk_bytes);
+// BuildResponseMessages() as a list of bytes.
+// CaptureToHttpRequest() then BuildProcessingRequests() with the subset hint and chunking.
+py::list CaptureRequests_BuildShim(const std::string& capture_json, const std::string& path_override,
+                                   std::optional<std::vector<std::string>> subset, bool subset_as_string,
+                                   size_t chunk_bytes);
 py::list ResponseMessages_BuildShim(int status, const std::vector<std::pair<std::string, std::string>>& headers,
                                     const std::string& body, const std::string& served_endpoint);
 // ProcessingRequestToJson() / ProcessingResponseToJson() / ProcessingRequestFromJson(), errors as
@@ -319,6 +318,9 @@ std::shared_ptr<ReplayTrace> ReplayTrace_LoadShim(const std::string& format, con
 std::shared_ptr<ReplayTrace> ReplayTrace_SharedPrefixShim(const epp::SharedPrefixWorkload& workload);
 epp::SharedPrefixWorkload SharedPrefix_GieShim(const std::string& name);
 epp::ReplayPolicy ReplayPolicy_NamedShim(const std::string& name);
+// ResolveReplayPolicy() / MakePolicyNamesUnique(), errors as exceptions.
+epp::ReplayPolicy ReplayPolicy_ResolveShim(const std::string& spec, size_t index);
+std::vector<epp::ReplayPolicy> ReplayPolicy_UniqueNamesShim(std::vector<epp::ReplayPolicy> policies);
 // RunReplay(); kInvalidArgument for bad options. Call without the GIL.
 epp::ReplayReport ReplayReport_RunShim(const ReplayTrace& trace, const std::vector<epp::ReplayPolicy>& policies,
                                        const epp::ReplayOptions& options);

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "helpers"))  # shared fakes
 
 ROOT = pathlib.Path(os.environ.get("EPP_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 FIXTURES = pathlib.Path(os.environ.get("EPP_SHARED_FIXTURES", ROOT.parent / "shared" / "fixtures"))

@@ -36,6 +36,7 @@ def _make_importable() -> None:
 
 
 _make_importable()
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "helpers"))  # shared fakes (fake_kube)
 
 
 def shared_fixtures_dir() -> Path:

@@ -7,10 +7,7 @@ Every wait is bounded; every server is closed by the fixture.
 
 from __future__ import annotations
 
-import http.server
-import json
 import os
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -104,6 +101,8 @@ def test_endpoints_file_config_reload_and_metrics(runtime: Any, tmp_path: Path) 
     replace(tmp_path / "a.prom", vllm_metrics(7))
     wait_for("the scrape to see 7 waiting",
              lambda: any(e.address == A and e.metrics.waiting_queue_size == 7 for e in h.endpoints()))
+    ages = [e.metrics_age_s for e in h.endpoints()]
+    assert all(a is not None and 0 <= a < 5 for a in ages), ages  # seconds since the last read
     # The config file is watched: a change is picked up and counted.
     replace(config, zone_config("b"))
     wait_for("the config reload", lambda: h.config_reloads()["ok"] == 1)
@@ -139,62 +138,22 @@ def test_endpoint_specs_default_config_and_errors(runtime: Any, tmp_path: Path) 
         pyepp.serve(pyepp.Scheduler.default(), [pyepp.Endpoint(A)], endpoint=[f"{A}=none"])
 
 
-class FakeKubeApi:
-    """GET of one v1 InferencePool and the Pods of namespace ns1 on 127.0.0.1."""
-
-    def __init__(self) -> None:
-        self.pods: List[Dict[str, Any]] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.startswith("/apis/inference.networking.k8s.io/v1/namespaces/ns1/inferencepools/llama"):
-                    body = {"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
-                            "metadata": {"name": "llama", "namespace": "ns1"},
-                            "spec": {"selector": {"matchLabels": {"app": "vllm"}}, "targetPorts": [{"number": 8000}]}}
-                elif self.path.startswith("/api/v1/namespaces/ns1/pods"):
-                    body = {"kind": "PodList", "items": list(outer.pods)}
-                else:
-                    self.send_error(404)
-                    return
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def set_pods(self, *ips: str) -> None:
-        self.pods = [{"metadata": {"name": "p%d" % i, "namespace": "ns1", "labels": {"app": "vllm"}},
-                      "status": {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]}}
-                     for i, ip in enumerate(ips)]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
-
-
 def test_pool_discovery_from_a_loopback_api_server(runtime: Any, tmp_path: Path) -> None:
-    api = FakeKubeApi()
+    from fake_kube import V1, FakeApiServer, pod  # tests/helpers, shared with the eppctl serve tests
+
+    api = FakeApiServer(V1, 8000)
     try:
-        api.set_pods("10.0.0.1")
+        api.set(pods=[pod("p0", "10.0.0.1")])
         token = tmp_path / "token"
         token.write_text("t0k3n\n")
         h = runtime.start(pool_name="llama", pool_namespace="ns1", kube_api_server=api.url, kube_token_file=token,
                           pool_resync_interval_s=0.05, engine="vllm", metrics_port=0, log_level="error")
         assert [e.address for e in h.endpoints()] == [A]
         assert "inferencepool ns1/llama" in h.describe()
-        api.set_pods("10.0.0.1", "10.0.0.2")
+        api.set(pods=[pod("p0", "10.0.0.1"), pod("p1", "10.0.0.2")])
         wait_for("the second Pod", lambda: sorted(e.address for e in h.endpoints()) == [A, B])
         assert 'epp_pool_discovery_total{result="ok"}' in metrics(h)
+        assert any(auth == "Bearer t0k3n" for _, _, auth in api.requests)
+        h.close()  # before the API server goes away
     finally:
         api.close()

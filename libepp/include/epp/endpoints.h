@@ -19,14 +19,15 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "epp/check.h"
 #include "epp/endpoint.h"
 #include "epp/http.h"
+#include "epp/metrics.h"
 #include "epp/plugin.h"
 #include "epp/status.h"
 
@@ -39,10 +40,10 @@ inline constexpr std::string_view kNoMetrics = "none";
 struct EndpointSpec {
   std::string address;  // "ip:port", "[v6]:port" or "host:port" (ValidateEndpointAddress)
   // A file path, an http(s) URL (fetched as is), "none", or empty = scrape
-  // "http://ADDRESS" + CheckOptions::metrics_path.
+  // "http://ADDRESS" + ScrapeOptions::metrics_path.
   std::string metrics;
   std::map<std::string, std::string> labels;
-  // "" = ResolveOptions::check.engine (default "auto"); "auto" = detect; else a mapping name
+  // "" = ResolveOptions::scrape.engine (default "auto"); "auto" = detect; else a mapping name
   // (vllm, sglang, trtllm-serve, triton-tensorrt-llm or a custom one).
   std::string engine;
   // "endpoints.yaml:4" or "--endpoint #2", for messages; when empty they say "endpoints[i]".
@@ -80,7 +81,10 @@ absl::Status ValidateEndpointSpecs(std::span<const EndpointSpec> specs);
 struct ResolveOptions {
   // Mappings (custom ones, overrides, the default engine) and scrape settings (metrics_path,
   // timeout, insecure, headers, bearer_token, lenient; max_body_bytes also caps files).
-  CheckOptions check;
+  ScrapeOptions scrape;
+  // The mappings, built once from `scrape` (MetricMappings::Create) by a caller that reads the
+  // same endpoints again and again (the serve pool); nullptr: built for each call.
+  std::shared_ptr<const MetricMappings> mappings;
   Clock* clock = nullptr;  // stamps metrics_time_us; nullptr = SteadyClock::Get()
   // false: an endpoint whose metrics cannot be used keeps metrics_error (its metrics are stale);
   // true: the first such problem in spec order is the call's error.
@@ -90,7 +94,7 @@ struct ResolveOptions {
 };
 
 // One Endpoint per spec, in spec order: address and labels copied; metrics read from files and
-// scraped from URLs (all URLs concurrently); engine = the spec's, else options.check.engine,
+// scraped from URLs (all URLs concurrently); engine = the spec's, else options.scrape.engine,
 // "auto" detecting as `eppctl check` does; EndpointMetrics extracted with that mapping.
 //  - metrics "none": no metrics, no error, no metrics_time_us;
 //  - read: metrics_time_us = the clock after all I/O of the call; metrics_error lists failed

@@ -157,6 +157,15 @@ struct HttpRequestCapture {
   size_t chunk_bytes = 0;
 };
 std::vector<std::string> BuildProcessingRequests(const HttpRequestCapture& capture);
+// The HTTP request a capture describes, as `eppctl explain` and pyepp read captures: an envelope
+// {"path", "headers", "body"} or a bare body, the path found as ParseCaptureEnvelope finds it
+// (`path_override`, else the envelope's `path`, else the headers `:path`, `x-original-path`,
+// `x-forwarded-path`, else kDefaultRequestPath). `:method` (default POST) and `:path` leave the
+// header list; repeated headers (a list of strings) stay in order. An object body is written
+// compactly, a string body kept as is, a bare body kept whole. The body is not validated (a bad
+// one gets its 400 from the EPP). kInvalidArgument naming the JSON path for JSON that is not an
+// object or headers that are not strings or lists of strings.
+absl::StatusOr<HttpRequestCapture> CaptureToHttpRequest(std::string_view json, std::string_view path_override = {});
 // Serialized response messages a model server's answer produces on the response path.
 std::vector<std::string> BuildResponseMessages(int status, const std::vector<std::pair<std::string, std::string>>& headers,
                                                std::string_view body, std::string_view served_endpoint = {});

@@ -12,6 +12,7 @@
 // named without their `_total` suffix, as prometheus_client names them.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "epp/endpoint.h"
+#include "epp/http.h"
 #include "epp/status.h"
 
 namespace epp {
@@ -180,5 +182,81 @@ struct MetricsExtraction {
 //    lists split on commas, trimmed, empties dropped; max_lora an integer. Absent = warning;
 //  - cache info: block size and count as positive integers. Absent = warning.
 MetricsExtraction ExtractMetrics(const MetricFamilies& families, const MetricMapping& mapping);
+
+// ---- Reading an endpoint's metrics: the one path `eppctl check`, the endpoint pool and pyepp take
+
+// Which dialect an endpoint's metrics are read in, and how they are fetched.
+struct ScrapeOptions {
+  std::string engine = "auto";  // "auto" or an engine name (built-in or custom)
+  // (field, spec) overrides applied to the chosen mapping, e.g. {"queue", "my_queue{pool=a}"}.
+  std::vector<std::pair<std::string, std::string>> metric_overrides;
+  std::vector<MetricMapping> custom_mappings;  // replace built-ins of the same name
+  std::string metrics_path = "/metrics";
+  std::chrono::milliseconds timeout = kDefaultHttpTimeout;
+  bool insecure = false;
+  std::string bearer_token;          // sent as "Authorization: Bearer <token>" when non-empty
+  std::vector<std::string> headers;  // extra "Name: value" headers
+  bool lenient = false;              // skip malformed metric lines instead of failing
+  size_t max_body_bytes = kDefaultMaxBodyBytes;
+};
+
+// Checks and normalises options in place: timeout >= 1 ms, max_body_bytes > 0, metrics_path
+// starting with '/', headers of the form "Name: value" (spaces around the colon trimmed), a
+// bearer token without surrounding whitespace (a blank one is an error). kInvalidArgument naming
+// the option otherwise.
+absl::Status NormalizeScrapeOptions(ScrapeOptions& options);
+
+// The mapping for `engine` (no detection): built-in or custom, then the overrides.
+absl::StatusOr<MetricMapping> ResolveMapping(std::string_view engine, const ScrapeOptions& options);
+
+// Every mapping auto-detection considers: the built-ins (custom entries of the same name replace
+// them), then the other custom engines, each with the overrides applied.
+absl::StatusOr<std::vector<MetricMapping>> CandidateMappings(const ScrapeOptions& options);
+
+// The mappings reads use, resolved once (overrides applied): the auto-detection candidates and
+// every engine a caller names. Cheap to share; immutable.
+class MetricMappings {
+ public:
+  // Resolves options.engine and `engines` ("auto" entries ignored) and the candidates.
+  // kNotFound for an unknown engine, kInvalidArgument for a bad override.
+  static absl::StatusOr<MetricMappings> Create(const ScrapeOptions& options, std::span<const std::string> engines = {});
+  // A named engine or a candidate; nullptr when neither.
+  const MetricMapping* Find(std::string_view engine) const;
+  std::span<const MetricMapping> candidates() const { return candidates_; }
+  bool lenient() const { return lenient_; }
+  // "no known engine's metrics found (looked for vllm, sglang, ...; use --engine or --metric)".
+  std::string NoEngineMessage() const;
+
+ private:
+  std::vector<MetricMapping> candidates_;
+  std::vector<MetricMapping> named_;
+  bool lenient_ = false;
+};
+
+// What reading one metrics text found.
+struct MetricsRead {
+  // Why nothing was extracted: kInvalidArgument when the text is not Prometheus exposition (the
+  // parser's message with the line), kNotFound when no engine's metrics are in it
+  // (MetricMappings::NoEngineMessage). OK otherwise, even when some values failed validation:
+  // those are failed checks in `extraction`.
+  absl::Status error;
+  bool parsed = false;    // the text was Prometheus exposition (error, if any, is then kNotFound)
+  std::string engine;     // the mapping used; empty when none
+  bool detected = false;  // the engine came from auto-detection (or from `known_engine`)
+  size_t families = 0, samples = 0;
+  std::vector<std::pair<int, std::string>> skipped;  // lenient: (line, reason) of lines skipped
+  MetricsExtraction extraction;                      // metrics.queue ... metrics.cache_info
+};
+
+// Parses `text`, chooses the mapping (`engine` an engine name, or "auto": `known_engine` when it
+// is a candidate, which keeps an endpoint's engine stable from one scrape to the next, else
+// DetectEngine over the candidates), extracts and validates. `engine` must be one the mappings
+// were created with. Never throws or fails: every problem is in the result.
+MetricsRead ReadEndpointMetrics(std::string_view text, const MetricMappings& mappings, std::string_view engine = "auto",
+                                std::string_view known_engine = {});
+
+// The engine a read of these families would use: options.engine when it is not "auto", otherwise
+// DetectEngine over CandidateMappings(); kNotFound naming the candidates when none fits.
+absl::StatusOr<std::string> ResolveEngine(const MetricFamilies& families, const ScrapeOptions& options);
 
 }  // namespace epp

@@ -76,6 +76,17 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadMooncakeTrace(const std::string& 
 // max_tokens of the body, else 128).
 absl::StatusOr<std::vector<ReplayRequest>> LoadOpenAITrace(const std::string& path, double time_scale = 1.0);
 
+// A trace file's format, as `eppctl replay --trace-format` and pyepp.replay(trace_format=) name it.
+enum class TraceFormat { kAuto, kMooncake, kOpenAI };
+// "auto", "mooncake" or "openai"; kInvalidArgument otherwise.
+absl::StatusOr<TraceFormat> ParseTraceFormat(std::string_view name);
+// Mooncake when the first non-blank line is a JSON object with `hash_ids`, else OpenAI captures
+// (a first line that is not JSON is left for the loader to report). kNotFound when unreadable.
+absl::StatusOr<TraceFormat> DetectTraceFormat(const std::string& path);
+// LoadMooncakeTrace or LoadOpenAITrace, the format detected when kAuto.
+absl::StatusOr<std::vector<ReplayRequest>> LoadReplayTrace(const std::string& path, TraceFormat format = TraceFormat::kAuto,
+                                                           double time_scale = 1.0);
+
 // A routing policy: a name and a configuration.
 struct ReplayPolicy {
   std::string name;
@@ -85,6 +96,16 @@ struct ReplayPolicy {
 // sglang-cache-aware (SGLang's defaults), least-inflight (token-load). kNotFound listing them.
 absl::StatusOr<ReplayPolicy> NamedReplayPolicy(std::string_view name);
 std::vector<std::string> NamedReplayPolicies();
+
+// One policy as `eppctl replay --policy` and pyepp.replay take it (`index` is its 0-based place
+// in the list): a named baseline; EndpointPickerConfig YAML text (text with a line break, a
+// leading '{' or ": "), named "policyN" and sourced "policies[i]"; else a config file (an
+// existing file, or a name ending in .yaml, .yml or .json), named after its stem. Anything else
+// is kNotFound listing the named baselines.
+absl::StatusOr<ReplayPolicy> ResolveReplayPolicy(std::string_view spec, size_t index);
+// Policies with one name would be indistinguishable in a report: repeats become NAME#2, NAME#3,
+// ... in list order.
+void MakePolicyNamesUnique(std::vector<ReplayPolicy>& policies);
 
 struct ReplayOptions {
   int servers = 8;

@@ -29,12 +29,6 @@ std::string Snippet(std::string_view body) {
   return s;
 }
 
-std::string NoEngineMessage(std::span<const MetricMapping> candidates) {
-  std::string names;
-  for (const MetricMapping& m : candidates) names += (names.empty() ? "" : ", ") + m.engine;
-  return "no known engine's metrics found (looked for " + names + "; use --engine or --metric)";
-}
-
 // The metrics checks in report order.
 constexpr const char* kMetricCheckIds[] = {"metrics.parse", "metrics.engine", "metrics.queue", "metrics.running",
                                            "metrics.kv_cache", "metrics.lora", "metrics.cache_info"};
@@ -67,51 +61,36 @@ HttpRequest MakeRequest(const CheckOptions& o, std::string url, std::string meth
   return r;
 }
 
-// Validates the metrics text of one target and fills the report.
-void CheckMetricsText(std::string_view text, const CheckOptions& options,
-                      std::span<const MetricMapping> candidates, const MetricMapping* forced,
+// Validates the metrics text of one target and fills the report (ReadEndpointMetrics, worded
+// as `eppctl check` reports it).
+void CheckMetricsText(std::string_view text, const CheckOptions& options, const MetricMappings& mappings,
                       TargetReport& rep) {
-  ParseOptions po;
-  po.lenient = options.lenient;
-  auto parsed = ParsePrometheusText(text, po);
-  if (!parsed.ok()) {
+  const MetricsRead read = ReadEndpointMetrics(text, mappings, options.engine);
+  if (!read.parsed) {
     rep.checks.push_back({"metrics.parse", CheckStatus::kFail,
-                          std::string(parsed.status().message()) + " (use --lenient to skip malformed lines)"});
+                          std::string(read.error.message()) + " (use --lenient to skip malformed lines)"});
     SkipMetricChecks(rep, "metrics.engine", "metrics did not parse");
     return;
   }
-  const MetricFamilies& fams = *parsed;
-  std::string msg = std::to_string(fams.families().size()) + " families, " +
-                    std::to_string(fams.sample_count()) + " samples";
-  if (fams.skipped_lines() > 0) {
-    const auto& first = fams.skipped().front();
+  std::string msg = std::to_string(read.families) + " families, " + std::to_string(read.samples) + " samples";
+  if (!read.skipped.empty()) {
+    const auto& first = read.skipped.front();
     rep.checks.push_back({"metrics.parse", CheckStatus::kWarn,
-                          msg + "; skipped " + std::to_string(fams.skipped_lines()) +
-                              " malformed lines (first: line " + std::to_string(first.first) + ": " +
-                              first.second + ")"});
+                          msg + "; skipped " + std::to_string(read.skipped.size()) + " malformed lines (first: line " +
+                              std::to_string(first.first) + ": " + first.second + ")"});
   } else {
     rep.checks.push_back({"metrics.parse", CheckStatus::kPass, msg});
   }
-  const MetricMapping* mapping = forced;
-  if (forced != nullptr) {
-    rep.engine = forced->engine;
-    rep.checks.push_back({"metrics.engine", CheckStatus::kPass, forced->engine + " (set with --engine)"});
-  } else {
-    std::optional<std::string> engine = DetectEngine(fams, candidates);
-    if (!engine) {
-      rep.checks.push_back({"metrics.engine", CheckStatus::kFail, NoEngineMessage(candidates)});
-      SkipMetricChecks(rep, "metrics.queue", "no engine detected");
-      return;
-    }
-    for (const MetricMapping& m : candidates) {
-      if (m.engine == *engine) mapping = &m;
-    }
-    rep.engine = *engine;
-    rep.checks.push_back({"metrics.engine", CheckStatus::kPass, *engine + " (auto-detected)"});
+  if (!read.error.ok()) {
+    rep.checks.push_back({"metrics.engine", CheckStatus::kFail, std::string(read.error.message())});
+    SkipMetricChecks(rep, "metrics.queue", "no engine detected");
+    return;
   }
-  MetricsExtraction ex = ExtractMetrics(fams, *mapping);
-  rep.metrics = ex.metrics;
-  for (auto& c : ex.checks) rep.checks.push_back(std::move(c));
+  rep.engine = read.engine;
+  rep.checks.push_back(
+      {"metrics.engine", CheckStatus::kPass, read.engine + (read.detected ? " (auto-detected)" : " (set with --engine)")});
+  rep.metrics = read.extraction.metrics;
+  for (const CheckResult& c : read.extraction.checks) rep.checks.push_back(c);
 }
 
 absl::StatusOr<Json> ParseJsonBody(const HttpResponse& r) {
@@ -254,91 +233,16 @@ void Finalize(TargetReport& rep) {
 
 }  // namespace
 
-absl::StatusOr<MetricMapping> ResolveMapping(std::string_view engine, const CheckOptions& options) {
-  MetricMapping mapping;
-  bool found = false;
-  for (const MetricMapping& m : options.custom_mappings) {
-    if (m.engine == engine) {
-      mapping = m;
-      found = true;
-    }
-  }
-  if (!found) {
-    auto builtin = MetricMapping::BuiltIn(engine);
-    if (!builtin.ok()) {
-      std::string msg(builtin.status().message());
-      for (const MetricMapping& m : options.custom_mappings) msg += ", " + m.engine;
-      return absl::NotFoundError(msg);
-    }
-    mapping = *builtin;
-  }
-  for (const auto& [field, spec] : options.metric_overrides) {
-    EPP_RETURN_IF_ERROR(ApplyMetricOverride(mapping, field, spec));
-  }
-  return mapping;
-}
-
-absl::StatusOr<std::vector<MetricMapping>> CandidateMappings(const CheckOptions& options) {
-  std::vector<MetricMapping> candidates;
-  for (const std::string& name : MetricMapping::BuiltInEngines()) {
-    EPP_ASSIGN_OR_RETURN(MetricMapping m, ResolveMapping(name, options));
-    candidates.push_back(std::move(m));
-  }
-  for (const MetricMapping& m : options.custom_mappings) {
-    bool builtin = false;
-    for (const MetricMapping& c : candidates) builtin |= c.engine == m.engine;
-    if (!builtin) {
-      EPP_ASSIGN_OR_RETURN(MetricMapping r, ResolveMapping(m.engine, options));
-      candidates.push_back(std::move(r));
-    }
-  }
-  return candidates;
-}
-
-absl::StatusOr<std::string> ResolveEngine(const MetricFamilies& families, const CheckOptions& options) {
-  if (options.engine != "auto") {
-    EPP_RETURN_IF_ERROR(ResolveMapping(options.engine, options).status());
-    return options.engine;
-  }
-  EPP_ASSIGN_OR_RETURN(std::vector<MetricMapping> candidates, CandidateMappings(options));
-  if (std::optional<std::string> engine = DetectEngine(families, candidates)) return *engine;
-  return absl::NotFoundError(NoEngineMessage(candidates));
-}
-
-absl::Status NormalizeCheckOptions(CheckOptions& o) {
-  if (o.timeout.count() < 1) return absl::InvalidArgumentError("timeout must be at least 1 ms");
-  if (o.max_body_bytes == 0) return absl::InvalidArgumentError("max_body_bytes must be > 0");
-  if (o.metrics_path.empty() || o.metrics_path[0] != '/') o.metrics_path = "/" + o.metrics_path;
-  if (!o.bearer_token.empty()) {
-    o.bearer_token = std::string(internal::TrimSpace(o.bearer_token));  // token files end in a newline
-    if (o.bearer_token.empty()) return absl::InvalidArgumentError("bearer token is blank");
-  }
-  for (std::string& h : o.headers) {
-    const size_t colon = h.find(':');
-    std::string name = colon == std::string::npos ? "" : std::string(internal::TrimSpace(std::string_view(h).substr(0, colon)));
-    if (name.empty()) return absl::InvalidArgumentError("header '" + h + "': expected 'Name: value'");
-    if (h.find_first_of("\r\n") != std::string::npos) {
-      return absl::InvalidArgumentError("header '" + name + "': expected 'Name: value' on one line");
-    }
-    h = name + ": " + std::string(internal::TrimSpace(std::string_view(h).substr(colon + 1)));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<CheckReport> RunChecks(std::span<const std::string> targets, const CheckOptions& raw_options) {
   CheckOptions options = raw_options;
-  EPP_RETURN_IF_ERROR(NormalizeCheckOptions(options));
+  EPP_RETURN_IF_ERROR(NormalizeScrapeOptions(options));
   if (targets.empty()) return absl::InvalidArgumentError("no targets given");
   for (const std::string& t : targets) {
     if (!IsUrl(t) && t.find("://") != std::string::npos) {
       return absl::InvalidArgumentError("target '" + t + "': only http:// and https:// URLs or file paths");
     }
   }
-  EPP_ASSIGN_OR_RETURN(std::vector<MetricMapping> candidates, CandidateMappings(options));
-  std::optional<MetricMapping> forced;
-  if (options.engine != "auto") {
-    EPP_ASSIGN_OR_RETURN(forced, ResolveMapping(options.engine, options));
-  }
+  EPP_ASSIGN_OR_RETURN(const MetricMappings mappings, MetricMappings::Create(options));
 
   CheckReport report;
   report.targets.resize(targets.size());
@@ -360,7 +264,7 @@ absl::StatusOr<CheckReport> RunChecks(std::span<const std::string> targets, cons
         std::string text = ss.str();
         rep.checks.push_back({"metrics.reachable", CheckStatus::kPass,
                               "file, " + std::to_string(text.size()) + " bytes"});
-        CheckMetricsText(text, options, candidates, forced ? &*forced : nullptr, rep);
+        CheckMetricsText(text, options, mappings, rep);
       }
       for (const char* id : {"api.models", "api.completions", "api.chat", "api.stream"}) {
         rep.checks.push_back({id, CheckStatus::kSkip, "target is a file"});
@@ -397,7 +301,7 @@ absl::StatusOr<CheckReport> RunChecks(std::span<const std::string> targets, cons
       std::snprintf(ms, sizeof ms, "%.1f", r->elapsed_ms);
       rep.checks.push_back({"metrics.reachable", CheckStatus::kPass,
                             "HTTP 200, " + std::to_string(r->body.size()) + " bytes in " + ms + " ms"});
-      CheckMetricsText(r->body, options, candidates, forced ? &*forced : nullptr, rep);
+      CheckMetricsText(r->body, options, mappings, rep);
     } else {
       rep.checks.push_back(JudgeModels(r, models[i]));
     }

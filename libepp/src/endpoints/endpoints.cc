@@ -241,37 +241,40 @@ absl::StatusOr<std::vector<EndpointSpec>> ParseYamlOrThrow(std::string_view text
 
 // What every endpoint of one call needs, computed (and validated) before any I/O.
 struct Plan {
-  CheckOptions check;                             // normalised
-  std::vector<MetricMapping> candidates;          // for auto-detection; empty when none is auto
-  std::map<std::string, MetricMapping> forced;    // explicitly named engines
-  std::vector<std::string> engine;                // per spec: "auto" or a key of `forced`
+  ScrapeOptions scrape;                            // normalised
+  std::shared_ptr<const MetricMappings> mappings;  // the caller's (built once), or built here
+  std::vector<std::string> engine;                 // per spec: "auto" or an engine name
 };
 
 absl::StatusOr<Plan> MakePlan(std::span<const EndpointSpec> specs, const ResolveOptions& options) {
   EPP_RETURN_IF_ERROR(ValidateEndpointSpecs(specs));
   Plan plan;
-  plan.check = options.check;
-  EPP_RETURN_IF_ERROR(NormalizeCheckOptions(plan.check));
-  bool need_auto = false;
+  plan.scrape = options.scrape;
+  EPP_RETURN_IF_ERROR(NormalizeScrapeOptions(plan.scrape));
+  std::vector<std::string> named;
   for (size_t i = 0; i < specs.size(); ++i) {
-    std::string e = specs[i].engine.empty() ? plan.check.engine : specs[i].engine;
+    std::string e = specs[i].engine.empty() ? plan.scrape.engine : specs[i].engine;
     if (e.empty()) e = "auto";
-    if (e == "auto") {
-      need_auto = true;
-    } else if (!plan.forced.contains(e)) {
-      auto m = ResolveMapping(e, plan.check);
-      if (!m.ok()) {
-        // Blame the spec only when it named the engine; a default engine is the caller's option.
-        const std::string where = specs[i].engine.empty() ? "engine '" + e + "'" : Where(specs[i], i) + ": engine";
-        return absl::Status(m.status().code(), where + ": " + std::string(m.status().message()));
-      }
-      plan.forced.emplace(e, *std::move(m));
+    plan.engine.push_back(e);
+    if (e != "auto") named.push_back(std::move(e));
+  }
+  plan.mappings = options.mappings;
+  bool complete = plan.mappings != nullptr;
+  for (const std::string& e : named) complete = complete && plan.mappings->Find(e) != nullptr;
+  if (complete) return plan;
+  // Resolved one engine at a time so that an unknown one is blamed on the spec that named it (a
+  // default engine is the caller's option).
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (plan.engine[i] == "auto") continue;
+    absl::Status s = ResolveMapping(plan.engine[i], plan.scrape).status();
+    if (!s.ok()) {
+      const std::string where =
+          specs[i].engine.empty() ? "engine '" + plan.engine[i] + "'" : Where(specs[i], i) + ": engine";
+      return absl::Status(s.code(), where + ": " + std::string(s.message()));
     }
-    plan.engine.push_back(std::move(e));
   }
-  if (need_auto) {
-    EPP_ASSIGN_OR_RETURN(plan.candidates, CandidateMappings(plan.check));
-  }
+  EPP_ASSIGN_OR_RETURN(MetricMappings built, MetricMappings::Create(plan.scrape, named));
+  plan.mappings = std::make_shared<const MetricMappings>(std::move(built));
   return plan;
 }
 
@@ -285,52 +288,28 @@ struct Outcome {
 
 void Process(std::string_view text, const std::string& what, size_t i, const EndpointSpec& spec, const Plan& plan,
              std::string_view known_engine, Outcome& out) {
-  ParseOptions po;
-  po.lenient = plan.check.lenient;
-  auto fams = ParsePrometheusText(text, po);
-  if (!fams.ok()) {
-    out.error = absl::InvalidArgumentError(Who(spec, i) + "cannot parse " + what + ": " +
-                                           std::string(fams.status().message()));
+  MetricsRead r = ReadEndpointMetrics(text, *plan.mappings, plan.engine[i], known_engine);
+  if (!r.parsed) {
+    out.error = absl::InvalidArgumentError(Who(spec, i) + "cannot parse " + what + ": " + std::string(r.error.message()));
     return;
   }
-  const MetricMapping* mapping = nullptr;
-  if (plan.engine[i] != "auto") {
-    mapping = &plan.forced.at(plan.engine[i]);
-  } else {
-    auto find = [&](std::string_view name) {
-      for (const MetricMapping& m : plan.candidates) {
-        if (m.engine == name) mapping = &m;
-      }
-    };
-    // Refresh keeps the engine detected earlier: detection runs once per endpoint, and a server
-    // whose metrics fit two mappings cannot flap between them from one scrape to the next.
-    if (!known_engine.empty()) find(known_engine);
-    if (mapping == nullptr) {
-      if (std::optional<std::string> engine = DetectEngine(*fams, plan.candidates)) find(*engine);
-    }
-    if (mapping == nullptr) {
-      // Rare path: let ResolveEngine word the message exactly as `eppctl check` does.
-      CheckOptions detect = plan.check;
-      detect.engine = "auto";
-      auto r = ResolveEngine(*fams, detect);
-      out.error = absl::NotFoundError(Who(spec, i) + (r.ok() ? "engine detection failed" : std::string(r.status().message())));
-      return;
-    }
+  if (!r.error.ok()) {
+    out.error = absl::Status(r.error.code(), Who(spec, i) + std::string(r.error.message()));
+    return;
   }
-  out.engine = mapping->engine;
+  out.engine = r.engine;
   // The scrape succeeded even if some values failed validation: the values that passed are fresh,
   // so the caller stamps them, and the failures travel in `error`.
-  MetricsExtraction ex = ExtractMetrics(*fams, *mapping);
   out.read = true;
-  out.metrics = std::move(ex.metrics);
+  out.metrics = std::move(r.extraction.metrics);
   std::string failed;
-  for (const CheckResult& c : ex.checks) {
+  for (const CheckResult& c : r.extraction.checks) {
     if (c.status == CheckStatus::kFail) failed += (failed.empty() ? "" : "; ") + c.id + ": " + c.message;
   }
   if (!failed.empty()) out.error = absl::FailedPreconditionError(Who(spec, i) + failed);
 }
 
-HttpRequest MakeRequest(const CheckOptions& o, std::string url) {
+HttpRequest MakeRequest(const ScrapeOptions& o, std::string url) {
   HttpRequest r;
   r.url = std::move(url);
   r.timeout = o.timeout;
@@ -356,7 +335,7 @@ std::vector<Outcome> Collect(std::span<const EndpointSpec> specs, const Plan& pl
       case SourceKind::kNone:
         break;
       case SourceKind::kFile: {
-        auto text = ReadFile(spec.metrics, plan.check.max_body_bytes);
+        auto text = ReadFile(spec.metrics, plan.scrape.max_body_bytes);
         if (!text.ok()) {
           out[i].error = absl::Status(text.status().code(), Who(spec, i) + "metrics file '" + spec.metrics +
                                                                 "' cannot be read: " + std::string(text.status().message()));
@@ -366,11 +345,11 @@ std::vector<Outcome> Collect(std::span<const EndpointSpec> specs, const Plan& pl
         break;
       }
       case SourceKind::kUrl:
-        requests.push_back(MakeRequest(plan.check, spec.metrics));
+        requests.push_back(MakeRequest(plan.scrape, spec.metrics));
         owner.push_back(i);
         break;
       case SourceKind::kDefault:
-        requests.push_back(MakeRequest(plan.check, "http://" + spec.address + plan.check.metrics_path));
+        requests.push_back(MakeRequest(plan.scrape, "http://" + spec.address + plan.scrape.metrics_path));
         owner.push_back(i);
         break;
     }

@@ -1,8 +1,13 @@
 // Building ProcessingRequest streams from captured HTTP requests, and protobuf JSON conversions.
 #include <google/protobuf/util/json_util.h>
 
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json.h"
+#include "epp/request.h"
 #include "extproc/session_impl.h"
 
 namespace epp {
@@ -30,6 +35,64 @@ absl::StatusOr<std::string> ToJson(std::string_view bytes, const char* what) {
 }
 
 }  // namespace
+
+absl::StatusOr<HttpRequestCapture> CaptureToHttpRequest(std::string_view json, std::string_view path_override) {
+  absl::StatusOr<nlohmann::ordered_json> parsed = internal::ParseJson<nlohmann::ordered_json>(json);
+  if (!parsed.ok()) return absl::InvalidArgumentError("capture: invalid JSON: " + std::string(parsed.status().message()));
+  const nlohmann::ordered_json& doc = *parsed;
+  if (!doc.is_object()) return absl::InvalidArgumentError("capture: expected a JSON object (a capture envelope or a request body)");
+  HttpRequestCapture c;
+  c.method = "POST";
+  std::string path;
+  if (const std::string* p = internal::JsonStringMember(doc, "path")) path = *p;
+  auto body = doc.find("body");
+  if (body == doc.end()) {
+    c.body = std::string(json);  // a bare body, sent as it is
+  } else {
+    if (auto headers = doc.find("headers"); headers != doc.end() && !headers->is_null()) {
+      if (!headers->is_object()) return absl::InvalidArgumentError("capture: headers: expected an object");
+      std::string header_path;
+      for (auto it = headers->begin(); it != headers->end(); ++it) {
+        std::vector<const std::string*> values;
+        if (it->is_string()) {
+          values.push_back(it->get_ptr<const std::string*>());
+        } else if (it->is_array()) {
+          for (const auto& v : *it) {
+            if (!v.is_string())
+              return absl::InvalidArgumentError("capture: headers." + it.key() + ": expected strings");
+            values.push_back(v.get_ptr<const std::string*>());
+          }
+        } else {
+          return absl::InvalidArgumentError("capture: headers." + it.key() + ": expected a string or a list of strings");
+        }
+        const std::string lower = absl::AsciiStrToLower(it.key());
+        for (const std::string* v : values) {
+          if (lower == ":method") {
+            c.method = *v;
+          } else if (lower == ":path") {
+            if (header_path.empty()) header_path = *v;
+          } else {
+            c.headers.emplace_back(it.key(), *v);
+          }
+        }
+      }
+      if (path.empty()) path = header_path;
+    }
+    if (path.empty()) {
+      for (std::string_view name : {"x-original-path", "x-forwarded-path"})
+        for (const auto& [k, v] : c.headers)
+          if (path.empty() && absl::AsciiStrToLower(k) == name && !v.empty()) path = v;
+    }
+    if (body->is_string()) {
+      c.body = body->get<std::string>();
+    } else {
+      EPP_ASSIGN_OR_RETURN(c.body, internal::DumpJson(*body));
+    }
+  }
+  if (!path_override.empty()) path = std::string(path_override);
+  c.path = path.empty() ? std::string(kDefaultRequestPath) : path;
+  return c;
+}
 
 std::vector<std::string> BuildProcessingRequests(const HttpRequestCapture& c) {
   std::vector<std::string> out;

@@ -247,6 +247,11 @@ absl::StatusOr<std::unique_ptr<EndpointPool>> EndpointPool::Create(EndpointPoolO
         "no endpoints: give --pool-name NAME, --endpoints FILE or --endpoint ADDR[=METRICS]");
   if (options.interval.count() <= 0 || (options.lister && options.discovery_interval.count() <= 0))
     return absl::InvalidArgumentError("endpoint pool: intervals must be > 0");
+  // The mappings are resolved once for the pool's life, not at every scrape cycle.
+  if (!options.resolve.mappings) {
+    EPP_ASSIGN_OR_RETURN(MetricMappings mappings, MetricMappings::Create(options.resolve.scrape));
+    options.resolve.mappings = std::make_shared<const MetricMappings>(std::move(mappings));
+  }
   auto impl = std::make_unique<Impl>(std::move(options));
   Impl& m = *impl;
   std::vector<EndpointSpec> specs;

@@ -213,8 +213,8 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     EndpointPoolOptions po;
     po.endpoints_file = c.endpoints_file;
     po.flag_specs = c.endpoints;
-    po.resolve.check.engine = c.engine;
-    po.resolve.check.timeout = std::chrono::milliseconds(
+    po.resolve.scrape.engine = c.engine;
+    po.resolve.scrape.timeout = std::chrono::milliseconds(
         std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(c.scrape_timeout).count()));
     po.interval = c.refresh_interval;
     po.log = &m.log;

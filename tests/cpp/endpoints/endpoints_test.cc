@@ -415,7 +415,7 @@ TEST(ResolveEndpointsTest, EngineFromSpecOverridesTheDefaultEngine) {
                                      Spec("10.0.0.2:8000", kSglangProm, "auto"),  // detects
                                      Spec("10.0.0.3:8000", "none")};              // configured engine, no metrics
   ResolveOptions options;
-  options.check.engine = "vllm";
+  options.scrape.engine = "vllm";
   auto eps = ResolveEndpoints(specs, options);
   ASSERT_TRUE(eps.ok()) << eps.status();
   EXPECT_EQ((*eps)[0].engine, "vllm");
@@ -457,7 +457,7 @@ TEST(ResolveEndpointsTest, UnknownEngineIsAConfigurationError) {
 
   specs[0].engine = "";
   ResolveOptions options;
-  options.check.engine = "tgi";
+  options.scrape.engine = "tgi";
   eps = ResolveEndpoints(specs, options);
   ASSERT_FALSE(eps.ok());
   EXPECT_EQ(eps.status().message().rfind("engine 'tgi': ", 0), 0u) << eps.status();
@@ -471,10 +471,10 @@ TEST(ResolveEndpointsTest, InvalidInputsFailBeforeAnyIo) {
 
   std::vector<EndpointSpec> one = {Spec("10.0.0.1:8000", "none")};
   ResolveOptions options;
-  options.check.timeout = std::chrono::milliseconds(0);
+  options.scrape.timeout = std::chrono::milliseconds(0);
   EXPECT_EQ(ResolveEndpoints(one, options).status().code(), absl::StatusCode::kInvalidArgument);
   options = {};
-  options.check.metric_overrides = {{"queue-length", "x"}};
+  options.scrape.metric_overrides = {{"queue-length", "x"}};
   EXPECT_EQ(ResolveEndpoints(one, options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -485,7 +485,7 @@ TEST(ResolveEndpointsTest, CustomMappingByNameAndByDetection) {
   acme.running = {*MetricSpec::Parse("acme_active_requests")};
   acme.kv_usage = {*MetricSpec::Parse("acme_kv_fraction")};
   ResolveOptions options;
-  options.check.custom_mappings = {acme};
+  options.scrape.custom_mappings = {acme};
   const std::string custom = kDataDir + "/metrics/custom.prom";
   std::vector<EndpointSpec> specs = {Spec("10.0.0.1:8000", custom, "acme"), Spec("10.0.0.2:8000", custom)};
   auto eps = ResolveEndpoints(specs, options);
@@ -502,7 +502,7 @@ TEST(ResolveEndpointsTest, CustomMappingByNameAndByDetection) {
 
 TEST(ResolveEndpointsTest, MetricOverridesApplyToTheChosenMapping) {
   ResolveOptions options;
-  options.check.metric_overrides = {{"queue", "vllm:num_requests_waiting{model_name=base-b}"}};
+  options.scrape.metric_overrides = {{"queue", "vllm:num_requests_waiting{model_name=base-b}"}};
   std::vector<EndpointSpec> specs = {Spec("10.0.0.1:8000", kVllmProm)};
   auto eps = ResolveEndpoints(specs, options);
   ASSERT_TRUE(eps.ok()) << eps.status();
@@ -570,7 +570,7 @@ TEST(ResolveEndpointsTest, MalformedMetricsStrictAndLenient) {
   EXPECT_FALSE((*eps)[0].metrics_time_us.has_value());
 
   ResolveOptions lenient;
-  lenient.check.lenient = true;
+  lenient.scrape.lenient = true;
   eps = ResolveEndpoints(specs, lenient);
   ASSERT_TRUE(eps.ok()) << eps.status();
   EXPECT_EQ((*eps)[0].engine, "vllm");
@@ -585,7 +585,7 @@ TEST(ResolveEndpointsTest, MalformedMetricsStrictAndLenient) {
 
 TEST(ResolveEndpointsTest, FileLargerThanTheCapIsAnError) {
   ResolveOptions options;
-  options.check.max_body_bytes = 64;
+  options.scrape.max_body_bytes = 64;
   std::vector<EndpointSpec> specs = {Spec("10.0.0.1:8000", kVllmProm)};
   auto eps = ResolveEndpoints(specs, options);
   ASSERT_TRUE(eps.ok()) << eps.status();
@@ -613,8 +613,8 @@ TEST(ResolveEndpointsHttpTest, ScrapesDefaultAndExplicitUrls) {
   ManualClock clock(77);
   ResolveOptions options;
   options.clock = &clock;
-  options.check.bearer_token = "s3cret";
-  options.check.timeout = std::chrono::milliseconds(5000);
+  options.scrape.bearer_token = "s3cret";
+  options.scrape.timeout = std::chrono::milliseconds(5000);
   auto eps = ResolveEndpoints(specs, options);
   ASSERT_TRUE(eps.ok()) << eps.status();
   EXPECT_EQ((*eps)[0].engine, "vllm");
@@ -638,8 +638,8 @@ TEST(ResolveEndpointsHttpTest, MetricsPathOption) {
   srv.Start();
   std::vector<EndpointSpec> specs = {Spec("127.0.0.1:" + std::to_string(srv.port()), "")};
   ResolveOptions options;
-  options.check.metrics_path = "custom/prom";  // normalised to /custom/prom
-  options.check.timeout = std::chrono::milliseconds(5000);
+  options.scrape.metrics_path = "custom/prom";  // normalised to /custom/prom
+  options.scrape.timeout = std::chrono::milliseconds(5000);
   auto eps = ResolveEndpoints(specs, options);
   ASSERT_TRUE(eps.ok()) << eps.status();
   EXPECT_EQ((*eps)[0].engine, "sglang");
@@ -653,7 +653,7 @@ TEST(ResolveEndpointsHttpTest, ConnectionRefused) {
   ManualClock clock(9);
   ResolveOptions options;
   options.clock = &clock;
-  options.check.timeout = std::chrono::milliseconds(3000);
+  options.scrape.timeout = std::chrono::milliseconds(3000);
   const auto start = std::chrono::steady_clock::now();
   auto eps = ResolveEndpoints(specs, options);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
@@ -680,7 +680,7 @@ TEST(ResolveEndpointsHttpTest, NonSuccessStatusIsAnError) {
   const std::string address = "127.0.0.1:" + std::to_string(srv.port());
   std::vector<EndpointSpec> specs = {Spec(address, "")};
   ResolveOptions options;
-  options.check.timeout = std::chrono::milliseconds(5000);
+  options.scrape.timeout = std::chrono::milliseconds(5000);
   auto eps = ResolveEndpoints(specs, options);
   ASSERT_TRUE(eps.ok()) << eps.status();
   EXPECT_EQ((*eps)[0].metrics_error,
@@ -710,7 +710,7 @@ TEST(ResolveEndpointsHttpTest, ScrapesConcurrently) {
   std::vector<EndpointSpec> specs = {Spec("10.0.0.1:8000", srv.url() + "/m/1"),
                                      Spec("10.0.0.2:8000", srv.url() + "/m/2")};
   ResolveOptions options;
-  options.check.timeout = std::chrono::milliseconds(5000);
+  options.scrape.timeout = std::chrono::milliseconds(5000);
   auto eps = ResolveEndpoints(specs, options);
   ASSERT_TRUE(eps.ok()) << eps.status();
   for (const Endpoint& e : *eps) {
@@ -728,7 +728,7 @@ TEST(ResolveEndpointsHttpTest, SimulatorEndpointsAreDetected) {
   ASSERT_TRUE(sim.ok()) << sim.status();
   std::vector<EndpointSpec> specs = {Spec("127.0.0.1:" + std::to_string((*sim)->port()), "")};
   ResolveOptions options;
-  options.check.timeout = std::chrono::milliseconds(5000);
+  options.scrape.timeout = std::chrono::milliseconds(5000);
   auto eps = ResolveEndpoints(specs, options);
   ASSERT_TRUE(eps.ok()) << eps.status();
   EXPECT_EQ((*eps)[0].engine, "sglang");
@@ -752,7 +752,7 @@ class RefreshTest : public ::testing::Test {
     srv_.Start();
     address_ = "127.0.0.1:" + std::to_string(srv_.port());
     options_.clock = &clock_;
-    options_.check.timeout = std::chrono::milliseconds(5000);
+    options_.scrape.timeout = std::chrono::milliseconds(5000);
   }
   void Serve(int status, std::string text) {
     std::lock_guard<std::mutex> lock(mu_);

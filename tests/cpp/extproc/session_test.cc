@@ -227,6 +227,35 @@ TEST(ExtProcSessionTest, ModelRewriteHeaderThatIsNotUtf8Is400NamingTheHeader) {
   EXPECT_EQ(stats.requests_in_flight.load(), 0);
 }
 
+TEST(CaptureToHttpRequestTest, EnvelopesAndBareBodiesAsTheGatewaySendsThem) {
+  auto env = CaptureToHttpRequest(
+      R"({"headers": {":method": "PUT", "X-Original-Path": "/v1/chat/completions", "x-multi": ["a", "b"]},)"
+      R"( "body": {"model": "m", "messages": []}, "ts": 5})");
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->method, "PUT");
+  EXPECT_EQ(env->path, "/v1/chat/completions");
+  EXPECT_EQ(env->headers, (std::vector<std::pair<std::string, std::string>>{
+                              {"X-Original-Path", "/v1/chat/completions"}, {"x-multi", "a"}, {"x-multi", "b"}}));
+  EXPECT_EQ(env->body, R"({"model":"m","messages":[]})");
+  // The envelope's path wins over the headers; an override wins over both; a string body is kept.
+  auto path = CaptureToHttpRequest(R"({"path": "/v1/responses", "headers": {":path": "/x"}, "body": "{\"a\":1}"})");
+  ASSERT_TRUE(path.ok());
+  EXPECT_EQ(path->path, "/v1/responses");
+  EXPECT_EQ(path->body, "{\"a\":1}");
+  EXPECT_EQ(CaptureToHttpRequest(R"({"headers": {":path": "/x"}, "body": {}})", "/y")->path, "/y");
+  // A bare body is sent whole, on its own path or the default.
+  const std::string bare = R"({"model": "m", "prompt": "hi", "path": "/v1/completions"})";
+  EXPECT_EQ(CaptureToHttpRequest(bare)->body, bare);
+  EXPECT_EQ(CaptureToHttpRequest(R"({"model": "m"})")->path, std::string(kDefaultRequestPath));
+  // Errors name what is wrong.
+  for (const char* bad : {"[1]", "{", R"({"headers": [], "body": {}})", R"({"headers": {"a": 1}, "body": {}})"}) {
+    auto r = CaptureToHttpRequest(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(std::string(r.status().message()).rfind("capture: ", 0), 0u) << r.status();
+  }
+}
+
 TEST(ExtProcSessionTest, BodyOverTheLimitIs413) {
   SchedulerEnv env({Ep("10.0.0.1:8000")});
   const std::string body = ChatBody("m", std::string(3000, 'x'));

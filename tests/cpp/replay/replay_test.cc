@@ -423,6 +423,55 @@ TEST(NamedReplayPolicyTest, UnknownNameListsTheKnownOnes) {
   for (const std::string& n : NamedReplayPolicies()) EXPECT_NE(p.status().message().find(n), std::string::npos) << n;
 }
 
+TEST(ReplayInputsTest, PoliciesResolveFromNamesYamlTextAndFilesWithUniqueNames) {
+  const std::string file = WriteTemp("my-policy.yaml", "apiVersion: inference.networking.x-k8s.io/v1alpha1\n"
+                                                       "kind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n");
+  const std::string yaml =
+      "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+      "- type: kv-cache-utilization-scorer\n";
+  std::vector<ReplayPolicy> policies;
+  const std::vector<std::string> specs = {"gie-default", file, yaml, "gie-default", file, "gie-default"};
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto p = ResolveReplayPolicy(specs[i], i);
+    ASSERT_TRUE(p.ok()) << specs[i] << ": " << p.status();
+    policies.push_back(*std::move(p));
+  }
+  MakePolicyNamesUnique(policies);
+  std::vector<std::string> names;
+  for (const ReplayPolicy& p : policies) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"gie-default", "my-policy", "policy3", "gie-default#2", "my-policy#2",
+                                             "gie-default#3"}));
+  EXPECT_EQ(policies[2].config.plugins.at(0).type, "kv-cache-utilization-scorer");
+
+  auto unknown = ResolveReplayPolicy("fastest", 0);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  auto missing = ResolveReplayPolicy(::testing::TempDir() + "/nope.yaml", 0);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  auto bad_text = ResolveReplayPolicy("kind: EndpointPickerConfig\nplugins: [", 4);
+  ASSERT_FALSE(bad_text.ok());
+  EXPECT_EQ(std::string(bad_text.status().message()).rfind("policies[4]", 0), 0u) << bad_text.status();
+}
+
+TEST(ReplayInputsTest, TraceFormatIsDetectedFromTheFirstLine) {
+  const std::string mooncake =
+      WriteTemp("detect_mooncake.jsonl", "\n{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1]}\n");
+  const std::string openai = WriteTemp(
+      "detect_openai.jsonl", "{\"timestamp\": 5, \"path\": \"/v1/completions\", \"body\": {\"model\": \"m\", \"prompt\": \"hi\"}}\n");
+  EXPECT_EQ(*DetectTraceFormat(mooncake), TraceFormat::kMooncake);
+  EXPECT_EQ(*DetectTraceFormat(openai), TraceFormat::kOpenAI);
+  EXPECT_EQ(*DetectTraceFormat(WriteTemp("detect_garbage.jsonl", "not json\n")), TraceFormat::kOpenAI);
+  EXPECT_EQ(DetectTraceFormat(::testing::TempDir() + "/none.jsonl").status().code(), absl::StatusCode::kNotFound);
+  auto a = LoadReplayTrace(mooncake);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->size(), 1u);
+  auto b = LoadReplayTrace(openai, TraceFormat::kAuto, 2.0);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->front().arrival_us, 10000);
+  EXPECT_FALSE(LoadReplayTrace(openai, TraceFormat::kMooncake).ok());  // forced: the loader says why
+  EXPECT_EQ(*ParseTraceFormat("auto"), TraceFormat::kAuto);
+  EXPECT_FALSE(ParseTraceFormat("csv").ok());
+}
+
 TEST(ReplayReportTest, JsonTextAndHtml) {
   SharedPrefixWorkload w;
   w.groups = 3;

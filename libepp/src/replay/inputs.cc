@@ -1,0 +1,74 @@
+// What a replay is given, resolved once for `eppctl replay` and pyepp.replay alike: trace files
+// (format detection) and policy arguments (baseline names, YAML text, config files).
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "common/json.h"
+#include "common/strings.h"
+#include "epp/config.h"
+#include "epp/replay.h"
+
+namespace epp {
+
+absl::StatusOr<TraceFormat> ParseTraceFormat(std::string_view name) {
+  if (name == "auto" || name.empty()) return TraceFormat::kAuto;
+  if (name == "mooncake") return TraceFormat::kMooncake;
+  if (name == "openai") return TraceFormat::kOpenAI;
+  return absl::InvalidArgumentError("trace format '" + std::string(name) + "': expected auto, mooncake or openai");
+}
+
+absl::StatusOr<TraceFormat> DetectTraceFormat(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError("cannot read trace '" + path + "'");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (internal::TrimSpace(line).empty()) continue;
+    const nlohmann::json first = internal::ParseJsonOrDiscarded(line);
+    return first.is_object() && first.contains("hash_ids") ? TraceFormat::kMooncake : TraceFormat::kOpenAI;
+  }
+  return TraceFormat::kOpenAI;  // empty: the loader gives an empty trace
+}
+
+absl::StatusOr<std::vector<ReplayRequest>> LoadReplayTrace(const std::string& path, TraceFormat format,
+                                                           double time_scale) {
+  if (format == TraceFormat::kAuto) {
+    EPP_ASSIGN_OR_RETURN(format, DetectTraceFormat(path));
+  }
+  return format == TraceFormat::kMooncake ? LoadMooncakeTrace(path, time_scale) : LoadOpenAITrace(path, time_scale);
+}
+
+absl::StatusOr<ReplayPolicy> ResolveReplayPolicy(std::string_view spec, size_t index) {
+  absl::StatusOr<ReplayPolicy> named = NamedReplayPolicy(spec);
+  if (named.ok()) return named;
+  const bool yaml = spec.find('\n') != std::string_view::npos || internal::TrimSpace(spec).substr(0, 1) == "{" ||
+                    spec.find(": ") != std::string_view::npos;
+  if (yaml) {
+    ReplayPolicy p;
+    p.name = "policy" + std::to_string(index + 1);
+    EPP_ASSIGN_OR_RETURN(p.config, ParseConfig(spec, "policies[" + std::to_string(index) + "]"));
+    return p;
+  }
+  const std::filesystem::path path{std::string(spec)};
+  const std::string ext = path.extension().string();
+  std::error_code ec;
+  if (ext != ".yaml" && ext != ".yml" && ext != ".json" && !std::filesystem::is_regular_file(path, ec))
+    return named.status();
+  ReplayPolicy p;
+  p.name = path.stem().string();
+  EPP_ASSIGN_OR_RETURN(p.config, LoadConfigFile(path.string()));
+  return p;
+}
+
+void MakePolicyNamesUnique(std::vector<ReplayPolicy>& policies) {
+  for (size_t i = 1; i < policies.size(); ++i) {
+    const std::string base = policies[i].name;
+    auto taken = [&](const std::string& name) {
+      return std::any_of(policies.begin(), policies.begin() + static_cast<std::ptrdiff_t>(i),
+                         [&](const ReplayPolicy& q) { return q.name == name; });
+    };
+    for (int k = 2; taken(policies[i].name); ++k) policies[i].name = base + "#" + std::to_string(k);
+  }
+}
+
+}  // namespace epp
