@@ -1,9 +1,12 @@
 #include "commands/config.h"
 
+#include <chrono>
 #include <iostream>
 #include <memory>
 
 #include "epp/config.h"
+#include "epp/endpoints.h"
+#include "epp/metrics.h"
 #include "epp/registry.h"
 #include "epp/scheduler.h"
 #include "output.h"
@@ -26,20 +29,74 @@ void SetupConfigCommand(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("config", "Validate EndpointPickerConfig files and show them after defaults");
   cmd->require_subcommand(1);
 
-  auto file = std::make_shared<std::string>();
+  struct ValidateOptions {
+    std::string file;
+    std::string engine;                  // check the plugins' inputs against this engine's mapping
+    std::vector<std::string> endpoints;  // ADDR[=METRICS]: check them against what these expose
+    std::string endpoints_file;
+    double timeout_s = 2.0;
+  };
+  auto vo = std::make_shared<ValidateOptions>();
   CLI::App* validate = cmd->add_subcommand("validate", "Load FILE as the EPP would; exit 0 when valid, 2 otherwise");
-  validate->add_option("file", *file, "EndpointPickerConfig YAML")->required();
-  validate->callback([file, &exit_code] {
-    auto s = Build(*file);
+  validate->add_option("file", vo->file, "EndpointPickerConfig YAML")->required();
+  validate->add_option("--engine", vo->engine,
+                       "Warn about plugins that read a metric this engine does not expose (vllm, sglang, trtllm-serve, "
+                       "triton-tensorrt-llm)");
+  validate->add_option("--endpoint,-e", vo->endpoints,
+                       "ADDR[=METRICS]: read these endpoints' metrics and warn about plugins that read a metric none of "
+                       "them has; repeatable");
+  validate->add_option("--endpoints", vo->endpoints_file, "Endpoints file to read and check likewise");
+  validate->add_option("--timeout", vo->timeout_s, "Seconds per metrics read")->capture_default_str();
+  validate->callback([vo, &exit_code] {
+    auto s = Build(vo->file);
     if (!s.ok()) {
       exit_code = PrintError(s.status());
       return;
     }
     for (const std::string& w : (*s)->warnings()) std::cerr << "warning: " << w << "\n";
-    std::cout << *file << ": valid (profiles: ";
+    std::vector<epp::MissingInput> missing;
+    if (!vo->engine.empty()) {
+      absl::StatusOr<epp::MetricMapping> mapping = epp::ResolveMapping(vo->engine, epp::ScrapeOptions());
+      if (!mapping.ok()) {
+        exit_code = PrintError(absl::Status(mapping.status().code(), "--engine: " + std::string(mapping.status().message())));
+        return;
+      }
+      missing = (*s)->MissingInputs(*mapping);
+    }
+    if (!vo->endpoints.empty() || !vo->endpoints_file.empty()) {
+      std::vector<epp::EndpointSpec> specs;
+      if (!vo->endpoints_file.empty()) {
+        auto loaded = epp::LoadEndpointsFile(vo->endpoints_file);
+        if (!loaded.ok()) {
+          exit_code = PrintError(loaded.status());
+          return;
+        }
+        specs = *std::move(loaded);
+      }
+      for (size_t i = 0; i < vo->endpoints.size(); ++i) {
+        auto spec = epp::ParseEndpointFlag(vo->endpoints[i], static_cast<int>(i + 1));
+        if (!spec.ok()) {
+          exit_code = PrintError(spec.status());
+          return;
+        }
+        specs.push_back(*std::move(spec));
+      }
+      epp::ResolveOptions ro;
+      ro.scrape.timeout = std::chrono::milliseconds(static_cast<int64_t>(vo->timeout_s * 1000));
+      auto endpoints = epp::ResolveEndpoints(specs, ro);
+      if (!endpoints.ok()) {
+        exit_code = PrintError(endpoints.status());
+        return;
+      }
+      for (const epp::Endpoint& e : *endpoints)
+        if (!e.metrics_error.empty()) std::cerr << "warning: " << e.metrics_error << "\n";
+      for (epp::MissingInput& m : (*s)->MissingInputs(*endpoints)) missing.push_back(std::move(m));
+    }
+    for (const epp::MissingInput& m : missing) std::cerr << "warning: " << m.ToString() << "\n";
+    std::cout << vo->file << ": valid (profiles: ";
     const auto names = (*s)->ProfileNames();
     for (size_t i = 0; i < names.size(); ++i) std::cout << (i ? ", " : "") << names[i];
-    std::cout << ")\n";
+    std::cout << ")" << (missing.empty() ? "" : "; " + std::to_string(missing.size()) + " input warning(s)") << "\n";
     exit_code = kExitOk;
   });
 

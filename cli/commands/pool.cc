@@ -63,6 +63,9 @@ absl::StatusOr<std::unique_ptr<Pool>> BuildPool(const PoolOptions& o) {
   EPP_ASSIGN_OR_RETURN(pool->endpoints, epp::ResolveEndpoints(specs, ro));
   for (const epp::Endpoint& e : pool->endpoints)
     if (!e.metrics_error.empty()) std::cerr << "warning: " << e.metrics_error << "\n";
+  // A scorer reading a metric no endpoint has scores 0 everywhere without saying so per pick.
+  for (const epp::MissingInput& m : pool->scheduler->MissingInputs(pool->endpoints))
+    std::cerr << "warning: " << m.ToString() << "\n";
   return pool;
 }
 

@@ -556,6 +556,25 @@ class Scheduler:
                         "buckets": _buckets(t.bucket_counts, t.count)})
         return out
 
+    def missing_inputs(self, *, engine: Optional[str] = None,
+                       endpoints: Optional[Iterable["Endpoint"]] = None) -> List[Dict[str, str]]:
+        """Plugins that read a metric the ``engine``'s mapping has no metric for, or that none of
+        ``endpoints`` reported (give one of the two): such a plugin degrades silently (a scorer
+        scores 0 everywhere). One dict per (plugin, input): ``{"plugin", "type", "input", "why",
+        "message"}``, as ``eppctl config validate --engine/--endpoint`` prints them."""
+        if (engine is None) == (endpoints is None):
+            raise TypeError("missing_inputs: give engine= or endpoints=")
+        if engine is not None:
+            if not isinstance(engine, str):
+                raise TypeError("engine must be a str")
+            return list(self._native.missing_inputs_for_engine(engine))
+        natives = []
+        for e in endpoints:  # type: ignore[union-attr]
+            if not isinstance(e, Endpoint):
+                raise TypeError(f"endpoints must be pyepp.Endpoint values, not {type(e).__name__}")
+            natives.append(e._native)
+        return list(self._native.missing_inputs_for_endpoints(natives))
+
     def cycle_timing(self) -> Dict[str, Any]:
         """Duration of whole :meth:`pick` calls (every outcome) since the scheduler was built:
         ``{"count", "sum_seconds", "buckets"}`` as in :meth:`plugin_timings`."""

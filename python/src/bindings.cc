@@ -128,6 +128,8 @@ void BindScheduler(py::module_& m) {
       .def("prefix_index_entries", &Scheduler_PrefixIndexEntriesShim, py::call_guard<py::gil_scoped_release>())
       .def("inflight", &Scheduler_InflightShim, py::arg("endpoint"), py::call_guard<py::gil_scoped_release>())
       .def("plugin_timings", &Scheduler_PluginTimingsShim, py::call_guard<py::gil_scoped_release>())
+      .def("missing_inputs_for_engine", &Scheduler_MissingInputsEngineShim, py::arg("engine"))
+      .def("missing_inputs_for_endpoints", &Scheduler_MissingInputsEndpointsShim, py::arg("endpoints"))
       .def("cycle_timing", &Scheduler_CycleTimingShim, py::call_guard<py::gil_scoped_release>());
 }
 

@@ -538,6 +538,31 @@ std::pair<int64_t, int64_t> Scheduler_InflightShim(const SchedulerHolder& holder
   return holder.scheduler->Inflight(endpoint);
 }
 
+namespace {
+py::list MissingInputsList(const std::vector<epp::MissingInput>& missing) {
+  py::list out;
+  for (const epp::MissingInput& m : missing) {
+    py::dict d;
+    d["plugin"] = m.plugin;
+    d["type"] = m.type;
+    d["input"] = std::string(epp::PluginInputName(m.input));
+    d["why"] = m.why;
+    d["message"] = m.ToString();
+    out.append(std::move(d));
+  }
+  return out;
+}
+}  // namespace
+
+py::list Scheduler_MissingInputsEngineShim(const SchedulerHolder& holder, const std::string& engine) {
+  const epp::MetricMapping mapping = Unwrap(epp::ResolveMapping(engine, epp::ScrapeOptions()));
+  return MissingInputsList(holder.scheduler->MissingInputs(mapping));
+}
+
+py::list Scheduler_MissingInputsEndpointsShim(const SchedulerHolder& holder, const std::vector<epp::Endpoint>& endpoints) {
+  return MissingInputsList(holder.scheduler->MissingInputs(endpoints));
+}
+
 std::vector<epp::PluginTiming> Scheduler_PluginTimingsShim(const SchedulerHolder& holder) {
   return holder.scheduler->PluginTimings();
 }

@@ -183,6 +183,10 @@ std::vector<std::string> Scheduler_ProfileNamesShim(const SchedulerHolder& holde
 size_t Scheduler_PrefixIndexEntriesShim(const SchedulerHolder& holder);
 std::pair<int64_t, int64_t> Scheduler_InflightShim(const SchedulerHolder& holder, const std::string& endpoint);
 std::vector<epp::PluginTiming> Scheduler_PluginTimingsShim(const SchedulerHolder& holder);
+// Scheduler::MissingInputs over an engine's mapping (a name, resolved as eppctl check does) or
+// over endpoints, as {"plugin", "type", "input", "why", "message"} dicts.
+py::list Scheduler_MissingInputsEngineShim(const SchedulerHolder& holder, const std::string& engine);
+py::list Scheduler_MissingInputsEndpointsShim(const SchedulerHolder& holder, const std::vector<epp::Endpoint>& endpoints);
 epp::DurationHistogram Scheduler_CycleTimingShim(const SchedulerHolder& holder);
 
 // PickResultToJson() / PickResultToText() of an outcome (indent < 0: compact JSON).

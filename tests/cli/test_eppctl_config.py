@@ -221,3 +221,25 @@ def test_shared_fixture_configs_validate_or_name_their_unsupported_types(eppctl,
     # ... and every unsupported type of the file is named, at once.
     missing = {(p["type"], str(i)) for i, p in enumerate(doc["plugins"]) if p["type"] not in known}
     assert missing == set(named)
+
+
+def test_validate_warns_about_inputs_the_engine_or_endpoints_lack(eppctl, tmp_path):
+    cfg = write(tmp_path, "lora.yaml", "plugins:\n- type: lora-affinity-scorer\n- type: queue-scorer\n")
+    r = eppctl("config", "validate", cfg, "--engine", "sglang")
+    assert r.returncode == 0, r.stderr
+    assert ("warning: plugin 'lora-affinity-scorer' (lora-affinity-scorer) reads lora, but engine sglang has no "
+            "metric for lora: it cannot use it") in r.stderr
+    assert "1 input warning(s)" in r.stdout
+    r = eppctl("config", "validate", cfg, "--engine", "vllm")
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    r = eppctl("config", "validate", cfg, "--engine", "tgi")
+    assert r.returncode == 2 and "--engine" in r.stderr
+    # Endpoints whose metrics are read: a metrics file with a queue but no LoRA info.
+    metrics = tmp_path / "m.prom"
+    metrics.write_text("# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 1\n"
+                       "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n"
+                       "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0.5\n")
+    r = eppctl("config", "validate", cfg, "--endpoint", "10.0.0.1:8000=%s" % metrics)
+    assert r.returncode == 0, r.stderr
+    assert "reads lora, but the endpoint did not report lora" in r.stderr
+    assert "queue" not in r.stderr.replace("valid", "")

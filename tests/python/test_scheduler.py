@@ -640,3 +640,19 @@ def test_example_pick_runs(source_dir: Path) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.startswith("200 -> 10.0.0.2:8000\n"), run.stdout
     assert "winner" in run.stdout and '"x-gateway-destination-endpoint": "10.0.0.2:8000"' in run.stdout
+
+
+def test_missing_inputs_for_an_engine_and_for_endpoints() -> None:
+    yaml_text = ("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+                 "- type: lora-affinity-scorer\n- type: queue-scorer\n")
+    s = pyepp.Scheduler.from_yaml(yaml_text)
+    missing = s.missing_inputs(engine="sglang")
+    assert [(m["plugin"], m["input"]) for m in missing] == [("lora-affinity-scorer", "lora")]
+    assert missing[0]["message"].startswith("plugin 'lora-affinity-scorer' (lora-affinity-scorer) reads lora")
+    assert s.missing_inputs(engine="vllm") == []
+    with pytest.raises(pyepp.NotFoundError):
+        s.missing_inputs(engine="tgi")
+    eps = [pyepp.Endpoint("10.0.0.1:8000", {"waiting_queue_size": 1, "running_requests": 0, "kv_cache_usage": 0.1})]
+    assert [m["input"] for m in s.missing_inputs(endpoints=eps)] == ["lora"]
+    with pytest.raises(TypeError):
+        s.missing_inputs()

@@ -14,9 +14,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "epp/params.h"
@@ -102,6 +104,48 @@ class SaturationDetector;
 class DataProducer;
 class RequestObserver;
 
+// What a plugin reads besides the request (GIE's Consumes()): endpoint metrics, labels, the
+// scheduler's in-flight counters and per-cycle data of a producer. BuildScheduler adds the prefix
+// producer a profile needs from it; `eppctl config validate --engine/--endpoint` and `explain`
+// use it to warn that a plugin reads a metric the endpoints do not expose (it then degrades:
+// scores 0, keeps every endpoint).
+enum class PluginInput : uint32_t {
+  kWaitingQueue = 1u << 0,     // EndpointMetrics::waiting_queue_size
+  kRunningRequests = 1u << 1,  // EndpointMetrics::running_requests
+  kKvCacheUsage = 1u << 2,     // EndpointMetrics::kv_cache_usage
+  kLora = 1u << 3,             // EndpointMetrics::lora
+  kCacheGeometry = 1u << 4,    // EndpointMetrics::cache_block_size, cache_num_blocks
+  kLabels = 1u << 5,           // Endpoint::labels
+  kInflightLoad = 1u << 6,     // the scheduler's in-flight requests and tokens per endpoint
+  kPrefixMatch = 1u << 7,      // a prefix producer's match data (SchedulingContext::prefix)
+};
+inline constexpr PluginInput kAllPluginInputs[] = {
+    PluginInput::kWaitingQueue, PluginInput::kRunningRequests, PluginInput::kKvCacheUsage, PluginInput::kLora,
+    PluginInput::kCacheGeometry, PluginInput::kLabels, PluginInput::kInflightLoad, PluginInput::kPrefixMatch};
+// "waiting_queue_size", "running_requests", "kv_cache_usage", "lora", "cache_geometry", "labels",
+// "inflight_load", "prefix_match".
+std::string_view PluginInputName(PluginInput input);
+
+class PluginInputs {
+ public:
+  constexpr PluginInputs() = default;
+  constexpr PluginInputs(std::initializer_list<PluginInput> inputs) {
+    for (PluginInput i : inputs) bits_ |= static_cast<uint32_t>(i);
+  }
+  constexpr bool has(PluginInput i) const { return (bits_ & static_cast<uint32_t>(i)) != 0; }
+  constexpr bool empty() const { return bits_ == 0; }
+  constexpr PluginInputs operator|(PluginInputs o) const {
+    PluginInputs r;
+    r.bits_ = bits_ | o.bits_;
+    return r;
+  }
+  // The names in kAllPluginInputs order, joined with ", "; "" when empty.
+  std::string ToString() const;
+
+ private:
+  uint32_t bits_ = 0;
+};
+
 class Plugin {
  public:
   explicit Plugin(TypedName typed_name) : typed_name_(std::move(typed_name)) {}
@@ -115,6 +159,8 @@ class Plugin {
 
   // The parameters in effect, defaults filled in (a map; empty for plugins without any).
   virtual Params EffectiveParams() const { return Params::Map(); }
+  // What the plugin reads (see PluginInput); nothing by default.
+  virtual PluginInputs Consumes() const { return {}; }
 
   // The extension points this plugin implements; nullptr for the others.
   virtual const Filter* AsFilter() const { return nullptr; }

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "epp/endpoint.h"
+#include "epp/metrics.h"
 #include "epp/plugin.h"
 #include "epp/request.h"
 #include "epp/scheduling.h"
@@ -139,6 +140,21 @@ struct PluginTiming {
   std::vector<uint64_t> bucket_counts;  // cumulative, as DurationHistogram::bucket_counts
 };
 
+// A plugin input the endpoints cannot provide: the plugin then degrades (scores 0, keeps every
+// endpoint, counts the endpoint as saturated) without saying so per request.
+struct MissingInput {
+  std::string plugin;  // plugin name
+  std::string type;
+  PluginInput input;
+  std::string why;  // "engine sglang has no metric for lora", "none of the 3 endpoints reported lora"
+  // "plugin 'lora-affinity-scorer' (lora-affinity-scorer) reads lora, but engine sglang has no
+  // metric for lora: it cannot use it".
+  std::string ToString() const {
+    return "plugin '" + plugin + "' (" + type + ") reads " + std::string(PluginInputName(input)) + ", but " + why +
+           ": it cannot use it";
+  }
+};
+
 class Scheduler {
  public:
   ~Scheduler();
@@ -163,6 +179,13 @@ class Scheduler {
   size_t PrefixIndexEntries() const;
   // In-flight counters of an endpoint: {requests, tokens}.
   std::pair<int64_t, int64_t> Inflight(std::string_view endpoint) const;
+
+  // Inputs of the configured plugins (Plugin::Consumes) that an engine's mapping has no metric
+  // for (`eppctl config validate --engine`), in plugin order.
+  std::vector<MissingInput> MissingInputs(const MetricMapping& mapping) const;
+  // Metric inputs that none of `endpoints` provides (as read): what `eppctl config validate
+  // --endpoint`, `explain` and `pick` warn about. Nothing for an empty span.
+  std::vector<MissingInput> MissingInputs(std::span<const Endpoint> endpoints) const;
 
   // Plugin time since the scheduler was built: one entry per (extension point, plugin instance)
   // the configuration uses, in the order a pick calls them (data producers, saturation detector,

@@ -38,6 +38,7 @@ class CacheAwareScorer : public Plugin, public Scorer, public RequestObserver, p
  public:
   CacheAwareScorer(TypedName tn, CacheAwareOptions o) : Plugin(std::move(tn)), o_(o) {}
   const Scorer* AsScorer() const override { return this; }
+  PluginInputs Consumes() const override { return {PluginInput::kInflightLoad}; }
   const RequestObserver* AsRequestObserver() const override { return this; }
   ScorerCategory category() const override { return ScorerCategory::kAffinity; }
   Params EffectiveParams() const override {

@@ -52,6 +52,7 @@ class SelectorFilter : public Plugin, public Filter {
   SelectorFilter(TypedName tn, Selector sel, Params effective)
       : Plugin(std::move(tn)), sel_(std::move(sel)), effective_(std::move(effective)) {}
   const Filter* AsFilter() const override { return this; }
+  PluginInputs Consumes() const override { return {PluginInput::kLabels}; }
   Params EffectiveParams() const override { return effective_; }
   std::vector<const Endpoint*> Apply(const SchedulingContext&, Candidates candidates) const override {
     std::vector<const Endpoint*> out;
@@ -74,6 +75,7 @@ class RoleFilter : public Plugin, public Filter {
   RoleFilter(TypedName tn, std::set<std::string> roles, bool keep_unlabeled)
       : Plugin(std::move(tn)), roles_(std::move(roles)), keep_unlabeled_(keep_unlabeled) {}
   const Filter* AsFilter() const override { return this; }
+  PluginInputs Consumes() const override { return {PluginInput::kLabels}; }
   std::vector<const Endpoint*> Apply(const SchedulingContext&, Candidates candidates) const override {
     std::vector<const Endpoint*> out;
     for (const Endpoint* e : candidates)
@@ -110,6 +112,7 @@ class PrefixAffinityFilter : public Plugin, public Filter {
   };
   PrefixAffinityFilter(TypedName tn, Options o, Rng* rng) : Plugin(std::move(tn)), o_(o), rng_(rng) {}
   const Filter* AsFilter() const override { return this; }
+  PluginInputs Consumes() const override { return {PluginInput::kPrefixMatch, PluginInput::kInflightLoad}; }
   Params EffectiveParams() const override {
     Params p = Params::Map();
     p.Set("affinityThreshold", Params::Number(o_.threshold));
@@ -219,6 +222,7 @@ class ByLabelFilter : public Plugin, public Filter {
   ByLabelFilter(TypedName tn, std::string label, std::vector<std::string> values, bool allow_missing)
       : Plugin(std::move(tn)), label_(std::move(label)), values_(std::move(values)), allow_missing_(allow_missing) {}
   const Filter* AsFilter() const override { return this; }
+  PluginInputs Consumes() const override { return {PluginInput::kLabels}; }
   Params EffectiveParams() const override {
     Params p = Params::Map();
     p.Set("label", Params::String(label_));

@@ -132,6 +132,7 @@ class UtilizationDetector : public Plugin, public SaturationDetector, public Fil
   };
   UtilizationDetector(TypedName tn, Options o) : Plugin(std::move(tn)), o_(o) {}
   const SaturationDetector* AsSaturationDetector() const override { return this; }
+  PluginInputs Consumes() const override { return {PluginInput::kWaitingQueue, PluginInput::kKvCacheUsage}; }
   const Filter* AsFilter() const override { return this; }
   Params EffectiveParams() const override {
     Params p = Params::Map();

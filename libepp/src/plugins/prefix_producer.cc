@@ -26,6 +26,9 @@ class ApproxPrefixProducer : public Plugin, public DataProducer, public RequestO
         o_(o),
         index_(PrefixIndexOptions{o.block_size_tokens, MaxBlocksCap(o), o.lru_capacity}) {}
   const DataProducer* AsDataProducer() const override { return this; }
+  PluginInputs Consumes() const override {
+    return o_.auto_tune ? PluginInputs{PluginInput::kCacheGeometry} : PluginInputs{};
+  }
   const RequestObserver* AsRequestObserver() const override { return this; }
   Params EffectiveParams() const override {
     Params p = Params::Map();

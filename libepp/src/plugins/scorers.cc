@@ -21,8 +21,10 @@ using internal::Num;
 class MinMaxScorer : public Plugin, public Scorer {
  public:
   using Getter = std::optional<double> (*)(const Endpoint&);
-  MinMaxScorer(TypedName tn, Getter get, const char* what) : Plugin(std::move(tn)), get_(get), what_(what) {}
+  MinMaxScorer(TypedName tn, Getter get, const char* what, PluginInput input)
+      : Plugin(std::move(tn)), get_(get), what_(what), input_(input) {}
   const Scorer* AsScorer() const override { return this; }
+  PluginInputs Consumes() const override { return {input_}; }
   ScorerCategory category() const override { return ScorerCategory::kDistribution; }
 
   void Score(const SchedulingContext&, Candidates candidates, std::span<double> scores) const override {
@@ -61,12 +63,14 @@ class MinMaxScorer : public Plugin, public Scorer {
   }
   Getter get_;
   const char* what_;
+  PluginInput input_;
 };
 
 class KvCacheScorer : public Plugin, public Scorer {
  public:
   using Plugin::Plugin;
   const Scorer* AsScorer() const override { return this; }
+  PluginInputs Consumes() const override { return {PluginInput::kKvCacheUsage}; }
   ScorerCategory category() const override { return ScorerCategory::kDistribution; }
   void Score(const SchedulingContext&, Candidates candidates, std::span<double> scores) const override {
     for (size_t i = 0; i < candidates.size(); ++i) {
@@ -84,6 +88,7 @@ class LoraAffinityScorer : public Plugin, public Scorer {
  public:
   using Plugin::Plugin;
   const Scorer* AsScorer() const override { return this; }
+  PluginInputs Consumes() const override { return {PluginInput::kLora}; }
   ScorerCategory category() const override { return ScorerCategory::kAffinity; }
   void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
     for (size_t i = 0; i < candidates.size(); ++i) scores[i] = Value(ctx, *candidates[i]).first;
@@ -108,6 +113,7 @@ class TokenLoadScorer : public Plugin, public Scorer {
  public:
   TokenLoadScorer(TypedName tn, int64_t threshold) : Plugin(std::move(tn)), threshold_(threshold) {}
   const Scorer* AsScorer() const override { return this; }
+  PluginInputs Consumes() const override { return {PluginInput::kInflightLoad}; }
   ScorerCategory category() const override { return ScorerCategory::kDistribution; }
   Params EffectiveParams() const override {
     Params p = Params::Map();
@@ -133,6 +139,7 @@ class PrefixCacheScorer : public Plugin, public Scorer {
   PrefixCacheScorer(TypedName tn, double w, int64_t scale, std::string producer)
       : Plugin(std::move(tn)), weight_(w), scale_tokens_(scale), producer_(std::move(producer)) {}
   const Scorer* AsScorer() const override { return this; }
+  PluginInputs Consumes() const override { return {PluginInput::kPrefixMatch}; }
   ScorerCategory category() const override { return ScorerCategory::kAffinity; }
   Params EffectiveParams() const override {
     Params p = Params::Map();
@@ -180,14 +187,15 @@ double PrefixRatio(int match_blocks, int total_blocks) {
 PluginOr CreateQueueScorer(const std::string& name, const Params& params, const PluginContext&) {
   EPP_RETURN_IF_ERROR(params.CheckKeys({}));
   return std::make_unique<MinMaxScorer>(
-      TN(kQueueScorerType, name), [](const Endpoint& e) { return e.metrics.waiting_queue_size; }, "queue");
+      TN(kQueueScorerType, name), [](const Endpoint& e) { return e.metrics.waiting_queue_size; }, "queue",
+      PluginInput::kWaitingQueue);
 }
 
 PluginOr CreateRunningRequestsScorer(const std::string& name, const Params& params, const PluginContext&) {
   EPP_RETURN_IF_ERROR(params.CheckKeys({}));
   return std::make_unique<MinMaxScorer>(
       TN(kRunningRequestsScorerType, name), [](const Endpoint& e) { return e.metrics.running_requests; },
-      "running");
+      "running", PluginInput::kRunningRequests);
 }
 
 PluginOr CreateKvCacheScorer(const std::string& name, const Params& params, const PluginContext&) {

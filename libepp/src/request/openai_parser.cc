@@ -936,6 +936,9 @@ simdjson::dom::parser& ThreadParser(int slot) {
 class Document {
  public:
   absl::Status Parse(std::string_view text, int slot, const JsonPath* where) {
+    // simdjson copies the text with memcpy, which must not get the null pointer of an empty
+    // std::string_view() (undefined behaviour even for 0 bytes).
+    if (text.data() == nullptr) text = std::string_view("", 0);
     simdjson::dom::parser* parser = &ThreadParser(slot);
     if (text.size() > kMaxRetainedDocumentBytes) {
       own_ = std::make_unique<simdjson::dom::parser>();

@@ -27,9 +27,8 @@ absl::Status Err(const EppConfig& c, int line, const std::string& path, std::str
   return absl::InvalidArgumentError(absl::StrCat(Where(c, line, path), ": ", ToAbsl(msg)));
 }
 
-bool NeedsPrefix(const Plugin& p) {
-  return p.type() == plugins::kPrefixCacheScorerType || p.type() == plugins::kPrefixAffinityFilterType;
-}
+// A plugin that reads a prefix producer's match data needs one in the scheduler.
+bool NeedsPrefix(const Plugin& p) { return p.Consumes().has(PluginInput::kPrefixMatch); }
 
 // YAML for the effective configuration (block style; scalars quoted when plain style would
 // change their meaning).

@@ -41,4 +41,25 @@ uint64_t SeededRng::Next() {
   return z ^ (z >> 31);
 }
 
+std::string_view PluginInputName(PluginInput input) {
+  switch (input) {
+    case PluginInput::kWaitingQueue: return "waiting_queue_size";
+    case PluginInput::kRunningRequests: return "running_requests";
+    case PluginInput::kKvCacheUsage: return "kv_cache_usage";
+    case PluginInput::kLora: return "lora";
+    case PluginInput::kCacheGeometry: return "cache_geometry";
+    case PluginInput::kLabels: return "labels";
+    case PluginInput::kInflightLoad: return "inflight_load";
+    case PluginInput::kPrefixMatch: return "prefix_match";
+  }
+  return "?";
+}
+
+std::string PluginInputs::ToString() const {
+  std::string out;
+  for (PluginInput i : kAllPluginInputs)
+    if (has(i)) out += (out.empty() ? "" : ", ") + std::string(PluginInputName(i));
+  return out;
+}
+
 }  // namespace epp

@@ -387,6 +387,66 @@ size_t Scheduler::PrefixIndexEntries() const {
 
 std::pair<int64_t, int64_t> Scheduler::Inflight(std::string_view endpoint) const { return impl_->load->Get(endpoint); }
 
+namespace {
+
+// The metric inputs an endpoint's EndpointMetrics carries (the others are epp's own state).
+bool MetricInput(PluginInput i) {
+  return i == PluginInput::kWaitingQueue || i == PluginInput::kRunningRequests || i == PluginInput::kKvCacheUsage ||
+         i == PluginInput::kLora || i == PluginInput::kCacheGeometry;
+}
+
+bool Provides(const Endpoint& e, PluginInput i) {
+  switch (i) {
+    case PluginInput::kWaitingQueue: return e.metrics.waiting_queue_size.has_value();
+    case PluginInput::kRunningRequests: return e.metrics.running_requests.has_value();
+    case PluginInput::kKvCacheUsage: return e.metrics.kv_cache_usage.has_value();
+    case PluginInput::kLora: return e.metrics.lora.has_value();
+    case PluginInput::kCacheGeometry: return e.metrics.cache_block_size.has_value() && e.metrics.cache_num_blocks.has_value();
+    default: return true;
+  }
+}
+
+bool Maps(const MetricMapping& m, PluginInput i) {
+  switch (i) {
+    case PluginInput::kWaitingQueue: return !m.queue.empty();
+    case PluginInput::kRunningRequests: return !m.running.empty();
+    case PluginInput::kKvCacheUsage: return !m.kv_usage.empty();
+    case PluginInput::kLora: return !m.lora.empty();
+    case PluginInput::kCacheGeometry: return !m.cache_info.empty() || (!m.cache_block_size.empty() && !m.cache_num_blocks.empty());
+    default: return true;
+  }
+}
+
+}  // namespace
+
+std::vector<MissingInput> Scheduler::MissingInputs(const MetricMapping& mapping) const {
+  std::vector<MissingInput> out;
+  for (const auto& p : impl_->plugins)
+    for (PluginInput i : kAllPluginInputs)
+      if (p->Consumes().has(i) && MetricInput(i) && !Maps(mapping, i))
+        out.push_back({p->name(), p->type(), i,
+                       absl::StrCat("engine ", mapping.engine, " has no metric for ", std::string(PluginInputName(i)))});
+  return out;
+}
+
+std::vector<MissingInput> Scheduler::MissingInputs(std::span<const Endpoint> endpoints) const {
+  std::vector<MissingInput> out;
+  if (endpoints.empty()) return out;
+  for (const auto& p : impl_->plugins) {
+    for (PluginInput i : kAllPluginInputs) {
+      // Labels are configuration, and a filter without them has its own rule (decode-filter keeps
+      // endpoints without a role): only metrics are reported.
+      if (!p->Consumes().has(i) || !MetricInput(i)) continue;
+      if (std::any_of(endpoints.begin(), endpoints.end(), [&](const Endpoint& e) { return Provides(e, i); })) continue;
+      const std::string what(PluginInputName(i));
+      out.push_back({p->name(), p->type(), i,
+                     endpoints.size() == 1 ? "the endpoint did not report " + what
+                                           : absl::StrCat("none of the ", endpoints.size(), " endpoints reported ", what)});
+    }
+  }
+  return out;
+}
+
 std::vector<PluginTiming> Scheduler::PluginTimings() const {
   std::vector<PluginTiming> out;
   out.reserve(impl_->timers.size());
