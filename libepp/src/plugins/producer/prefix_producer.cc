@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "epp/prefix_cache.h"
 #include "epp/scheduling.h"
-#include "plugins/plugins.h"
+#include "plugins/producer/producer.h"
 
 namespace epp::plugins {
 namespace {

@@ -7,7 +7,8 @@
 #include "absl/strings/str_join.h"
 #include "common/strings.h"
 #include "epp/scheduling.h"
-#include "plugins/plugins.h"
+#include "plugins/filter/filter.h"
+#include "plugins/scorer/scorer.h"  // PrefixRatio
 
 namespace epp::plugins {
 namespace {
@@ -157,7 +158,6 @@ class PrefixAffinityFilter : public Plugin, public Filter {
   Rng* rng_;
 };
 
-TypedName TN(std::string_view type, const std::string& name) { return TypedName{std::string(type), name}; }
 
 absl::Status ReadStringList(const Params& list, std::vector<std::string>& out) {
   if (list.kind() != Params::Kind::kList) return absl::InvalidArgumentError(absl::StrCat(list.path(), ": expected a list"));

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/strings.h"
 #include "epp/scheduling.h"
-#include "plugins/plugins.h"
+#include "plugins/scorer/scorer.h"
 #include "plugins/scorer/approx_radix_tree.h"
 
 namespace epp::plugins {

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/strings.h"
-#include "plugins/plugins.h"
+#include "plugins/scorer/scorer.h"
 #include "epp/scheduling.h"
 
 namespace epp::plugins {
@@ -176,7 +176,6 @@ class PrefixCacheScorer : public Plugin, public Scorer {
   std::string producer_;
 };
 
-TypedName TN(std::string_view type, const std::string& name) { return TypedName{std::string(type), name}; }
 
 }  // namespace
 

@@ -1,0 +1,20 @@
+// Private: plugin types of GIE configs that name what epp does anyway (accepted.cc); their parameters
+// are validated and kept for the effective config.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "plugins/plugin_util.h"
+
+namespace epp::plugins {
+
+inline constexpr std::string_view kMetricsDataSourceType = "metrics-data-source";
+inline constexpr std::string_view kCoreMetricsExtractorType = "core-metrics-extractor";
+inline constexpr std::string_view kOpenAIParserType = "openai-parser";
+
+PluginOr CreateMetricsDataSource(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateCoreMetricsExtractor(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateOpenAIParser(const std::string& name, const Params& params, const PluginContext& ctx);
+
+}  // namespace epp::plugins

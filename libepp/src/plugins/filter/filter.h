@@ -1,0 +1,29 @@
+// Private: the filters (filters.cc): label selectors, llm-d role filters, prefix affinity.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "plugins/plugin_util.h"
+
+namespace epp::plugins {
+
+inline constexpr std::string_view kLabelSelectorFilterType = "label-selector-filter";
+inline constexpr std::string_view kByLabelSelectorFilterType = "by-label-selector";  // deprecated alias
+inline constexpr std::string_view kByLabelFilterType = "by-label";
+inline constexpr std::string_view kDecodeFilterType = "decode-filter";
+inline constexpr std::string_view kPrefillFilterType = "prefill-filter";
+inline constexpr std::string_view kEncodeFilterType = "encode-filter";
+inline constexpr std::string_view kPrefixAffinityFilterType = "prefix-cache-affinity-filter";
+
+// The label llm-d's role filters read.
+inline constexpr std::string_view kRoleLabel = "llm-d.ai/role";
+
+PluginOr CreateLabelSelectorFilter(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateByLabelFilter(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateDecodeFilter(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreatePrefillFilter(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateEncodeFilter(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreatePrefixAffinityFilter(const std::string& name, const Params& params, const PluginContext& ctx);
+
+}  // namespace epp::plugins

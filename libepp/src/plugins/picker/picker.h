@@ -1,0 +1,21 @@
+// Private: the pickers (pickers.cc).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "plugins/plugin_util.h"
+
+namespace epp::plugins {
+
+inline constexpr std::string_view kMaxScorePickerType = "max-score-picker";
+inline constexpr std::string_view kRandomPickerType = "random-picker";
+inline constexpr std::string_view kWeightedRandomPickerType = "weighted-random-picker";
+inline constexpr std::string_view kRoundRobinPickerType = "round-robin-picker";  // epp's own
+
+PluginOr CreateMaxScorePicker(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateRandomPicker(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateWeightedRandomPicker(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateRoundRobinPicker(const std::string& name, const Params& params, const PluginContext& ctx);
+
+}  // namespace epp::plugins

@@ -1,0 +1,120 @@
+// Pickers: max-score, random and weighted-random (GIE's), round-robin (epp's own, for baselines).
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "epp/scheduling.h"
+#include "plugins/picker/picker.h"
+
+namespace epp::plugins {
+namespace {
+
+enum class PickKind { kMaxScore, kRandom, kWeightedRandom };
+
+class BasicPicker : public Plugin, public Picker {
+ public:
+  BasicPicker(TypedName tn, PickKind kind, int max_endpoints, Rng* rng)
+      : Plugin(std::move(tn)), kind_(kind), max_(max_endpoints), rng_(rng) {}
+  const Picker* AsPicker() const override { return this; }
+  Params EffectiveParams() const override {
+    Params p = Params::Map();
+    p.Set("maxNumOfEndpoints", Params::Int(max_));
+    return p;
+  }
+
+  std::vector<const Endpoint*> Pick(const SchedulingContext& ctx, std::span<const ScoredEndpoint> scored) const override {
+    Rng& rng = *(ctx.rng ? ctx.rng : rng_);
+    std::vector<ScoredEndpoint> v(scored.begin(), scored.end());
+    // Shuffle first: the stable sort below then breaks ties at random (GIE's max-score picker).
+    rng.Shuffle(std::span<ScoredEndpoint>(v));
+    switch (kind_) {
+      case PickKind::kMaxScore:
+        std::stable_sort(v.begin(), v.end(), [](const ScoredEndpoint& a, const ScoredEndpoint& b) { return a.score > b.score; });
+        break;
+      case PickKind::kRandom:
+        break;
+      case PickKind::kWeightedRandom: {
+        // A-Res (Efraimidis-Spirakis): key = U^(1/score); zero scores key 0. All zero -> random.
+        bool any = false;
+        for (const auto& s : v) any |= s.score > 0;
+        if (!any) break;
+        std::vector<std::pair<double, ScoredEndpoint>> keyed;
+        keyed.reserve(v.size());
+        for (const auto& s : v) {
+          double u = rng.Uniform();
+          if (u <= 0) u = 1e-10;
+          keyed.emplace_back(s.score > 0 ? std::pow(u, 1.0 / s.score) : 0.0, s);
+        }
+        std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+        for (size_t i = 0; i < v.size(); ++i) v[i] = keyed[i].second;
+        break;
+      }
+    }
+    std::vector<const Endpoint*> out;
+    const size_t n = std::min(v.size(), static_cast<size_t>(max_));
+    out.reserve(n);
+    for (size_t i = 0; i < n; ++i) out.push_back(v[i].endpoint);
+    return out;
+  }
+
+ private:
+  PickKind kind_;
+  int max_;
+  Rng* rng_;
+};
+
+PluginOr MakePicker(std::string_view type, PickKind kind, const std::string& name, const Params& params,
+                    const PluginContext& ctx) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({"maxNumOfEndpoints"}));
+  EPP_ASSIGN_OR_RETURN(int64_t n, params.GetInt("maxNumOfEndpoints", 1));
+  // GIE: an invalid (non-positive) count falls back to 1.
+  if (n <= 0) n = 1;
+  if (!ctx.rng) return absl::InvalidArgumentError(absl::StrCat("plugin '", name, "' needs a random number generator"));
+  return std::make_unique<BasicPicker>(TN(type, name), kind, static_cast<int>(std::min<int64_t>(n, 1 << 20)), ctx.rng);
+}
+
+// epp's own: candidates in turn (a shared counter modulo the candidate count), for baselines.
+class RoundRobinPicker : public Plugin, public Picker {
+ public:
+  RoundRobinPicker(TypedName tn, int max_endpoints) : Plugin(std::move(tn)), max_(max_endpoints) {}
+  const Picker* AsPicker() const override { return this; }
+  Params EffectiveParams() const override {
+    Params p = Params::Map();
+    p.Set("maxNumOfEndpoints", Params::Int(max_));
+    return p;
+  }
+  std::vector<const Endpoint*> Pick(const SchedulingContext&, std::span<const ScoredEndpoint> scored) const override {
+    std::vector<const Endpoint*> out;
+    if (scored.empty()) return out;
+    const uint64_t start = next_.fetch_add(1, std::memory_order_relaxed);
+    const size_t n = std::min(scored.size(), static_cast<size_t>(max_));
+    for (size_t i = 0; i < n; ++i) out.push_back(scored[(start + i) % scored.size()].endpoint);
+    return out;
+  }
+
+ private:
+  int max_;
+  mutable std::atomic<uint64_t> next_{0};
+};
+
+}  // namespace
+
+PluginOr CreateMaxScorePicker(const std::string& name, const Params& params, const PluginContext& ctx) {
+  return MakePicker(kMaxScorePickerType, PickKind::kMaxScore, name, params, ctx);
+}
+PluginOr CreateRandomPicker(const std::string& name, const Params& params, const PluginContext& ctx) {
+  return MakePicker(kRandomPickerType, PickKind::kRandom, name, params, ctx);
+}
+PluginOr CreateWeightedRandomPicker(const std::string& name, const Params& params, const PluginContext& ctx) {
+  return MakePicker(kWeightedRandomPickerType, PickKind::kWeightedRandom, name, params, ctx);
+}
+
+PluginOr CreateRoundRobinPicker(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({"maxNumOfEndpoints"}));
+  EPP_ASSIGN_OR_RETURN(int64_t n, params.GetInt("maxNumOfEndpoints", 1));
+  if (n <= 0) n = 1;
+  return std::make_unique<RoundRobinPicker>(TN(kRoundRobinPickerType, name), static_cast<int>(std::min<int64_t>(n, 1 << 20)));
+}
+
+}  // namespace epp::plugins

@@ -1,0 +1,36 @@
+// Private: what every plugin folder shares. Users reach plugins through the registry by type
+// string (builtin.cc is the one list of them); tests include plugins.h, which includes every
+// folder's header, to build one directly.
+//
+// One folder per extension point: scorer/, filter/, picker/, profile/ (profile handlers),
+// saturation/ (saturation detectors), producer/ (data producers), accepted/ (types of GIE's
+// configs that name what epp does anyway). Each folder's header declares its type names and
+// factories; small plugins of one kind share a .cc with their helpers (min-max normalisation,
+// parameter reading).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "epp/params.h"
+#include "epp/plugin.h"
+#include "epp/status.h"
+
+namespace epp::plugins {
+
+using PluginOr = absl::StatusOr<std::unique_ptr<Plugin>>;
+
+inline TypedName TN(std::string_view type, const std::string& name) { return TypedName{std::string(type), name}; }
+
+// Implemented by plugins that keep per-endpoint state (the prefix index, the cache-aware tree);
+// the scheduler finds them with dynamic_cast.
+class EndpointState {
+ public:
+  virtual ~EndpointState() = default;
+  virtual void ForgetEndpoint(std::string_view endpoint) const = 0;
+  virtual size_t PrefixEntries() const { return 0; }  // prefix index entries, for metrics
+};
+
+}  // namespace epp::plugins

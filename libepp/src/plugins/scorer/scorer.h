@@ -1,0 +1,30 @@
+// Private: the scorers (scorers.cc: metric and load scorers, prefix-cache-scorer; cache_aware_scorer.cc).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "plugins/plugin_util.h"
+
+namespace epp::plugins {
+
+inline constexpr std::string_view kQueueScorerType = "queue-scorer";
+inline constexpr std::string_view kRunningRequestsScorerType = "running-requests-size-scorer";
+inline constexpr std::string_view kKvCacheScorerType = "kv-cache-utilization-scorer";
+inline constexpr std::string_view kLoraAffinityScorerType = "lora-affinity-scorer";
+inline constexpr std::string_view kTokenLoadScorerType = "token-load-scorer";
+inline constexpr std::string_view kPrefixCacheScorerType = "prefix-cache-scorer";
+inline constexpr std::string_view kCacheAwareScorerType = "cache-aware-scorer";  // epp's own
+
+PluginOr CreateQueueScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateRunningRequestsScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateKvCacheScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateLoraAffinityScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateTokenLoadScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreatePrefixCacheScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateCacheAwareScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+
+// The prefix ratio GIE's prefix scorer computes (also the affinity filter's and explain's).
+double PrefixRatio(int match_blocks, int total_blocks);
+
+}  // namespace epp::plugins
