@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json.h"
 #include "common/strings.h"
 #include "epp/prefix_cache.h"
 #include "epp/scheduler.h"
@@ -113,7 +114,9 @@ std::string PickResultToJson(const InferenceRequest* request, const PickResult& 
   } else {
     j["decision"] = {{"immediate_response", {{"status", r.status}, {"body", r.reason}}}};
   }
-  return j.dump(indent);
+  // Names and reasons carry config and label text, which YAML does not require to be UTF-8: a
+  // byte that is not becomes U+FFFD instead of a JSON writer exception (explain is diagnostic).
+  return internal::DumpJsonLossy(j, indent);
 }
 
 std::string PickResultToText(const InferenceRequest* request, const PickResult& r, bool color) {

@@ -431,6 +431,18 @@ TEST(OpenAIRequestParserTest, TooDeepNestingFailsCleanly) {
   }
 }
 
+TEST(OpenAIRequestParserTest, EmptyViewWithoutStorageIsAnEmptyDocument) {
+  // A default std::string_view has a null data pointer, which reached memcpy inside simdjson
+  // (undefined behaviour; found by tests/fuzz/fuzz_openai_request under UBSan).
+  absl::StatusOr<InferenceRequest> r = ParseOpenAIRequest(kChat, std::string_view());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "invalid JSON at byte 0: empty document");
+  absl::StatusOr<InferenceRequest> c = ParseCaptureEnvelope(std::string_view());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "invalid JSON at byte 0: empty document");
+}
+
 // Without the shared fixtures the robustness tests still run on these.
 const struct {
   std::string_view path, body;

@@ -384,6 +384,23 @@ TEST(ExplainTest, JsonShapeAndTextMargin) {
   EXPECT_TRUE(jb["result"]["endpoint"].is_null());
 }
 
+TEST(ExplainTest, JsonOfTextThatIsNotUtf8IsLossyNotAnException) {
+  // A label name in the config that is not UTF-8 reaches the filter's reasons; the JSON writer
+  // threw on it and the uncaught exception aborted (found by tests/fuzz/fuzz_config).
+  Fixture f("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+            "- type: by-label\n  parameters: {label: \xff}\n");
+  std::vector<Endpoint> pool = {Ep("10.0.0.1:8000", 0, 0.2)};
+  PickOptions o;
+  o.trace = true;
+  InferenceRequest req = Chat("hello");
+  PickResult r = f.sched->Pick(req, pool, o);
+  std::string out;
+  ASSERT_NO_THROW(out = PickResultToJson(&req, r));
+  auto j = nlohmann::json::parse(out);
+  EXPECT_NE(out.find("\xef\xbf\xbd"), std::string::npos) << out;  // U+FFFD
+  EXPECT_EQ(j["result"]["status"], r.status);
+}
+
 TEST(CacheAwareScorerTest, HitMissAndImbalance) {
   Fixture f(R"(
 apiVersion: llm-d.ai/v1alpha1
