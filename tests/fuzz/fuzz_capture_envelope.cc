@@ -1,12 +1,16 @@
 // Captured requests (the input of `eppctl explain -r`, `eppctl pick -t` and OpenAI replay traces)
 // through ParseCaptureEnvelope: an envelope {"path", "headers", "body"} with the body as an object
-// or as a JSON string, or a bare body with an optional "path". Invariants: a parsed request has a
-// model, lower-case header names, and a path override replaces the path.
+// or as a JSON string, or a bare body with an optional "path"; and through CaptureToHttpRequest
+// (the same capture as the HTTP request `explain --ext-proc` and pyepp send), whose messages are
+// built with BuildProcessingRequests. Invariants: a parsed request has a model, lower-case header
+// names, and a path override replaces the path; a capture that parses converts, to the same path,
+// and its body parses as the same request.
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "absl/strings/ascii.h"
+#include "epp/extproc.h"
 #include "epp/request.h"
 #include "fuzz_util.h"
 
@@ -23,6 +27,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     EPP_FUZZ_CHECK(name == absl::AsciiStrToLower(name), name);
     EPP_FUZZ_CHECK(r->header(name).has_value(), name);
   }
+  absl::StatusOr<epp::HttpRequestCapture> http = epp::CaptureToHttpRequest(json);
+  EPP_FUZZ_CHECK(http.ok(), http.status().ToString());
+  EPP_FUZZ_CHECK(http->path == r->path, http->path + " vs " + r->path);
+  (void)epp::BuildProcessingRequests(*http);
+  absl::StatusOr<epp::InferenceRequest> body = epp::ParseOpenAIRequest(http->path, http->body);
+  EPP_FUZZ_CHECK(body.ok(), body.status().ToString());
+  EPP_FUZZ_CHECK(body->model == r->model && body->api == r->api && body->stream == r->stream &&
+                     body->cache_salt == r->cache_salt,
+                 http->body);
+  EPP_FUZZ_CHECK(body->prompt == r->prompt, http->body);
   // The same capture sent to another API may fail (the body shape differs), but when it parses
   // it is that API's request.
   absl::StatusOr<epp::InferenceRequest> chat = epp::ParseCaptureEnvelope(json, "/v1/chat/completions");

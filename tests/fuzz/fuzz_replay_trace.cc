@@ -1,5 +1,5 @@
-// Replay traces (`eppctl replay --trace`, pyepp.replay) through LoadMooncakeTrace and
-// LoadOpenAITrace. Both loaders read a path, so the input is written to a memory file
+// Replay traces (`eppctl replay --trace`, pyepp.replay) through LoadMooncakeTrace,
+// LoadOpenAITrace and LoadReplayTrace (format detection). Both loaders read a path, so the input is written to a memory file
 // (memfd_create) read back through /proc/self/fd; an optional first line "scale=X" sets the
 // time scale. Small traces are also rendered and analysed as replay does. Invariants: requests
 // come sorted by arrival, with arrival >= 0 and at least one prompt and one output token.
@@ -67,5 +67,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string& path = WriteTrace(text);
   Check(epp::LoadMooncakeTrace(path, scale), "mooncake");
   Check(epp::LoadOpenAITrace(path, scale), "openai");
+  Check(epp::LoadReplayTrace(path, epp::TraceFormat::kAuto, scale), "auto");
   return 0;
 }
