@@ -126,16 +126,17 @@ class EndpointMetrics:
         if unknown:
             raise ConfigError(f"unknown metrics key {unknown[0]!r} (known: {', '.join(_DICT_KEYS)})")
 
-        def number(key: str, integer: bool = False, upper: Optional[float] = None) -> Any:
+        # Python types are checked here; ranges (counts >= 0, kv_cache_usage a fraction, ...)
+        # by libepp's ValidateEndpointMetrics below, the one definition of a valid snapshot.
+        def number(key: str, integer: bool = False) -> Any:
             v = values.get(key)
             if v is None:
                 return None
             if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
                 kind = "an int" if integer else "a number"
                 raise ConfigError(f"metrics.{key}: expected {kind}, got {v!r}")
-            if not (v >= 0) or v == float("inf") or (upper is not None and v > upper):
-                bound = f"in [0, {upper:g}]" if upper is not None else "a finite number >= 0"
-                raise ConfigError(f"metrics.{key}: must be {bound}, got {v!r}")
+            if integer and not -2**63 <= v < 2**63:
+                raise ConfigError(f"metrics.{key}: out of the 64-bit range, got {v!r}")
             return int(v) if integer else float(v)
 
         lora = values.get("lora")
@@ -148,8 +149,8 @@ class EndpointMetrics:
             if extra:
                 raise ConfigError(f"metrics.lora: unknown key {extra[0]!r} (known: max_lora, running, waiting)")
             max_lora = lora.get("max_lora", 0)
-            if isinstance(max_lora, bool) or not isinstance(max_lora, int) or max_lora < 0:
-                raise ConfigError(f"metrics.lora.max_lora: expected an int >= 0, got {max_lora!r}")
+            if isinstance(max_lora, bool) or not isinstance(max_lora, int) or not -2**63 <= max_lora < 2**63:
+                raise ConfigError(f"metrics.lora.max_lora: expected an int, got {max_lora!r}")
             lists = []
             for key in ("running", "waiting"):
                 names = lora.get(key) or []
@@ -160,16 +161,18 @@ class EndpointMetrics:
         engine = values.get("engine") or ""
         if not isinstance(engine, str):
             raise ConfigError(f"metrics.engine: expected a str, got {engine!r}")
-        return cls(
+        result = cls(
             engine=engine,
             waiting_queue_size=number("waiting_queue_size"),
             running_requests=number("running_requests"),
-            kv_cache_usage=number("kv_cache_usage", upper=1.0),
+            kv_cache_usage=number("kv_cache_usage"),
             lora=lora,
             cache_block_size=number("cache_block_size", integer=True),
             cache_num_blocks=number("cache_num_blocks", integer=True),
             checks=[dict(c) for c in values.get("checks") or []],
         )
+        lib.validate_endpoint_metrics(_to_native(result))
+        return result
 
     @classmethod
     def from_text(cls, text: "Text", engine: str = "auto", *, lenient: bool = False,

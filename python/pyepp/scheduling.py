@@ -174,6 +174,7 @@ class Endpoint:
                     0 <= metrics_age_s < math.inf):
                 raise ConfigError(f"metrics_age_s must be a finite number of seconds >= 0, got {metrics_age_s!r}")
             native.metrics = _to_native(metrics)
+            lib.validate_endpoint_metrics(native.metrics)  # also for EndpointMetrics built directly
             # Relative to the pick (see python/src/shims.h): 0 = fresh.
             native.metrics_time_us = -round(metrics_age_s * 1e6)
             engine = engine or metrics.engine

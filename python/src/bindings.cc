@@ -49,6 +49,7 @@ void BindEndpoint(py::module_& m) {
 
 void BindEndpoints(py::module_& m) {
   m.def("validate_endpoint_address", &Endpoint_ValidateAddressShim, py::arg("address"));
+  m.def("validate_endpoint_metrics", &EndpointMetrics_ValidateShim, py::arg("metrics"));
   m.def("load_endpoints", &Endpoints_LoadShim, py::arg("path"), py::arg("check"), py::arg("fail_on_metrics_error"),
         py::call_guard<py::gil_scoped_release>());
 }

@@ -259,6 +259,8 @@ std::string InferenceRequest_ApiShim(const epp::InferenceRequest& request) {
 
 void Endpoint_ValidateAddressShim(const std::string& address) { ThrowIfError(epp::ValidateEndpointAddress(address)); }
 
+void EndpointMetrics_ValidateShim(const epp::EndpointMetrics& metrics) { ThrowIfError(epp::ValidateEndpointMetrics(metrics)); }
+
 std::vector<epp::Endpoint> Endpoints_LoadShim(const std::string& path, const epp::CheckOptions& check,
                                               bool fail_on_metrics_error) {
   const std::vector<epp::EndpointSpec> specs = Unwrap(epp::LoadEndpointsFile(path));
@@ -330,7 +332,7 @@ py::list EndpointsArg(const epp::SchedulingContext& ctx, epp::Candidates candida
   py::list out;
   for (const epp::Endpoint* e : candidates) {
     epp::Endpoint copy = *e;
-    if (copy.metrics_time_us) *copy.metrics_time_us -= ctx.now_us;
+    epp::ShiftMetricsTimes({&copy, 1}, -ctx.now_us);
     out.append(py::cast(std::move(copy)));
   }
   return out;
@@ -338,7 +340,7 @@ py::list EndpointsArg(const epp::SchedulingContext& ctx, epp::Candidates candida
 
 py::object EndpointArg(const epp::SchedulingContext& ctx, const epp::Endpoint& e) {
   epp::Endpoint copy = e;
-  if (copy.metrics_time_us) *copy.metrics_time_us -= ctx.now_us;
+  epp::ShiftMetricsTimes({&copy, 1}, -ctx.now_us);
   return py::cast(std::move(copy));
 }
 
@@ -505,9 +507,7 @@ std::shared_ptr<SchedulerHolder> Scheduler_BuildShim(const epp::EppConfig& confi
 PickOutcome Scheduler_PickShim(const SchedulerHolder& holder, epp::InferenceRequest request,
                                std::vector<epp::Endpoint> endpoints, std::optional<std::vector<std::string>> subset,
                                bool record, bool trace) {
-  const int64_t now = holder.clock->NowMicros();
-  for (epp::Endpoint& e : endpoints)
-    if (e.metrics_time_us) *e.metrics_time_us += now;  // relative -> the scheduler's clock
+  epp::ShiftMetricsTimes(endpoints, holder.clock->NowMicros());  // relative -> the scheduler's clock
   epp::PickOptions options;
   options.subset = std::move(subset);
   options.record = record;
@@ -600,9 +600,7 @@ PythonEndpointSource::PythonEndpointSource(std::vector<epp::Endpoint> endpoints,
 
 std::shared_ptr<const std::vector<epp::Endpoint>> PythonEndpointSource::Snapshot() const {
   auto stamped = std::make_shared<std::vector<epp::Endpoint>>(*relative_.Snapshot());
-  const int64_t now = clock_->NowMicros();
-  for (epp::Endpoint& e : *stamped)
-    if (e.metrics_time_us) *e.metrics_time_us += now;  // relative -> the scheduler's clock
+  epp::ShiftMetricsTimes(*stamped, clock_->NowMicros());  // relative -> the scheduler's clock
   return stamped;
 }
 
@@ -835,9 +833,7 @@ std::vector<epp::Endpoint> ExtProcServer_EndpointsShim(ServeHolder& holder) {
   if (holder.endpoints) return out;  // static mode: already in pyepp's relative time
   // Runtime mode: the pool stamps metrics with the steady clock; pyepp's Endpoint keeps them
   // relative to now (shims.h, Time), so metrics_age_s is the age of the last read.
-  const int64_t now = epp::SteadyClock::Get().NowMicros();
-  for (epp::Endpoint& e : out)
-    if (e.metrics_time_us) *e.metrics_time_us -= now;
+  epp::ShiftMetricsTimes(out, -epp::SteadyClock::Get().NowMicros());
   return out;
 }
 

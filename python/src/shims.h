@@ -115,8 +115,9 @@ std::shared_ptr<epp::SimHttpServer> SimHttpServer_StartShim(const epp::SimParams
 
 // --- Scheduling ------------------------------------------------------------------------------
 //
-// Time: pyepp endpoints carry metrics_time_us *relative to the pick* (0 = scraped at the moment of
-// the pick, -1000000 = a second before; nullopt = no metrics). Scheduler_PickShim adds the
+// Time: pyepp endpoints carry metrics_time_us *relative to the pick*, libepp's relative form
+// (epp/endpoint.h, ShiftMetricsTimes: 0 = scraped at the moment of the pick, -1000000 = a second
+// before; nullopt = no metrics). Scheduler_PickShim adds the
 // scheduler clock's now to every copy it schedules over, so a Python Endpoint's metrics are as old
 // as its metrics_age_s says at every pick, however long ago the object was built. Python plugins
 // receive copies converted back to that relative form.
@@ -129,6 +130,8 @@ std::string InferenceRequest_ApiShim(const epp::InferenceRequest& request);
 
 // ValidateEndpointAddress(), errors as exceptions.
 void Endpoint_ValidateAddressShim(const std::string& address);
+// ValidateEndpointMetrics(), errors as exceptions.
+void EndpointMetrics_ValidateShim(const epp::EndpointMetrics& metrics);
 
 // LoadEndpointsFile() + ResolveEndpoints() with `check` as the scrape options. Metrics that were
 // read get metrics_time_us 0 (fresh at every pick, see above). Call without the GIL.

@@ -211,6 +211,16 @@ def test_endpoint_metrics_from_dict_and_text(vllm_metrics: str) -> None:
         pyepp.EndpointMetrics.from_dict({"waiting_queue_size": "3"})
     with pytest.raises(pyepp.ConfigError, match="lora"):
         pyepp.EndpointMetrics.from_dict({"lora": {"max": 1}})
+    # Ranges are libepp's ValidateEndpointMetrics: the same messages as in C++.
+    with pytest.raises(pyepp.ConfigError, match=r"^metrics\.waiting_queue_size: must be a finite number >= 0, got -1$"):
+        pyepp.EndpointMetrics.from_dict({"waiting_queue_size": -1})
+    with pytest.raises(pyepp.ConfigError, match=r"^metrics\.lora\.running\[0\]: an adapter name must not be empty$"):
+        pyepp.EndpointMetrics.from_dict({"lora": {"max_lora": 1, "running": [""]}})
+    with pytest.raises(pyepp.ConfigError, match=r"^metrics\.cache_num_blocks: out of the 64-bit range"):
+        pyepp.EndpointMetrics.from_dict({"cache_num_blocks": 2**64})
+    # A snapshot built directly (not through from_dict) is checked when an Endpoint takes it.
+    with pytest.raises(pyepp.ConfigError, match=r"^metrics\.kv_cache_usage: must be in \[0, 1\], got 44$"):
+        pyepp.Endpoint("10.0.0.1:8000", pyepp.EndpointMetrics(engine="vllm", kv_cache_usage=44.0))
     t = pyepp.EndpointMetrics.from_text(vllm_metrics)
     assert t == pyepp.extract_metrics(vllm_metrics)
     assert (t.engine, t.running_requests, t.cache_block_size) == ("vllm", 7.0, 16)

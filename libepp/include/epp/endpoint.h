@@ -10,8 +10,11 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
+
+#include "absl/status/status.h"
 
 namespace epp {
 
@@ -46,5 +49,30 @@ struct Endpoint {
   std::optional<int64_t> metrics_time_us;
   std::string metrics_error;                  // last scrape or extraction error; empty when fine
 };
+
+// Checks what a scrape cannot produce but a hand-written snapshot can (pyepp, tests): every
+// count finite and >= 0, kv_cache_usage a fraction in [0, 1] (not a percentage), cache geometry
+// and max_lora >= 0, adapter names non-empty. The error names the field:
+//   "metrics.kv_cache_usage: must be in [0, 1], got 44"
+absl::Status ValidateEndpointMetrics(const EndpointMetrics& metrics);
+
+// Metrics age, the one convention. Endpoint::metrics_time_us is a time on the scheduler's clock:
+// what Pick compares with its clock. Code that shares no clock with the scheduler (pyepp's
+// Endpoint, a test's fixture) holds it *relative* instead: 0 = read at the moment of the pick,
+// -5'000'000 = five seconds before it. ShiftMetricsTimes(endpoints, now) turns relative times into
+// clock times, ShiftMetricsTimes(endpoints, -now) the reverse; absent times stay absent.
+void ShiftMetricsTimes(std::span<Endpoint> endpoints, int64_t delta_us);
+
+// Microseconds since the metrics were read; nullopt when never read. Negative when the time is
+// ahead of `now_us` (a clock that moved back); callers treat that as fresh.
+inline std::optional<int64_t> MetricsAgeMicros(const Endpoint& e, int64_t now_us) {
+  if (!e.metrics_time_us) return std::nullopt;
+  return now_us - *e.metrics_time_us;
+}
+
+// True when the metrics were never read or are older than `staleness_us`.
+inline bool MetricsStale(const Endpoint& e, int64_t now_us, int64_t staleness_us) {
+  return !e.metrics_time_us.has_value() || now_us - *e.metrics_time_us > staleness_us;
+}
 
 }  // namespace epp

@@ -14,13 +14,16 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "epp/params.h"
 
 namespace epp {
@@ -87,6 +90,18 @@ class SeededRng final : public Rng {
 struct PluginContext {
   Clock* clock = &SteadyClock::Get();
   Rng* rng = nullptr;  // required for pickers and probabilistic filters
+  // Config-time notes a factory reports (a deprecated parameter and what it maps to); the
+  // scheduler's warnings. May be null.
+  std::vector<std::string>* warnings = nullptr;
+};
+
+class Plugin;
+
+// What BuildScheduler offers a plugin whose parameters name other parts of the config (a profile
+// handler naming its deciders and profiles), once every plugin and profile exists.
+struct PluginReferences {
+  std::function<const Plugin*(std::string_view name)> plugin;  // nullptr when no plugin has that name
+  std::vector<std::string> profiles;                            // profile names, config order
 };
 
 struct TypedName {
@@ -161,6 +176,13 @@ class Plugin {
   virtual Params EffectiveParams() const { return Params::Map(); }
   // What the plugin reads (see PluginInput); nothing by default.
   virtual PluginInputs Consumes() const { return {}; }
+  // True for a plugin that names other plugins or profiles: BuildScheduler calls Resolve() on it
+  // once the config's plugins and profiles exist, and a config reload makes a new instance (its
+  // references point into one scheduler).
+  virtual bool HasReferences() const { return false; }
+  // Looks up what the parameters name; the error names the parameter ("plugins[3].parameters.
+  // deciders.prefill: no plugin named 'x'").
+  virtual absl::Status Resolve(const PluginReferences& /*refs*/) { return absl::OkStatus(); }
 
   // The extension points this plugin implements; nullptr for the others.
   virtual const Filter* AsFilter() const { return nullptr; }

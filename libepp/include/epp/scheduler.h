@@ -73,6 +73,8 @@ struct EndpointScoreTrace {
 
 struct ProfileTrace {
   std::string name;
+  bool ran = true;     // false: the handler skipped it (only `reason` is set then)
+  std::string reason;  // the handler's reason for running or skipping it
   std::vector<FilterTrace> filters;
   std::vector<EndpointScoreTrace> scores;  // sorted by total, highest first
   std::string picker;                      // picker plugin name
@@ -80,11 +82,26 @@ struct ProfileTrace {
   std::string error;  // non-empty when the profile produced no endpoint
 };
 
+// What one profile of the cycle did (always filled, unlike the trace).
+struct ProfilePick {
+  std::string profile;
+  bool ran = false;                    // false: skipped by the profile handler
+  std::vector<std::string> endpoints;  // what it picked, primary first
+  std::string reason;                  // the handler's reason for running or skipping it
+  std::string error;                   // why it picked nothing
+};
+
 struct PickResult {
   int status = 200;  // 200 picked, 400 bad request, 429 shed, 503 no eligible endpoint
   std::vector<std::string> endpoints;  // primary first, then fallbacks; empty unless 200
   std::string reason;                  // why, in one line (always set)
   std::string primary_profile;
+  // Every profile the handler ran or skipped, in order; with one profile, just that one.
+  std::vector<ProfilePick> profile_picks;
+  // Request headers for the upstream request besides x-gateway-destination-endpoint, e.g.
+  // x-prefiller-host-port (ext_proc sets them in the request-headers response).
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string profiles_reason;         // the handler's account of the cycle ("prefill-decode"), may be empty
   double saturation = 0;               // detector figure over the candidates
   std::string saturation_detail;
   int64_t load_tokens = 0;             // in-flight token estimate recorded for this request
@@ -175,6 +192,9 @@ class Scheduler {
   std::string EffectiveConfigYaml() const;
   const std::vector<std::string>& warnings() const;
   std::vector<std::string> ProfileNames() const;
+  // Request headers the profile handler owns (ProfileHandler::OwnedHeaders): ext_proc removes the
+  // gateway's copies and sets PickResult::headers.
+  const std::vector<std::string>& OwnedHeaders() const;
   // Entries in the prefix index of the approx-prefix-cache-producer (0 without one).
   size_t PrefixIndexEntries() const;
   // In-flight counters of an endpoint: {requests, tokens}.

@@ -61,7 +61,7 @@ struct SchedulingContext {
   }
   // True when e's metrics were never scraped or are older than `staleness_us`.
   bool MetricsStale(const Endpoint& e, int64_t staleness_us) const {
-    return !e.metrics_time_us.has_value() || now_us - *e.metrics_time_us > staleness_us;
+    return epp::MetricsStale(e, now_us, staleness_us);
   }
 };
 
@@ -102,15 +102,50 @@ class Picker {
   virtual std::vector<const Endpoint*> Pick(const SchedulingContext& ctx, std::span<const ScoredEndpoint> scored) const = 0;
 };
 
-// Decides which profiles run and which result is primary.
+// One profile of a cycle as its handler sees it: run (with what it picked, or why it picked
+// nothing) or skipped by the handler's decision.
+struct ProfileRun {
+  std::string profile;
+  bool ran = false;                     // false: the handler decided not to run it
+  std::vector<const Endpoint*> picked;  // primary first; empty when it failed or was skipped
+  std::string error;                    // why it picked nothing (ran only)
+  std::string reason;                   // the handler's reason for running or skipping it
+};
+
+// One decision of a profile handler: profiles to run now, and profiles it decided not to run,
+// each with its reason ("decode-first: decode runs first", "prefill: 24 uncached tokens >= 16").
+struct ProfileStep {
+  struct Entry {
+    std::string profile;
+    std::string reason;
+  };
+  std::vector<Entry> run;
+  std::vector<Entry> skip;
+  bool empty() const { return run.empty() && skip.empty(); }
+};
+
+// What the handler makes of a cycle: the primary profile (its endpoints answer the request) and
+// request headers for the upstream (x-prefiller-host-port for a disaggregated prefill).
+struct ProfilesOutcome {
+  std::string primary;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string reason;  // one line for explain ("prefill-decode"), may be empty
+};
+
+// Decides which profiles run, in what order, and what the cycle's answer is (GIE / llm-d
+// semantics: PickProfiles is called until it returns an empty step, then ProcessResults).
 class ProfileHandler {
  public:
   virtual ~ProfileHandler() = default;
-  // Profiles to run next given those already run (`done`); empty when the cycle is complete.
-  virtual std::vector<std::string> PickProfiles(const SchedulingContext& ctx, std::span<const std::string> profiles,
-                                                std::span<const std::string> done) const = 0;
-  // The primary profile among those that ran (`ran`, with whether each produced endpoints).
-  virtual absl::StatusOr<std::string> PrimaryProfile(std::span<const std::string> ran) const = 0;
+  // The next profiles given every profile run or skipped so far (`results`, in order); a profile
+  // already in `results` is not run again. An empty step ends the cycle.
+  virtual ProfileStep PickProfiles(const SchedulingContext& ctx, std::span<const std::string> profiles,
+                                   std::span<const ProfileRun> results) const = 0;
+  virtual absl::StatusOr<ProfilesOutcome> ProcessResults(const SchedulingContext& ctx,
+                                                         std::span<const ProfileRun> results) const = 0;
+  // Request headers this handler sets. The gateway's copies are always removed from the upstream
+  // request (a client cannot name its own prefill server); ProcessResults' headers are set.
+  virtual std::vector<std::string> OwnedHeaders() const { return {}; }
 };
 
 // Pool saturation in [0, +inf): >= 1.0 means saturated (sheddable requests are rejected with 429).

@@ -291,68 +291,89 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
     }
   }
 
-  std::vector<std::string> names;
-  names.reserve(m.profiles.size());
-  for (const Profile& p : m.profiles) names.push_back(p.name);
-  std::vector<std::string> ran;
-  std::vector<std::pair<std::string, std::vector<const Endpoint*>>> results;
-  std::vector<std::string> errors;
+  // The profile loop: the handler names profiles to run (or skip) until it returns an empty step.
+  std::vector<ProfileRun> runs;
+  runs.reserve(m.profiles.size());
   bool handler_done = false;
   for (int round = 0; round < 16; ++round) {  // bounded: a handler cannot loop forever
     const int64_t t0 = TimingNowNs();
-    std::vector<std::string> next = m.handler->PickProfiles(ctx, names, ran);
+    ProfileStep step = m.handler->PickProfiles(ctx, m.profile_names, runs);
     t = TimingNowNs();
     m.profile_picker_timer->histogram.Record(t - t0);
-    handler_done = next.empty();
+    handler_done = step.empty();
     if (handler_done) break;
-    for (const std::string& name : next) {
-      auto it = std::find_if(m.profiles.begin(), m.profiles.end(), [&](const Profile& p) { return p.name == name; });
-      if (it == m.profiles.end() || std::find(ran.begin(), ran.end(), name) != ran.end()) continue;
+    auto seen = [&](const std::string& name) {
+      return std::any_of(runs.begin(), runs.end(), [&](const ProfileRun& pr) { return pr.profile == name; });
+    };
+    for (ProfileStep::Entry& skip : step.skip) {
+      if (seen(skip.profile)) continue;
+      if (options.trace) r.profiles.push_back(ProfileTrace{skip.profile, false, skip.reason, {}, {}, {}, {}, {}});
+      runs.push_back(ProfileRun{std::move(skip.profile), false, {}, {}, std::move(skip.reason)});
+    }
+    for (ProfileStep::Entry& next : step.run) {
+      auto it = std::find_if(m.profiles.begin(), m.profiles.end(), [&](const Profile& p) { return p.name == next.profile; });
+      if (it == m.profiles.end() || seen(next.profile)) continue;
       ProfileTrace* trace = nullptr;
       if (options.trace) {
-        r.profiles.push_back(ProfileTrace{name, {}, {}, {}, {}, {}});
+        r.profiles.push_back(ProfileTrace{next.profile, true, next.reason, {}, {}, {}, {}, {}});
         trace = &r.profiles.back();
       }
-      std::string error;
-      results.emplace_back(name, RunProfile(*it, ctx, candidates, trace, error));
-      if (trace) trace->error = error;
-      if (!error.empty()) errors.push_back(absl::StrCat(name, ": ", error));
-      ran.push_back(name);
+      ProfileRun run{std::move(next.profile), true, {}, {}, std::move(next.reason)};
+      run.picked = RunProfile(*it, ctx, candidates, trace, run.error);
+      if (trace) trace->error = run.error;
+      runs.push_back(std::move(run));
     }
+  }
+  for (const ProfileRun& pr : runs) {
+    ProfilePick pick{pr.profile, pr.ran, {}, pr.reason, pr.error};
+    for (const Endpoint* e : pr.picked) pick.endpoints.push_back(e->address);
+    r.profile_picks.push_back(std::move(pick));
   }
   // Usually `t` is the end of the PickProfiles call that returned no profile just before.
   if (!handler_done) t = TimingNowNs();
-  absl::StatusOr<std::string> primary = m.handler->PrimaryProfile(ran);
+  absl::StatusOr<ProfilesOutcome> outcome = m.handler->ProcessResults(ctx, runs);
   m.process_results_timer->histogram.Record(TimingNowNs() - t);
-  if (!primary.ok()) {
+  if (!outcome.ok()) {
     r.status = 503;
-    r.reason = std::string(primary.status().message());
+    r.reason = std::string(outcome.status().message());
     return r;
   }
-  r.primary_profile = *primary;
-  const std::vector<const Endpoint*>* picked = nullptr;
-  for (const auto& [name, eps] : results)
-    if (name == *primary) picked = &eps;
-  if (!picked || picked->empty()) {
+  r.primary_profile = outcome->primary;
+  r.profiles_reason = std::move(outcome->reason);
+  const ProfileRun* primary = nullptr;
+  for (const ProfileRun& pr : runs)
+    if (pr.profile == r.primary_profile) primary = &pr;
+  if (!primary || primary->picked.empty()) {
+    std::vector<std::string> errors;
+    for (const ProfileRun& pr : runs)
+      if (pr.ran && !pr.error.empty()) errors.push_back(absl::StrCat(pr.profile, ": ", pr.error));
     r.status = 503;
     r.reason = absl::StrCat("no eligible endpoint: ", errors.empty() ? "profile produced no endpoint" : absl::StrJoin(errors, "; "));
     return r;
   }
-  for (const Endpoint* e : *picked) r.endpoints.push_back(e->address);
+  for (const Endpoint* e : primary->picked) r.endpoints.push_back(e->address);
+  r.headers = std::move(outcome->headers);
   r.status = 200;
-  r.reason = absl::StrCat("picked by profile '", *primary, "'");
-  r.prefix_match_blocks = ctx.PrefixMatchBlocks(picked->front());
+  r.reason = absl::StrCat("picked by profile '", r.primary_profile, "'");
+  r.prefix_match_blocks = ctx.PrefixMatchBlocks(primary->picked.front());
   if (options.record) {
-    const Endpoint& target = *picked->front();
+    // Observers learn every server the request reaches: the primary endpoint, and the first pick
+    // of each other profile that ran (a disaggregated prefill server computes, and keeps, the
+    // prompt's KV blocks too).
+    std::vector<const Endpoint*> targets = {primary->picked.front()};
+    for (const ProfileRun& pr : runs)
+      if (&pr != primary && !pr.picked.empty() &&
+          std::find(targets.begin(), targets.end(), pr.picked.front()) == targets.end())
+        targets.push_back(pr.picked.front());
     t = m.observers.empty() ? 0 : TimingNowNs();
     for (size_t i = 0; i < m.observers.size(); ++i) {
-      m.observers[i]->PreRequest(ctx, target);
+      for (const Endpoint* target : targets) m.observers[i]->PreRequest(ctx, *target);
       const int64_t t_end = TimingNowNs();
       m.observer_timers[i]->histogram.Record(t_end - t);
       t = t_end;
     }
     r.load_tokens = EstimateLoadTokens(request);
-    m.load->Add(target.address, 1, r.load_tokens);
+    m.load->Add(primary->picked.front()->address, 1, r.load_tokens);
   }
   return r;
 }
@@ -372,11 +393,9 @@ void Scheduler::ForgetEndpoint(std::string_view endpoint) const {
 
 const std::vector<std::string>& Scheduler::warnings() const { return impl_->warnings; }
 
-std::vector<std::string> Scheduler::ProfileNames() const {
-  std::vector<std::string> out;
-  for (const Profile& p : impl_->profiles) out.push_back(p.name);
-  return out;
-}
+std::vector<std::string> Scheduler::ProfileNames() const { return impl_->profile_names; }
+
+const std::vector<std::string>& Scheduler::OwnedHeaders() const { return impl_->owned_headers; }
 
 size_t Scheduler::PrefixIndexEntries() const {
   size_t n = 0;

@@ -1,4 +1,4 @@
-// Private: the Scheduler's state, shared by scheduler.cc (the cycle) and build.cc (BuildScheduler).
+// Private: the Scheduler's state, shared by scheduler.cc (the cycle) and config/build*.cc (BuildScheduler).
 #pragma once
 
 #include <array>
@@ -109,7 +109,9 @@ struct Scheduler::Impl {
   // whose name, type and effective parameters did not change, state included.
   std::vector<std::shared_ptr<Plugin>> plugins;
   std::vector<Profile> profiles;
+  std::vector<std::string> profile_names;  // aligned with profiles
   const ProfileHandler* handler = nullptr;
+  std::vector<std::string> owned_headers;  // handler->OwnedHeaders(), lowercase
   const Plugin* handler_plugin = nullptr;
   const SaturationDetector* detector = nullptr;
   const Plugin* detector_plugin = nullptr;

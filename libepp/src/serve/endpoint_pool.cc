@@ -137,7 +137,7 @@ void EndpointPool::Impl::Track(size_t i, bool read) {
     log.Info("endpoint " + e.address + ": metrics read again");
   } else if (!read) {
     std::string age = "never read";
-    if (e.metrics_time_us) age = "last read " + Seconds((NowMicros() - *e.metrics_time_us) / 1e6) + " ago";
+    if (const std::optional<int64_t> us = MetricsAgeMicros(e, NowMicros())) age = "last read " + Seconds(*us / 1e6) + " ago";
     log.Warn("endpoint " + e.address + ": metrics cannot be read (" + age + "; picks use the last metrics read): " +
              e.metrics_error);
   } else {

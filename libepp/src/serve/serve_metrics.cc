@@ -112,13 +112,14 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
                [](const Endpoint& e) { return e.metrics.kv_cache_usage; });
   per_endpoint("epp_endpoint_metrics_age_seconds", "gauge", "Age of the endpoint's last metrics (absent: never read).",
                [&](const Endpoint& e) -> std::optional<double> {
-                 if (!e.metrics_time_us) return std::nullopt;
-                 return static_cast<double>(now_us - *e.metrics_time_us) / 1e6;
+                 const std::optional<int64_t> age = MetricsAgeMicros(e, now_us);
+                 if (!age) return std::nullopt;
+                 return static_cast<double>(*age) / 1e6;
                });
   per_endpoint("epp_endpoint_metrics_fresh", "gauge",
                "1 when the endpoint's metrics are younger than --metrics-staleness-threshold.",
                [&](const Endpoint& e) -> std::optional<double> {
-                 return e.metrics_time_us && now_us - *e.metrics_time_us <= src.staleness_us ? 1.0 : 0.0;
+                 return MetricsStale(e, now_us, src.staleness_us) ? 0.0 : 1.0;
                });
   x.Family("epp_endpoint_scrape_errors_total", "counter", "Metrics reads of the endpoint that failed.");
   for (const Endpoint& e : *pool) {
@@ -145,7 +146,7 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   double q = 0, r = 0, kv = 0;
   int nq = 0, nr = 0, nkv = 0;
   for (const Endpoint& e : *pool) {
-    if (!e.metrics_time_us || now_us - *e.metrics_time_us > src.staleness_us) continue;
+    if (MetricsStale(e, now_us, src.staleness_us)) continue;
     if (e.metrics.waiting_queue_size) q += *e.metrics.waiting_queue_size, ++nq;
     if (e.metrics.running_requests) r += *e.metrics.running_requests, ++nr;
     if (e.metrics.kv_cache_usage) kv += *e.metrics.kv_cache_usage, ++nkv;
@@ -161,7 +162,7 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   x.Sample("inference_pool_average_kv_cache_utilization", name, nkv ? kv / nkv : 0.0);
   x.Family("inference_pool_per_pod_queue_size", "gauge", "Waiting queue per endpoint with fresh metrics (GIE name).");
   for (const Endpoint& e : *pool) {
-    if (!e.metrics_time_us || now_us - *e.metrics_time_us > src.staleness_us || !e.metrics.waiting_queue_size) continue;
+    if (MetricsStale(e, now_us, src.staleness_us) || !e.metrics.waiting_queue_size) continue;
     x.Sample("inference_pool_per_pod_queue_size", {{"name", src.pool_name}, {"model_server_pod", e.address}},
              *e.metrics.waiting_queue_size);
   }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -113,6 +114,57 @@ TEST(ValidateEndpointAddressTest, RejectsBadAddressesWithReason) {
 }
 
 // ---- ParseEndpointFlag ---------------------------------------------------------------------
+
+TEST(ValidateEndpointMetricsTest, NamesTheFieldAndTheValue) {
+  EXPECT_TRUE(ValidateEndpointMetrics(EndpointMetrics{}).ok()) << "every field absent is valid";
+  EndpointMetrics good;
+  good.waiting_queue_size = 0;
+  good.running_requests = 12.5;
+  good.kv_cache_usage = 1.0;
+  good.cache_block_size = 16;
+  good.cache_num_blocks = 0;
+  good.lora = LoraInfo{2, {"a"}, {}};
+  EXPECT_TRUE(ValidateEndpointMetrics(good).ok());
+
+  struct Case {
+    void (*mutate)(EndpointMetrics&);
+    std::string error;
+  } cases[] = {
+      {[](EndpointMetrics& m) { m.kv_cache_usage = 44; }, "metrics.kv_cache_usage: must be in [0, 1], got 44"},
+      {[](EndpointMetrics& m) { m.kv_cache_usage = std::nan(""); }, "metrics.kv_cache_usage: must be in [0, 1], got nan"},
+      {[](EndpointMetrics& m) { m.waiting_queue_size = -1; }, "metrics.waiting_queue_size: must be a finite number >= 0, got -1"},
+      {[](EndpointMetrics& m) { m.running_requests = HUGE_VAL; }, "metrics.running_requests: must be a finite number >= 0, got inf"},
+      {[](EndpointMetrics& m) { m.cache_block_size = -16; }, "metrics.cache_block_size: must be >= 0, got -16"},
+      {[](EndpointMetrics& m) { m.cache_num_blocks = -1; }, "metrics.cache_num_blocks: must be >= 0, got -1"},
+      {[](EndpointMetrics& m) { m.lora->max_lora = -2; }, "metrics.lora.max_lora: must be >= 0, got -2"},
+      {[](EndpointMetrics& m) { m.lora->waiting = {"x", ""}; }, "metrics.lora.waiting[1]: an adapter name must not be empty"},
+  };
+  for (const Case& c : cases) {
+    EndpointMetrics m = good;
+    c.mutate(m);
+    const absl::Status s = ValidateEndpointMetrics(m);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.error;
+    EXPECT_EQ(s.message(), c.error);
+  }
+}
+
+TEST(MetricsAgeTest, RelativeTimesBecomeClockTimesAndBack) {
+  std::vector<Endpoint> eps(3);
+  eps[0].metrics_time_us = 0;           // read at the pick
+  eps[1].metrics_time_us = -5'000'000;  // five seconds before it
+  // eps[2]: never read
+  ShiftMetricsTimes(eps, 100'000'000);
+  EXPECT_EQ(eps[0].metrics_time_us, 100'000'000);
+  EXPECT_EQ(eps[1].metrics_time_us, 95'000'000);
+  EXPECT_FALSE(eps[2].metrics_time_us.has_value());
+  EXPECT_EQ(MetricsAgeMicros(eps[1], 100'000'000), 5'000'000);
+  EXPECT_FALSE(MetricsAgeMicros(eps[2], 100'000'000).has_value());
+  EXPECT_FALSE(MetricsStale(eps[1], 100'000'000, 5'000'000)) << "exactly at the threshold is fresh";
+  EXPECT_TRUE(MetricsStale(eps[1], 100'000'001, 5'000'000));
+  EXPECT_TRUE(MetricsStale(eps[2], 100'000'000, 1'000'000'000)) << "never read is stale";
+  ShiftMetricsTimes(eps, -100'000'000);
+  EXPECT_EQ(eps[1].metrics_time_us, -5'000'000);
+}
 
 TEST(ParseEndpointFlagTest, AddressAloneScrapesTheDefaultUrl) {
   auto spec = ParseEndpointFlag("10.0.0.1:8000", 1);

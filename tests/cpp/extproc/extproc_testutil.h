@@ -21,23 +21,15 @@
 #include "epp/extproc.h"
 #include "epp/registry.h"
 #include "epp/scheduler.h"
+#include "testing/epp_testing.h"
 
 namespace epp::extproc_test {
 
 namespace pb = ::envoy::service::ext_proc::v3;
 
-inline constexpr int64_t kNowUs = 1000000;
-
+using testing::kNowUs;
 // A fresh endpoint (metrics taken "now" by the fixture's clock).
-inline Endpoint Ep(std::string address, double queue = 0, double kv = 0.1) {
-  Endpoint e;
-  e.address = std::move(address);
-  e.metrics.waiting_queue_size = queue;
-  e.metrics.running_requests = 0;
-  e.metrics.kv_cache_usage = kv;
-  e.metrics_time_us = kNowUs;
-  return e;
-}
+using testing::Ep;
 
 // A scheduler built from `yaml` (the default config when empty) over a replaceable pool.
 struct SchedulerEnv {

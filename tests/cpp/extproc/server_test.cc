@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -17,6 +18,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
 
 #include "envoy/service/ext_proc/v3/external_processor.grpc.pb.h"
 #include "extproc/extproc_testutil.h"
@@ -54,8 +57,12 @@ bool EndsRequestPath(const pb::ProcessingResponse& r, bool bodyless) {
 // One ext_proc stream driven as a gateway drives it.
 class GatewayStream {
  public:
-  explicit GatewayStream(pb::ExternalProcessor::Stub& stub, std::chrono::seconds timeout = kRpcTimeout) {
+  // `wait_for_ready`: the call waits for the channel to connect (within the deadline) instead of
+  // failing at once while it is (re)connecting, as a gateway's connection pool retries.
+  explicit GatewayStream(pb::ExternalProcessor::Stub& stub, std::chrono::seconds timeout = kRpcTimeout,
+                         bool wait_for_ready = false) {
     ctx_.set_deadline(std::chrono::system_clock::now() + timeout);
+    ctx_.set_wait_for_ready(wait_for_ready);
     stream_ = stub.Process(&ctx_);
   }
   // Writes serialized ProcessingRequests; false once the server stopped reading.
@@ -357,6 +364,8 @@ TEST(ExtProcServerTest, ThousandConcurrentStreams) {
   ASSERT_NE(s.server, nullptr);
   constexpr int kThreads = 50, kStreamsPerThread = 20;
   std::atomic<int> answered{0}, failed{0};
+  std::mutex first_failure_mu;
+  std::string first_failure;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
@@ -364,7 +373,10 @@ TEST(ExtProcServerTest, ThousandConcurrentStreams) {
       // All 20 streams of a thread are open at once: 1000 streams in flight across the threads.
       std::vector<std::unique_ptr<GatewayStream>> streams;
       for (int i = 0; i < kStreamsPerThread; ++i) {
-        streams.push_back(std::make_unique<GatewayStream>(*stub, seconds(60)));
+        // 50 channels connect at once on a loaded 2-core machine: a connect attempt may fail
+        // and be retried, which this load test is not about (one channel's 20 streams failed
+        // together once, in a ctest -j2 run).
+        streams.push_back(std::make_unique<GatewayStream>(*stub, seconds(60), /*wait_for_ready=*/true));
         const std::string text = "thread " + std::to_string(t) + " stream " + std::to_string(i) + std::string(200, 'p');
         streams.back()->Send(BuildProcessingRequests(ChatCapture(ChatBody("m", text))));
       }
@@ -376,12 +388,17 @@ TEST(ExtProcServerTest, ThousandConcurrentStreams) {
         ok = ok && st.ok() && g->responses.size() == 4 && !Destination(g->responses[0]).empty() &&
              g->responses[3].has_response_body();
         (ok ? answered : failed)++;
+        if (!ok) {
+          std::lock_guard<std::mutex> lock(first_failure_mu);
+          if (first_failure.empty())
+            first_failure = absl::StrCat("status ", st.error_code(), " '", st.error_message(), "', ", g->responses.size(), " responses");
+        }
       }
     });
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(answered.load(), kThreads * kStreamsPerThread);
-  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(failed.load(), 0) << "first failure: " << first_failure;
   s.server->Shutdown(milliseconds(2000));
   const ExtProcStats& st = s.server->stats();
   EXPECT_EQ(st.streams_total.load(), kThreads * kStreamsPerThread);
@@ -417,7 +434,10 @@ TEST(ExtProcServerTest, ShutdownDrainsOpenStreamsAndRefusesNewOnes) {
     refused = probe.status;
     if (refused.ok()) std::this_thread::sleep_for(milliseconds(10));
   }
-  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  // UNAVAILABLE once the listener is closed; a stream accepted in the instant the shutdown began
+  // is CANCELLED by gRPC instead (seen once in ~400 runs). Either way it was refused.
+  EXPECT_TRUE(refused.error_code() == grpc::StatusCode::UNAVAILABLE || refused.error_code() == grpc::StatusCode::CANCELLED)
+      << refused.error_code() << ": " << refused.error_message();
   EXPECT_FALSE(shutdown_returned.load()) << "the open stream holds the drain";
 
   // The open stream finishes its response path within the drain window.

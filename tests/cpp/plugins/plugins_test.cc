@@ -9,6 +9,7 @@
 #include "epp/registry.h"
 #include "epp/scheduling.h"
 #include "plugins/plugins.h"
+#include "testing/epp_testing.h"
 
 namespace epp {
 namespace {
@@ -35,13 +36,7 @@ struct Pool {
 
 Endpoint Ep(std::string addr, std::optional<double> queue, std::optional<double> running = std::nullopt,
             std::optional<double> kv = std::nullopt) {
-  Endpoint e;
-  e.address = std::move(addr);
-  e.metrics.waiting_queue_size = queue;
-  e.metrics.running_requests = running;
-  e.metrics.kv_cache_usage = kv;
-  e.metrics_time_us = 1000000;
-  return e;
+  return testing::EndpointBuilder(std::move(addr)).Queue(queue).Running(running).Kv(kv);
 }
 
 std::unique_ptr<Plugin> Make(std::string_view type, Params params = Params()) {

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "replay/render.h"
+#include "testing/epp_testing.h"
 
 namespace epp {
 namespace {
@@ -385,8 +386,8 @@ TEST(MooncakeTraceTest, ErrorsNameFileAndLine) {
 }
 
 TEST(MooncakeTraceTest, SharedFixtureLoads) {
-  const std::string path = std::string(EPP_SHARED_FIXTURES) + "/traces/mooncake-fast25-synthetic_trace.jsonl";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  EPP_REQUIRE_SHARED_FIXTURES("traces/mooncake-fast25-synthetic_trace.jsonl");
+  const std::string path = testing::SharedFixtures("traces/mooncake-fast25-synthetic_trace.jsonl").string();
   auto trace = LoadMooncakeTrace(path);
   ASSERT_TRUE(trace.ok()) << trace.status();
   EXPECT_EQ(trace->size(), 3993u);

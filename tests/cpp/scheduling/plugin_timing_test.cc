@@ -13,6 +13,7 @@
 #include "epp/request.h"
 #include "epp/scheduler.h"
 #include "scheduling/scheduler_impl.h"
+#include "testing/epp_testing.h"
 
 namespace epp {
 namespace {
@@ -46,14 +47,7 @@ schedulingProfiles:
 )";
 
 Endpoint Ep(std::string addr, std::string pool, double queue) {
-  Endpoint e;
-  e.address = std::move(addr);
-  e.labels = {{"pool", std::move(pool)}};
-  e.metrics.waiting_queue_size = queue;
-  e.metrics.running_requests = 0;
-  e.metrics.kv_cache_usage = 0.2;
-  e.metrics_time_us = 1000000;
-  return e;
+  return testing::EndpointBuilder(std::move(addr)).Queue(queue).Running(0).Kv(0.2).Label("pool", std::move(pool));
 }
 
 InferenceRequest Chat(int i) {

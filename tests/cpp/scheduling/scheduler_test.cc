@@ -13,19 +13,12 @@
 #include "epp/registry.h"
 #include "epp/request.h"
 #include "epp/scheduler.h"
+#include "testing/epp_testing.h"
 
 namespace epp {
 namespace {
 
-Endpoint Ep(std::string addr, double queue, double kv, int64_t t = 1000000) {
-  Endpoint e;
-  e.address = std::move(addr);
-  e.metrics.waiting_queue_size = queue;
-  e.metrics.running_requests = 0;
-  e.metrics.kv_cache_usage = kv;
-  e.metrics_time_us = t;
-  return e;
-}
+using testing::Ep;
 
 struct Fixture {
   ManualClock clock{1000000};
@@ -431,8 +424,8 @@ plugins:
 // Every real config in ../shared/fixtures/configs either loads, or fails naming its unsupported
 // plugin types.
 TEST(FixtureConfigsTest, LoadOrNameUnsupportedTypes) {
-  const std::filesystem::path dir = std::filesystem::path(EPP_SHARED_FIXTURES) / "configs";
-  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "shared fixtures not found at " << dir;
+  EPP_REQUIRE_SHARED_FIXTURES("configs");
+  const std::filesystem::path dir = testing::SharedFixtures("configs");
   const std::map<std::string, std::vector<std::string>> unsupported = {
       {"gie-1748e829__test_testdata_configloader_1_test.yaml", {"test-one", "test-profile-handler", "test-two", "test-picker", "test-source", "test-extractor"}},
       {"llm-d-router__deploy_config_epp-precise-prefix-cache-config.yaml", {"token-producer", "endpoint-notification-source", "precise-prefix-cache-producer"}},

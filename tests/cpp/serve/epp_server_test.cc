@@ -11,6 +11,7 @@
 #include "epp/registry.h"
 #include "epp/serve.h"
 #include "epp/http.h"
+#include "testing/epp_testing.h"
 
 namespace epp {
 namespace {
@@ -35,15 +36,7 @@ InferenceRequest Chat(std::string text) {
   return r;
 }
 
-Endpoint Ep(std::string address) {
-  Endpoint e;
-  e.address = std::move(address);
-  e.metrics.waiting_queue_size = 0;
-  e.metrics.running_requests = 0;
-  e.metrics.kv_cache_usage = 0.1;
-  e.metrics_time_us = 1;
-  return e;
-}
+using testing::Ep;
 
 TEST(RebuildSchedulerTest, UnchangedPluginsCarryTheirStateAndLoadIsShared) {
   ManualClock clock(1'000'000);

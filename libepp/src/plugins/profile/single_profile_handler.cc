@@ -10,16 +10,17 @@ class SingleProfileHandler : public Plugin, public ProfileHandler {
  public:
   using Plugin::Plugin;
   const ProfileHandler* AsProfileHandler() const override { return this; }
-  std::vector<std::string> PickProfiles(const SchedulingContext&, std::span<const std::string> profiles,
-                                        std::span<const std::string> done) const override {
-    if (!done.empty()) return {};
-    return std::vector<std::string>(profiles.begin(), profiles.end());
+  ProfileStep PickProfiles(const SchedulingContext&, std::span<const std::string> profiles,
+                           std::span<const ProfileRun> results) const override {
+    ProfileStep step;
+    if (!results.empty()) return step;
+    for (const std::string& p : profiles) step.run.push_back({p, ""});
+    return step;
   }
-  absl::StatusOr<std::string> PrimaryProfile(std::span<const std::string> ran) const override {
-    if (ran.size() != 1)
-      return absl::InvalidArgumentError(
-          absl::StrCat("single-profile-handler needs exactly one profile, got ", ran.size()));
-    return ran.front();
+  absl::StatusOr<ProfilesOutcome> ProcessResults(const SchedulingContext&, std::span<const ProfileRun> results) const override {
+    if (results.size() != 1)
+      return absl::InvalidArgumentError(absl::StrCat("single-profile-handler needs exactly one profile, got ", results.size()));
+    return ProfilesOutcome{results.front().profile, {}, ""};
   }
 };
 
