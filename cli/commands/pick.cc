@@ -44,6 +44,9 @@ int RunPick(const PickCommandOptions& o) {
   const bool jsonl = o.output != "text";
   std::map<std::string, int64_t> per_endpoint;
   std::map<int, int64_t> per_status;
+  // With several profiles (P/D): picks per profile and endpoint, and the handler's decisions.
+  std::map<std::string, std::map<std::string, int64_t>> per_profile;
+  std::map<std::string, int64_t> per_decision;
   double ratio_sum = 0;
   int64_t ratio_n = 0, total = 0;
   double sched_s = 0;
@@ -66,6 +69,9 @@ int RunPick(const PickCommandOptions& o) {
     per_status[r.status]++;
     if (r.status == 200) {
       per_endpoint[r.endpoints.front()]++;
+      for (const epp::ProfilePick& pp : r.profile_picks)
+        if (pp.ran && !pp.endpoints.empty()) per_profile[pp.profile][pp.endpoints.front()]++;
+      if (!r.profiles_reason.empty()) per_decision[r.profiles_reason.substr(0, r.profiles_reason.find(' '))]++;
       if (r.prefix_blocks > 0) {
         ratio_sum += static_cast<double>(r.prefix_match_blocks) / r.prefix_blocks;
         ++ratio_n;
@@ -82,6 +88,22 @@ int RunPick(const PickCommandOptions& o) {
       j["prefix_blocks"] = r.prefix_blocks;
       j["prefix_match_blocks"] = r.prefix_match_blocks;
       j["reason"] = r.reason;
+      if (pool.scheduler->ProfileNames().size() > 1) {
+        nlohmann::ordered_json picks = nlohmann::ordered_json::array();
+        for (const epp::ProfilePick& pp : r.profile_picks) {
+          nlohmann::ordered_json jp = {{"profile", pp.profile}, {"ran", pp.ran}, {"endpoints", pp.endpoints}};
+          if (!pp.reason.empty()) jp["reason"] = pp.reason;
+          if (!pp.error.empty()) jp["error"] = pp.error;
+          picks.push_back(std::move(jp));
+        }
+        j["profile_picks"] = std::move(picks);
+        if (!r.profiles_reason.empty()) j["profiles_reason"] = r.profiles_reason;
+      }
+      if (!r.headers.empty()) {
+        nlohmann::ordered_json h = nlohmann::ordered_json::object();
+        for (const auto& [k, v] : r.headers) h[k] = v;
+        j["headers"] = std::move(h);
+      }
       std::cout << j.dump() << "\n";
     }
     in_flight.push_back(std::move(r));
@@ -99,6 +121,16 @@ int RunPick(const PickCommandOptions& o) {
       char pct[32];
       std::snprintf(pct, sizeof pct, "%5.1f%%", total ? 100.0 * static_cast<double>(c) / static_cast<double>(total) : 0.0);
       std::cout << "  " << e.address << "  " << c << "  " << pct << "\n";
+    }
+    if (pool.scheduler->ProfileNames().size() > 1) {
+      for (const auto& [profile, counts] : per_profile) {
+        std::cout << "\npicks of profile " << profile << "\n";
+        for (const auto& [endpoint, c] : counts) std::cout << "  " << endpoint << "  " << c << "\n";
+      }
+      if (!per_decision.empty()) {
+        std::cout << "\nprofile handler decisions\n";
+        for (const auto& [d, c] : per_decision) std::cout << "  " << d << "  " << c << "\n";
+      }
     }
     char buf[160];
     std::snprintf(buf, sizeof buf, "\nmean prefix match ratio %.3f over %lld requests with at least one block\n",

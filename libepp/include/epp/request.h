@@ -56,6 +56,9 @@ struct InferenceRequest {
   // Estimated prompt tokens: the number of token ids for token-id prompts, otherwise
   // ApproxTokens(prompt.size()).
   int64_t prompt_tokens = 0;
+  // Media parts of the prompt (chat image_url / input_audio / video_url / audio_url, Responses
+  // input_image; not files): what an encode stage would process (always-disagg-multimodal-decider).
+  int media_parts = 0;
   // Request headers in arrival order, names lower-cased; a repeated header appears repeatedly.
   // Empty for ParseOpenAIRequest (the body carries none).
   std::vector<std::pair<std::string, std::string>> headers;

@@ -265,6 +265,10 @@ absl::Status ResolvePrefixProducer(BuildState& st) {
     for (const auto& f : prof.filters) needed |= needs_prefix(*f.first);
     for (const auto& s : prof.scorers) needed |= needs_prefix(*s.plugin);
   }
+  // A profile handler reads what its deciders read (prefix-based-pd-decider: the decode
+  // endpoint's cached prefix).
+  for (const auto& p : impl.plugins)
+    if (p->AsProfileHandler()) needed |= needs_prefix(*p);
   if (needed && !producer) {
     EPP_ASSIGN_OR_RETURN(producer, st.AddDefault(plugins::kApproxPrefixProducerType, std::string(plugins::kApproxPrefixProducerType)));
   }

@@ -176,6 +176,14 @@ void ExtProcSession::Impl::EmitPick(const std::string& new_body, bool body_chang
   pb::HeaderMutation* m = common->mutable_header_mutation();
   SetHeader(m, kDestinationEndpointHeader, dest);
   if (body_changed) SetHeader(m, "content-length", std::to_string(new_body.size()));
+  // The profile handler's headers (x-prefiller-host-port, ...): set what it produced, remove
+  // the gateway's copies of the rest, so a client cannot choose its own prefill server.
+  for (const auto& [key, value] : result->headers) SetHeader(m, key, value);
+  for (const std::string& owned : scheduler.OwnedHeaders()) {
+    const bool set = std::any_of(result->headers.begin(), result->headers.end(),
+                                 [&](const std::pair<std::string, std::string>& h) { return h.first == owned; });
+    if (!set) m->add_remove_headers(owned);
+  }
   auto& ns = (*hr.mutable_dynamic_metadata()->mutable_fields())[std::string(kDestinationEndpointNamespace)];
   (*ns.mutable_struct_value()->mutable_fields())[std::string(kDestinationEndpointKey)].set_string_value(dest);
   out.push_back(std::move(hr));

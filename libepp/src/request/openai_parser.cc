@@ -392,7 +392,7 @@ absl::StatusOr<std::string_view> RequiredString(const simdjson::dom::object& obj
 }
 
 // One element of a content array.
-absl::Status AppendContentPart(const element& part, const JsonPath& at, std::string& out) {
+absl::Status AppendContentPart(const element& part, const JsonPath& at, std::string& out, int& media) {
   std::optional<simdjson::dom::object> obj = AsObject(part);
   if (!obj.has_value()) return TypeError(at, "an object", part);
   EPP_ASSIGN_OR_RETURN(std::string_view type, RequiredString(*obj, "type", at));
@@ -418,6 +418,7 @@ absl::Status AppendContentPart(const element& part, const JsonPath& at, std::str
       if (!image_obj.has_value()) return TypeError(image_path, "an object or a string", *image);
       EPP_ASSIGN_OR_RETURN(url, RequiredString(*image_obj, "url", image_path));
     }
+    ++media;
     out += "<image:";
     AppendMediaRef(*url, out);
     out += '>';
@@ -431,6 +432,7 @@ absl::Status AppendContentPart(const element& part, const JsonPath& at, std::str
     if (!ref.has_value()) ref = OptionalString(*obj, "file_id", at, status);
     EPP_RETURN_IF_ERROR(status);
     if (!ref.has_value()) return ErrorAt(at, "expected a string image_url or file_id");
+    ++media;
     out += "<image:";
     AppendMediaRef(*ref, out);
     out += '>';
@@ -443,12 +445,14 @@ absl::Status AppendContentPart(const element& part, const JsonPath& at, std::str
     std::optional<simdjson::dom::object> audio_obj = AsObject(*audio);
     if (!audio_obj.has_value()) return TypeError(audio_path, "an object", *audio);
     EPP_ASSIGN_OR_RETURN(std::string_view data, RequiredString(*audio_obj, "data", audio_path));
+    ++media;
     out += "<audio:";
     AppendMediaRef(data, out);
     out += '>';
     return absl::OkStatus();
   }
   // Any other part (file, video_url, ...): its type and a reference to its canonical JSON.
+  if (type == "video_url" || type == "audio_url") ++media;
   std::string json;
   AppendCanonicalJson(part, json);
   out += '<';
@@ -460,7 +464,7 @@ absl::Status AppendContentPart(const element& part, const JsonPath& at, std::str
 }
 
 // `content` of a message: a string, an array of parts, or null.
-absl::Status AppendContent(const element& content, const JsonPath& at, std::string& out) {
+absl::Status AppendContent(const element& content, const JsonPath& at, std::string& out, int& media) {
   if (std::optional<std::string_view> s = AsString(content)) {
     out.append(*s);
     return absl::OkStatus();
@@ -470,14 +474,14 @@ absl::Status AppendContent(const element& content, const JsonPath& at, std::stri
   if (!parts.has_value()) return TypeError(at, "a string or an array of parts", content);
   size_t i = 0;
   for (element part : *parts) {
-    EPP_RETURN_IF_ERROR(AppendContentPart(part, at.Index(i), out));
+    EPP_RETURN_IF_ERROR(AppendContentPart(part, at.Index(i), out, media));
     ++i;
   }
   return absl::OkStatus();
 }
 
 // One chat message (or Responses message item): role, content, then the tool calls it makes.
-absl::Status AppendMessage(const simdjson::dom::object& msg, const JsonPath& at, std::string& out) {
+absl::Status AppendMessage(const simdjson::dom::object& msg, const JsonPath& at, std::string& out, int& media) {
   std::optional<element> role, content, tool_calls, function_call;
   for (simdjson::dom::key_value_pair kv : msg) {
     if (kv.key == "role") role = kv.value;
@@ -490,14 +494,14 @@ absl::Status AppendMessage(const simdjson::dom::object& msg, const JsonPath& at,
   if (!role_name.has_value()) return TypeError(at.Key("role"), "a string", *role);
   out.append(*role_name);
   out += '\n';
-  if (content.has_value()) EPP_RETURN_IF_ERROR(AppendContent(*content, at.Key("content"), out));
+  if (content.has_value()) EPP_RETURN_IF_ERROR(AppendContent(*content, at.Key("content"), out, media));
   if (tool_calls.has_value() && !IsNull(*tool_calls)) AppendCanonicalJson(*tool_calls, out);
   if (function_call.has_value() && !IsNull(*function_call)) AppendCanonicalJson(*function_call, out);
   out += '\n';
   return absl::OkStatus();
 }
 
-absl::Status AppendMessages(const element& messages, const JsonPath& at, std::string& out) {
+absl::Status AppendMessages(const element& messages, const JsonPath& at, std::string& out, int& media) {
   std::optional<simdjson::dom::array> list = AsArray(messages);
   if (!list.has_value()) return TypeError(at, "an array", messages);
   if (list->begin() == list->end()) return Empty(at);
@@ -506,7 +510,7 @@ absl::Status AppendMessages(const element& messages, const JsonPath& at, std::st
     const JsonPath msg_path = at.Index(i);
     std::optional<simdjson::dom::object> msg = AsObject(m);
     if (!msg.has_value()) return TypeError(msg_path, "an object", m);
-    EPP_RETURN_IF_ERROR(AppendMessage(*msg, msg_path, out));
+    EPP_RETURN_IF_ERROR(AppendMessage(*msg, msg_path, out, media));
     ++i;
   }
   return absl::OkStatus();
@@ -533,7 +537,7 @@ absl::Status AppendTools(const std::optional<element>& tools, const JsonPath& at
 // One item of a Responses `input` array: a message (has a role; type absent or "message"), or
 // another item (function_call, function_call_output, reasoning, ...) rendered as its type and
 // canonical JSON.
-absl::Status AppendResponseItem(const element& item, const JsonPath& at, std::string& out) {
+absl::Status AppendResponseItem(const element& item, const JsonPath& at, std::string& out, int& media) {
   std::optional<simdjson::dom::object> obj = AsObject(item);
   if (!obj.has_value()) return TypeError(at, "an object", item);
   std::optional<element> type = Member(*obj, "type");
@@ -546,7 +550,7 @@ absl::Status AppendResponseItem(const element& item, const JsonPath& at, std::st
     if (!type_name.has_value() && !Member(*obj, "role").has_value()) {
       return ErrorAt(at, "expected an item with a string type or role");
     }
-    return AppendMessage(*obj, at, out);
+    return AppendMessage(*obj, at, out, media);
   }
   out.append(*type_name);
   out += '\n';
@@ -555,7 +559,7 @@ absl::Status AppendResponseItem(const element& item, const JsonPath& at, std::st
   return absl::OkStatus();
 }
 
-absl::Status AppendResponsesInput(const element& input, const JsonPath& at, std::string& out) {
+absl::Status AppendResponsesInput(const element& input, const JsonPath& at, std::string& out, int& media) {
   if (std::optional<std::string_view> s = AsString(input)) {
     if (s->empty()) return Empty(at);
     out += "user\n";
@@ -568,7 +572,7 @@ absl::Status AppendResponsesInput(const element& input, const JsonPath& at, std:
   if (items->begin() == items->end()) return Empty(at);
   size_t i = 0;
   for (element item : *items) {
-    EPP_RETURN_IF_ERROR(AppendResponseItem(item, at.Index(i), out));
+    EPP_RETURN_IF_ERROR(AppendResponseItem(item, at.Index(i), out, media));
     ++i;
   }
   return absl::OkStatus();
@@ -626,7 +630,7 @@ absl::Status ParseBody(const element& root, size_t body_size, const JsonPath& at
       const JsonPath messages_path = at.Key("messages");
       if (!f.messages.has_value()) return Missing(messages_path);
       EPP_RETURN_IF_ERROR(AppendTools(f.tools, at.Key("tools"), out));
-      EPP_RETURN_IF_ERROR(AppendMessages(*f.messages, messages_path, out));
+      EPP_RETURN_IF_ERROR(AppendMessages(*f.messages, messages_path, out, req.media_parts));
       break;
     }
     case ApiKind::kResponses: {
@@ -642,13 +646,13 @@ absl::Status ParseBody(const element& root, size_t body_size, const JsonPath& at
         }
       }
       EPP_RETURN_IF_ERROR(AppendTools(f.tools, at.Key("tools"), out));
-      EPP_RETURN_IF_ERROR(AppendResponsesInput(*f.input, input_path, out));
+      EPP_RETURN_IF_ERROR(AppendResponsesInput(*f.input, input_path, out, req.media_parts));
       break;
     }
     case ApiKind::kEmbeddings: {
       // vLLM also embeds chat conversations given as `messages` instead of `input`.
       if (!f.input.has_value() && f.messages.has_value()) {
-        EPP_RETURN_IF_ERROR(AppendMessages(*f.messages, at.Key("messages"), out));
+        EPP_RETURN_IF_ERROR(AppendMessages(*f.messages, at.Key("messages"), out, req.media_parts));
         break;
       }
       const JsonPath input_path = at.Key("input");

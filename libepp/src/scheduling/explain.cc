@@ -75,6 +75,8 @@ std::string PickResultToJson(const InferenceRequest* request, const PickResult& 
   for (const ProfileTrace& p : r.profiles) {
     json jp;
     jp["name"] = p.name;
+    jp["ran"] = p.ran;
+    if (!p.reason.empty()) jp["reason"] = p.reason;
     json filters = json::array();
     for (const FilterTrace& f : p.filters) {
       json removed = json::array();
@@ -103,13 +105,26 @@ std::string PickResultToJson(const InferenceRequest* request, const PickResult& 
   result["fallbacks"] = r.endpoints.size() > 1 ? json(std::vector<std::string>(r.endpoints.begin() + 1, r.endpoints.end()))
                                                : json::array();
   result["reason"] = r.reason;
+  result["primary_profile"] = r.primary_profile.empty() ? json(nullptr) : json(r.primary_profile);
+  if (!r.profiles_reason.empty()) result["profiles_reason"] = r.profiles_reason;
+  // Every profile the handler ran or skipped (also without a trace): what pick and replay report.
+  json picks = json::array();
+  for (const ProfilePick& pp : r.profile_picks) {
+    json jp = {{"profile", pp.profile}, {"ran", pp.ran}, {"endpoints", pp.endpoints}};
+    if (!pp.reason.empty()) jp["reason"] = pp.reason;
+    if (!pp.error.empty()) jp["error"] = pp.error;
+    picks.push_back(std::move(jp));
+  }
+  result["profile_picks"] = std::move(picks);
   result["candidates"] = r.candidates;
   result["saturation"] = std::isfinite(r.saturation) ? json(r.saturation) : json(nullptr);
   if (!r.saturation_detail.empty()) result["saturation_detail"] = r.saturation_detail;
   j["result"] = result;
   if (r.status == 200) {
     const std::string v = r.DestinationValue();
-    j["decision"] = {{"header", {{"x-gateway-destination-endpoint", v}}},
+    json headers = {{"x-gateway-destination-endpoint", v}};
+    for (const auto& [k, val] : r.headers) headers[k] = val;
+    j["decision"] = {{"header", std::move(headers)},
                      {"dynamic_metadata", {{"envoy.lb", {{"x-gateway-destination-endpoint", v}}}}}};
   } else {
     j["decision"] = {{"immediate_response", {{"status", r.status}, {"body", r.reason}}}};
@@ -137,8 +152,14 @@ std::string PickResultToText(const InferenceRequest* request, const PickResult& 
     absl::StrAppend(&out, bold, "candidates", reset, " ", r.candidates, "\n");
     if (!r.saturation_detail.empty()) absl::StrAppend(&out, bold, "saturation", reset, " ", r.saturation_detail, "\n");
   }
+  const bool several = r.profiles.size() > 1;
   for (const ProfileTrace& p : r.profiles) {
-    absl::StrAppend(&out, "\n", bold, "profile ", p.name, reset, "\n");
+    if (!p.ran) {
+      absl::StrAppend(&out, "\n", bold, "profile ", p.name, reset, dim, "  skipped", reset, ": ", p.reason, "\n");
+      continue;
+    }
+    absl::StrAppend(&out, "\n", bold, "profile ", p.name, reset, several && p.name == r.primary_profile ? " (primary)" : "",
+                    p.reason.empty() ? "" : dim + "  " + p.reason + reset, "\n");
     for (const FilterTrace& f : p.filters) {
       absl::StrAppend(&out, "  filter ", f.plugin, f.plugin != f.type ? " (" + f.type + ")" : "", ": kept ",
                       f.kept.size(), ", removed ", f.removed.size(), "\n");
@@ -228,10 +249,13 @@ std::string PickResultToText(const InferenceRequest* request, const PickResult& 
       absl::StrAppend(&out, "  fallbacks ", absl::StrJoin(r.endpoints.begin() + 1, r.endpoints.end(), ","));
   }
   absl::StrAppend(&out, "\n           ", r.reason, "\n");
+  if (!r.profiles_reason.empty()) absl::StrAppend(&out, "           profiles: ", r.profiles_reason, "\n");
   absl::StrAppend(&out, bold, "decision", reset, "   ");
   if (r.status == 200) {
     const std::string v = r.DestinationValue();
-    absl::StrAppend(&out, "header x-gateway-destination-endpoint: ", v, "\n           metadata envoy.lb {\"x-gateway-destination-endpoint\": \"", v, "\"}\n");
+    absl::StrAppend(&out, "header x-gateway-destination-endpoint: ", v, "\n");
+    for (const auto& [k, val] : r.headers) absl::StrAppend(&out, "           header ", k, ": ", val, "\n");
+    absl::StrAppend(&out, "           metadata envoy.lb {\"x-gateway-destination-endpoint\": \"", v, "\"}\n");
   } else {
     absl::StrAppend(&out, "ImmediateResponse ", r.status, ": ", r.reason, "\n");
   }

@@ -911,5 +911,47 @@ TEST(ExtProcWireTest, HandEncodedBodylessRequestWithEmptySubsetIs503) {
   EXPECT_EQ(Wire(out[0]).Sub(7).Sub(1).Varint(1), 503u);
 }
 
+// P/D over ext_proc: the handler's x-prefiller-host-port is set in the request-headers response
+// next to the destination, and when no prefill runs the gateway's own copy is removed (a client
+// must not choose the prefill server).
+TEST(ExtProcSessionTest, DisaggregatedPickSetsThePrefillerHeaderAndStripsInjectedOnes) {
+  const std::string yaml =
+      "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefill-filter\n- type: decode-filter\n"
+      "- type: queue-scorer\n- type: disagg-profile-handler\n  parameters:\n    deciders:\n      prefill: pd\n"
+      "- name: pd\n  type: prefix-based-pd-decider\n  parameters:\n    nonCachedTokens: 32\n"
+      "schedulingProfiles:\n- name: prefill\n  plugins:\n  - pluginRef: prefill-filter\n  - pluginRef: queue-scorer\n"
+      "- name: decode\n  plugins:\n  - pluginRef: decode-filter\n  - pluginRef: queue-scorer\n";
+  Endpoint prefill = Ep("10.0.0.1:8000");
+  prefill.labels["llm-d.ai/role"] = "prefill";
+  Endpoint decode = Ep("10.0.0.2:8000");
+  decode.labels["llm-d.ai/role"] = "decode";
+  SchedulerEnv env({prefill, decode}, yaml);
+  ASSERT_NE(env.scheduler, nullptr);
+  ExtProcOptions options;
+
+  auto exchange = [&](const std::string& content) {
+    ExtProcSession s(*env.scheduler, env.pool, options, nullptr);
+    HttpRequestCapture c = ChatCapture(ChatBody("m", content));
+    c.headers.emplace_back("x-prefiller-host-port", "6.6.6.6:1");  // injected by the client
+    std::vector<std::string> out;
+    for (const std::string& m : BuildProcessingRequests(c)) EXPECT_TRUE(s.OnMessage(m, out).ok());
+    std::vector<pb::ProcessingResponse> rs = Decode(out);
+    EXPECT_FALSE(rs.empty());
+    return rs.empty() ? pb::HeaderMutation() : rs[0].request_headers().response().header_mutation();
+  };
+
+  const pb::HeaderMutation long_prompt = exchange(std::string(1000, 'p'));
+  EXPECT_EQ(SetHeader(long_prompt, kDestinationEndpointHeader), "10.0.0.2:8000");
+  EXPECT_EQ(SetHeader(long_prompt, "x-prefiller-host-port"), "10.0.0.1:8000");
+  std::vector<std::string> removed(long_prompt.remove_headers().begin(), long_prompt.remove_headers().end());
+  EXPECT_EQ(removed, std::vector<std::string>{"x-encoder-hosts-ports"});
+
+  const pb::HeaderMutation short_prompt = exchange("hi");
+  EXPECT_EQ(SetHeader(short_prompt, kDestinationEndpointHeader), "10.0.0.2:8000");
+  EXPECT_FALSE(SetHeader(short_prompt, "x-prefiller-host-port").has_value());
+  removed.assign(short_prompt.remove_headers().begin(), short_prompt.remove_headers().end());
+  EXPECT_EQ(removed, (std::vector<std::string>{"x-prefiller-host-port", "x-encoder-hosts-ports"}));
+}
+
 }  // namespace
 }  // namespace epp

@@ -12,6 +12,7 @@
 #include "epp/registry.h"
 #include "epp/scheduler.h"
 #include "epp/scheduling.h"
+#include "plugins/profile/profile.h"
 
 namespace epp {
 namespace {
@@ -37,6 +38,7 @@ std::string Points(const Plugin& p) {
   add(p.AsSaturationDetector() != nullptr, "saturation detector");
   add(p.AsDataProducer() != nullptr, "data producer");
   add(p.AsRequestObserver() != nullptr, "request observer");
+  add(plugins::AsDecider(&p) != nullptr, "decider");  // asked by disagg-profile-handler
   return out.empty() ? "-" : out;
 }
 
