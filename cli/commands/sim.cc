@@ -85,6 +85,14 @@ void SetupSimCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--drop-connections", h.drop_rate, "Fraction of requests whose connection is dropped")
       ->capture_default_str();
   cmd->add_option("--threads", h.threads, "HTTP worker threads per server")->capture_default_str();
+  cmd->add_option("--role", h.role,
+                  "llm-d role: decode/both act as a decode pod with llm-d's sidecar (x-prefiller-host-port -> prefill "
+                  "request there, KV transfer, local decode); prefill/encode ignore that header")
+      ->check(CLI::IsMember({"both", "decode", "prefill", "encode"}))->capture_default_str();
+  cmd->add_option("--kv-link-gbytes-per-s", h.kv_link_gbytes_per_s, "KV transfer bandwidth from prefill servers (GB/s)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-bytes-per-token", h.kv_bytes_per_token, "KV bytes per prompt token (Llama-3.1-8B bf16: 131072)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->callback([o, &exit_code] { exit_code = RunSim(*o); });
 }
 

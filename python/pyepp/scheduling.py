@@ -272,6 +272,23 @@ class PickResult:
         return self._result.primary_profile
 
     @property
+    def profile_picks(self) -> List[Dict[str, Any]]:
+        """Every profile the handler ran or skipped, in order: dicts with ``profile``, ``ran``,
+        ``endpoints``, ``reason`` (the handler's, e.g. the P/D decider's) and ``error``."""
+        return [{"profile": p.profile, "ran": p.ran, "endpoints": list(p.endpoints), "reason": p.reason,
+                 "error": p.error} for p in self._result.profile_picks]
+
+    @property
+    def headers(self) -> Dict[str, str]:
+        """Request headers for the upstream besides the destination, e.g. ``x-prefiller-host-port``."""
+        return dict(self._result.headers)
+
+    @property
+    def profiles_reason(self) -> str:
+        """The profile handler's account of the cycle (``"prefill-decode"``); "" for one profile."""
+        return self._result.profiles_reason
+
+    @property
     def saturation(self) -> float:
         """The saturation detector's figure over the candidates (>= 1.0: saturated)."""
         return self._result.saturation

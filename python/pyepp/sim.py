@@ -38,16 +38,23 @@ class Simulator:
     Cost-model parameters (``max_running``, ``kv_blocks``, ``block_size``, ``prefill_tokens_per_s``,
     ``decode_step_ms``, ``decode_ms_per_seq``, ``max_loras``, ``lora_load_ms``, ``seed``) are
     keyword arguments, as are the fault injections of ``eppctl sim``.
+
+    ``role`` is llm-d's P/D role (``eppctl sim --role``): a ``"decode"`` or ``"both"`` server given a
+    request with ``x-prefiller-host-port`` first sends the prefill to that server, then models the
+    KV transfer (``kv_bytes_per_token`` over ``kv_link_gbytes_per_s``) and decodes; ``"prefill"``
+    and ``"encode"`` servers ignore the header. Its ``/metrics`` count the hops
+    (``epp_sim_prefill_hops_total``, ``epp_sim_remote_prefills_total``, ...).
     """
 
     def __init__(self, engine: str = "vllm", *, models: Optional[Sequence[str]] = None,
                  loras: Optional[Sequence[str]] = None, host: str = "127.0.0.1", port: int = 0,
                  time_scale: float = 1.0, fail_rate: float = 0.0, metrics_delay: float = 0.0,
                  metrics_malformed: bool = False, drop_rate: float = 0.0, max_tokens_default: int = 16,
-                 threads: int = 64, **cost: Any) -> None:
+                 threads: int = 64, role: str = "both", kv_link_gbytes_per_s: float = 25.0,
+                 kv_bytes_per_token: int = 131072, **cost: Any) -> None:
         self._server = _lib.SimHttpServer(_params(engine, models, loras, cost), host, port, time_scale, fail_rate,
                                           int(metrics_delay * 1000), metrics_malformed, drop_rate,
-                                          max_tokens_default, threads)
+                                          max_tokens_default, threads, role, kv_link_gbytes_per_s, kv_bytes_per_token)
 
     @property
     def url(self) -> str:

@@ -89,11 +89,20 @@ void BindRegistry(py::module_& m) {
 }
 
 void BindScheduler(py::module_& m) {
+  py::class_<epp::ProfilePick>(m, "ProfilePick")
+      .def_readonly("profile", &epp::ProfilePick::profile)
+      .def_readonly("ran", &epp::ProfilePick::ran)
+      .def_readonly("endpoints", &epp::ProfilePick::endpoints)
+      .def_readonly("reason", &epp::ProfilePick::reason)
+      .def_readonly("error", &epp::ProfilePick::error);
   py::class_<epp::PickResult>(m, "PickResult")
       .def_readonly("status", &epp::PickResult::status)
       .def_readonly("endpoints", &epp::PickResult::endpoints)
       .def_readonly("reason", &epp::PickResult::reason)
       .def_readonly("primary_profile", &epp::PickResult::primary_profile)
+      .def_readonly("profile_picks", &epp::PickResult::profile_picks)
+      .def_readonly("headers", &epp::PickResult::headers)
+      .def_readonly("profiles_reason", &epp::PickResult::profiles_reason)
       .def_readonly("saturation", &epp::PickResult::saturation)
       .def_readonly("load_tokens", &epp::PickResult::load_tokens)
       .def_readonly("candidates", &epp::PickResult::candidates)
@@ -214,7 +223,8 @@ void BindSim(py::module_& m) {
   py::class_<epp::SimHttpServer, std::shared_ptr<epp::SimHttpServer>>(m, "SimHttpServer")
       .def(py::init(&SimHttpServer_StartShim), py::arg("params"), py::arg("host"), py::arg("port"),
            py::arg("time_scale"), py::arg("fail_rate"), py::arg("metrics_delay_ms"), py::arg("metrics_malformed"),
-           py::arg("drop_rate"), py::arg("max_tokens_default"), py::arg("threads"))
+           py::arg("drop_rate"), py::arg("max_tokens_default"), py::arg("threads"), py::arg("role") = "both",
+           py::arg("kv_link_gbytes_per_s") = 25.0, py::arg("kv_bytes_per_token") = 131072)
       .def_property_readonly("port", &epp::SimHttpServer::port)
       .def_property_readonly("url", &epp::SimHttpServer::url)
       .def("stop", &epp::SimHttpServer::Stop, py::call_guard<py::gil_scoped_release>());

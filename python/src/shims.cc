@@ -220,7 +220,9 @@ std::string SimServer_MetricsTextShim(const epp::SimServer& server, double wall_
 std::shared_ptr<epp::SimHttpServer> SimHttpServer_StartShim(const epp::SimParams& params, const std::string& host,
                                                             int port, double time_scale, double fail_rate,
                                                             int metrics_delay_ms, bool metrics_malformed,
-                                                            double drop_rate, int max_tokens_default, int threads) {
+                                                            double drop_rate, int max_tokens_default, int threads,
+                                                            const std::string& role, double kv_link_gbytes_per_s,
+                                                            int64_t kv_bytes_per_token) {
   epp::SimHttpOptions o;
   o.params = params;
   o.host = host;
@@ -232,6 +234,9 @@ std::shared_ptr<epp::SimHttpServer> SimHttpServer_StartShim(const epp::SimParams
   o.drop_rate = drop_rate;
   o.max_tokens_default = max_tokens_default;
   o.threads = threads;
+  o.role = role;
+  o.kv_link_gbytes_per_s = kv_link_gbytes_per_s;
+  o.kv_bytes_per_token = kv_bytes_per_token;
   absl::StatusOr<std::unique_ptr<epp::SimHttpServer>> server = [&] {
     py::gil_scoped_release release;
     return epp::SimHttpServer::Start(o);

@@ -111,7 +111,9 @@ std::string SimServer_MetricsTextShim(const epp::SimServer& server, double wall_
 std::shared_ptr<epp::SimHttpServer> SimHttpServer_StartShim(const epp::SimParams& params, const std::string& host,
                                                             int port, double time_scale, double fail_rate,
                                                             int metrics_delay_ms, bool metrics_malformed,
-                                                            double drop_rate, int max_tokens_default, int threads);
+                                                            double drop_rate, int max_tokens_default, int threads,
+                                                            const std::string& role, double kv_link_gbytes_per_s,
+                                                            int64_t kv_bytes_per_token);
 
 // --- Scheduling ------------------------------------------------------------------------------
 //

@@ -59,7 +59,10 @@ def test_effective_config_of_every_example_is_complete_and_stable(eppctl, path, 
     plugins = by_name(doc)
     types = [p["type"] for p in doc["plugins"]]
     # Defaulting: exactly one profile handler, a picker in every profile, a saturation detector.
-    assert types.count("single-profile-handler") == 1
+    handlers = ("single-profile-handler", "disagg-profile-handler")
+    assert sum(types.count(h) for h in handlers) == 1
+    if len(doc["schedulingProfiles"]) == 1:
+        assert types.count("single-profile-handler") == 1
     assert plugins[doc["saturationDetector"]["pluginRef"]]["type"] == "utilization-detector"
     for prof in doc["schedulingProfiles"]:
         refs = [plugins[r["pluginRef"]] for r in prof["plugins"]]

@@ -203,12 +203,12 @@ def test_pick_agrees_with_explain(eppctl, tmp_path):
 
 
 def test_usage_errors_exit_2(eppctl, tmp_path):
-    unknown = write_config(tmp_path, "unknown.yaml", "plugins:\n- type: no-hit-lru-scorer\n")
+    unknown = write_config(tmp_path, "unknown.yaml", "plugins:\n- type: no-such-scorer\n")
     for args, needle in [
         (["-t", tmp_path / "missing.jsonl"], "cannot read trace file"),
         (["-t", TRACE, "--concurrency", "0"], "concurrency"),
         (["-t", TRACE, "-o", "csv"], "csv"),
-        (["-t", TRACE, "-c", unknown], "unsupported plugin types: no-hit-lru-scorer"),
+        (["-t", TRACE, "-c", unknown], "unsupported plugin types: no-such-scorer"),
         ([], "--trace"),
     ]:
         r = eppctl("pick", "--endpoints", POOL, *args)

@@ -666,3 +666,22 @@ def test_missing_inputs_for_an_engine_and_for_endpoints() -> None:
     assert [m["input"] for m in s.missing_inputs(endpoints=eps)] == ["lora"]
     with pytest.raises(TypeError):
         s.missing_inputs()
+
+
+def test_disaggregated_pick_reports_profiles_and_the_prefiller_header(source_dir: Path) -> None:
+    s = pyepp.Scheduler.from_file(source_dir / "examples" / "configs" / "pd-disagg.yaml")
+    metrics = {"waiting_queue_size": 0, "running_requests": 0, "kv_cache_usage": 0.1}
+    eps = [pyepp.Endpoint("10.0.0.1:8000", metrics, labels={"llm-d.ai/role": "prefill"}),
+           pyepp.Endpoint("10.0.0.2:8000", metrics, labels={"llm-d.ai/role": "decode"})]
+    long_req = pyepp.Request.from_openai({"model": "m", "messages": [{"role": "user", "content": "x" * 800}]},
+                                         "/v1/chat/completions")
+    r = s.pick(long_req, eps, record=False)
+    assert r.endpoint == "10.0.0.2:8000" and r.primary_profile == "decode"
+    assert r.headers == {"x-prefiller-host-port": "10.0.0.1:8000"}
+    assert r.profiles_reason == "prefill-decode"
+    assert [(p["profile"], p["ran"], p["endpoints"]) for p in r.profile_picks] == [
+        ("decode", True, ["10.0.0.2:8000"]), ("prefill", True, ["10.0.0.1:8000"])]
+    short = s.pick(pyepp.Request.from_openai({"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                                             "/v1/chat/completions"), eps, record=False)
+    assert short.headers == {} and short.profiles_reason == "decode-only"
+    assert short.profile_picks[1]["ran"] is False and "nonCachedTokens 16" in short.profile_picks[1]["reason"]

@@ -6,6 +6,7 @@ import urllib.request
 import pytest
 
 import pyepp
+from sim_metrics import counter  # tests/helpers
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -47,6 +48,21 @@ def test_simulator_bad_arguments_raise():
         pyepp.Simulator(time_scale=0)
     with pytest.raises(TypeError, match="unknown simulator parameter"):
         pyepp.Simulator(max_runing=3)
+
+
+def test_simulator_roles_run_the_prefill_hop():
+    with pyepp.Simulator(role="prefill", time_scale=0.01) as prefill, \
+            pyepp.Simulator(role="decode", time_scale=0.01, kv_link_gbytes_per_s=10.0) as decode:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "k" * 2000}], "max_tokens": 2}
+        req = urllib.request.Request(decode.url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json",
+                                              "x-prefiller-host-port": "127.0.0.1:%d" % prefill.port})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert json.loads(r.read())["usage"]["completion_tokens"] == 2
+        assert counter(decode.url, "epp_sim_prefill_hops_total") == 1
+        assert counter(prefill.url, "epp_sim_remote_prefills_total") == 1
+    with pytest.raises(pyepp.ConfigError, match="role"):
+        pyepp.Simulator(role="router")
 
 
 def test_sim_server_virtual_time_is_exact():

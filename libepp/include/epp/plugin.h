@@ -118,6 +118,7 @@ class ProfileHandler;
 class SaturationDetector;
 class DataProducer;
 class RequestObserver;
+class Admitter;
 
 // What a plugin reads besides the request (GIE's Consumes()): endpoint metrics, labels, the
 // scheduler's in-flight counters and per-cycle data of a producer. BuildScheduler adds the prefix
@@ -192,6 +193,7 @@ class Plugin {
   virtual const SaturationDetector* AsSaturationDetector() const { return nullptr; }
   virtual const DataProducer* AsDataProducer() const { return nullptr; }
   virtual const RequestObserver* AsRequestObserver() const { return nullptr; }
+  virtual const Admitter* AsAdmitter() const { return nullptr; }
 
  private:
   TypedName typed_name_;

@@ -146,9 +146,9 @@ struct DurationHistogram {
 struct PluginTiming {
   // GIE's names where GIE has the extension point: "ProfilePicker" (ProfileHandler::PickProfiles,
   // called until it returns no profile, so at least twice per pick), "Filter", "Scorer", "Picker",
-  // "ProcessProfilesResults" (ProfileHandler::PrimaryProfile), "DataProducer" (Prepare),
-  // "PreRequest" (RequestObserver, recorded picks only); and "SaturationDetector" (Saturation,
-  // plus ExplainSaturation when it runs).
+  // "ProcessProfilesResults" (ProfileHandler::ProcessResults), "DataProducer" (Prepare),
+  // "PreRequest" (RequestObserver, recorded picks only), "Admitter" (Admit); and
+  // "SaturationDetector" (Saturation, plus ExplainSaturation when it runs).
   std::string extension_point;
   std::string plugin_type;
   std::string plugin_name;

@@ -172,4 +172,12 @@ class RequestObserver {
   virtual void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const = 0;
 };
 
+// Admission before scheduling (llm-d's Admitter, e.g. probabilistic-admitter): runs after the
+// data producers and the saturation check, in config order; a rejection answers 429 with `why`.
+class Admitter {
+ public:
+  virtual ~Admitter() = default;
+  virtual bool Admit(const SchedulingContext& ctx, Candidates candidates, std::string& why) const = 0;
+};
+
 }  // namespace epp

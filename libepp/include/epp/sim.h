@@ -54,6 +54,9 @@ struct SimRequest {
   std::vector<uint64_t> block_hashes; // chained hashes of the prompt's full blocks
   int64_t prompt_tokens = 1;          // >= 1
   int64_t output_tokens = 1;          // >= 1
+  // Prompt tokens whose KV a prefill server computed and transferred (disaggregated P/D): they
+  // need no prefill compute here. 0..prompt_tokens.
+  int64_t remote_prefilled_tokens = 0;
 };
 
 struct SimEvent {
@@ -159,6 +162,21 @@ struct SimHttpOptions {
   double drop_rate = 0;         // fraction of requests whose connection is dropped mid-answer
   int max_tokens_default = 16;  // when a request gives no max_tokens
   int threads = 256;            // HTTP worker threads (each blocked request holds one)
+  // llm-d's P/D roles (the pod label llm-d.ai/role, set in the endpoints file or the Pod). A
+  // "decode" or "both" server acts as the decode pod with llm-d's sidecar: a request carrying
+  // x-prefiller-host-port first goes to that server as a prefill request (stream false, every
+  // token limit 1, kv_transfer_params {do_remote_decode: true, ...}, as llm-d's NIXL v2 path sends
+  // it); the prompt's KV then "transfers" (the tokens this server does not hold, times
+  // kv_bytes_per_token, over kv_link_gbytes_per_s, in simulated time) and the request decodes
+  // here without prefill compute for those tokens. A prefill error is returned to the client, as
+  // the sidecar does. "prefill" and "encode" servers ignore the header. Every server answers a
+  // prefill request (do_remote_decode) with kv_transfer_params for the decoder. Counters on
+  // /metrics: epp_sim_prefill_hops_total, epp_sim_prefill_hop_errors_total,
+  // epp_sim_kv_transfer_bytes_total, epp_sim_kv_transfer_seconds_total (decode side),
+  // epp_sim_remote_prefills_total (prefill side).
+  std::string role = "both";
+  double kv_link_gbytes_per_s = 25;      // ~200 Gb/s RDMA
+  int64_t kv_bytes_per_token = 131072;   // Llama-3.1-8B bf16: 2 (K, V) x 32 layers x 8 KV heads x 128 x 2 bytes
 };
 
 // The HTTP front: GET /metrics, /v1/models, /health; POST /v1/completions and

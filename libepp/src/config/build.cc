@@ -16,7 +16,9 @@ namespace {
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Build(const EppConfig& input, const PluginRegistry& registry,
                                                  const PluginContext& context, const Scheduler::Impl* previous) {
-  build::BuildState st(build::WithDefaultPlugins(input), registry, context, previous);
+  EppConfig config = build::WithDefaultPlugins(input);
+  EPP_RETURN_IF_ERROR(build::MoveLegacyPrefixScorerParams(config));
+  build::BuildState st(std::move(config), registry, context, previous);
   EPP_RETURN_IF_ERROR(build::CheckPluginTypes(st.config, registry));
   EPP_RETURN_IF_ERROR(build::CreatePlugins(st));
   build::AddDefaultProfile(st);

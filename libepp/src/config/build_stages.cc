@@ -79,6 +79,59 @@ EppConfig WithDefaultPlugins(EppConfig c) {
   return c;
 }
 
+absl::Status MoveLegacyPrefixScorerParams(EppConfig& c) {
+  static const std::set<std::string> kProducerKeys = {"autoTune", "blockSize", "hashBlockSize", "blockSizeTokens",
+                                                      "maxPrefixBlocksToMatch", "maxPrefixTokensToMatch", "lruCapacityPerServer"};
+  const std::string where = c.source.empty() ? "<config>" : c.source;
+  Params moved = Params::Map();
+  std::string from;  // the first scorer that gave them
+  for (PluginSpec& s : c.plugins) {
+    if (s.type != plugins::kPrefixCacheScorerType || !s.parameters.is_map()) continue;
+    Params kept = Params::Map(s.parameters.path());
+    kept.set_line(s.parameters.line());
+    Params mine = Params::Map();
+    for (const auto& [k, v] : s.parameters.entries()) {
+      if (!kProducerKeys.count(k)) {
+        kept.Set(k, v);
+        continue;
+      }
+      // hashBlockSize (characters) was renamed blockSize (GIE#1613).
+      mine.Set(k == "hashBlockSize" ? "blockSize" : k, v);
+    }
+    if (mine.entries().empty()) continue;
+    if (!from.empty() && ParamsYaml(mine) != ParamsYaml(moved))
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.path, ": prefix-cache-scorer hashing parameters differ from ",
+                                                     from, "'s; one approx-prefix-cache-producer serves both"));
+    if (from.empty()) {
+      moved = std::move(mine);
+      from = s.path.empty() ? s.name : s.path;
+    }
+    s.parameters = std::move(kept);
+  }
+  if (from.empty()) return absl::OkStatus();
+  for (PluginSpec& s : c.plugins) {
+    if (s.type != plugins::kApproxPrefixProducerType) continue;
+    if (s.parameters.is_map() && !s.parameters.entries().empty())
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", from, ": hashing parameters on prefix-cache-scorer (the older form) ",
+                                                     "and on ", s.path.empty() ? s.name : s.path,
+                                                     " (approx-prefix-cache-producer): give them on the producer only"));
+    moved.SetPath(s.path.empty() ? s.name : absl::StrCat(s.path, ".parameters"));
+    s.parameters = std::move(moved);
+    c.warnings.push_back(absl::StrCat(where, ": ", from, ": hashing parameters on prefix-cache-scorer are the older form; "
+                                      "applied to approx-prefix-cache-producer '", s.name, "'"));
+    return absl::OkStatus();
+  }
+  PluginSpec producer;
+  producer.type = producer.name = std::string(plugins::kApproxPrefixProducerType);
+  producer.path = absl::StrCat(from, " (moved)");
+  moved.SetPath(absl::StrCat(from, ".parameters"));
+  producer.parameters = std::move(moved);
+  c.plugins.push_back(std::move(producer));
+  c.warnings.push_back(absl::StrCat(where, ": ", from, ": hashing parameters on prefix-cache-scorer are the older form; "
+                                    "moved to a new approx-prefix-cache-producer"));
+  return absl::OkStatus();
+}
+
 absl::Status CheckPluginTypes(const EppConfig& c, const PluginRegistry& registry) {
   // Every unsupported type at once, so a production config shows its whole gap in one run.
   std::vector<std::string> unsupported;
@@ -289,6 +342,7 @@ void IndexHooks(BuildState& st) {
   for (const auto& p : st.impl->plugins) {
     if (const DataProducer* d = p->AsDataProducer()) st.impl->producers.push_back(d);
     if (const RequestObserver* o = p->AsRequestObserver()) st.impl->observers.push_back(o);
+    if (const Admitter* a = p->AsAdmitter()) st.impl->admitters.push_back(a);
   }
 }
 

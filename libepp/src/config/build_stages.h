@@ -3,6 +3,7 @@
 // so each rule is read, changed and tested alone. build.cc runs them in this order:
 //
 //   WithDefaultPlugins        rule 1: an empty config is GIE's default profile
+//   MoveLegacyPrefixScorerParams  the older prefix-cache-scorer parameters go to the producer
 //   CheckPluginTypes          every unknown type at once
 //   CreatePlugins             instantiate, carrying unchanged instances over on a reload
 //   AddDefaultProfile         rule 2: no profiles -> `default` with every filter, scorer, picker
@@ -11,7 +12,7 @@
 //   ResolveProfileHandler     rule 3: one profile and no handler -> single-profile-handler
 //   ResolveSaturationDetector rule 7: saturationDetector or a default utilization-detector
 //   ResolvePrefixProducer     rule 9: a prefix consumer gets the default producer
-//   IndexHooks                producers and observers in config order
+//   IndexHooks                producers, observers and admitters in config order
 //   EffectiveDocument         the configuration the scheduler runs, as a document
 #pragma once
 
@@ -57,6 +58,12 @@ struct BuildState {
 
 // Rule 1: a config without plugins and profiles becomes GIE's default profile, with a warning.
 EppConfig WithDefaultPlugins(EppConfig config);
+// The older prefix-cache-scorer form (GIE before the producer split; every llm-d-inference-scheduler
+// sample): hashing parameters (blockSize, hashBlockSize, blockSizeTokens, maxPrefixBlocksToMatch,
+// maxPrefixTokensToMatch, lruCapacityPerServer, autoTune) written on the scorer move to the
+// approx-prefix-cache-producer, which is created when the config has none; a warning says so.
+// Conflicting values (two scorers, or a producer with its own parameters) are an error.
+absl::Status MoveLegacyPrefixScorerParams(EppConfig& config);
 absl::Status CheckPluginTypes(const EppConfig& config, const PluginRegistry& registry);
 absl::Status CreatePlugins(BuildState& state);
 void AddDefaultProfile(BuildState& state);

@@ -2,7 +2,8 @@
 // string (builtin.cc is the one list of them); tests include plugins.h, which includes every
 // folder's header, to build one directly.
 //
-// One folder per extension point: scorer/, filter/, picker/, profile/ (profile handlers),
+// One folder per extension point: scorer/, filter/, picker/, profile/ (profile handlers and the
+// disaggregation deciders they ask), admitter/ (admission before scheduling),
 // saturation/ (saturation detectors), producer/ (data producers), accepted/ (types of GIE's
 // configs that name what epp does anyway). Each folder's header declares its type names and
 // factories; small plugins of one kind share a .cc with their helpers (min-max normalisation,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "plugins/accepted/accepted.h"
+#include "plugins/admitter/admitter.h"
 #include "plugins/filter/filter.h"
 #include "plugins/picker/picker.h"
 #include "plugins/plugin_util.h"

@@ -123,6 +123,7 @@ void SetUpTimers(Scheduler::Impl& m) {
   for (const DataProducer* d : m.producers)
     m.producer_timers.push_back(timer("DataProducer", owner(&Plugin::AsDataProducer, d)));
   if (m.detector) m.detector_timer = timer("SaturationDetector", m.detector_plugin);
+  for (const Admitter* a : m.admitters) m.admitter_timers.push_back(timer("Admitter", owner(&Plugin::AsAdmitter, a)));
   m.profile_picker_timer = timer("ProfilePicker", m.handler_plugin);
   for (Profile& prof : m.profiles) {
     prof.filter_timers.clear();
@@ -287,6 +288,18 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
       r.status = 429;
       r.reason = absl::StrCat("system saturated, sheddable request dropped (priority ", request.priority,
                               ", saturation ", Num(r.saturation), " >= 1)");
+      return r;
+    }
+  }
+
+  for (size_t i = 0; i < m.admitters.size(); ++i) {
+    std::string why;
+    const int64_t t0 = TimingNowNs();
+    const bool admitted = m.admitters[i]->Admit(ctx, candidates, why);
+    m.admitter_timers[i]->histogram.Record(TimingNowNs() - t0);
+    if (!admitted) {
+      r.status = 429;
+      r.reason = why;
       return r;
     }
   }

@@ -117,6 +117,7 @@ struct Scheduler::Impl {
   const Plugin* detector_plugin = nullptr;
   std::vector<const DataProducer*> producers;
   std::vector<const RequestObserver*> observers;
+  std::vector<const Admitter*> admitters;
   std::vector<std::string> warnings;
   Params effective;  // the effective configuration document
   // Shared with the schedulers rebuilt from this one, so that requests picked by one and
@@ -129,6 +130,7 @@ struct Scheduler::Impl {
   std::vector<std::unique_ptr<PluginTimer>> timers;
   std::vector<PluginTimer*> producer_timers;
   std::vector<PluginTimer*> observer_timers;
+  std::vector<PluginTimer*> admitter_timers;
   PluginTimer* detector_timer = nullptr;
   PluginTimer* profile_picker_timer = nullptr;
   PluginTimer* process_results_timer = nullptr;

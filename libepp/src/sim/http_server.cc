@@ -9,14 +9,17 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "epp/prefix_cache.h"
 #include "epp/sim.h"
 
@@ -56,6 +59,8 @@ struct ParsedCall {
   bool stream = false;
   bool include_usage = false;
   std::string cache_salt;
+  bool remote_decode = false;                  // a prefill request for a remote decoder (kv_transfer_params)
+  std::optional<int64_t> prefiller_cached;     // decode side: cached tokens as the prefiller reported them
 };
 
 // Renders the prompt: completions' prompt as text (lists joined by newlines, token ids counted as
@@ -166,7 +171,36 @@ bool ParseCall(const Json& body, bool chat, const SimHttpOptions& o, ParsedCall&
     c.include_usage = body["stream_options"].value("include_usage", false);
   }
   if (body.contains("cache_salt") && body["cache_salt"].is_string()) c.cache_salt = body["cache_salt"].get<std::string>();
+  if (body.contains("kv_transfer_params") && body["kv_transfer_params"].is_object())
+    c.remote_decode = body["kv_transfer_params"].value("do_remote_decode", false) == true;
   return true;
+}
+
+// The prefill request llm-d's sidecar (NIXL v2) sends for a decode request: the same body with
+// stream off, every token limit 1, and kv_transfer_params asking the prefiller to keep the KV for
+// a remote decoder.
+Json PrefillBody(const Json& body) {
+  Json p = body;
+  p["stream"] = false;
+  p.erase("stream_options");
+  for (const char* k : {"max_tokens", "max_completion_tokens", "min_tokens"}) p[k] = 1;
+  p["kv_transfer_params"] = {{"do_remote_decode", true}, {"do_remote_prefill", false}, {"remote_engine_id", nullptr},
+                             {"remote_block_ids", nullptr}, {"remote_host", nullptr}, {"remote_port", nullptr}};
+  return p;
+}
+
+// "ip:port" or "[v6]:port" -> (host, port); port 0 when malformed.
+std::pair<std::string, int> SplitHostPort(const std::string& hp) {
+  const size_t colon = hp.rfind(':');
+  if (colon == std::string::npos || colon == 0) return {"", 0};
+  std::string host = hp.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  for (size_t i = colon + 1; i < hp.size(); ++i) {
+    if (hp[i] < '0' || hp[i] > '9' || port > 65535) return {"", 0};
+    port = port * 10 + (hp[i] - '0');
+  }
+  return {host, port > 0 && port <= 65535 ? port : 0};
 }
 
 }  // namespace
@@ -190,6 +224,71 @@ struct SimHttpServer::Impl {
   httplib::Server http;
   std::thread driver, server;
   int port = 0;
+  // P/D counters (SimHttpOptions::role).
+  std::atomic<uint64_t> prefill_hops{0}, prefill_hop_errors{0}, kv_transfer_bytes{0}, remote_prefills{0};
+  std::atomic<int64_t> kv_transfer_us{0};  // simulated
+
+  // The simulator's own P/D counters, in every dialect.
+  std::string RolesText() const {
+    std::string t;
+    auto counter = [&](const char* name, const char* help, const std::string& v) {
+      absl::StrAppend(&t, "# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ", v, "\n");
+    };
+    absl::StrAppend(&t, "# HELP epp_sim_role The simulator's llm-d role (label role).\n# TYPE epp_sim_role gauge\nepp_sim_role{role=\"",
+                    o.role, "\"} 1\n");
+    counter("epp_sim_prefill_hops_total", "Decode requests whose prefill ran on the server in x-prefiller-host-port.",
+            absl::StrCat(prefill_hops.load()));
+    counter("epp_sim_prefill_hop_errors_total", "Prefill hops that failed (the client got the prefill's error).",
+            absl::StrCat(prefill_hop_errors.load()));
+    counter("epp_sim_kv_transfer_bytes_total", "KV bytes received from prefill servers (simulated).",
+            absl::StrCat(kv_transfer_bytes.load()));
+    counter("epp_sim_kv_transfer_seconds_total", "Simulated KV transfer time from prefill servers.",
+            absl::StrCat(static_cast<double>(kv_transfer_us.load()) / 1e6));
+    counter("epp_sim_remote_prefills_total", "Prefill-only requests served for a remote decoder (kv_transfer_params).",
+            absl::StrCat(remote_prefills.load()));
+    return t;
+  }
+
+  bool DecodeRole() const { return o.role == "decode" || o.role == "both"; }
+
+  // Runs the prefill on `hop` for a decode request. Returns false with `res` set to the answer
+  // for the client when the prefill failed.
+  bool PrefillHop(const std::string& hop, const httplib::Request& req, const Json& body, ParsedCall& call,
+                  httplib::Response& res) {
+    const auto [host, hport] = SplitHostPort(hop);
+    if (hport == 0) {
+      ++prefill_hop_errors;
+      OpenAIError(res, 400, "x-prefiller-host-port: expected ip:port, got '" + hop + "'", "invalid_request_error");
+      return false;
+    }
+    httplib::Client cli(host, hport);
+    cli.set_connection_timeout(5);
+    cli.set_read_timeout(120);
+    httplib::Headers headers;
+    if (req.has_header("x-request-id")) headers.emplace("x-request-id", req.get_header_value("x-request-id"));
+    httplib::Result r = cli.Post(req.path, headers, PrefillBody(body).dump(), "application/json");
+    if (!r) {
+      ++prefill_hop_errors;
+      OpenAIError(res, 502, "prefill server " + hop + " unreachable: " + httplib::to_string(r.error()), "server_error");
+      return false;
+    }
+    if (r->status < 200 || r->status >= 300) {
+      // As llm-d's sidecar since mid 2026: the prefill's own answer goes back to the client.
+      ++prefill_hop_errors;
+      res.status = r->status;
+      res.set_content(r->body, r->get_header_value("content-type").empty() ? "application/json" : r->get_header_value("content-type"));
+      return false;
+    }
+    ++prefill_hops;
+    Json answer = Json::parse(r->body, nullptr, false);
+    if (answer.is_object() && answer.contains("usage") && answer["usage"].is_object()) {
+      const Json& u = answer["usage"];
+      if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object() &&
+          u["prompt_tokens_details"].contains("cached_tokens") && u["prompt_tokens_details"]["cached_tokens"].is_number_integer())
+        call.prefiller_cached = u["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
+    }
+    return true;
+  }
 
   int64_t VirtualNow() const {
     const double real_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
@@ -259,6 +358,10 @@ struct SimHttpServer::Impl {
     auto call = std::make_shared<ParsedCall>();
     if (!ParseCall(body, chat, o, *call, res)) return;
     if (Roll(o.fail_rate)) return OpenAIError(res, 500, "simulated server failure (--fail-rate)", "server_error");
+    if (call->remote_decode) ++remote_prefills;
+    const std::string hop = req.get_header_value("x-prefiller-host-port");
+    const bool remote_prefill = !hop.empty() && DecodeRole() && !call->remote_decode;
+    if (remote_prefill && !PrefillHop(hop, req, body, *call, res)) return;
     SimRequest sr;
     sr.adapter = call->adapter;
     sr.prompt_tokens = call->prompt_tokens;
@@ -267,6 +370,20 @@ struct SimHttpServer::Impl {
                                          PrefixSeed(call->model, call->cache_salt));
     if (static_cast<int64_t>(sr.block_hashes.size()) * o.params.block_size > sr.prompt_tokens) {
       sr.block_hashes.resize(sr.prompt_tokens / o.params.block_size);
+    }
+    if (remote_prefill) {
+      // The KV of the prompt tokens this server does not hold comes over the link.
+      int64_t local = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        local = std::min(sr.prompt_tokens, sim->CachedPrefixBlocks(sr.block_hashes) * o.params.block_size);
+      }
+      sr.remote_prefilled_tokens = sr.prompt_tokens - local;
+      const double bytes = static_cast<double>(sr.remote_prefilled_tokens) * static_cast<double>(o.kv_bytes_per_token);
+      const int64_t transfer_us = static_cast<int64_t>(bytes / (o.kv_link_gbytes_per_s * 1e9) * 1e6);
+      kv_transfer_bytes += static_cast<uint64_t>(bytes);
+      kv_transfer_us += transfer_us;
+      std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(static_cast<double>(transfer_us) * o.time_scale)));
     }
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -281,10 +398,11 @@ struct SimHttpServer::Impl {
     const std::string rid = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(id);
     const int64_t created = static_cast<int64_t>(WallSeconds());
     auto usage = [call](const SimRequestResult& r) {
+      // After a prefill hop the sidecar reports the prefiller's cached tokens.
       return Json{{"prompt_tokens", r.prompt_tokens},
                   {"completion_tokens", r.output_tokens},
                   {"total_tokens", r.prompt_tokens + r.output_tokens},
-                  {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
+                  {"prompt_tokens_details", {{"cached_tokens", call->prefiller_cached.value_or(r.cached_tokens)}}}};
     };
     if (!call->stream) {
       std::optional<SimRequestResult> result;
@@ -310,6 +428,15 @@ struct SimHttpServer::Impl {
                          : Json{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", "length"}};
       Json out = {{"id", rid}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
                   {"model", call->model}, {"choices", Json::array({choice})}, {"usage", usage(*result)}};
+      if (call->remote_decode) {
+        // What vLLM's NIXL connector hands the decoder: where to read the prompt's KV blocks.
+        const int64_t blocks = (result->prompt_tokens + o.params.block_size - 1) / o.params.block_size;
+        Json ids = Json::array();
+        for (int64_t b = 0; b < blocks; ++b) ids.push_back(b);
+        out["kv_transfer_params"] = {{"do_remote_decode", false}, {"do_remote_prefill", true},
+                                     {"remote_engine_id", "epp-sim-" + std::to_string(port)}, {"remote_block_ids", ids},
+                                     {"remote_host", o.host}, {"remote_port", port}, {"tp_size", 1}};
+      }
       res.set_content(out.dump(), "application/json");
       return;
     }
@@ -396,6 +523,7 @@ struct SimHttpServer::Impl {
         sim->AdvanceTo(std::max(sim->now_us(), VirtualNow()));
         text = RenderSimMetrics(o.params, sim->Snapshot(), WallSeconds());
       }
+      text += RolesText();
       if (o.metrics_malformed) {
         size_t cut = text.find('\n', text.size() / 2);
         text.insert(cut == std::string::npos ? text.size() : cut + 1, "...\n");
@@ -433,6 +561,11 @@ absl::StatusOr<std::unique_ptr<SimHttpServer>> SimHttpServer::Start(const SimHtt
   if (options.port < 0 || options.port > 65535) return absl::InvalidArgumentError("simulator: port must be in [0,65535]");
   if (options.threads < 1) return absl::InvalidArgumentError("simulator: threads must be >= 1");
   if (options.max_tokens_default < 1) return absl::InvalidArgumentError("simulator: max_tokens_default must be >= 1");
+  if (options.role != "both" && options.role != "decode" && options.role != "prefill" && options.role != "encode")
+    return absl::InvalidArgumentError("simulator: role must be prefill, decode, encode or both, got '" + options.role + "'");
+  if (!(options.kv_link_gbytes_per_s > 0) || !std::isfinite(options.kv_link_gbytes_per_s))
+    return absl::InvalidArgumentError("simulator: kv_link_gbytes_per_s must be > 0");
+  if (options.kv_bytes_per_token < 0) return absl::InvalidArgumentError("simulator: kv_bytes_per_token must be >= 0");
   auto sim = SimServer::Create(options.params);
   if (!sim.ok()) return sim.status();
   auto impl = std::make_unique<Impl>();

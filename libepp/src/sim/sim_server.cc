@@ -176,7 +176,8 @@ struct SimServer::Impl {
     private_total += priv;
     int64_t cached_tokens = std::min(hit * bs, r.req.prompt_tokens - 1);
     r.res.cached_tokens = cached_tokens;
-    r.prefill_tokens = r.req.prompt_tokens - cached_tokens;
+    // KV that arrived from a prefill server (disaggregated P/D) costs no prefill compute here.
+    r.prefill_tokens = std::max<int64_t>(0, r.req.prompt_tokens - cached_tokens - r.req.remote_prefilled_tokens);
     stats.prefix_query_tokens_total += r.req.prompt_tokens;
     stats.prefix_hit_tokens_total += cached_tokens;
     return true;
@@ -332,6 +333,9 @@ absl::Status SimServer::Submit(const SimRequest& request, int64_t t_us, std::vec
   Impl& m = *impl_;
   if (request.prompt_tokens < 1 || request.output_tokens < 1) {
     return absl::InvalidArgumentError("simulator: prompt_tokens and output_tokens must be >= 1");
+  }
+  if (request.remote_prefilled_tokens < 0 || request.remote_prefilled_tokens > request.prompt_tokens) {
+    return absl::InvalidArgumentError("simulator: remote_prefilled_tokens must be in [0, prompt_tokens]");
   }
   if (static_cast<int64_t>(request.block_hashes.size()) * m.p.block_size > request.prompt_tokens) {
     return absl::InvalidArgumentError("simulator: more full blocks than prompt tokens");

@@ -297,5 +297,39 @@ TEST(BuildStagesTest, EffectiveDocumentListsProfilesInCycleOrderWithWeights) {
   EXPECT_EQ(doc.Find("saturationDetector")->Find("pluginRef")->text(), "utilization-detector");
 }
 
+TEST(BuildStagesTest, OlderPrefixScorerParametersMoveToTheProducer) {
+  // llm-d-inference-scheduler's samples: hashing parameters on the scorer itself.
+  EppConfig c = Parse(Header() + "plugins:\n- type: prefix-cache-scorer\n  parameters:\n    hashBlockSize: 64\n"
+                                 "    maxPrefixBlocksToMatch: 256\n    lruCapacityPerServer: 31250\n    matchLengthWeight: 0\n");
+  ASSERT_TRUE(MoveLegacyPrefixScorerParams(c).ok());
+  ASSERT_EQ(c.plugins.size(), 2u);
+  EXPECT_EQ(c.plugins[0].parameters.entries().size(), 1u) << "the scorer keeps its own parameter";
+  EXPECT_EQ(c.plugins[1].type, "approx-prefix-cache-producer");
+  EXPECT_EQ(c.plugins[1].parameters.Find("blockSize")->text(), "64") << "hashBlockSize was renamed blockSize";
+  EXPECT_EQ(c.plugins[1].parameters.Find("maxPrefixBlocksToMatch")->text(), "256");
+  ASSERT_FALSE(c.warnings.empty());
+  EXPECT_NE(c.warnings.back().find("older form"), std::string::npos);
+  // The whole build uses them: 64 characters = 16-token blocks, the warning reaches the scheduler.
+  auto s = BuildScheduler(Parse(Header() + "plugins:\n- type: prefix-cache-scorer\n  parameters:\n    blockSize: 128\n"),
+                          Registry());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_NE((*s)->EffectiveConfigYaml().find("blockSizeTokens: 32"), std::string::npos) << (*s)->EffectiveConfigYaml();
+  bool warned = false;
+  for (const std::string& w : (*s)->warnings()) warned |= w.find("older form") != std::string::npos;
+  EXPECT_TRUE(warned);
+
+  // A declared producer without parameters takes them; one with its own is a conflict.
+  EppConfig declared = Parse(Header() + "plugins:\n- type: approx-prefix-cache-producer\n- type: prefix-cache-scorer\n"
+                                        "  parameters:\n    lruCapacityPerServer: 100\n");
+  ASSERT_TRUE(MoveLegacyPrefixScorerParams(declared).ok());
+  EXPECT_EQ(declared.plugins.size(), 2u);
+  EXPECT_EQ(declared.plugins[0].parameters.Find("lruCapacityPerServer")->text(), "100");
+  EppConfig both = Parse(Header() + "plugins:\n- type: approx-prefix-cache-producer\n  parameters:\n    blockSizeTokens: 8\n"
+                                    "- type: prefix-cache-scorer\n  parameters:\n    lruCapacityPerServer: 100\n");
+  absl::Status st = MoveLegacyPrefixScorerParams(both);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(std::string(st.message()).find("give them on the producer only"), std::string::npos) << st;
+}
+
 }  // namespace
 }  // namespace epp::build

@@ -38,6 +38,7 @@ std::string Points(const Plugin& p) {
   add(p.AsSaturationDetector() != nullptr, "saturation detector");
   add(p.AsDataProducer() != nullptr, "data producer");
   add(p.AsRequestObserver() != nullptr, "request observer");
+  add(p.AsAdmitter() != nullptr, "admitter");
   add(plugins::AsDecider(&p) != nullptr, "decider");  // asked by disagg-profile-handler
   return out.empty() ? "-" : out;
 }

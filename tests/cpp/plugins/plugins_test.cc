@@ -14,25 +14,7 @@
 namespace epp {
 namespace {
 
-struct Pool {
-  std::vector<Endpoint> endpoints;
-  InferenceRequest request;
-  SeededRng rng{7};
-  SchedulingContext ctx;
-  std::vector<const Endpoint*> candidates;
-
-  void Finish(int64_t now_us = 1000000) {
-    request.model = request.model.empty() ? "m" : request.model;
-    ctx.request = &request;
-    ctx.endpoints = endpoints;
-    ctx.rng = &rng;
-    ctx.now_us = now_us;
-    ctx.inflight_requests.assign(endpoints.size(), 0);
-    ctx.inflight_tokens.assign(endpoints.size(), 0);
-    candidates.clear();
-    for (const Endpoint& e : endpoints) candidates.push_back(&e);
-  }
-};
+using Pool = testing::CycleFixture;
 
 Endpoint Ep(std::string addr, std::optional<double> queue, std::optional<double> running = std::nullopt,
             std::optional<double> kv = std::nullopt) {

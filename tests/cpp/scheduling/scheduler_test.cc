@@ -429,8 +429,6 @@ TEST(FixtureConfigsTest, LoadOrNameUnsupportedTypes) {
   const std::map<std::string, std::vector<std::string>> unsupported = {
       {"gie-1748e829__test_testdata_configloader_1_test.yaml", {"test-one", "test-profile-handler", "test-two", "test-picker", "test-source", "test-extractor"}},
       {"llm-d-router__deploy_config_epp-precise-prefix-cache-config.yaml", {"token-producer", "endpoint-notification-source", "precise-prefix-cache-producer"}},
-      {"llm-d-router__deploy_config_probabilistic-admitter-epp-config.yaml", {"probabilistic-admitter"}},
-      {"llm-d-router__test_perf_config_router-configs_optimized-baseline.yaml", {"no-hit-lru-scorer"}},
   };
   int files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {

@@ -63,6 +63,22 @@ TEST(SimServerTest, SingleRequestPrefillThenDecode) {
   EXPECT_EQ(s->NextEventTime(), std::numeric_limits<int64_t>::max());
 }
 
+TEST(SimServerTest, RemotePrefilledTokensCostNoPrefillCompute) {
+  // Disaggregated P/D: 6 of the 8 prompt tokens arrived as KV from a prefill server, so the
+  // admission step computes 2: 2,000 + 10,000 -> first token at 12,000.
+  auto s = Make(Tiny());
+  SimRequest r = Req(1, {11, 12}, 8, 1);
+  r.remote_prefilled_tokens = 6;
+  std::vector<SimEvent> ev;
+  ASSERT_TRUE(s->Submit(r, 0, &ev).ok());
+  s->AdvanceTo(100'000, &ev);
+  ASSERT_FALSE(ev.empty());
+  EXPECT_EQ(ev[0].time_us, 12'000);
+  r.id = 2;
+  r.remote_prefilled_tokens = 9;
+  EXPECT_EQ(s->Submit(r, 100'000).code(), absl::StatusCode::kInvalidArgument) << "more than the prompt";
+}
+
 TEST(SimServerTest, RepeatedPrefixIsCachedAndSkipsPrefill) {
   auto s = Make(Tiny());
   ASSERT_TRUE(s->Submit(Req(1, {11, 12}, 8, 3), 0).ok());

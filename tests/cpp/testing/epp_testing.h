@@ -5,6 +5,7 @@
 //   std::vector<Endpoint> pool = {testing::Ep("10.0.0.1:8000", /*queue=*/3, /*kv=*/0.5),
 //                                 testing::EndpointBuilder("10.0.0.2:8000").Queue(0).Label("llm-d.ai/role", "decode")};
 //   EPP_REQUIRE_SHARED_FIXTURES("configs");  // skips the test when ../shared is absent
+//   testing::CycleFixture cycle{pool}; cycle.Finish();  // a SchedulingContext for a plugin call
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,6 +17,9 @@
 #include <utility>
 
 #include "epp/endpoint.h"
+#include "epp/plugin.h"
+#include "epp/request.h"
+#include "epp/scheduling.h"
 
 namespace epp::testing {
 
@@ -57,6 +61,28 @@ class EndpointBuilder {
 inline Endpoint Ep(std::string address, double queue = 0, double kv = 0.1, int64_t read_at_us = kNowUs) {
   return EndpointBuilder(std::move(address)).Queue(queue).Running(0).Kv(kv).ReadAt(read_at_us);
 }
+
+// One scheduling cycle's inputs for calling a plugin directly: fill `endpoints` (and `request`),
+// then Finish() points the context and the candidates at them.
+struct CycleFixture {
+  std::vector<Endpoint> endpoints;
+  InferenceRequest request;
+  SeededRng rng{7};
+  SchedulingContext ctx;
+  std::vector<const Endpoint*> candidates;
+
+  void Finish(int64_t now_us = kNowUs) {
+    if (request.model.empty()) request.model = "m";
+    ctx.request = &request;
+    ctx.endpoints = endpoints;
+    ctx.rng = &rng;
+    ctx.now_us = now_us;
+    ctx.inflight_requests.assign(endpoints.size(), 0);
+    ctx.inflight_tokens.assign(endpoints.size(), 0);
+    candidates.clear();
+    for (const Endpoint& e : endpoints) candidates.push_back(&e);
+  }
+};
 
 // ../shared/fixtures/<sub> (real captures, never copied into the project); may not exist.
 inline std::filesystem::path SharedFixtures(const std::string& sub = "") {

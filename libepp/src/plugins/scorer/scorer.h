@@ -1,4 +1,5 @@
-// Private: the scorers (scorers.cc: metric and load scorers, prefix-cache-scorer; cache_aware_scorer.cc).
+// Private: the scorers (scorers.cc: metric and load scorers, prefix-cache-scorer; cache_aware_scorer.cc;
+// llmd_scorers.cc: llm-d's no-hit-lru, load-aware and active-request scorers).
 #pragma once
 
 #include <string>
@@ -15,6 +16,9 @@ inline constexpr std::string_view kLoraAffinityScorerType = "lora-affinity-score
 inline constexpr std::string_view kTokenLoadScorerType = "token-load-scorer";
 inline constexpr std::string_view kPrefixCacheScorerType = "prefix-cache-scorer";
 inline constexpr std::string_view kCacheAwareScorerType = "cache-aware-scorer";  // epp's own
+inline constexpr std::string_view kNoHitLruScorerType = "no-hit-lru-scorer";
+inline constexpr std::string_view kLoadAwareScorerType = "load-aware-scorer";
+inline constexpr std::string_view kActiveRequestScorerType = "active-request-scorer";
 
 PluginOr CreateQueueScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateRunningRequestsScorer(const std::string& name, const Params& params, const PluginContext& ctx);
@@ -23,6 +27,9 @@ PluginOr CreateLoraAffinityScorer(const std::string& name, const Params& params,
 PluginOr CreateTokenLoadScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreatePrefixCacheScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateCacheAwareScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateNoHitLruScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateLoadAwareScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateActiveRequestScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 
 // The prefix ratio GIE's prefix scorer computes (also the affinity filter's and explain's).
 double PrefixRatio(int match_blocks, int total_blocks);
