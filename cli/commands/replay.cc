@@ -119,6 +119,15 @@ void SetupReplayCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--time-scale", o->time_scale, "Multiplies arrival times (0.5 = twice as fast)")->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--servers", o->servers, "Simulated model servers")->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--prefill-servers", o->prefill_servers,
+                  "P/D pool: prefill servers (with --decode-servers; multi-profile policies run on it, the others on as many "
+                  "unlabelled servers)")
+      ->check(CLI::Range(0, 100000));
+  cmd->add_option("--decode-servers", o->decode_servers, "P/D pool: decode servers")->check(CLI::Range(0, 100000));
+  cmd->add_option("--kv-link-gbytes-per-s", o->kv_link_gbytes_per_s, "P/D: KV transfer bandwidth (GB/s)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-bytes-per-token", o->kv_bytes_per_token, "P/D: KV bytes per token (Llama-3.1-8B bf16: 131072)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--server-kv-tokens", o->server_kv_tokens,
                   "KV-cache capacity per server in tokens (default " + std::to_string(p.kv_blocks * p.block_size) + ")")
       ->check(CLI::PositiveNumber);
@@ -167,6 +176,10 @@ int RunReplay(const ReplayCommandOptions& o) {
 
   epp::ReplayOptions ro;
   ro.servers = o.servers;
+  ro.prefill_servers = o.prefill_servers;
+  ro.decode_servers = o.decode_servers;
+  ro.kv_link_gbytes_per_s = o.kv_link_gbytes_per_s;
+  ro.kv_bytes_per_token = o.kv_bytes_per_token;
   ro.server = o.server;
   ro.server.seed = o.seed;
   if (o.server_kv_tokens > 0) {

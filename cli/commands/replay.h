@@ -23,6 +23,9 @@ struct ReplayCommandOptions {
   // Servers.
   int servers = 8;
   int64_t server_kv_tokens = 0;           // 0: SimParams' default kv_blocks
+  int prefill_servers = 0, decode_servers = 0;  // > 0: a P/D pool (ReplayOptions)
+  double kv_link_gbytes_per_s = 25;
+  int64_t kv_bytes_per_token = 131072;
   epp::SimParams server;
   // Policies and the EPP.
   std::vector<std::string> policies;      // names or config files; default round-robin, gie-default

@@ -177,7 +177,9 @@ def _sim_params(sim: Optional[Mapping[str, Any]], server_kv_tokens: Optional[int
 
 
 def _run(trace: Any, policies: Any, servers: int, server_kv_tokens: Optional[int], sim: Optional[Mapping[str, Any]],
-         refresh_interval_s: float, seed: int, trace_format: Optional[str], time_scale: float) -> Any:
+         refresh_interval_s: float, seed: int, trace_format: Optional[str], time_scale: float,
+         prefill_servers: int = 0, decode_servers: int = 0, kv_link_gbytes_per_s: float = 25.0,
+         kv_bytes_per_token: int = 131072) -> Any:
     seed = _uint64(seed, "seed")
     if isinstance(servers, bool) or not isinstance(servers, int) or servers <= 0:
         raise ConfigError(f"servers must be an int > 0, got {servers!r}")
@@ -192,6 +194,15 @@ def _run(trace: Any, policies: Any, servers: int, server_kv_tokens: Optional[int
     options.server = _sim_params(sim, server_kv_tokens, seed)
     options.scrape_interval_us = max(1, round(refresh_interval_s * 1e6))
     options.seed = seed
+    for name, v in (("prefill_servers", prefill_servers), ("decode_servers", decode_servers),
+                    ("kv_bytes_per_token", kv_bytes_per_token)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ConfigError(f"{name} must be an int >= 0, got {v!r}")
+        setattr(options, name, v)
+    if isinstance(kv_link_gbytes_per_s, bool) or not isinstance(kv_link_gbytes_per_s, (int, float)) or \
+            not 0 < kv_link_gbytes_per_s < math.inf:
+        raise ConfigError(f"kv_link_gbytes_per_s must be a number > 0, got {kv_link_gbytes_per_s!r}")
+    options.kv_link_gbytes_per_s = float(kv_link_gbytes_per_s)
     native_trace = _trace(trace, trace_format, float(time_scale), seed)
     return lib.run_replay(native_trace, native_policies, options)
 
@@ -199,7 +210,8 @@ def _run(trace: Any, policies: Any, servers: int, server_kv_tokens: Optional[int
 def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Union[str, Sequence[Any]],
            servers: int = 8, *, server_kv_tokens: Optional[int] = None, sim: Optional[Mapping[str, Any]] = None,
            refresh_interval_s: float = 0.05, seed: int = 0, trace_format: Optional[str] = None,
-           time_scale: float = 1.0) -> Dict[str, Any]:
+           time_scale: float = 1.0, prefill_servers: int = 0, decode_servers: int = 0,
+           kv_link_gbytes_per_s: float = 25.0, kv_bytes_per_token: int = 131072) -> Dict[str, Any]:
     """Replays ``trace`` once per policy over ``servers`` simulated model servers; returns the
     report (``eppctl replay --output json``) as a dict: ``trace`` (requests, blocks,
     prompt_tokens, duration_s and the two block hit-rate bounds) and ``policies`` (per policy:
@@ -224,8 +236,16 @@ def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Un
     KV-cache capacity in tokens. The scheduler sees metrics scraped every
     ``refresh_interval_s`` (virtual) seconds. ``seed`` drives the workload, tie-breaks and
     random pickers. Runs without the GIL.
+
+    P/D: with ``prefill_servers`` and ``decode_servers`` (both > 0, replacing ``servers``) the pool
+    is disaggregated (``eppctl replay --prefill-servers/--decode-servers``): multi-profile policies
+    run on it with role labels, the others on as many unlabelled servers; the KV transfer costs
+    ``kv_bytes_per_token`` per uncached token over ``kv_link_gbytes_per_s``. Each policy then also
+    reports ``disaggregated_pool``, ``disaggregated``, ``kv_transfer_s_mean``, ``server_roles``
+    and ``itl_s``.
     """
-    report = _run(trace, policies, servers, server_kv_tokens, sim, refresh_interval_s, seed, trace_format, time_scale)
+    report = _run(trace, policies, servers, server_kv_tokens, sim, refresh_interval_s, seed, trace_format, time_scale,
+                  prefill_servers, decode_servers, kv_link_gbytes_per_s, kv_bytes_per_token)
     return json.loads(lib.replay_report_to_json(report, -1))
 
 
@@ -258,6 +278,12 @@ def _report_from_dict(report: Mapping[str, Any]) -> Any:
             n.prediction_error_rate = math.nan if per is None else float(per)
             for k in ("ttft_s", "e2e_s", "queue_s"):
                 setattr(n, k, _percentiles(p[k]))
+            if "itl_s" in p:  # reports written before P/D replay lack these
+                n.itl_s = _percentiles(p["itl_s"])
+                n.disaggregated_pool = bool(p["disaggregated_pool"])
+                n.disaggregated = int(p["disaggregated"])
+                n.kv_transfer_s_mean = float(p["kv_transfer_s_mean"])
+                n.server_roles = [str(x) for x in p["server_roles"]]
             n.requests_per_server = [int(x) for x in p["requests_per_server"]]
             for k in ("kv_usage_mean_per_server", "ttft_samples_s", "hit_rate_timeline"):
                 setattr(n, k, [float(x) for x in p[k]])
@@ -280,7 +306,8 @@ def _bind_replay_args(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[An
     bound.apply_defaults()
     a = bound.arguments
     return (a["trace"], a["policies"], a["servers"], a["server_kv_tokens"], a["sim"], a["refresh_interval_s"], a["seed"],
-            a["trace_format"], a["time_scale"])
+            a["trace_format"], a["time_scale"], a["prefill_servers"], a["decode_servers"], a["kv_link_gbytes_per_s"],
+            a["kv_bytes_per_token"])
 
 
 def replay_text(*report_or_args: Any, **kwargs: Any) -> str:

@@ -146,3 +146,19 @@ def test_unwritable_report_fails_before_running(eppctl):
     assert r.returncode == 2
     assert "--report" in r.stderr
     assert r.stdout == ""
+
+
+def test_pd_pool_compares_aggregated_and_disaggregated(eppctl, root):
+    pd = root / "examples" / "configs" / "pd-disagg.yaml"
+    args = ["--workload", "shared-prefix", "--groups", "3", "--prompts-per-group", "4", "--system-len", "0",
+            "--question-len", "3000", "--rate", "5", "--prefill-servers", "2", "--decode-servers", "2"]
+    d = replay_json(eppctl, *args, "--policy", "gie-default", "--policy", pd)
+    agg, dis = d["policies"]
+    assert agg["disaggregated_pool"] is False and agg["disaggregated"] == 0 and len(agg["requests_per_server"]) == 4
+    assert dis["disaggregated_pool"] is True and dis["server_roles"] == ["prefill", "prefill", "decode", "decode"]
+    assert dis["disaggregated"] == dis["completed"] == 12
+    assert sum(dis["requests_per_server"][:2]) == 12 and sum(dis["requests_per_server"][2:]) == 12
+    text = eppctl("replay", *args, "--policy", "gie-default", "--policy", pd)
+    assert "pd-disagg: P/D pool (2 prefill + 2 decode servers): 12 of 12 requests prefilled remotely" in text.stdout, text.stdout
+    bad = eppctl("replay", *args[:-2], "--policy", pd)  # prefill servers without decode servers
+    assert bad.returncode == 2 and "at least one prefill and one decode server" in bad.stderr, bad.stderr

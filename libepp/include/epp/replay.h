@@ -115,6 +115,18 @@ struct ReplayOptions {
   uint64_t seed = 0;
   int timeline_buckets = 40;            // points of the hit-rate-over-time series
   std::function<void(double fraction)> progress;  // called now and then with work done in [0, 1]
+  // A disaggregated pool (llm-d P/D): when either is > 0 the pool has prefill_servers +
+  // decode_servers servers (overriding `servers`), the first ones labelled llm-d.ai/role=prefill,
+  // the others decode. Policies with several profiles (a disagg-profile-handler) run on it; every
+  // other policy runs on the same number of servers unlabelled (the aggregated pool), so both
+  // use the same hardware. A request the policy disaggregates (x-prefiller-host-port) runs as a
+  // prefill request (one output token) on the prefill server, then, after the KV transfer (the
+  // tokens the decode server does not hold x kv_bytes_per_token over kv_link_gbytes_per_s), as a
+  // decode request without prefill compute for those tokens on the decode server.
+  int prefill_servers = 0;
+  int decode_servers = 0;
+  double kv_link_gbytes_per_s = 25;
+  int64_t kv_bytes_per_token = 131072;
 };
 
 struct Percentiles {
@@ -138,6 +150,11 @@ struct ReplayPolicyReport {
   double block_hit_rate = 0;
   double token_hit_rate = 0;
   Percentiles ttft_s, e2e_s, queue_s;
+  Percentiles itl_s;          // inter-token latency: (finish - first token) / (output tokens - 1)
+  bool disaggregated_pool = false;  // ran on the P/D pool (ReplayOptions::prefill_servers > 0)
+  int64_t disaggregated = 0;        // requests whose prefill ran on a prefill server
+  double kv_transfer_s_mean = 0;    // over those
+  std::vector<std::string> server_roles;  // per server: "prefill", "decode" or "" (aggregated)
   double throughput_rps = 0;
   double load_max_over_mean = 0;   // requests per server, max / mean
   double prediction_error_rate = 0;  // NaN (JSON null) for a policy without a prefix producer

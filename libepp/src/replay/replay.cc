@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <queue>
 
 #include <nlohmann/json.hpp>
 
@@ -112,6 +113,22 @@ struct Pending {
   int64_t load_tokens = 0;
   size_t bucket = 0;
   bool predicts = false;  // the policy has a prefix producer
+  // P/D: a request the policy disaggregated runs as a prefill stage (one output token on the
+  // prefill server), then as its decode stage on `decode_server`.
+  bool pd = false;
+  bool prefill_stage = false;
+  size_t decode_server = 0;
+  SimRequest decode_req;        // prefill stage: what to submit once the KV has arrived
+  int64_t prefill_queue_us = 0;  // decode stage: the prefill's queueing
+  int64_t transfer_us = 0;       // decode stage: the KV transfer
+};
+
+// A decode stage waiting for its KV transfer to end.
+struct Deferred {
+  int64_t t_us;
+  size_t server;
+  SimRequest request;
+  bool operator>(const Deferred& o) const { return t_us != o.t_us ? t_us > o.t_us : request.id > o.request.id; }
 };
 
 }  // namespace
@@ -155,14 +172,22 @@ ReplayTraceInfo AnalyzeTrace(const std::vector<ReplayRequest>& trace, int64_t po
 
 absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, const std::vector<ReplayPolicy>& policies,
                                        const ReplayOptions& options) {
-  if (options.servers <= 0) return absl::InvalidArgumentError("servers must be > 0");
+  const bool pd_pool = options.prefill_servers > 0 || options.decode_servers > 0;
+  if (options.prefill_servers < 0 || options.decode_servers < 0)
+    return absl::InvalidArgumentError("prefill and decode server counts must be >= 0");
+  if (pd_pool && (options.prefill_servers == 0 || options.decode_servers == 0))
+    return absl::InvalidArgumentError("a P/D pool needs at least one prefill and one decode server");
+  if (pd_pool && !(options.kv_link_gbytes_per_s > 0)) return absl::InvalidArgumentError("kv_link_gbytes_per_s must be > 0");
+  if (pd_pool && options.kv_bytes_per_token < 0) return absl::InvalidArgumentError("kv_bytes_per_token must be >= 0");
+  const int server_count = pd_pool ? options.prefill_servers + options.decode_servers : options.servers;
+  if (server_count <= 0) return absl::InvalidArgumentError("servers must be > 0");
   if (options.scrape_interval_us <= 0) return absl::InvalidArgumentError("the metrics refresh interval must be > 0");
-  if (!options.per_server.empty() && static_cast<int>(options.per_server.size()) != options.servers)
+  if (!options.per_server.empty() && static_cast<int>(options.per_server.size()) != server_count)
     return absl::InvalidArgumentError("per-server parameters must list every server");
   if (policies.empty()) return absl::InvalidArgumentError("no policy to replay");
   for (size_t i = 1; i < trace.size(); ++i)
     if (trace[i].arrival_us < trace[i - 1].arrival_us) return absl::InvalidArgumentError("the trace is not sorted by arrival time");
-  std::vector<SimParams> params(static_cast<size_t>(options.servers), options.server);
+  std::vector<SimParams> params(static_cast<size_t>(server_count), options.server);
   if (!options.per_server.empty()) params = options.per_server;
   int64_t total_kv = 0;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -193,6 +218,8 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
     ManualClock clock(t0);
     SeededRng rng(options.seed);
     EPP_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> sched, BuildScheduler(policy.config, registry, PluginContext{&clock, &rng}));
+    // Multi-profile policies (P/D) get the labelled pool; the others the same servers unlabelled.
+    const bool on_pd = pd_pool && sched->ProfileNames().size() > 1;
     std::vector<std::unique_ptr<SimServer>> servers;
     std::vector<Endpoint> endpoints(params.size());
     absl::flat_hash_map<std::string, size_t> server_of;
@@ -214,6 +241,17 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
     }
     ReplayPolicyReport rep;
     rep.name = policy.name;
+    rep.disaggregated_pool = on_pd;
+    for (size_t i = 0; i < params.size(); ++i) {
+      std::string role;
+      if (on_pd) role = static_cast<int>(i) < options.prefill_servers ? "prefill" : "decode";
+      if (!role.empty()) endpoints[i].labels["llm-d.ai/role"] = role;
+      rep.server_roles.push_back(role);
+    }
+    std::priority_queue<Deferred, std::vector<Deferred>, std::greater<Deferred>> deferred;
+    std::vector<int> prefill_pending(params.size(), 0);
+    std::vector<double> itl;
+    int64_t transfer_us_sum = 0;
     rep.requests_per_server.assign(params.size(), 0);
     rep.kv_usage_mean_per_server.assign(params.size(), 0.0);
     int64_t scrapes = 0;
@@ -224,6 +262,15 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
     std::vector<int64_t> bucket_hits(buckets, 0), bucket_blocks(buckets, 0);
     std::vector<SimEvent> events;
 
+    auto account_hits = [&](const Pending& pd, const SimRequestResult& res) {
+      const int64_t cached_blocks = res.cached_tokens / sim_block;
+      hit_blocks += cached_blocks;
+      all_blocks += pd.blocks;
+      hit_tokens += res.cached_tokens;
+      all_tokens += res.prompt_tokens;
+      bucket_hits[pd.bucket] += cached_blocks;
+      bucket_blocks[pd.bucket] += pd.blocks;
+    };
     auto collect = [&](size_t s) {
       for (const SimEvent& ev : events) {
         if (ev.kind == SimEvent::Kind::kFirstToken) continue;
@@ -231,24 +278,50 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
         if (it == pending.end()) continue;
         const Pending pd = it->second;
         pending.erase(it);
-        sched->Release(endpoints[s].address, pd.load_tokens);
         std::optional<SimRequestResult> res = servers[s]->TakeResult(ev.id);
-        if (ev.kind == SimEvent::Kind::kRejected || !res || res->rejected) {
+        const bool rejected = ev.kind == SimEvent::Kind::kRejected || !res || res->rejected;
+        if (pd.prefill_stage) {
+          --prefill_pending[s];
+          if (rejected) {
+            sched->Release(endpoints[pd.decode_server].address, pd.load_tokens);
+            rep.failed++;
+            continue;
+          }
+          // The prompt was computed here: its cache hits are the request's.
+          account_hits(pd, *res);
+          // The decode server receives the KV of the tokens it does not hold itself.
+          const size_t d = pd.decode_server;
+          SimRequest dr = pd.decode_req;
+          const int64_t local = std::min(dr.prompt_tokens, servers[d]->CachedPrefixBlocks(dr.block_hashes) * sim_block);
+          dr.remote_prefilled_tokens = dr.prompt_tokens - local;
+          const double bytes = static_cast<double>(dr.remote_prefilled_tokens) * static_cast<double>(options.kv_bytes_per_token);
+          Pending next = pd;
+          next.prefill_stage = false;
+          next.server = d;
+          next.transfer_us = std::llround(bytes / (options.kv_link_gbytes_per_s * 1e9) * 1e6);
+          next.prefill_queue_us = res->admitted_us - res->arrival_us;
+          pending.emplace(dr.id, next);
+          deferred.push(Deferred{res->finish_us + next.transfer_us, d, std::move(dr)});
+          continue;
+        }
+        sched->Release(endpoints[s].address, pd.load_tokens);
+        if (rejected) {
           rep.failed++;
           continue;
         }
         rep.completed++;
-        ttft.push_back(static_cast<double>(res->first_token_us - res->arrival_us) / 1e6);
-        e2e.push_back(static_cast<double>(res->finish_us - res->arrival_us) / 1e6);
-        queue.push_back(static_cast<double>(res->admitted_us - res->arrival_us) / 1e6);
+        ttft.push_back(static_cast<double>(res->first_token_us - pd.arrival_us) / 1e6);
+        e2e.push_back(static_cast<double>(res->finish_us - pd.arrival_us) / 1e6);
+        queue.push_back(static_cast<double>(pd.prefill_queue_us + res->admitted_us - res->arrival_us) / 1e6);
+        if (res->output_tokens > 1)
+          itl.push_back(static_cast<double>(res->finish_us - res->first_token_us) / 1e6 / static_cast<double>(res->output_tokens - 1));
         last_finish = std::max(last_finish, res->finish_us);
-        const int64_t cached_blocks = res->cached_tokens / sim_block;
-        hit_blocks += cached_blocks;
-        all_blocks += pd.blocks;
-        hit_tokens += res->cached_tokens;
-        all_tokens += res->prompt_tokens;
-        bucket_hits[pd.bucket] += cached_blocks;
-        bucket_blocks[pd.bucket] += pd.blocks;
+        if (pd.pd) {
+          rep.disaggregated++;
+          transfer_us_sum += pd.transfer_us;
+          continue;  // hits were counted at the prefill; the EPP predicted the decode server's
+        }
+        account_hits(pd, *res);
         // The EPP's guess is wrong when it is off by at least one of the server's blocks, within
         // the window it hashes (maxPrefixBlocksToMatch caps what it can predict).
         if (!pd.predicts) continue;
@@ -257,6 +330,39 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
         if (std::llabs(pd.predicted_tokens - truth) >= sim_block) ++wrong;
       }
       events.clear();
+    };
+    // P/D: runs the prefill servers' events and the decode stages due by `until`, in time order,
+    // so a decode stage starts exactly when its KV has arrived.
+    auto advance_pd = [&](int64_t until) -> absl::Status {
+      if (!on_pd) return absl::OkStatus();
+      constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+      while (true) {
+        int64_t t_ev = kNever;
+        size_t s_ev = 0;
+        for (size_t s = 0; s < servers.size(); ++s) {
+          if (prefill_pending[s] <= 0) continue;
+          const int64_t t = servers[s]->NextEventTime();
+          if (t < t_ev) {
+            t_ev = t;
+            s_ev = s;
+          }
+        }
+        const int64_t t_def = deferred.empty() ? kNever : deferred.top().t_us;
+        const int64_t t = std::min(t_ev, t_def);
+        if (t == kNever || t > until) return absl::OkStatus();
+        if (t_ev <= t_def) {
+          servers[s_ev]->AdvanceTo(t_ev, &events);
+          dirty[s_ev] = 1;
+          collect(s_ev);
+        } else {
+          Deferred d = deferred.top();
+          deferred.pop();
+          dirty[d.server] = 1;
+          absl::Status st = servers[d.server]->Submit(d.request, std::max(d.t_us, servers[d.server]->now_us()), &events);
+          if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("policy ", policy.name, ": ", st.message()));
+          collect(d.server);
+        }
+      }
     };
     auto scrape = [&](int64_t t) {
       for (size_t s = 0; s < servers.size(); ++s) {
@@ -283,9 +389,11 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
     req.path = "/v1/completions";
     for (const ReplayRequest& r : trace) {
       while (next_scrape <= r.arrival_us) {
+        EPP_RETURN_IF_ERROR(advance_pd(next_scrape));
         scrape(next_scrape);
         next_scrape += options.scrape_interval_us;
       }
+      EPP_RETURN_IF_ERROR(advance_pd(r.arrival_us));
       clock.Set(r.arrival_us);
       first_arrival = std::min(first_arrival, r.arrival_us);
       req.model = r.model;
@@ -312,18 +420,36 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
         pd.blocks = static_cast<int64_t>(sr.block_hashes.size());
         sr.prompt_tokens = std::max<int64_t>(1, r.prompt_tokens);
         sr.output_tokens = std::max<int64_t>(1, r.output_tokens);
+        const std::string* prefiller = nullptr;
+        for (const auto& [k, v] : pr.headers)
+          if (k == "x-prefiller-host-port") prefiller = &v;
+        size_t target = s;
+        if (on_pd && prefiller != nullptr && server_of.count(*prefiller)) {
+          // Prefill on the prefill server (one output token), decode later on s.
+          target = server_of.at(*prefiller);
+          pd.pd = true;
+          pd.prefill_stage = true;
+          pd.server = target;
+          pd.decode_server = s;
+          pd.decode_req = sr;
+          pd.decode_req.id = next_id++;
+          sr.output_tokens = 1;
+          prefill_pending[target]++;
+        }
         pending.emplace(sr.id, pd);
-        rep.requests_per_server[s]++;
-        dirty[s] = 1;
-        absl::Status st = servers[s]->Submit(sr, r.arrival_us, &events);
+        rep.requests_per_server[target]++;
+        if (target != s) rep.requests_per_server[s]++;
+        dirty[target] = 1;
+        absl::Status st = servers[target]->Submit(sr, r.arrival_us, &events);
         if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("policy ", policy.name, ": ", st.message()));
-        collect(s);
+        collect(target);
       }
       ++done;
       if (options.progress && (done & 1023) == 0)
         options.progress((static_cast<double>(pi * trace.size() + done)) / std::max(1.0, total_work));
     }
-    // Drain: run every server until idle.
+    // Drain: the prefill stages and the decode stages they start, then every server until idle.
+    EPP_RETURN_IF_ERROR(advance_pd(std::numeric_limits<int64_t>::max() - 1));
     for (size_t s = 0; s < servers.size(); ++s) {
       for (int guard = 0; guard < 100000000; ++guard) {
         const int64_t t = servers[s]->NextEventTime();
@@ -336,6 +462,8 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
     rep.ttft_s = Summarize(ttft);
     rep.e2e_s = Summarize(e2e);
     rep.queue_s = Summarize(queue);
+    rep.itl_s = Summarize(itl);
+    rep.kv_transfer_s_mean = rep.disaggregated ? static_cast<double>(transfer_us_sum) / 1e6 / static_cast<double>(rep.disaggregated) : 0;
     if (!ttft.empty()) {
       const size_t keep = std::min<size_t>(2000, ttft.size());
       for (size_t k = 0; k < keep; ++k) rep.ttft_samples_s.push_back(ttft[k * ttft.size() / keep]);
@@ -383,6 +511,11 @@ std::string ReplayReportToJson(const ReplayReport& report, int indent) {
                   {"ttft_s", pct(p.ttft_s)},
                   {"e2e_s", pct(p.e2e_s)},
                   {"queue_s", pct(p.queue_s)},
+                  {"itl_s", pct(p.itl_s)},
+                  {"disaggregated_pool", p.disaggregated_pool},
+                  {"disaggregated", p.disaggregated},
+                  {"kv_transfer_s_mean", p.kv_transfer_s_mean},
+                  {"server_roles", p.server_roles},
                   {"throughput_rps", p.throughput_rps},
                   {"load_max_over_mean", p.load_max_over_mean},
                   {"prediction_error_rate", p.prediction_error_rate},
@@ -419,6 +552,20 @@ std::string ReplayReportToText(const ReplayReport& r) {
   };
   line(header);
   for (const auto& row : rows) line(row);
+  for (const ReplayPolicyReport& p : r.policies) {
+    if (!p.disaggregated_pool) continue;
+    int prefill = 0, decode = 0;
+    int64_t prefill_requests = 0, decode_requests = 0;
+    for (size_t i = 0; i < p.server_roles.size(); ++i) {
+      const bool is_prefill = p.server_roles[i] == "prefill";
+      (is_prefill ? prefill : decode)++;
+      (is_prefill ? prefill_requests : decode_requests) += i < p.requests_per_server.size() ? p.requests_per_server[i] : 0;
+    }
+    absl::StrAppend(&out, "\n", p.name, ": P/D pool (", prefill, " prefill + ", decode, " decode servers): ", p.disaggregated, " of ",
+                    p.completed, " requests prefilled remotely, KV transfer mean ", Num(p.kv_transfer_s_mean), " s; stage requests ",
+                    prefill_requests, " on prefill, ", decode_requests, " on decode servers; ITL p50 ", Num(p.itl_s.p50), " p99 ",
+                    Num(p.itl_s.p99), "\n");
+  }
   out +=
       "\n(times in seconds of simulated time; figures come from the simulator's cost model, not GPUs; "
       "mispredicted: share of requests whose predicted prefix match was off by a block or more, n/a without a prefix "

@@ -74,6 +74,47 @@ TEST(RunReplayTest, OneRequestOnOneServerHasTheCostModelsTimes) {
   EXPECT_EQ(r.trace.prompt_tokens, 1000);
 }
 
+TEST(RunReplayTest, DisaggregatedPoolPrefillsRemotelyAndPaysTheKvTransfer) {
+  // One 1000-token request, 10 output tokens, on 1 prefill + 1 decode server with llm-d's P/D
+  // config (nonCachedTokens 16). Prefill stage on the prefill server: 6,050 + 1000 x 50 = 56,050
+  // us, done (one output token). KV transfer: 1000 x 131072 bytes / 25 GB/s = 5,243 us. Decode
+  // stage at 61,293 us with no prefill compute: first token after one step, 67,343 us (TTFT);
+  // 9 more steps of 6,050 us: 121,793 us (E2E). Round robin runs on two unlabelled servers.
+  absl::StatusOr<ReplayPolicy> pd = ResolveReplayPolicy(std::string(EPP_SOURCE_DIR) + "/examples/configs/pd-disagg.yaml", 1);
+  ASSERT_TRUE(pd.ok()) << pd.status();
+  ReplayOptions o;
+  o.prefill_servers = 1;
+  o.decode_servers = 1;
+  absl::StatusOr<ReplayReport> r = RunReplay({Req(0, {{7, 1000}}, 10)}, {Policy("round-robin"), *pd}, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->policies.size(), 2u);
+  const ReplayPolicyReport& rr = r->policies[0];
+  EXPECT_FALSE(rr.disaggregated_pool);
+  EXPECT_EQ(rr.server_roles, (std::vector<std::string>{"", ""}));
+  EXPECT_DOUBLE_EQ(rr.ttft_s.p50, 0.05605);
+  const ReplayPolicyReport& p = r->policies[1];
+  EXPECT_TRUE(p.disaggregated_pool);
+  EXPECT_EQ(p.server_roles, (std::vector<std::string>{"prefill", "decode"}));
+  EXPECT_EQ(p.completed, 1);
+  EXPECT_EQ(p.disaggregated, 1);
+  EXPECT_DOUBLE_EQ(p.kv_transfer_s_mean, 0.005243);
+  EXPECT_DOUBLE_EQ(p.ttft_s.p50, 0.067343);
+  EXPECT_DOUBLE_EQ(p.e2e_s.p50, 0.121793);
+  EXPECT_DOUBLE_EQ(p.itl_s.p50, 0.00605);
+  EXPECT_EQ(p.requests_per_server, (std::vector<int64_t>{1, 1})) << "one stage on each";
+  const std::string text = ReplayReportToText(*r);
+  EXPECT_NE(text.find("P/D pool (1 prefill + 1 decode servers): 1 of 1 requests prefilled remotely"), std::string::npos) << text;
+
+  // A short prompt stays on the decode server (the decider says no): no transfer.
+  absl::StatusOr<ReplayReport> short_prompt = RunReplay({Req(0, {{8, 8}}, 2)}, {*pd}, o);
+  ASSERT_TRUE(short_prompt.ok()) << short_prompt.status();
+  EXPECT_EQ(short_prompt->policies[0].disaggregated, 0);
+  EXPECT_EQ(short_prompt->policies[0].requests_per_server, (std::vector<int64_t>{0, 1}));
+
+  o.decode_servers = 0;
+  EXPECT_EQ(RunReplay({Req(0, {{7, 10}}, 1)}, {*pd}, o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(RunReplayTest, IdenticalRequestsOnOneServerHitTheCache) {
   // The second request finds 62 cached blocks = 992 tokens and prefills 8: 6,050 + 400 = 6,450 us.
   const ReplayReport r = Replay({Req(0, {{7, 1000}}, 10), Req(1'000'000, {{7, 1000}}, 10)}, {"round-robin", "gie-default"}, 1);
