@@ -26,7 +26,7 @@ TINY = pyepp.SharedPrefix(groups=3, prompts_per_group=4, system_len=200, questio
 TRACE_KEYS = ["requests", "blocks", "prompt_tokens", "duration_s", "upper_bound_block_hit_rate",
               "pooled_cache_bound_block_hit_rate"]
 POLICY_KEYS = ["name", "completed", "failed", "shed", "block_hit_rate", "token_hit_rate", "ttft_s", "e2e_s", "queue_s",
-               "throughput_rps", "load_max_over_mean", "prediction_error_rate", "requests_per_server",
+               "itl_s", "disaggregated_pool", "disaggregated", "kv_transfer_s_mean", "server_roles", "throughput_rps", "load_max_over_mean", "prediction_error_rate", "requests_per_server",
                "kv_usage_mean_per_server", "hit_rate_timeline", "ttft_samples_s", "wall_s"]
 
 CONFIG = """\

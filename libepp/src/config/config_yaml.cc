@@ -413,9 +413,24 @@ absl::Status Parser::ParseFlowControl(const Entry& e) {
   // The llm-d router moved the saturation detector reference here; it is the one part we use.
   if (!e.value.IsMap()) return absl::OkStatus();
   const std::string path = "flowControl.saturationDetector";
-  EPP_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(e.value, "flowControl", {}));
+  // The reference's whole FlowControlConfig schema (llm-d-router apix/config/v1alpha1), so a typo
+  // is still an error while the section itself is not acted on.
+  EPP_ASSIGN_OR_RETURN(std::vector<Entry> entries,
+                       Entries(e.value, "flowControl",
+                               {"maxBytes", "maxRequests", "defaultRequestTTL", "noEndpointRequestTTL", "defaultPriorityBand",
+                                "defaultNegativePriorityBand", "priorityBands", "usageLimitPolicyPluginRef",
+                                "saturationDetector", "enableEviction"}));
   const Entry* detector = FindEntry(entries, "saturationDetector");
   if (detector == nullptr || detector->value.IsNull()) return absl::OkStatus();
+  EPP_RETURN_IF_ERROR(ExpectMap(detector->value, detector->line, path));
+  if (!detector->value["pluginRef"].IsDefined()) {
+    // The default detector's parameters inline (llm-d's own config-loader test writes
+    // metricsStalenessThreshold here), as under the top-level saturationDetector.
+    if (!config_.saturation_detector_params.is_null())
+      return Error(detector->line, path, "detector parameters given both here and under the top-level saturationDetector");
+    EPP_ASSIGN_OR_RETURN(config_.saturation_detector_params, BuildParams(detector->value, path, detector->line, 0));
+    return absl::OkStatus();
+  }
   EPP_ASSIGN_OR_RETURN(std::string ref, PluginRef(detector->value, detector->line, path));
   if (!config_.saturation_detector_ref.empty() && config_.saturation_detector_ref != ref) {
     // Router rule for the deprecated top-level field: "if both are set, the new field is used".

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "epp/config.h"
+#include "epp/scheduler.h"
 
 namespace epp {
 namespace {
@@ -190,6 +191,14 @@ TEST(ConfigYamlTest, Errors) {
        "c.yaml:4: requestHandler: unknown key 'parser' (known: parsers)"},
       {"flowControl undefined detector", h + "flowControl:\n  saturationDetector:\n    pluginRef: x\n",
        "c.yaml:5: flowControl.saturationDetector.pluginRef: references undefined plugin 'x'"},
+      {"flowControl unknown key", h + "flowControl:\n  maxByte: 10\n",
+       "c.yaml:4: flowControl: unknown key 'maxByte' (known: maxBytes, maxRequests, defaultRequestTTL, noEndpointRequestTTL, "
+       "defaultPriorityBand, defaultNegativePriorityBand, priorityBands, usageLimitPolicyPluginRef, saturationDetector, "
+       "enableEviction)"},
+      {"flowControl detector params twice", h + "saturationDetector:\n  queueDepthThreshold: 3\nflowControl:\n  saturationDetector:\n"
+                                                "    metricsStalenessThreshold: 150ms\n",
+       "c.yaml:6: flowControl.saturationDetector: detector parameters given both here and under the top-level "
+       "saturationDetector"},
       {"feature gate bad value", h + "featureGates:\n- flowControl=maybe\n",
        "c.yaml:4: featureGates[0]: invalid value 'maybe' for feature gate 'flowControl' (expected true or false)"},
       {"feature gates not a list", h + "featureGates: flowControl\n",
@@ -324,6 +333,23 @@ TEST(ConfigYamlTest, FlowControlDetectorRef) {
             (std::vector<std::string>{
                 "dataLayer: loaded but not implemented by epp (metrics are scraped directly from each endpoint)",
                 "flowControl: loaded but not implemented by epp; requests are never queued, only shed"}));
+}
+
+// llm-d's full FlowControlConfig schema loads (not acted on), and inline detector parameters under
+// flowControl.saturationDetector configure the default utilization-detector (llm-d's own
+// config-loader test writes metricsStalenessThreshold there).
+TEST(ConfigYamlTest, FlowControlFullSchemaAndInlineDetectorParameters) {
+  const std::string yaml =
+      "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n"
+      "flowControl:\n  maxBytes: 1Gi\n  maxRequests: 100\n  defaultRequestTTL: 30s\n  noEndpointRequestTTL: 5s\n"
+      "  defaultPriorityBand:\n    maxBytes: 10Mi\n  priorityBands:\n  - priority: 1\n    maxRequests: 10\n"
+      "  usageLimitPolicyPluginRef: x\n  enableEviction: true\n  saturationDetector:\n    metricsStalenessThreshold: 150ms\n";
+  auto c = ParseConfig(yaml, "fc.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->saturation_detector_params.Find("metricsStalenessThreshold")->text(), "150ms");
+  auto s = BuildScheduler(*c, BuiltinRegistry());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_NE((*s)->EffectiveConfigYaml().find("metricsStalenessThreshold: 150ms"), std::string::npos) << (*s)->EffectiveConfigYaml();
 }
 
 TEST(ConfigYamlTest, ParserAndRequestHandler) {
