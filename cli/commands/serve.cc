@@ -123,6 +123,7 @@ absl::StatusOr<epp::ServeConfig> ToServeConfig(const ServeOptions& o, const epp:
   }
   c.session.max_request_bytes = o.max_request_bytes;
   c.session.ignore_subset_hint = o.disable_subset_filter;
+  c.session.emit_endpoint_scores = o.emit_endpoint_scores;
   EPP_RETURN_IF_ERROR(ParseObjectives(o.objectives, c.session.objective_priorities));
   if (!o.capture_dir.empty()) {
     std::error_code ec;
@@ -208,6 +209,9 @@ void SetupServeCommand(CLI::App& app, int& exit_code) {
                   "sheddable); repeatable");
   cmd->add_flag("--disable-endpoint-subset-filter", o->disable_subset_filter,
                 "Ignore the gateway's subset hint (GIE's flag)");
+  cmd->add_flag("--emit-endpoint-scores", o->emit_endpoint_scores,
+                "Also put every candidate's total score (primary profile) in envoy.lb metadata as "
+                "x-gateway-destination-endpoint-scores (llm-d's flag)");
   cmd->add_option("--seed", o->seed, "Seed for tie-breaks and random pickers")->capture_default_str();
   cmd->add_option("--ready-file", o->ready_file,
                   "Once serving, write the bound ports here as JSON {\"grpc\":..,\"health\":..,\"metrics\":..}");

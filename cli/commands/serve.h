@@ -39,6 +39,7 @@ struct ServeOptions {
   std::string log_level = "info";
   std::vector<std::string> objectives;  // NAME=PRIORITY
   bool disable_subset_filter = false;
+  bool emit_endpoint_scores = false;
   uint64_t seed = 0;
   std::string ready_file;
   // --pool-name: the InferencePool whose Ready Pods are the endpoints (unless --endpoints is

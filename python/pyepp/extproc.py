@@ -398,7 +398,8 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
           metrics_pool_name: str = "default", seed: int = 0, log_level: str = "warn",
           port: int = 0, host: str = "127.0.0.1", tls: bool = False, health_port: Optional[int] = None,
           metrics_port: Optional[int] = None, max_request_bytes: Optional[int] = None,
-          objective_priorities: Optional[Mapping[str, int]] = None, ignore_subset_hint: bool = False) -> ServeHandle:
+          objective_priorities: Optional[Mapping[str, int]] = None, ignore_subset_hint: bool = False,
+          emit_endpoint_scores: bool = False) -> ServeHandle:
     """Runs the Endpoint Picker in this process: libepp's ``EppServer``, what ``eppctl serve``
     runs, with its ext_proc server, grpc.health.v1 server and Prometheus ``/metrics``.
 
@@ -422,7 +423,8 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     ``metrics_port`` (0: a free one; None: no such server) add the health and metrics servers on
     ``host``; readiness is reported at once (:meth:`ServeHandle.set_ready`). Raises
     :class:`pyepp.UnavailableError` when a port cannot be bound, :class:`pyepp.ConfigError` for
-    a bad configuration or endpoints.
+    a bad configuration or endpoints. ``emit_endpoint_scores`` is llm-d's ``--emit-endpoint-scores``:
+    every candidate's total score in ``envoy.lb`` as ``x-gateway-destination-endpoint-scores``.
     """
     if not isinstance(host, str) or not host:
         raise TypeError("host must be a non-empty str")
@@ -430,6 +432,7 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     health_port = _port(health_port, "health_port", optional=True)
     metrics_port = _port(metrics_port, "metrics_port", optional=True)
     options = _options(max_request_bytes, objective_priorities, ignore_subset_hint, False)
+    options.emit_endpoint_scores = bool(emit_endpoint_scores)
     runtime = (config is not None or endpoints_file is not None or bool(endpoint) or pool_name is not None)
     if scheduler is not None or endpoints is not None:
         if scheduler is None or endpoints is None:

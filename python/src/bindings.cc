@@ -236,6 +236,7 @@ void BindExtProc(py::module_& m) {
       .def_readwrite("max_request_bytes", &epp::ExtProcOptions::max_request_bytes)
       .def_readwrite("objective_priorities", &epp::ExtProcOptions::objective_priorities)
       .def_readwrite("ignore_subset_hint", &epp::ExtProcOptions::ignore_subset_hint)
+      .def_readwrite("emit_endpoint_scores", &epp::ExtProcOptions::emit_endpoint_scores)
       .def_readwrite("trace", &epp::ExtProcOptions::trace);
   m.def("requests_from_capture", &CaptureRequests_BuildShim, py::arg("capture_json"), py::arg("path_override"),
         py::arg("subset"), py::arg("subset_as_string"), py::arg("chunk_bytes"));

@@ -91,3 +91,17 @@ def test_every_fixture_config_that_loads_answers_an_ext_proc_stream(eppctl, serv
     for name, message in refused.items():
         assert "unsupported plugin types" in message, (name, message)
     assert len(served) >= 5, (served, refused)
+
+
+def test_emit_endpoint_scores_adds_every_candidates_score(serve, tmp_path):
+    pool = write_pool(tmp_path / "pool", [("10.0.0.1:8000", 0, 1, 0.1), ("10.0.0.2:8000", 4, 3, 0.6)])
+    plain = serve("--endpoints", pool)
+    first, _ = pick(plain.channel(), body("no scores"))
+    assert "x-gateway-destination-endpoint-scores" not in first["dynamic_metadata"]["envoy.lb"]
+    s = serve("--endpoints", pool, "--emit-endpoint-scores")
+    first, _ = pick(s.channel(), body("scores"))
+    lb = first["dynamic_metadata"]["envoy.lb"]
+    scores = lb["x-gateway-destination-endpoint-scores"]
+    assert set(scores) == {"10.0.0.1:8000", "10.0.0.2:8000"}
+    assert lb["x-gateway-destination-endpoint"] == "10.0.0.1:8000"
+    assert scores["10.0.0.1:8000"] > scores["10.0.0.2:8000"]

@@ -46,6 +46,8 @@ namespace epp {
 inline constexpr std::string_view kDestinationEndpointHeader = "x-gateway-destination-endpoint";
 inline constexpr std::string_view kDestinationEndpointNamespace = "envoy.lb";
 inline constexpr std::string_view kDestinationEndpointKey = "x-gateway-destination-endpoint";
+// llm-d's --emit-endpoint-scores key in the same namespace: {"ip:port": total score}.
+inline constexpr std::string_view kDestinationEndpointScoresKey = "x-gateway-destination-endpoint-scores";
 inline constexpr std::string_view kDestinationEndpointServedKey = "x-gateway-destination-endpoint-served";
 inline constexpr std::string_view kSubsetHintNamespace = "envoy.lb.subset_hint";
 inline constexpr std::string_view kDestinationEndpointSubsetKey = "x-gateway-destination-endpoint-subset";
@@ -112,6 +114,9 @@ struct ExtProcOptions {
   std::map<std::string, int, std::less<>> objective_priorities;
   bool ignore_subset_hint = false;  // GIE's --disable-endpoint-subset-filter
   bool trace = false;               // keep the pick's explain trace (explain --ext-proc)
+  // llm-d's --emit-endpoint-scores: every candidate's total score of the primary profile in
+  // envoy.lb dynamic metadata as x-gateway-destination-endpoint-scores {"ip:port": score}.
+  bool emit_endpoint_scores = false;
 };
 
 // The per-stream state machine over serialized messages (see the file comment).

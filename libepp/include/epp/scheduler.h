@@ -102,6 +102,9 @@ struct PickResult {
   // x-prefiller-host-port (ext_proc sets them in the request-headers response).
   std::vector<std::pair<std::string, std::string>> headers;
   std::string profiles_reason;         // the handler's account of the cycle ("prefill-decode"), may be empty
+  // With PickOptions::scores: every candidate the primary profile scored (after its filters) with
+  // its total, the weighted sum (not normalised, so it may exceed 1), in scoring order.
+  std::vector<std::pair<std::string, double>> primary_scores;
   double saturation = 0;               // detector figure over the candidates
   std::string saturation_detail;
   int64_t load_tokens = 0;             // in-flight token estimate recorded for this request
@@ -124,6 +127,7 @@ struct PickOptions {
   std::optional<std::vector<std::string>> subset;
   bool trace = false;   // fill PickResult::profiles
   bool record = true;   // update the prefix index and in-flight load (false: a pure what-if)
+  bool scores = false;  // fill PickResult::primary_scores (llm-d's --emit-endpoint-scores)
 };
 
 // Upper bounds (seconds, `le`) of the timing histograms' buckets, shared by every histogram of

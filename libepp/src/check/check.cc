@@ -20,14 +20,6 @@ std::string TrimSlash(std::string s) {
   return s;
 }
 
-std::string Snippet(std::string_view body) {
-  std::string s(body.substr(0, 160));
-  for (char& c : s) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  if (body.size() > 160) s += "...";
-  return s;
-}
 
 // The metrics checks in report order.
 constexpr const char* kMetricCheckIds[] = {"metrics.parse", "metrics.engine", "metrics.queue", "metrics.running",
@@ -94,10 +86,10 @@ void CheckMetricsText(std::string_view text, const CheckOptions& options, const 
 }
 
 absl::StatusOr<Json> ParseJsonBody(const HttpResponse& r) {
-  if (r.status != 200) return absl::FailedPreconditionError("HTTP " + std::to_string(r.status) + ": " + Snippet(r.body));
+  if (r.status != 200) return absl::FailedPreconditionError("HTTP " + std::to_string(r.status) + ": " + internal::BodySnippet(r.body));
   Json j = Json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::FailedPreconditionError("body is not JSON: " + Snippet(r.body));
-  if (!j.is_object()) return absl::FailedPreconditionError("body is not a JSON object: " + Snippet(r.body));
+  if (j.is_discarded()) return absl::FailedPreconditionError("body is not JSON: " + internal::BodySnippet(r.body));
+  if (!j.is_object()) return absl::FailedPreconditionError("body is not a JSON object: " + internal::BodySnippet(r.body));
   return j;
 }
 
@@ -188,7 +180,7 @@ CheckResult JudgeStream(const absl::StatusOr<HttpResponse>& r) {
     return c;
   }
   if (r->status != 200) {
-    c.message = what + ": HTTP " + std::to_string(r->status) + ": " + Snippet(r->body);
+    c.message = what + ": HTTP " + std::to_string(r->status) + ": " + internal::BodySnippet(r->body);
     return c;
   }
   std::istringstream in(r->body);
@@ -204,7 +196,7 @@ CheckResult JudgeStream(const absl::StatusOr<HttpResponse>& r) {
     if (data == "[DONE]") continue;
     Json j = Json::parse(data, nullptr, false);
     if (j.is_discarded() || !j.is_object()) {
-      c.message = what + ": chunk " + std::to_string(chunks + 1) + " is not JSON: " + Snippet(data);
+      c.message = what + ": chunk " + std::to_string(chunks + 1) + " is not JSON: " + internal::BodySnippet(data);
       return c;
     }
     if (!j.contains("object") || j["object"] != "chat.completion.chunk") {
@@ -292,7 +284,7 @@ absl::StatusOr<CheckReport> RunChecks(std::span<const std::string> targets, cons
     if (pending1[k].check_id == "metrics") {
       if (!r.ok() || r->status != 200) {
         rep.checks.push_back({"metrics.reachable", CheckStatus::kFail,
-                              r.ok() ? "GET " + round1[k].url + ": HTTP " + std::to_string(r->status) + ": " + Snippet(r->body)
+                              r.ok() ? "GET " + round1[k].url + ": HTTP " + std::to_string(r->status) + ": " + internal::BodySnippet(r->body)
                                      : std::string(r.status().message())});
         SkipMetricChecks(rep, "metrics.parse", "metrics unavailable");
         continue;

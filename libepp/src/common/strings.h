@@ -34,4 +34,14 @@ inline std::string Num(double v) {
   return buf;
 }
 
+// The first 160 bytes of an HTTP body on one line, "..." when cut: for error messages that quote
+// what a server answered.
+inline std::string BodySnippet(std::string_view body) {
+  std::string s(body.substr(0, 160));
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  if (body.size() > 160) s += "...";
+  return s;
+}
+
 }  // namespace epp::internal

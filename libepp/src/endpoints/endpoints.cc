@@ -14,6 +14,7 @@
 #include <set>
 #include <utility>
 
+#include "common/strings.h"
 #include "common/yaml_limits.h"
 
 namespace epp {
@@ -100,14 +101,6 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) 
   return out;
 }
 
-std::string Snippet(std::string_view body) {
-  std::string s(body.substr(0, 160));
-  for (char& c : s) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  if (body.size() > 160) s += "...";
-  return s;
-}
 
 // ---- YAML ----------------------------------------------------------------------------------
 
@@ -364,7 +357,7 @@ std::vector<Outcome> Collect(std::span<const EndpointSpec> specs, const Plan& pl
       out[i].error = absl::Status(r.status().code(), Who(specs[i], i) + std::string(r.status().message()));
     } else if (r->status < 200 || r->status > 299) {
       out[i].error = absl::UnavailableError(Who(specs[i], i) + "GET " + requests[k].url + ": HTTP " +
-                                            std::to_string(r->status) + ": " + Snippet(r->body));
+                                            std::to_string(r->status) + ": " + internal::BodySnippet(r->body));
     } else {
       Process(r->body, "metrics from " + requests[k].url, i, specs[i], plan, known(i), out[i]);
     }

@@ -186,6 +186,12 @@ void ExtProcSession::Impl::EmitPick(const std::string& new_body, bool body_chang
   }
   auto& ns = (*hr.mutable_dynamic_metadata()->mutable_fields())[std::string(kDestinationEndpointNamespace)];
   (*ns.mutable_struct_value()->mutable_fields())[std::string(kDestinationEndpointKey)].set_string_value(dest);
+  if (options.emit_endpoint_scores && !result->primary_scores.empty()) {
+    auto& scores = *(*ns.mutable_struct_value()->mutable_fields())[std::string(kDestinationEndpointScoresKey)]
+                        .mutable_struct_value()
+                        ->mutable_fields();
+    for (const auto& [address, score] : result->primary_scores) scores[address].set_number_value(score);
+  }
   out.push_back(std::move(hr));
   if (!bodyless) AppendChunks(new_body, true, true, out);
 }
@@ -260,6 +266,7 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
   po.subset = subset;
   po.trace = options.trace;
   po.record = true;
+  po.scores = options.emit_endpoint_scores;
   result = scheduler.Pick(*request, *pool, po);
   if (stats) {
     stats->RecordLatencyMicros(std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());

@@ -152,7 +152,8 @@ namespace {
 // Runs one profile; returns the picked endpoints (empty with `error` set when filters removed all).
 std::vector<const Endpoint*> RunProfile(const Profile& profile, const SchedulingContext& ctx,
                                         const std::vector<const Endpoint*>& candidates, ProfileTrace* trace,
-                                        std::string& error) {
+                                        std::string& error,
+                                        std::vector<std::pair<std::string, double>>* scores_out = nullptr) {
   std::vector<const Endpoint*> cur = candidates;
   // Timing: one clock read per call boundary; consecutive filters share theirs (only a vector move
   // lies between them), trace work is excluded by a fresh read.
@@ -218,6 +219,8 @@ std::vector<const Endpoint*> RunProfile(const Profile& profile, const Scheduling
   }
   std::vector<ScoredEndpoint> scored(n);
   for (size_t i = 0; i < n; ++i) scored[i] = {cur[i], total[i]};
+  if (scores_out != nullptr)
+    for (size_t i = 0; i < n; ++i) scores_out->emplace_back(cur[i]->address, total[i]);
   const int64_t t_pick = TimingNowNs();
   std::vector<const Endpoint*> picked = profile.picker->Pick(ctx, scored);
   profile.picker_timer->histogram.Record(TimingNowNs() - t_pick);
@@ -307,6 +310,8 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
   // The profile loop: the handler names profiles to run (or skip) until it returns an empty step.
   std::vector<ProfileRun> runs;
   runs.reserve(m.profiles.size());
+  // With options.scores: every scored candidate per run (aligned with `runs`; empty for skips).
+  std::vector<std::vector<std::pair<std::string, double>>> run_scores;
   bool handler_done = false;
   for (int round = 0; round < 16; ++round) {  // bounded: a handler cannot loop forever
     const int64_t t0 = TimingNowNs();
@@ -322,6 +327,7 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
       if (seen(skip.profile)) continue;
       if (options.trace) r.profiles.push_back(ProfileTrace{skip.profile, false, skip.reason, {}, {}, {}, {}, {}});
       runs.push_back(ProfileRun{std::move(skip.profile), false, {}, {}, std::move(skip.reason)});
+      if (options.scores) run_scores.emplace_back();
     }
     for (ProfileStep::Entry& next : step.run) {
       auto it = std::find_if(m.profiles.begin(), m.profiles.end(), [&](const Profile& p) { return p.name == next.profile; });
@@ -332,7 +338,8 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
         trace = &r.profiles.back();
       }
       ProfileRun run{std::move(next.profile), true, {}, {}, std::move(next.reason)};
-      run.picked = RunProfile(*it, ctx, candidates, trace, run.error);
+      if (options.scores) run_scores.emplace_back();
+      run.picked = RunProfile(*it, ctx, candidates, trace, run.error, options.scores ? &run_scores.back() : nullptr);
       if (trace) trace->error = run.error;
       runs.push_back(std::move(run));
     }
@@ -365,6 +372,7 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
     return r;
   }
   for (const Endpoint* e : primary->picked) r.endpoints.push_back(e->address);
+  if (options.scores) r.primary_scores = std::move(run_scores[static_cast<size_t>(primary - runs.data())]);
   r.headers = std::move(outcome->headers);
   r.status = 200;
   r.reason = absl::StrCat("picked by profile '", r.primary_profile, "'");

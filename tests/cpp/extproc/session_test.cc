@@ -953,5 +953,34 @@ TEST(ExtProcSessionTest, DisaggregatedPickSetsThePrefillerHeaderAndStripsInjecte
   EXPECT_EQ(removed, (std::vector<std::string>{"x-prefiller-host-port", "x-encoder-hosts-ports"}));
 }
 
+// llm-d's --emit-endpoint-scores: every candidate of the primary profile with its total score in
+// envoy.lb, next to the destination; off by default.
+TEST(ExtProcSessionTest, EmitEndpointScoresPutsEveryCandidatesTotalInTheMetadata) {
+  SchedulerEnv env({Ep("10.0.0.1:8000", 5, 0.5), Ep("10.0.0.2:8000", 0, 0.1), Ep("10.0.0.3:8000", 3, 0.4)});
+  auto scores_of = [&](bool emit) {
+    ExtProcOptions options;
+    options.emit_endpoint_scores = emit;
+    ExtProcSession s(*env.scheduler, env.pool, options, nullptr);
+    std::vector<std::string> out;
+    for (const std::string& m : BuildProcessingRequests(ChatCapture(ChatBody("m", "scores please")))) EXPECT_TRUE(s.OnMessage(m, out).ok());
+    std::map<std::string, double> scores;
+    const std::vector<pb::ProcessingResponse> rs = Decode(out);
+    if (rs.empty()) return scores;
+    const auto& ns = rs[0].dynamic_metadata().fields().at(std::string(kDestinationEndpointNamespace)).struct_value().fields();
+    auto it = ns.find(std::string(kDestinationEndpointScoresKey));
+    if (it == ns.end()) return scores;
+    for (const auto& [k, v] : it->second.struct_value().fields()) scores[k] = v.number_value();
+    return scores;
+  };
+  EXPECT_TRUE(scores_of(false).empty());
+  const std::map<std::string, double> scores = scores_of(true);
+  ASSERT_EQ(scores.size(), 3u);
+  // GIE's default profile (queue 2, kv 2, prefix 3): the idle endpoint has the highest total,
+  // a raw weighted sum above 1.
+  EXPECT_GT(scores.at("10.0.0.2:8000"), scores.at("10.0.0.3:8000"));
+  EXPECT_GT(scores.at("10.0.0.3:8000"), scores.at("10.0.0.1:8000"));
+  EXPECT_GT(scores.at("10.0.0.2:8000"), 1.0);
+}
+
 }  // namespace
 }  // namespace epp
