@@ -80,9 +80,9 @@ class NoHitLruScorer : public Plugin, public Scorer, public RequestObserver, pub
   }
 
   void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const override {
-    std::vector<const Endpoint*> all;
-    for (const Endpoint& e : ctx.endpoints) all.push_back(&e);
-    if (!Cold(ctx, all)) return;
+    // Cold over the whole pool: no endpoint holds a block (the match counts are per endpoint).
+    for (int m : ctx.prefix.match_blocks)
+      if (m > 0) return;
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pos_.find(picked.address);
     if (it != pos_.end()) lru_.erase(it->second);
