@@ -124,6 +124,12 @@ absl::StatusOr<epp::ServeConfig> ToServeConfig(const ServeOptions& o, const epp:
   c.session.max_request_bytes = o.max_request_bytes;
   c.session.ignore_subset_hint = o.disable_subset_filter;
   c.session.emit_endpoint_scores = o.emit_endpoint_scores;
+  EPP_ASSIGN_OR_RETURN(std::chrono::microseconds request_timeout,
+                       FlagDuration("--stream-request-timeout", o.stream_request_timeout, true));
+  EPP_ASSIGN_OR_RETURN(std::chrono::microseconds idle_timeout,
+                       FlagDuration("--stream-idle-timeout", o.stream_idle_timeout, true));
+  c.session.request_timeout = std::chrono::ceil<std::chrono::milliseconds>(request_timeout);
+  c.session.idle_timeout = std::chrono::ceil<std::chrono::milliseconds>(idle_timeout);
   EPP_RETURN_IF_ERROR(ParseObjectives(o.objectives, c.session.objective_priorities));
   if (!o.capture_dir.empty()) {
     std::error_code ec;
@@ -199,6 +205,12 @@ void SetupServeCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--shutdown-delay", o->shutdown_delay,
                   "On SIGTERM/SIGINT, keep accepting new streams this long after readiness turns NOT_SERVING")
+      ->capture_default_str();
+  cmd->add_option("--stream-request-timeout", o->stream_request_timeout,
+                  "End a stream whose request body has not ended this long after it opened (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--stream-idle-timeout", o->stream_idle_timeout,
+                  "After the pick, end a stream that gets no message from the gateway for this long (0: never)")
       ->capture_default_str();
   cmd->add_option("--capture", o->capture_dir, "Write every stream's messages as protobuf JSON lines into DIR");
   cmd->add_option("--log-level", o->log_level, "error, warn, info or debug")

@@ -35,6 +35,8 @@ struct ServeOptions {
   size_t max_request_bytes = epp::kDefaultMaxRequestBytes;
   std::string drain_timeout = "30s";
   std::string shutdown_delay = "0s";
+  std::string stream_request_timeout = "60s";  // ExtProcOptions::request_timeout; 0 disables
+  std::string stream_idle_timeout = "15m";     // ExtProcOptions::idle_timeout; 0 disables
   std::string capture_dir;
   std::string log_level = "info";
   std::vector<std::string> objectives;  // NAME=PRIORITY

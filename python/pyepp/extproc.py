@@ -198,6 +198,13 @@ def _options(max_request_bytes: Optional[int], objective_priorities: Optional[Ma
     return options
 
 
+def _timeout_ms(seconds: float, name: str) -> int:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0 \
+            or seconds > 365 * 86400:
+        raise ConfigError(f"{name} must be a number of seconds in [0, 31536000] (0: no limit), got {seconds!r}")
+    return int(math.ceil(seconds * 1000))
+
+
 def _scheduler(scheduler: Scheduler) -> Any:
     if not isinstance(scheduler, Scheduler):
         raise TypeError(f"scheduler must be a pyepp.Scheduler, not {type(scheduler).__name__}")
@@ -325,7 +332,8 @@ class ServeHandle:
     def stats(self) -> Dict[str, Any]:
         """The server's counters: ``streams_total``, ``streams_active``,
         ``requests_in_flight``, ``outcome_200`` / ``_400`` / ``_413`` / ``_429`` / ``_503`` /
-        ``_500``, ``served_mismatch``, ``prompt_tokens``, ``completion_tokens``,
+        ``_500``, ``served_mismatch``, ``timeouts_request`` / ``timeouts_idle`` (streams ended
+        for ``request_timeout_s`` / ``idle_timeout_s``), ``prompt_tokens``, ``completion_tokens``,
         ``cached_tokens`` (from response usage), ``prefix_blocks``, ``prefix_match_blocks``, and
         the pick latency histogram: ``latency_bucket_bounds_us``, ``latency_bucket_counts`` (per
         bucket, one more than the bounds: the last is above every bound), ``latency_count``,
@@ -399,7 +407,8 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
           port: int = 0, host: str = "127.0.0.1", tls: bool = False, health_port: Optional[int] = None,
           metrics_port: Optional[int] = None, max_request_bytes: Optional[int] = None,
           objective_priorities: Optional[Mapping[str, int]] = None, ignore_subset_hint: bool = False,
-          emit_endpoint_scores: bool = False) -> ServeHandle:
+          emit_endpoint_scores: bool = False, request_timeout_s: float = 60.0,
+          idle_timeout_s: float = 900.0) -> ServeHandle:
     """Runs the Endpoint Picker in this process: libepp's ``EppServer``, what ``eppctl serve``
     runs, with its ext_proc server, grpc.health.v1 server and Prometheus ``/metrics``.
 
@@ -425,6 +434,10 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     :class:`pyepp.UnavailableError` when a port cannot be bound, :class:`pyepp.ConfigError` for
     a bad configuration or endpoints. ``emit_endpoint_scores`` is llm-d's ``--emit-endpoint-scores``:
     every candidate's total score in ``envoy.lb`` as ``x-gateway-destination-endpoint-scores``.
+    A stream whose request body has not ended ``request_timeout_s`` after it opened, or that
+    gets no message for ``idle_timeout_s`` after its pick, is ended with DEADLINE_EXCEEDED and
+    its load released (``eppctl serve --stream-request-timeout / --stream-idle-timeout``; 0
+    disables a limit).
     """
     if not isinstance(host, str) or not host:
         raise TypeError("host must be a non-empty str")
@@ -433,6 +446,8 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     metrics_port = _port(metrics_port, "metrics_port", optional=True)
     options = _options(max_request_bytes, objective_priorities, ignore_subset_hint, False)
     options.emit_endpoint_scores = bool(emit_endpoint_scores)
+    options.request_timeout_ms = _timeout_ms(request_timeout_s, "request_timeout_s")
+    options.idle_timeout_ms = _timeout_ms(idle_timeout_s, "idle_timeout_s")
     runtime = (config is not None or endpoints_file is not None or bool(endpoint) or pool_name is not None)
     if scheduler is not None or endpoints is not None:
         if scheduler is None or endpoints is None:

@@ -237,6 +237,12 @@ void BindExtProc(py::module_& m) {
       .def_readwrite("objective_priorities", &epp::ExtProcOptions::objective_priorities)
       .def_readwrite("ignore_subset_hint", &epp::ExtProcOptions::ignore_subset_hint)
       .def_readwrite("emit_endpoint_scores", &epp::ExtProcOptions::emit_endpoint_scores)
+      .def_property(
+          "request_timeout_ms", [](const epp::ExtProcOptions& o) { return o.request_timeout.count(); },
+          [](epp::ExtProcOptions& o, int64_t ms) { o.request_timeout = std::chrono::milliseconds(ms); })
+      .def_property(
+          "idle_timeout_ms", [](const epp::ExtProcOptions& o) { return o.idle_timeout.count(); },
+          [](epp::ExtProcOptions& o, int64_t ms) { o.idle_timeout = std::chrono::milliseconds(ms); })
       .def_readwrite("trace", &epp::ExtProcOptions::trace);
   m.def("requests_from_capture", &CaptureRequests_BuildShim, py::arg("capture_json"), py::arg("path_override"),
         py::arg("subset"), py::arg("subset_as_string"), py::arg("chunk_bytes"));

@@ -857,6 +857,8 @@ py::dict ExtProcServer_StatsShim(ServeHolder& holder) {
   d["outcome_503"] = s.outcome_503.load();
   d["outcome_500"] = s.outcome_500.load();
   d["served_mismatch"] = s.served_mismatch.load();
+  d["timeouts_request"] = s.timeouts_request.load();
+  d["timeouts_idle"] = s.timeouts_idle.load();
   d["prompt_tokens"] = s.prompt_tokens.load();
   d["completion_tokens"] = s.completion_tokens.load();
   d["cached_tokens"] = s.cached_tokens.load();

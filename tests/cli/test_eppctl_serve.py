@@ -844,6 +844,43 @@ def test_config_file_change_is_picked_up_without_dropping_a_stream(serve, tmp_pa
 # Lifecycle
 
 
+def test_stream_time_limits_end_silent_streams(serve, pool):
+    s = serve("--endpoints", pool, "--stream-request-timeout", "300ms", "--stream-idle-timeout", "400ms")
+    body = chat_body()
+    # Headers and never a body: ended by the request-phase limit.
+    with Stream(s.channel()) as st:
+        st.send(wire.chat_request(body))
+        t0 = time.monotonic()
+        with pytest.raises(grpc.RpcError) as err:
+            st.recv()
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert "request timeout (300 ms)" in err.value.details()
+        assert 0.25 < time.monotonic() - t0 < 5
+    # Picked, then no response path: ended by the idle limit, its load released.
+    with Stream(s.channel()) as st:
+        st.send(wire.chat_request(body), wire.request_body(body, end_of_stream=True))
+        assert destination(st.recv()) in POOL
+        st.recv()  # the body
+        s.wait_metric("epp_requests_in_flight", lambda v: v == 1)
+        with pytest.raises(grpc.RpcError) as err:
+            st.recv()
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert "idle timeout (400 ms)" in err.value.details()
+    s.wait_metric("epp_stream_timeouts_total", lambda v: v == 1, phase="request")
+    s.wait_metric("epp_stream_timeouts_total", lambda v: v == 1, phase="idle")
+    s.wait_metric("epp_requests_in_flight", lambda v: v == 0)
+    s.wait_metric("epp_streams_active", lambda v: v == 0)
+    # A whole exchange is untouched by either limit.
+    first, _ = pick(s.channel(), body)
+    assert destination(first) in POOL
+
+
+def test_stream_timeout_flags_are_checked(eppctl, pool):
+    r = eppctl("serve", "--endpoints", pool, "--stream-idle-timeout", "-1s")
+    assert r.returncode == 2
+    assert "--stream-idle-timeout" in r.stderr
+
+
 def test_sigterm_drains_open_stream(serve, pool):
     s = serve("--endpoints", pool, "--drain-timeout", "20s")
     with Stream(s.channel()) as st:

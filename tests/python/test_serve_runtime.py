@@ -8,6 +8,7 @@ Every wait is bounded; every server is closed by the fixture.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -20,7 +21,7 @@ from pyepp import extproc
 
 grpc = pytest.importorskip("grpc")
 
-from test_extproc import LOCAL, chat_capture, destination, process  # noqa: E402
+from test_extproc import LOCAL, PROCESS, chat_capture, destination, process  # noqa: E402
 
 A, B = "10.0.0.1:8000", "10.0.0.2:8000"
 
@@ -157,3 +158,33 @@ def test_pool_discovery_from_a_loopback_api_server(runtime: Any, tmp_path: Path)
         h.close()  # before the API server goes away
     finally:
         api.close()
+
+
+def test_stream_time_limits(runtime: Any) -> None:
+    h = runtime.start(endpoint=[f"{A}=none"], request_timeout_s=0.3, idle_timeout_s=0)
+    ch = grpc.insecure_channel(f"127.0.0.1:{h.port}", options=LOCAL)
+    try:
+        headers_only = extproc.requests_from_capture(chat_capture())[:1]
+        call = ch.stream_stream(PROCESS, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        # The request iterator stays open (headers, then silence): only the server's limit ends it.
+        never = threading.Event()
+
+        def messages() -> Iterator[bytes]:
+            yield from headers_only
+            never.wait(10)
+
+        t0 = time.monotonic()
+        with pytest.raises(grpc.RpcError) as err:
+            list(call(messages(), timeout=10))
+        never.set()
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert "request timeout (300 ms)" in err.value.details()
+        assert time.monotonic() - t0 < 5
+        wait_for("the timeout count", lambda: h.stats()["timeouts_request"] == 1)
+        assert h.stats()["timeouts_idle"] == 0
+        assert runtime.pick(h) == A  # a whole exchange is untouched
+    finally:
+        ch.close()
+    for bad in (-1, float("nan"), "1"):
+        with pytest.raises(pyepp.ConfigError):
+            pyepp.serve(endpoint=[f"{A}=none"], idle_timeout_s=bad)

@@ -96,6 +96,8 @@ struct ExtProcStats {
   // internal (500).
   std::atomic<int64_t> outcome_200{0}, outcome_400{0}, outcome_413{0}, outcome_429{0}, outcome_503{0}, outcome_500{0};
   std::atomic<int64_t> served_mismatch{0};   // served endpoint differed from the primary pick
+  // Streams ExtProcServer ended for a time limit (ExtProcOptions::request_timeout, idle_timeout).
+  std::atomic<int64_t> timeouts_request{0}, timeouts_idle{0};
   std::atomic<int64_t> prompt_tokens{0}, completion_tokens{0}, cached_tokens{0};  // from response usage
   // Pick latency (parse + schedule + encode), histogram in microseconds with these upper bounds.
   static constexpr double kLatencyBucketsUs[] = {10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000, 100000};
@@ -117,6 +119,15 @@ struct ExtProcOptions {
   // llm-d's --emit-endpoint-scores: every candidate's total score of the primary profile in
   // envoy.lb dynamic metadata as x-gateway-destination-endpoint-scores {"ip:port": score}.
   bool emit_endpoint_scores = false;
+  // Stream time limits, enforced by ExtProcServer (a session alone has no clock). A stream past
+  // one is ended with DEADLINE_EXCEEDED and its request's load released; 0 disables a limit.
+  //   request_timeout: from the stream's start until its request body has ended (or an
+  //     ImmediateResponse was sent): headers and never a body, or a body trickled forever.
+  //   idle_timeout: after that, the longest wait for the gateway's next message (the model's
+  //     time to first token and between response chunks). Longer than Envoy's default
+  //     stream_idle_timeout (5 min), so a healthy gateway always ends its streams first.
+  std::chrono::milliseconds request_timeout{60000};
+  std::chrono::milliseconds idle_timeout{900000};
 };
 
 // The per-stream state machine over serialized messages (see the file comment).

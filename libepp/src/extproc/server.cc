@@ -1,5 +1,11 @@
 // ExtProcServer (gRPC callback API: one reactor per stream, no thread per stream) and
 // HealthServer (gRPC's default health service on its own port).
+//
+// Stream time limits (ExtProcOptions::request_timeout, idle_timeout): every open reactor is in a
+// registry, and one watchdog thread looks at them a few times per limit and ends those past one
+// with DEADLINE_EXCEEDED. A reactor is reference-counted (gRPC's reference, dropped in OnDone, and
+// the watchdog's while it ends one outside the registry lock), so neither deletes it under the
+// other.
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/ext/health_check_service_server_builder_option.h>
@@ -8,9 +14,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <fstream>
 #include <mutex>
+#include <thread>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "envoy/service/ext_proc/v3/external_processor.grpc.pb.h"
@@ -45,6 +54,11 @@ class CaptureFile {
 
 }  // namespace
 
+int64_t SteadyMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService {
   std::unique_ptr<SchedulerHandle> owned_handle;  // Start(const Scheduler&): a fixed scheduler
   const SchedulerHandle* scheduler = nullptr;
@@ -55,13 +69,26 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
   int port = 0;
   std::atomic<int64_t> next_id{0};
 
+  class Reactor;
+  std::mutex registry_mu;
+  std::unordered_set<Reactor*> registry;  // open streams, for the watchdog
+  std::thread watchdog;
+  std::mutex watchdog_mu;
+  std::condition_variable watchdog_cv;
+  bool watchdog_stop = false;
+
   class Reactor final : public grpc::ServerBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse> {
    public:
-    explicit Reactor(Impl* s)
-        : s_(s), scheduler_(s->scheduler->Get()), session_(*scheduler_, *s->source, s->options.session, &s->stats) {
+    Reactor(Impl* s, grpc::CallbackServerContext* ctx)
+        : s_(s), ctx_(ctx), scheduler_(s->scheduler->Get()), session_(*scheduler_, *s->source, s->options.session, &s->stats) {
       s_->stats.streams_total++;
       s_->stats.streams_active++;
       if (!s_->options.capture_dir.empty()) capture_ = std::make_unique<CaptureFile>(s_->options.capture_dir, s_->next_id++);
+      started_us_ = last_message_us_ = SteadyMicros();
+      {
+        std::lock_guard<std::mutex> lock(s_->registry_mu);
+        s_->registry.insert(this);
+      }
       StartRead(&in_);
     }
     void OnReadDone(bool ok) override {
@@ -71,9 +98,12 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
         MaybeFinish();
         return;
       }
+      if (finished_) return;  // ended by the watchdog while this read was on its way
+      last_message_us_.store(SteadyMicros(), std::memory_order_relaxed);
       if (capture_) capture_->Write("request", in_);
       std::vector<pb::ProcessingResponse> out;
       absl::Status st = session_.Process(in_, out);
+      if (session_.body_done || session_.finished) request_done_.store(true, std::memory_order_relaxed);
       for (auto& r : out) {
         if (capture_) capture_->Write("response", r);
         queue_.push_back(std::move(r));
@@ -102,8 +132,42 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
     }
     void OnCancel() override {}
     void OnDone() override {
+      {
+        std::lock_guard<std::mutex> lock(s_->registry_mu);
+        s_->registry.erase(this);
+      }
       s_->stats.streams_active--;
-      delete this;
+      Unref();
+    }
+
+    // Which limit the stream is past at `now_us`, if any (called under the registry lock).
+    enum class Expiry { kNone, kRequest, kIdle };
+    Expiry ExpiredAt(int64_t now_us, int64_t request_us, int64_t idle_us) const {
+      if (!request_done_.load(std::memory_order_relaxed))
+        return request_us > 0 && now_us - started_us_ >= request_us ? Expiry::kRequest : Expiry::kNone;
+      return idle_us > 0 && now_us - last_message_us_.load(std::memory_order_relaxed) >= idle_us ? Expiry::kIdle
+                                                                                                   : Expiry::kNone;
+    }
+    // Ends the stream with DEADLINE_EXCEEDED (the watchdog, holding a reference). What is queued
+    // is dropped: a stream past its limit gets no more answers. A write already under way is
+    // cut by cancelling the call, since Finish must wait for it.
+    void Expire(Expiry why, const std::string& message) {
+      std::lock_guard<std::recursive_mutex> lock(mu_);
+      if (finished_) return;
+      (why == Expiry::kRequest ? s_->stats.timeouts_request : s_->stats.timeouts_idle)++;
+      status_ = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, message);
+      read_closed_ = true;
+      if (writing_) {
+        while (queue_.size() > 1) queue_.pop_back();
+        ctx_->TryCancel();  // the client reads nothing: OnWriteDone(false) follows, then Finish
+      } else {
+        queue_.clear();
+      }
+      MaybeFinish();
+    }
+    void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
+    void Unref() {
+      if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
     }
 
    private:
@@ -119,6 +183,7 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
     }
 
     Impl* s_;
+    grpc::CallbackServerContext* ctx_;
     std::shared_ptr<const Scheduler> scheduler_;  // the stream's, for its whole life (before session_)
     ExtProcSession::Impl session_;
     std::unique_ptr<CaptureFile> capture_;
@@ -127,10 +192,55 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
     std::deque<pb::ProcessingResponse> queue_;  // front = being written; deque keeps it in place
     bool writing_ = false, read_closed_ = false, finished_ = false;
     grpc::Status status_ = grpc::Status::OK;
+    std::atomic<int> refs_{1};  // gRPC's, until OnDone
+    int64_t started_us_ = 0;
+    std::atomic<int64_t> last_message_us_{0};
+    std::atomic<bool> request_done_{false};
   };
 
-  grpc::ServerBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse>* Process(grpc::CallbackServerContext*) override {
-    return new Reactor(this);
+  grpc::ServerBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse>* Process(grpc::CallbackServerContext* ctx) override {
+    return new Reactor(this, ctx);
+  }
+
+  // The watchdog: a few looks per limit (at most every second, at least every 5 ms).
+  void StartWatchdog() {
+    const int64_t request_us = options.session.request_timeout.count() * 1000;
+    const int64_t idle_us = options.session.idle_timeout.count() * 1000;
+    const int64_t shortest = std::min(request_us > 0 ? request_us : INT64_MAX, idle_us > 0 ? idle_us : INT64_MAX);
+    if (shortest == INT64_MAX) return;
+    const auto period = std::chrono::microseconds(std::clamp<int64_t>(shortest / 4, 5000, 1000000));
+    watchdog = std::thread([this, request_us, idle_us, period] {
+      std::unique_lock<std::mutex> wait_lock(watchdog_mu);
+      while (!watchdog_cv.wait_for(wait_lock, period, [this] { return watchdog_stop; })) {
+        std::vector<std::pair<Reactor*, Reactor::Expiry>> due;
+        const int64_t now = SteadyMicros();
+        {
+          std::lock_guard<std::mutex> lock(registry_mu);
+          for (Reactor* r : registry) {
+            const Reactor::Expiry e = r->ExpiredAt(now, request_us, idle_us);
+            if (e == Reactor::Expiry::kNone) continue;
+            r->Ref();
+            due.emplace_back(r, e);
+          }
+        }
+        for (auto& [r, e] : due) {
+          r->Expire(e, e == Reactor::Expiry::kRequest
+                           ? absl::StrCat("request not complete within the request timeout (",
+                                          options.session.request_timeout.count(), " ms)")
+                           : absl::StrCat("no message from the gateway within the idle timeout (",
+                                          options.session.idle_timeout.count(), " ms)"));
+          r->Unref();
+        }
+      }
+    });
+  }
+  void StopWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(watchdog_mu);
+      watchdog_stop = true;
+    }
+    watchdog_cv.notify_all();
+    if (watchdog.joinable()) watchdog.join();
   }
 };
 
@@ -155,6 +265,8 @@ absl::StatusOr<std::unique_ptr<ExtProcServer>> ExtProcServer::StartWith(const Sc
                                                                         const EndpointSource& endpoints,
                                                                         const ExtProcServerOptions& options,
                                                                         std::unique_ptr<SchedulerHandle> owned) {
+  if (options.session.request_timeout.count() < 0 || options.session.idle_timeout.count() < 0)
+    return absl::InvalidArgumentError("ext_proc stream timeouts must be >= 0 (0 disables one)");
   auto impl = std::make_unique<Impl>();
   impl->owned_handle = std::move(owned);
   impl->scheduler = &scheduler;
@@ -194,6 +306,7 @@ absl::StatusOr<std::unique_ptr<ExtProcServer>> ExtProcServer::StartWith(const Sc
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0)
     return absl::UnavailableError(absl::StrCat("cannot listen for ext_proc on ", options.listen));
+  impl->StartWatchdog();
   return std::unique_ptr<ExtProcServer>(new ExtProcServer(std::move(impl)));
 }
 
@@ -202,8 +315,11 @@ ExtProcStats& ExtProcServer::stats() { return impl_->stats; }
 
 void ExtProcServer::Shutdown(std::chrono::milliseconds drain) {
   if (!impl_ || !impl_->server) return;
+  // The watchdog goes on during the drain (a stream past its limit still ends); the server then
+  // cancels what is left, and no stream remains for it to look at.
   impl_->server->Shutdown(std::chrono::system_clock::now() + drain);
   impl_->server->Wait();
+  impl_->StopWatchdog();
   impl_->server.reset();
 }
 

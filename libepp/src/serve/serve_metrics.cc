@@ -58,6 +58,11 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   x.Single("epp_served_mismatch_total", "counter",
            "Responses whose served endpoint (envoy.lb metadata) differed from the primary pick.",
            s.served_mismatch.load());
+  x.Family("epp_stream_timeouts_total", "counter",
+           "ext_proc streams ended for a time limit: phase request (body not ended within "
+           "--stream-request-timeout) or idle (no message within --stream-idle-timeout after the pick).");
+  x.Sample("epp_stream_timeouts_total", {{"phase", "request"}}, s.timeouts_request.load());
+  x.Sample("epp_stream_timeouts_total", {{"phase", "idle"}}, s.timeouts_idle.load());
   x.Family("epp_response_tokens_total", "counter", "Tokens reported by the usage of model-server responses.");
   x.Sample("epp_response_tokens_total", {{"kind", "prompt"}}, s.prompt_tokens.load());
   x.Sample("epp_response_tokens_total", {{"kind", "completion"}}, s.completion_tokens.load());

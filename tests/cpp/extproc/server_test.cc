@@ -474,6 +474,154 @@ TEST(ExtProcServerTest, ShutdownCancelsStreamsLeftAfterTheDrainWindow) {
   EXPECT_EQ(s.server->stats().streams_active.load(), 0);
 }
 
+// Waits up to 5 s for `done`; false when it never held.
+template <typename F>
+bool Eventually(F done) {
+  for (auto until = steady_clock::now() + seconds(5); steady_clock::now() < until; std::this_thread::sleep_for(milliseconds(5)))
+    if (done()) return true;
+  return done();
+}
+
+TEST(ExtProcServerTest, RequestTimeoutEndsStreamsWhoseBodyNeverEnds) {
+  ExtProcServerOptions options;
+  options.session.request_timeout = milliseconds(200);
+  options.session.idle_timeout = milliseconds(0);
+  ServerEnv s({Ep("10.0.0.1:8000")}, options);
+  ASSERT_NE(s.server, nullptr);
+  const auto messages = BuildProcessingRequests(ChatCapture(ChatBody("m", std::string(1000, 'q')), 300));
+  ASSERT_GE(messages.size(), 3u);
+  // Headers and never a body; headers and part of the body; both past the limit.
+  GatewayStream headers_only(*s.stub), part_body(*s.stub);
+  const auto t0 = steady_clock::now();
+  ASSERT_TRUE(headers_only.Send({messages[0]}));
+  ASSERT_TRUE(part_body.Send({messages[0], messages[1]}));
+  for (GatewayStream* g : {&headers_only, &part_body}) {
+    EXPECT_FALSE(g->ReadRequestPath());
+    const grpc::Status st = g->Close();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+    EXPECT_NE(st.error_message().find("request timeout (200 ms)"), std::string::npos) << st.error_message();
+  }
+  const auto took = steady_clock::now() - t0;
+  EXPECT_GE(took, milliseconds(190));
+  EXPECT_LT(took, seconds(4));
+  EXPECT_EQ(s.server->stats().timeouts_request.load(), 2);
+  EXPECT_EQ(s.server->stats().timeouts_idle.load(), 0);
+  EXPECT_TRUE(Eventually([&] { return s.server->stats().streams_active.load() == 0; }));
+  // A request that completes in time is untouched, and so is its (idle-limit-free) response wait.
+  GatewayStream ok(*s.stub);
+  ASSERT_TRUE(ok.Send(messages));
+  ASSERT_TRUE(ok.ReadRequestPath());
+  std::this_thread::sleep_for(milliseconds(400));
+  ASSERT_TRUE(ok.Send(BuildResponseMessages(200, {}, kUsageBody, "10.0.0.1:8000")));
+  ASSERT_TRUE(ok.ReadN(2));
+  EXPECT_TRUE(ok.Close().ok());
+  EXPECT_EQ(s.server->stats().timeouts_request.load(), 2);
+}
+
+TEST(ExtProcServerTest, IdleTimeoutEndsPickedStreamsAndReleasesTheirLoad) {
+  ExtProcServerOptions options;
+  options.session.request_timeout = milliseconds(0);
+  options.session.idle_timeout = milliseconds(250);
+  ServerEnv s({Ep("10.0.0.1:8000")}, options);
+  ASSERT_NE(s.server, nullptr);
+  const auto messages = BuildProcessingRequests(ChatCapture(ChatBody("m", "picked, then silence")));
+  GatewayStream g(*s.stub);
+  ASSERT_TRUE(g.Send(messages));
+  ASSERT_TRUE(g.ReadRequestPath());
+  EXPECT_EQ(s.env.scheduler->Inflight("10.0.0.1:8000").first, 1);
+  const auto t0 = steady_clock::now();
+  EXPECT_FALSE(g.ReadN(1));  // nothing more is sent: only the idle limit ends the stream
+  const grpc::Status st = g.Close();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_NE(st.error_message().find("idle timeout (250 ms)"), std::string::npos) << st.error_message();
+  EXPECT_LT(steady_clock::now() - t0, seconds(4));
+  EXPECT_EQ(s.server->stats().timeouts_idle.load(), 1);
+  EXPECT_TRUE(Eventually([&] { return s.env.scheduler->Inflight("10.0.0.1:8000").first == 0; }));
+  EXPECT_TRUE(Eventually([&] { return s.server->stats().requests_in_flight.load() == 0; }));
+  // A stream whose gateway keeps talking within the limit is not ended: response chunks every
+  // 100 ms for 600 ms, then the end.
+  GatewayStream chatty(*s.stub);
+  ASSERT_TRUE(chatty.Send(messages));
+  ASSERT_TRUE(chatty.ReadRequestPath());
+  const auto response = BuildResponseMessages(200, {}, kUsageBody, "10.0.0.1:8000");
+  ASSERT_TRUE(chatty.Send({response[0]}));
+  ASSERT_TRUE(chatty.ReadN(1));
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(milliseconds(100));
+    pb::ProcessingRequest chunk;
+    chunk.mutable_response_body()->set_body("data: {}\n\n");
+    ASSERT_TRUE(chatty.Send({chunk.SerializeAsString()})) << i;
+    ASSERT_TRUE(chatty.ReadN(1)) << i;
+  }
+  pb::ProcessingRequest last;
+  last.mutable_response_body()->set_end_of_stream(true);
+  ASSERT_TRUE(chatty.Send({last.SerializeAsString()}));
+  ASSERT_TRUE(chatty.ReadN(1));
+  const grpc::Status chatty_status = chatty.Close();
+  EXPECT_TRUE(chatty_status.ok()) << chatty_status.error_message();
+  EXPECT_EQ(s.server->stats().timeouts_idle.load(), 1);
+}
+
+TEST(ExtProcServerTest, ThousandSilentStreamsAreEndedByTheRequestTimeout) {
+  ExtProcServerOptions options;
+  options.session.request_timeout = milliseconds(300);
+  ServerEnv s({Ep("10.0.0.1:8000")}, options);
+  ASSERT_NE(s.server, nullptr);
+  const auto messages = BuildProcessingRequests(ChatCapture(ChatBody("m", "x")));
+  // Async client: 1000 streams that send headers and go silent, on one connection.
+  grpc::CompletionQueue cq;
+  struct Call {
+    grpc::ClientContext ctx;
+    pb::ProcessingRequest headers;
+    pb::ProcessingResponse in;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncReaderWriter<pb::ProcessingRequest, pb::ProcessingResponse>> rw;
+  };
+  constexpr int kStreams = 1000;
+  std::vector<std::unique_ptr<Call>> calls(kStreams);
+  // Tags: 4*i + 0 started, + 1 written, + 2 read done, + 3 finished.
+  for (int i = 0; i < kStreams; ++i) {
+    calls[i] = std::make_unique<Call>();
+    calls[i]->ctx.set_deadline(std::chrono::system_clock::now() + seconds(20));
+    ASSERT_TRUE(calls[i]->headers.ParseFromString(messages[0]));
+    calls[i]->rw = s.stub->AsyncProcess(&calls[i]->ctx, &cq, reinterpret_cast<void*>(intptr_t{4} * i));
+  }
+  int finished = 0, deadline_exceeded = 0;
+  void* tag;
+  bool ok;
+  while (finished < kStreams && cq.Next(&tag, &ok)) {
+    const intptr_t t = reinterpret_cast<intptr_t>(tag);
+    Call& c = *calls[t / 4];
+    switch (t % 4) {
+      case 0: c.rw->Write(c.headers, reinterpret_cast<void*>(t + 1)); break;
+      case 1: c.rw->Read(&c.in, reinterpret_cast<void*>(t + 1)); break;
+      case 2: c.rw->Finish(&c.status, reinterpret_cast<void*>(t + 1)); break;
+      case 3:
+        ++finished;
+        if (c.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+            c.status.error_message().find("request timeout") != std::string::npos)
+          ++deadline_exceeded;
+        break;
+    }
+  }
+  EXPECT_EQ(finished, kStreams);
+  EXPECT_EQ(deadline_exceeded, kStreams) << "every stream ended by the server's limit, none by the client's deadline";
+  EXPECT_EQ(s.server->stats().timeouts_request.load(), kStreams);
+  EXPECT_TRUE(Eventually([&] { return s.server->stats().streams_active.load() == 0; }));
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+}
+
+TEST(ExtProcServerTest, NegativeTimeoutsAreRefused) {
+  SchedulerEnv env({Ep("10.0.0.1:8000")});
+  ExtProcServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.session.idle_timeout = milliseconds(-1);
+  auto started = ExtProcServer::Start(*env.scheduler, env.pool, options);
+  EXPECT_EQ(started.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ExtProcServerTest, CaptureDirGetsJsonLinesOfBothDirections) {
   const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
                                     ("epp_capture_" + std::to_string(::getpid()) + "_" +
