@@ -23,6 +23,11 @@
 // pick and its response path, as while the model server generates, so that N streams in flight
 // no longer means N requests being picked at once.
 // A comma list of concurrencies runs one level after the other in the same process.
+// Soak mode: --requests N runs each level until N streams have been started (no warm-up, every
+// stream counted); --prompt-bytes takes a list of sizes mixed per request; --cancel-fraction
+// cancels that share of the streams mid-body (after the headers and half the chunks), and
+// --stall-fraction sends only the headers of that share and waits for the server to end them
+// (eppctl serve's --stream-request-timeout): both are expected outcomes, counted apart from errors.
 //
 // The wire messages are serialized once (per group) with libepp's BuildProcessingRequests and
 // BuildResponseMessages; per request only the chunks holding the unique question are copied and
@@ -80,6 +85,10 @@ struct Flags {
   std::string server_name;        // TLS name to verify (default: the target's host)
   std::vector<int> concurrency = {16};
   size_t prompt_bytes = 4096;
+  std::vector<size_t> prompt_sizes;  // --prompt-bytes A,B,...: mixed per request (first = prompt_bytes)
+  int64_t requests = 0;              // --requests: streams per level (0: --duration decides)
+  double cancel_fraction = 0;        // streams cancelled mid-body
+  double stall_fraction = 0;         // streams that send headers and never a body
   size_t question_bytes = 256;
   int groups = 8;
   double duration_s = 10;
@@ -104,7 +113,12 @@ struct Flags {
   --insecure-skip-verify    TLS without verifying the server certificate (implies --tls)
   --server-name NAME        name the certificate must carry (default: the target's host)
   --concurrency N[,N...]    streams in flight; a list runs each level in turn (default 16)
-  --prompt-bytes N          prompt characters: shared system prompt + unique question (default 4096; k = 1024)
+  --prompt-bytes N[,N...]   prompt characters: shared system prompt + unique question (default 4096; k = 1024);
+                            a list mixes the sizes, one drawn per request
+  --requests N              streams per level, then the level ends (no warm-up, every stream counted)
+  --cancel-fraction F       cancel this share of the streams mid-body (expected, not an error)
+  --stall-fraction F        this share sends headers and never a body, and waits for the server to end
+                            the stream (DEADLINE_EXCEEDED: expected, not an error)
   --question-bytes N        unique part of the prompt (default 256)
   --groups N                distinct system prompts, requests spread round robin (default 8)
   --duration D              measured time per level (default 10s; 500ms, 2s, 1m or seconds)
@@ -192,7 +206,16 @@ Flags ParseFlags(int argc, char** argv) {
       for (std::string item; std::getline(ss, item, ',');) f.concurrency.push_back(ParseInt(a, item, 1));
       if (f.concurrency.empty()) Usage("--concurrency: empty list");
     }
-    else if (a == "--prompt-bytes") f.prompt_bytes = ParseSize(a, next());
+    else if (a == "--prompt-bytes") {
+      f.prompt_sizes.clear();
+      std::stringstream ss(next());
+      for (std::string item; std::getline(ss, item, ',');) f.prompt_sizes.push_back(ParseSize(a, item));
+      if (f.prompt_sizes.empty()) Usage("--prompt-bytes: empty list");
+      f.prompt_bytes = f.prompt_sizes.front();
+    }
+    else if (a == "--requests") f.requests = ParseInt(a, next(), 1);
+    else if (a == "--cancel-fraction") f.cancel_fraction = ParseDuration(a, next());
+    else if (a == "--stall-fraction") f.stall_fraction = ParseDuration(a, next());
     else if (a == "--question-bytes") f.question_bytes = ParseSize(a, next());
     else if (a == "--groups") f.groups = ParseInt(a, next(), 1);
     else if (a == "--duration") f.duration_s = ParseDuration(a, next());
@@ -211,7 +234,11 @@ Flags ParseFlags(int argc, char** argv) {
   if (f.duration_s <= 0) Usage("--duration must be > 0");
   if (f.channels == 0) f.channels = f.threads;
   if (f.question_bytes < 16) Usage("--question-bytes must be >= 16");
-  if (f.prompt_bytes < f.question_bytes) Usage("--prompt-bytes must be >= --question-bytes");
+  if (f.prompt_sizes.empty()) f.prompt_sizes.push_back(f.prompt_bytes);
+  for (size_t n : f.prompt_sizes)
+    if (n < f.question_bytes) Usage("--prompt-bytes must be >= --question-bytes");
+  if (f.cancel_fraction + f.stall_fraction > 1) Usage("--cancel-fraction + --stall-fraction must be <= 1");
+  if (f.requests > 0) f.warmup_s = 0;
   return f;
 }
 
@@ -257,6 +284,7 @@ struct Chunk {
 struct Group {
   grpc::ByteBuffer headers;
   std::vector<Chunk> chunks;  // the last one carries end_of_stream
+  size_t body_bytes = 0;
 };
 
 struct Workload {
@@ -265,7 +293,8 @@ struct Workload {
   size_t question_bytes = 0;
   size_t chunk_count = 0;
   size_t patched_chunks = 0;  // per request
-  std::vector<Group> groups;
+  std::vector<Group> groups;  // size-major: groups[size_index * group_count + group]
+  int group_count = 0;
   grpc::ByteBuffer response_body;  // the response path's body with usage
   std::string usage_json;
 };
@@ -273,10 +302,12 @@ struct Workload {
 Workload BuildWorkload(const Flags& f) {
   Workload w;
   w.question_bytes = f.question_bytes;
-  w.system_bytes = f.prompt_bytes - f.question_bytes;
+  w.group_count = f.groups;
   // The user question's text is "[q" + 14 id digits + "] " + words; the placeholder marks where.
   const std::string placeholder(w.question_bytes, '#');
+  for (size_t size_index = f.prompt_sizes.size(); size_index-- > 0;)  // the first size last: its figures are reported
   for (int g = 0; g < f.groups; ++g) {
+    w.system_bytes = f.prompt_sizes[size_index] - f.question_bytes;
     std::string system(w.system_bytes, ' ');
     const std::string lead = "You are assistant number " + std::to_string(g) + ". ";
     FillWords(system.data(), system.size(), 0x5eed0000ULL + static_cast<uint64_t>(g));
@@ -302,6 +333,7 @@ Workload BuildWorkload(const Flags& f) {
     std::vector<std::string> msgs = epp::BuildProcessingRequests(c);
     Group grp;
     grp.headers = ToByteBuffer(msgs[0]);
+    grp.body_bytes = body.size();
     const size_t chunk = f.chunk_bytes ? f.chunk_bytes : body.size();
     for (size_t k = 1; k < msgs.size(); ++k) {
       const size_t a = (k - 1) * chunk, b = std::min(body.size(), a + chunk);
@@ -328,6 +360,11 @@ Workload BuildWorkload(const Flags& f) {
     w.chunk_count = grp.chunks.size();
     w.groups.push_back(std::move(grp));
   }
+  // Built from the last size to the first; put them in --prompt-bytes order.
+  std::vector<Group> ordered;
+  for (size_t k = f.prompt_sizes.size(); k-- > 0;)
+    for (int g = 0; g < f.groups; ++g) ordered.push_back(std::move(w.groups[k * static_cast<size_t>(f.groups) + static_cast<size_t>(g)]));
+  w.groups = std::move(ordered);
   // A non-streaming chat completion with usage (the response path's last message).
   const int prompt_tokens = static_cast<int>(f.prompt_bytes / 4);
   w.usage_json = "{\"id\":\"chatcmpl-load\",\"object\":\"chat.completion\",\"model\":\"" + f.model +
@@ -404,11 +441,15 @@ bool ScanResponse(grpc::ByteBuffer& bb, BodyScan& out) {
 
 struct LevelStats {
   int64_t ok = 0;
+  int64_t cancelled = 0;       // --cancel-fraction streams, cancelled as planned
+  int64_t stalled_ended = 0;   // --stall-fraction streams the server ended (DEADLINE_EXCEEDED)
   std::vector<double> added_us, stream_us;
   std::map<std::string, int64_t> errors;
   int64_t started = 0;
   void Merge(LevelStats&& o) {
     ok += o.ok;
+    cancelled += o.cancelled;
+    stalled_ended += o.stalled_ended;
     started += o.started;
     added_us.insert(added_us.end(), o.added_us.begin(), o.added_us.end());
     stream_us.insert(stream_us.end(), o.stream_us.begin(), o.stream_us.end());
@@ -453,8 +494,12 @@ struct Tag {
   OpKind kind;
 };
 
+enum class Plan { kWhole, kCancel, kStall };
+
 struct Slot {
   Worker* worker = nullptr;
+  Plan plan = Plan::kWhole;
+  size_t body_bytes = 0;
   grpc::GenericStub* stub = nullptr;
   Tag tags[kOpKinds];
   grpc::Alarm alarm;  // --response-delay
@@ -489,6 +534,7 @@ struct Worker {
   LevelStats stats;
   std::unordered_map<std::string, grpc::ByteBuffer> response_headers;  // per served endpoint
   std::mt19937_64 rng;
+  std::atomic<int64_t>* launched = nullptr;  // --requests: streams started by every worker of the level
 
   // Uniform in [lo, hi) times the response delay, as a deadline from now.
   std::chrono::system_clock::time_point DelayDeadline(double lo, double hi) {
@@ -505,11 +551,21 @@ struct Worker {
     return response_headers.emplace(dest, ToByteBuffer(msgs[0])).first->second;
   }
 
-  void Start(Slot& s) {
+  // Starts the slot's next stream; false (nothing started) once --requests streams were.
+  bool Start(Slot& s) {
+    if (flags->requests > 0 && launched->fetch_add(1, std::memory_order_relaxed) >= flags->requests) return false;
     const uint64_t n = next_request++;
-    const Group& g = work->groups[n % work->groups.size()];
     // The unique question: "[q<id>] " then words seeded by the id.
     const uint64_t id = id_base + n;
+    uint64_t draw = id * 0x2545f4914f6cdd1dULL + 1;
+    const size_t sizes = work->groups.size() / static_cast<size_t>(work->group_count);
+    const size_t size_index = sizes > 1 ? SplitMix(draw) % sizes : 0;
+    const Group& g = work->groups[size_index * static_cast<size_t>(work->group_count) + n % static_cast<size_t>(work->group_count)];
+    const double u = static_cast<double>(SplitMix(draw) >> 11) / 9007199254740992.0;
+    s.plan = u < flags->cancel_fraction ? Plan::kCancel
+             : u < flags->cancel_fraction + flags->stall_fraction ? Plan::kStall
+                                                                  : Plan::kWhole;
+    s.body_bytes = g.body_bytes;
     std::string q(work->question_bytes, ' ');
     char head[32];
     const int hl = std::snprintf(head, sizeof head, "[q%014" PRIu64 "] ", id);
@@ -517,7 +573,10 @@ struct Worker {
     if (q.size() > static_cast<size_t>(hl)) FillWords(q.data() + hl, q.size() - static_cast<size_t>(hl), id * 7919 + 17);
     s.out.clear();
     s.out.push_back(g.headers);
-    for (const Chunk& c : g.chunks) {
+    // A cancelled stream sends half its chunks (none of a one-chunk body); a stalled one none.
+    const size_t chunks = s.plan == Plan::kWhole ? g.chunks.size() : s.plan == Plan::kCancel ? g.chunks.size() / 2 : 0;
+    for (size_t k = 0; k < chunks; ++k) {
+      const Chunk& c = g.chunks[k];
       if (c.patch_len == 0) {
         s.out.push_back(c.shared);
         continue;
@@ -549,6 +608,7 @@ struct Worker {
     ++stats.started;
     IssueRead(s);
     IssueWrite(s);
+    return true;
   }
 
   void IssueRead(Slot& s) {
@@ -625,7 +685,7 @@ struct Worker {
       if (!s.got_headers) return Fail(s, "body_before_headers_response");
       s.echoed += scan.body_len;
       if (scan.eos) {
-        if (s.echoed != work->body_bytes) return Fail(s, "request_body_echo_length");
+        if (s.echoed != s.body_bytes) return Fail(s, "request_body_echo_length");
         s.request_path_done = true;
         MaybeStartResponse(s);
       }
@@ -678,19 +738,33 @@ struct Worker {
     if (s.next_out < s.out.size()) return IssueWrite(s);
     if (!s.response_phase) {
       s.request_writes_done = true;
-      MaybeStartResponse(s);
+      if (s.plan == Plan::kCancel) {  // mid-body, as a client that went away
+        s.closing = true;
+        s.ctx->TryCancel();
+        return MaybeFinish(s);
+      }
+      MaybeStartResponse(s);  // a stalled stream waits here for the server to end it
     }
   }
 
   void OnFinish(Slot& s) {
     const Clock::time_point now = Clock::now();
-    if (!s.status.ok()) {
+    bool planned = false;  // a cancel or stall that ended as planned
+    if (s.plan == Plan::kCancel && s.status.error_code() == grpc::StatusCode::CANCELLED && s.error.empty()) {
+      planned = true;
+      if (now >= warm_end && now <= end) ++stats.cancelled;
+    } else if (s.plan == Plan::kStall && s.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+               s.status.error_message().find("request timeout") != std::string::npos) {
+      planned = true;
+      if (now >= warm_end && now <= end) ++stats.stalled_ended;
+    } else if (!s.status.ok()) {
       if (s.error.empty() || s.error == "stream_ended_early" || s.error == "write_failed")
         s.error = std::string("grpc_") + CodeName(s.status.error_code());
     } else if (s.error.empty() && !s.done_ok) {
-      s.error = "incomplete_exchange";
+      s.error = s.plan == Plan::kWhole ? "incomplete_exchange" : "planned_stream_ended_ok";
     }
-    if (now >= warm_end && now <= end) {
+    if (planned) {
+    } else if (now >= warm_end && now <= end) {
       if (s.error.empty()) {
         ++stats.ok;
         stats.added_us.push_back(std::chrono::duration<double, std::micro>(s.t_headers - s.t_last_chunk).count());
@@ -701,11 +775,8 @@ struct Worker {
     }
     s.call.reset();
     s.ctx.reset();
-    if (now < end) {
-      Start(s);
-    } else if (--active == 0) {
-      cq.Shutdown();
-    }
+    if (now < end && Start(s)) return;
+    if (--active == 0) cq.Shutdown();
   }
 
   void Run() {
@@ -713,11 +784,11 @@ struct Worker {
     for (auto& s : slots) {
       if (flags->response_delay_s > 0) {  // staggered, so that the streams' phases do not align
         s->alarm.Set(&cq, DelayDeadline(0, 1), &s->tags[static_cast<int>(OpKind::kLaunch)]);
-      } else {
-        Start(*s);
+      } else if (!Start(*s)) {
+        --active;
       }
     }
-    if (slots.empty()) cq.Shutdown();
+    if (active == 0) cq.Shutdown();
     void* tag = nullptr;
     bool ok = false;
     while (cq.Next(&tag, &ok)) {
@@ -733,7 +804,9 @@ struct Worker {
           MaybeFinish(s);
           break;
         case OpKind::kFinish: OnFinish(s); break;
-        case OpKind::kLaunch: Start(s); break;
+        case OpKind::kLaunch:
+          if (!Start(s) && --active == 0) cq.Shutdown();
+          break;
         case OpKind::kAlarm:
           s.alarm_pending = false;
           s.idle_us = std::chrono::duration<double, std::micro>(Clock::now() - s.t_idle).count();
@@ -805,7 +878,7 @@ Percentiles Compute(std::vector<double>& v) {
 struct LevelResult {
   int concurrency = 0;
   double seconds = 0;
-  int64_t ok = 0, error_count = 0;
+  int64_t ok = 0, error_count = 0, cancelled = 0, stalled_ended = 0, started = 0;
   double rps = 0;
   Percentiles added, stream;
   std::map<std::string, int64_t> errors;
@@ -904,7 +977,10 @@ int main(int argc, char** argv) {
   for (int conc : f.concurrency) {
     const auto start = Clock::now();
     const auto warm_end = start + std::chrono::microseconds(static_cast<int64_t>(f.warmup_s * 1e6));
-    const auto end = warm_end + std::chrono::microseconds(static_cast<int64_t>(f.duration_s * 1e6));
+    // --requests: the level ends when its streams are done, whatever the time.
+    const auto end = f.requests > 0 ? warm_end + std::chrono::hours(24 * 365)
+                                    : warm_end + std::chrono::microseconds(static_cast<int64_t>(f.duration_s * 1e6));
+    std::atomic<int64_t> launched{0};
     std::vector<std::unique_ptr<Worker>> workers;
     for (int t = 0; t < f.threads; ++t) {
       auto w = std::make_unique<Worker>();
@@ -912,6 +988,7 @@ int main(int argc, char** argv) {
       w->work = &work;
       w->warm_end = warm_end;
       w->end = end;
+      w->launched = &launched;
       w->id_base = id_base + (static_cast<uint64_t>(t) << 40);
       w->rng.seed(0x10ad0000ULL + static_cast<uint64_t>(t) + id_base);
       workers.push_back(std::move(w));
@@ -929,29 +1006,41 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_until(warm_end);
     double f0 = 0, f1 = 0;
     const double c0 = SelfCpuSeconds(), s0 = ProcessCpuSeconds(f.server_pid, &f0);
-    std::this_thread::sleep_until(end);
+    if (f.requests > 0) {
+      for (auto& t : threads) t.join();
+    } else {
+      std::this_thread::sleep_until(end);
+    }
+    const double measured_s = std::chrono::duration<double>(Clock::now() - warm_end).count();
     const double c1 = SelfCpuSeconds(), s1 = ProcessCpuSeconds(f.server_pid, &f1);
-    for (auto& t : threads) t.join();
+    for (auto& t : threads)
+      if (t.joinable()) t.join();
     id_base += uint64_t{1} << 48;
 
     LevelStats all;
     for (auto& w : workers) all.Merge(std::move(w->stats));
     LevelResult r;
     r.concurrency = conc;
-    r.seconds = f.duration_s;
+    r.seconds = measured_s;
     r.ok = all.ok;
-    r.rps = static_cast<double>(all.ok) / f.duration_s;
+    r.cancelled = all.cancelled;
+    r.stalled_ended = all.stalled_ended;
+    r.started = all.started;
+    r.rps = static_cast<double>(all.ok) / measured_s;
     r.added = Compute(all.added_us);
     r.stream = Compute(all.stream_us);
     r.errors = all.errors;
     for (auto& [k, v] : all.errors) r.error_count += v;
-    r.client_cpu = (c1 - c0) / f.duration_s;
-    if (s0 >= 0 && s1 >= 0) r.server_cpu = (s1 - s0) / f.duration_s;
+    r.client_cpu = (c1 - c0) / measured_s;
+    if (s0 >= 0 && s1 >= 0) r.server_cpu = (s1 - s0) / measured_s;
     if (s0 >= 0 && s1 >= 0 && all.ok > 0) r.server_faults = (f1 - f0) / static_cast<double>(all.ok);
     results.push_back(r);
     if (!f.json) {
       std::string errs;
       for (auto& [k, v] : r.errors) errs += (errs.empty() ? "" : ", ") + k + " " + std::to_string(v);
+      if (r.cancelled || r.stalled_ended)
+        errs += (errs.empty() ? "none" : "") + std::string("; planned: ") + std::to_string(r.cancelled) + " cancelled, " +
+                std::to_string(r.stalled_ended) + " stalled ended by the server";
       char added[64], stream[64], srv[16];
       std::snprintf(added, sizeof added, "%.3f / %.3f / %.3f", r.added.p50 / 1000, r.added.p99 / 1000, r.added.p999 / 1000);
       std::snprintf(stream, sizeof stream, "%.3f / %.3f / %.3f", r.stream.p50 / 1000, r.stream.p99 / 1000,
@@ -976,10 +1065,11 @@ int main(int argc, char** argv) {
       const LevelResult& r = results[i];
       std::string errs;
       for (auto& [k, v] : r.errors) errs += (errs.empty() ? "" : ", ") + ("\"" + JsonEscape(k) + "\": " + std::to_string(v));
-      std::printf("    {\"concurrency\": %d, \"requests\": %" PRId64 ", \"requests_per_s\": %.1f, \"errors\": %" PRId64
+      std::printf("    {\"concurrency\": %d, \"seconds\": %.3f, \"started\": %" PRId64 ", \"cancelled\": %" PRId64
+                  ", \"stalled_ended\": %" PRId64 ",\n     \"requests\": %" PRId64 ", \"requests_per_s\": %.1f, \"errors\": %" PRId64
                   ", \"errors_by_kind\": {%s},\n     \"added_latency_ms\": %s,\n     \"stream_latency_ms\": %s,\n"
                   "     \"client_cpu_cores\": %.3f, \"server_cpu_cores\": %s, \"server_minor_faults_per_request\": %s}%s\n",
-                  r.concurrency, r.ok, r.rps, r.error_count, errs.c_str(), PercentilesJson(r.added).c_str(),
+                  r.concurrency, r.seconds, r.started, r.cancelled, r.stalled_ended, r.ok, r.rps, r.error_count, errs.c_str(), PercentilesJson(r.added).c_str(),
                   PercentilesJson(r.stream).c_str(), r.client_cpu,
                   r.server_cpu >= 0 ? std::to_string(r.server_cpu).c_str() : "null",
                   r.server_faults >= 0 ? std::to_string(r.server_faults).c_str() : "null", i + 1 < results.size() ? "," : "");
