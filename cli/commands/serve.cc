@@ -130,6 +130,9 @@ absl::StatusOr<epp::ServeConfig> ToServeConfig(const ServeOptions& o, const epp:
                        FlagDuration("--stream-idle-timeout", o.stream_idle_timeout, true));
   c.session.request_timeout = std::chrono::ceil<std::chrono::milliseconds>(request_timeout);
   c.session.idle_timeout = std::chrono::ceil<std::chrono::milliseconds>(idle_timeout);
+  EPP_ASSIGN_OR_RETURN(std::chrono::microseconds handshake_timeout,
+                       FlagDuration("--handshake-timeout", o.handshake_timeout, false));
+  c.session.handshake_timeout = std::chrono::ceil<std::chrono::milliseconds>(handshake_timeout);
   EPP_RETURN_IF_ERROR(ParseObjectives(o.objectives, c.session.objective_priorities));
   if (!o.capture_dir.empty()) {
     std::error_code ec;
@@ -211,6 +214,9 @@ void SetupServeCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--stream-idle-timeout", o->stream_idle_timeout,
                   "After the pick, end a stream that gets no message from the gateway for this long (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--handshake-timeout", o->handshake_timeout,
+                  "Close an ext_proc connection whose TLS/HTTP2 handshake has not completed this long after it was accepted")
       ->capture_default_str();
   cmd->add_option("--capture", o->capture_dir, "Write every stream's messages as protobuf JSON lines into DIR");
   cmd->add_option("--log-level", o->log_level, "error, warn, info or debug")

@@ -37,6 +37,7 @@ struct ServeOptions {
   std::string shutdown_delay = "0s";
   std::string stream_request_timeout = "60s";  // ExtProcOptions::request_timeout; 0 disables
   std::string stream_idle_timeout = "15m";     // ExtProcOptions::idle_timeout; 0 disables
+  std::string handshake_timeout = "10s";       // ExtProcOptions::handshake_timeout
   std::string capture_dir;
   std::string log_level = "info";
   std::vector<std::string> objectives;  // NAME=PRIORITY

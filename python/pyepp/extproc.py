@@ -408,7 +408,7 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
           metrics_port: Optional[int] = None, max_request_bytes: Optional[int] = None,
           objective_priorities: Optional[Mapping[str, int]] = None, ignore_subset_hint: bool = False,
           emit_endpoint_scores: bool = False, request_timeout_s: float = 60.0,
-          idle_timeout_s: float = 900.0) -> ServeHandle:
+          idle_timeout_s: float = 900.0, handshake_timeout_s: float = 10.0) -> ServeHandle:
     """Runs the Endpoint Picker in this process: libepp's ``EppServer``, what ``eppctl serve``
     runs, with its ext_proc server, grpc.health.v1 server and Prometheus ``/metrics``.
 
@@ -437,7 +437,8 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     A stream whose request body has not ended ``request_timeout_s`` after it opened, or that
     gets no message for ``idle_timeout_s`` after its pick, is ended with DEADLINE_EXCEEDED and
     its load released (``eppctl serve --stream-request-timeout / --stream-idle-timeout``; 0
-    disables a limit).
+    disables a limit). A connection whose TLS / HTTP/2 handshake is not done ``handshake_timeout_s``
+    after it was accepted is closed.
     """
     if not isinstance(host, str) or not host:
         raise TypeError("host must be a non-empty str")
@@ -448,6 +449,9 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     options.emit_endpoint_scores = bool(emit_endpoint_scores)
     options.request_timeout_ms = _timeout_ms(request_timeout_s, "request_timeout_s")
     options.idle_timeout_ms = _timeout_ms(idle_timeout_s, "idle_timeout_s")
+    options.handshake_timeout_ms = _timeout_ms(handshake_timeout_s, "handshake_timeout_s")
+    if options.handshake_timeout_ms <= 0:
+        raise ConfigError(f"handshake_timeout_s must be > 0, got {handshake_timeout_s!r}")
     runtime = (config is not None or endpoints_file is not None or bool(endpoint) or pool_name is not None)
     if scheduler is not None or endpoints is not None:
         if scheduler is None or endpoints is None:

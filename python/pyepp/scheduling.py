@@ -144,13 +144,16 @@ class Endpoint:
     or None: an endpoint without metrics counts as stale (the utilization detector treats it as
     saturated, load scorers as unknown). ``metrics_age_s`` makes the metrics that many seconds old
     at each pick (libepp's staleness threshold is 200 ms). ``engine`` defaults to the metrics'.
+    ``unreachable=True`` is what a refused scrape sets: picks pass the endpoint over while any
+    other candidate remains.
     Endpoints are immutable values.
     """
 
     __slots__ = ("_native", "_metrics")
 
     def __init__(self, address: str, metrics: Union[EndpointMetrics, Mapping[str, Any], None] = None,
-                 labels: Optional[Mapping[str, str]] = None, engine: str = "", *, metrics_age_s: float = 0.0) -> None:
+                 labels: Optional[Mapping[str, str]] = None, engine: str = "", *, metrics_age_s: float = 0.0,
+                 unreachable: bool = False) -> None:
         if not isinstance(address, str):
             raise TypeError(f"address must be a str, not {type(address).__name__}")
         lib.validate_endpoint_address(address)
@@ -179,6 +182,7 @@ class Endpoint:
             native.metrics_time_us = -round(metrics_age_s * 1e6)
             engine = engine or metrics.engine
         native.engine = engine
+        native.unreachable = bool(unreachable)
         self._native = native
         self._metrics = metrics
 
@@ -218,6 +222,12 @@ class Endpoint:
     def metrics_error(self) -> str:
         """Why metrics could not be read or validated (:func:`load_endpoints`); "" when fine."""
         return self._native.metrics_error
+
+    @property
+    def unreachable(self) -> bool:
+        """The last scrape of this address was refused (the server is gone): picks pass it over
+        while any other candidate remains."""
+        return self._native.unreachable
 
     def __repr__(self) -> str:
         m = self.metrics
@@ -295,8 +305,13 @@ class PickResult:
 
     @property
     def candidates(self) -> int:
-        """Endpoints left after the subset hint."""
+        """Endpoints left after the subset hint and the unreachable ones."""
         return self._result.candidates
+
+    @property
+    def unreachable(self) -> List[str]:
+        """Endpoints passed over because their last scrape was refused."""
+        return list(self._result.unreachable)
 
     @property
     def prefix_blocks(self) -> int:

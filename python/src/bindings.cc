@@ -44,7 +44,8 @@ void BindEndpoint(py::module_& m) {
       .def_readwrite("engine", &epp::Endpoint::engine)
       .def_readwrite("metrics", &epp::Endpoint::metrics)
       .def_readwrite("metrics_time_us", &epp::Endpoint::metrics_time_us)
-      .def_readwrite("metrics_error", &epp::Endpoint::metrics_error);
+      .def_readwrite("metrics_error", &epp::Endpoint::metrics_error)
+      .def_readwrite("unreachable", &epp::Endpoint::unreachable);
 }
 
 void BindEndpoints(py::module_& m) {
@@ -106,6 +107,7 @@ void BindScheduler(py::module_& m) {
       .def_readonly("saturation", &epp::PickResult::saturation)
       .def_readonly("load_tokens", &epp::PickResult::load_tokens)
       .def_readonly("candidates", &epp::PickResult::candidates)
+      .def_readonly("unreachable", &epp::PickResult::unreachable)
       .def_readonly("prefix_block_size_tokens", &epp::PickResult::prefix_block_size_tokens)
       .def_readonly("prefix_blocks", &epp::PickResult::prefix_blocks)
       .def_readonly("prefix_match_blocks", &epp::PickResult::prefix_match_blocks);
@@ -243,6 +245,9 @@ void BindExtProc(py::module_& m) {
       .def_property(
           "idle_timeout_ms", [](const epp::ExtProcOptions& o) { return o.idle_timeout.count(); },
           [](epp::ExtProcOptions& o, int64_t ms) { o.idle_timeout = std::chrono::milliseconds(ms); })
+      .def_property(
+          "handshake_timeout_ms", [](const epp::ExtProcOptions& o) { return o.handshake_timeout.count(); },
+          [](epp::ExtProcOptions& o, int64_t ms) { o.handshake_timeout = std::chrono::milliseconds(ms); })
       .def_readwrite("trace", &epp::ExtProcOptions::trace);
   m.def("requests_from_capture", &CaptureRequests_BuildShim, py::arg("capture_json"), py::arg("path_override"),
         py::arg("subset"), py::arg("subset_as_string"), py::arg("chunk_bytes"));

@@ -44,6 +44,7 @@ class FakeApiServer:
         self.pool = pool_object(group, port)
         self.pods = []
         self.fail = None
+        self.garbage = None  # bytes: every answer is 200 with this body (not JSON)
         self.pool_delay = 0  # seconds the pool GET waits before answering
         self.pool_get = threading.Event()  # set when a delayed pool GET arrives
         self.requests = []  # (path, query dict, Authorization)
@@ -56,6 +57,7 @@ class FakeApiServer:
                     outer.requests.append((url.path, urllib.parse.parse_qs(url.query),
                                            self.headers.get("Authorization")))
                     fail = outer.fail
+                    garbage = outer.garbage
                     delay = outer.pool_delay
                     pool_path = "/apis/%s/%s/namespaces/%s/inferencepools/%s" % (
                         outer.group, outer.pool["apiVersion"].split("/")[1], NS, POOL)
@@ -73,7 +75,7 @@ class FakeApiServer:
                                              "message": "the server could not find the requested resource"}
                 if delay and url.path == pool_path:
                     time.sleep(delay)
-                data = json.dumps(body).encode()
+                data = json.dumps(body).encode() if garbage is None else garbage
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")

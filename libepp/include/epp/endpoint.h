@@ -48,6 +48,12 @@ struct Endpoint {
   // the endpoint has never been scraped successfully (its metrics count as stale).
   std::optional<int64_t> metrics_time_us;
   std::string metrics_error;                  // last scrape or extraction error; empty when fine
+  // The last scrape of the endpoint's own address was refused (IsConnectionRefused): nothing
+  // listens there, the server is gone. The scheduler passes such endpoints over while any other
+  // candidate remains (a metrics port blocked for the whole pool must not make everything 503);
+  // the next successful scrape clears it. A slow or timing-out server is not unreachable: its
+  // metrics age into staleness instead.
+  bool unreachable = false;
 };
 
 // Checks what a scrape cannot produce but a hand-written snapshot can (pyepp, tests): every

@@ -128,6 +128,10 @@ struct ExtProcOptions {
   //     stream_idle_timeout (5 min), so a healthy gateway always ends its streams first.
   std::chrono::milliseconds request_timeout{60000};
   std::chrono::milliseconds idle_timeout{900000};
+  // A connection whose TLS and HTTP/2 handshake has not completed this long after it was
+  // accepted is closed (gRPC's server handshake timeout; its own default is 120 s). Bounds the
+  // descriptors and memory that clients stalling in the handshake can hold.
+  std::chrono::milliseconds handshake_timeout{10000};
 };
 
 // The per-stream state machine over serialized messages (see the file comment).

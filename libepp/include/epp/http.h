@@ -65,4 +65,9 @@ std::vector<absl::StatusOr<HttpResponse>> HttpFetchAll(std::span<const HttpReque
 // One request, same semantics.
 absl::StatusOr<HttpResponse> HttpFetch(const HttpRequest& request);
 
+// True for a transport failure where the server's host answered but nothing listens on the port
+// (TCP connection refused): the process is gone, not merely slow. Timeouts, dropped connections
+// and TLS or DNS failures are not this.
+bool IsConnectionRefused(const absl::Status& status);
+
 }  // namespace epp

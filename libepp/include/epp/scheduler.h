@@ -108,7 +108,9 @@ struct PickResult {
   double saturation = 0;               // detector figure over the candidates
   std::string saturation_detail;
   int64_t load_tokens = 0;             // in-flight token estimate recorded for this request
-  int candidates = 0;                  // endpoints after the subset hint
+  int candidates = 0;                  // endpoints after the subset hint (and the unreachable ones)
+  // Endpoints passed over because their last scrape was refused (Endpoint::unreachable).
+  std::vector<std::string> unreachable;
   // Prefix view of the request (from the producer): block size and blocks hashed.
   int prefix_block_size_tokens = 0;
   int prefix_blocks = 0;

@@ -277,6 +277,7 @@ struct Outcome {
   std::string engine;            // the engine used (or configured); empty when unknown
   EndpointMetrics metrics;
   absl::Status error;            // why the metrics were not read, or failed extraction checks
+  bool unreachable = false;      // the scrape of the endpoint's own address was refused
 };
 
 void Process(std::string_view text, const std::string& what, size_t i, const EndpointSpec& spec, const Plan& plan,
@@ -354,6 +355,9 @@ std::vector<Outcome> Collect(std::span<const EndpointSpec> specs, const Plan& pl
     const size_t i = owner[k];
     const auto& r = responses[k];
     if (!r.ok()) {
+      // Refused at the endpoint's own address (not at a separate metrics host): the server is gone.
+      out[i].unreachable = IsConnectionRefused(r.status()) &&
+                           requests[k].url.find("//" + specs[i].address + "/") != std::string::npos;
       out[i].error = absl::Status(r.status().code(), Who(specs[i], i) + std::string(r.status().message()));
     } else if (r->status < 200 || r->status > 299) {
       out[i].error = absl::UnavailableError(Who(specs[i], i) + "GET " + requests[k].url + ": HTTP " +
@@ -505,6 +509,7 @@ absl::StatusOr<std::vector<Endpoint>> ResolveEndpoints(std::span<const EndpointS
       ep.metrics_time_us = now;
     }
     ep.metrics_error = std::string(o.error.message());
+    ep.unreachable = o.unreachable;
   }
   return endpoints;
 }
@@ -536,6 +541,7 @@ absl::Status RefreshEndpointMetrics(std::span<const EndpointSpec> specs, std::sp
       ep.metrics_time_us = now;
     }
     ep.metrics_error = std::string(o.error.message());
+    ep.unreachable = o.unreachable;
     if (options.fail_on_metrics_error && first.ok()) first = o.error;
   }
   return first;

@@ -267,6 +267,8 @@ absl::StatusOr<std::unique_ptr<ExtProcServer>> ExtProcServer::StartWith(const Sc
                                                                         std::unique_ptr<SchedulerHandle> owned) {
   if (options.session.request_timeout.count() < 0 || options.session.idle_timeout.count() < 0)
     return absl::InvalidArgumentError("ext_proc stream timeouts must be >= 0 (0 disables one)");
+  if (options.session.handshake_timeout.count() <= 0 || options.session.handshake_timeout.count() > INT32_MAX)
+    return absl::InvalidArgumentError("ext_proc handshake timeout must be > 0");
   auto impl = std::make_unique<Impl>();
   impl->owned_handle = std::move(owned);
   impl->scheduler = &scheduler;
@@ -294,6 +296,7 @@ absl::StatusOr<std::unique_ptr<ExtProcServer>> ExtProcServer::StartWith(const Sc
   grpc::ServerBuilder builder;
   // No SO_REUSEPORT: a second server on a taken port must fail, not silently share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, static_cast<int>(options.session.handshake_timeout.count()));
   builder.AddListeningPort(options.listen, creds, &impl->port);
   builder.RegisterService(impl.get());
   // Health checks are answered on the health port only (HealthServer); without this, gRPC's

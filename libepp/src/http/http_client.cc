@@ -5,6 +5,8 @@
 #include <memory>
 #include <mutex>
 
+#include "absl/strings/cord.h"
+#include "absl/strings/string_view.h"
 #include "epp/http.h"
 
 namespace epp {
@@ -41,6 +43,8 @@ std::string Mib(size_t bytes) {
   return std::to_string(bytes) + " bytes";
 }
 
+constexpr absl::string_view kRefusedPayload = "type.epp.dev/connection-refused";
+
 absl::Status TransferError(const Transfer& t, CURLcode code) {
   const std::string what = t.req->method + " " + t.req->url + ": ";
   if (t.too_big || code == CURLE_FILESIZE_EXCEEDED) {
@@ -50,8 +54,11 @@ absl::Status TransferError(const Transfer& t, CURLcode code) {
   switch (code) {
     case CURLE_OPERATION_TIMEDOUT:
       return absl::DeadlineExceededError(what + "timed out after " + std::to_string(t.req->timeout.count()) + " ms");
-    case CURLE_COULDNT_CONNECT:
-      return absl::UnavailableError(what + "connection refused (" + detail + ")");
+    case CURLE_COULDNT_CONNECT: {
+      absl::Status refused = absl::UnavailableError(what + "connection refused (" + detail + ")");
+      refused.SetPayload(kRefusedPayload, absl::Cord("1"));
+      return refused;
+    }
     case CURLE_GOT_NOTHING:
     case CURLE_RECV_ERROR:
     case CURLE_SEND_ERROR:
@@ -158,6 +165,10 @@ std::vector<absl::StatusOr<HttpResponse>> HttpFetchAll(std::span<const HttpReque
 
 absl::StatusOr<HttpResponse> HttpFetch(const HttpRequest& request) {
   return std::move(HttpFetchAll(std::span<const HttpRequest>(&request, 1)).front());
+}
+
+bool IsConnectionRefused(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable && status.GetPayload(kRefusedPayload).has_value();
 }
 
 }  // namespace epp

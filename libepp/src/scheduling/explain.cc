@@ -117,6 +117,7 @@ std::string PickResultToJson(const InferenceRequest* request, const PickResult& 
   }
   result["profile_picks"] = std::move(picks);
   result["candidates"] = r.candidates;
+  if (!r.unreachable.empty()) result["unreachable"] = r.unreachable;
   result["saturation"] = std::isfinite(r.saturation) ? json(r.saturation) : json(nullptr);
   if (!r.saturation_detail.empty()) result["saturation_detail"] = r.saturation_detail;
   j["result"] = result;
@@ -149,7 +150,10 @@ std::string PickResultToText(const InferenceRequest* request, const PickResult& 
     out += "\n";
   }
   if (r.status != 400) {
-    absl::StrAppend(&out, bold, "candidates", reset, " ", r.candidates, "\n");
+    absl::StrAppend(&out, bold, "candidates", reset, " ", r.candidates);
+    if (!r.unreachable.empty())
+      absl::StrAppend(&out, dim, "  (passed over, last scrape refused: ", absl::StrJoin(r.unreachable, ", "), ")", reset);
+    out += "\n";
     if (!r.saturation_detail.empty()) absl::StrAppend(&out, bold, "saturation", reset, " ", r.saturation_detail, "\n");
   }
   const bool several = r.profiles.size() > 1;

@@ -259,6 +259,18 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
     }
     candidates.push_back(&e);
   }
+  // A server whose scrape was refused is gone; pass it over unless nothing else is left (then
+  // the pick goes on over all of them, as without the signal).
+  const size_t reachable = static_cast<size_t>(
+      std::count_if(candidates.begin(), candidates.end(), [](const Endpoint* e) { return !e->unreachable; }));
+  if (reachable > 0 && reachable < candidates.size()) {
+    size_t kept = 0;
+    for (const Endpoint* e : candidates) {
+      if (e->unreachable) r.unreachable.push_back(e->address);
+      else candidates[kept++] = e;
+    }
+    candidates.resize(kept);
+  }
   r.candidates = static_cast<int>(candidates.size());
   if (candidates.empty()) {
     r.status = 503;

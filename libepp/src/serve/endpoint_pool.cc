@@ -127,7 +127,7 @@ void EndpointPool::Impl::Track(size_t i, bool read) {
   }
   // What is compared from one round to the next: a transport error's text varies ("after 3 ms"),
   // so an unreadable endpoint is one state; a partial read is keyed by its (stable) check list.
-  const std::string state = !read ? std::string("unreadable") : e.metrics_error;
+  const std::string state = !read ? std::string(e.unreachable ? "unreachable" : "unreadable") : e.metrics_error;
   std::string& last = last_error[i];
   if (state == last) {
     if (!read && log.Enabled(LogLevel::kDebug)) log.Debug("endpoint " + e.address + ": scrape failed again: " + e.metrics_error);
@@ -138,7 +138,9 @@ void EndpointPool::Impl::Track(size_t i, bool read) {
   } else if (!read) {
     std::string age = "never read";
     if (const std::optional<int64_t> us = MetricsAgeMicros(e, NowMicros())) age = "last read " + Seconds(*us / 1e6) + " ago";
-    log.Warn("endpoint " + e.address + ": metrics cannot be read (" + age + "; picks use the last metrics read): " +
+    log.Warn("endpoint " + e.address + ": metrics cannot be read (" + age +
+             (e.unreachable ? "; connection refused: picks pass it over while other endpoints remain): "
+                            : "; picks use the last metrics read): ") +
              e.metrics_error);
   } else {
     log.Warn("endpoint " + e.address + ": metrics read but incomplete: " + e.metrics_error);

@@ -126,6 +126,9 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
                [&](const Endpoint& e) -> std::optional<double> {
                  return MetricsStale(e, now_us, src.staleness_us) ? 0.0 : 1.0;
                });
+  per_endpoint("epp_endpoint_unreachable", "gauge",
+               "1 when the endpoint's last scrape was refused (the server is gone): picks pass it over.",
+               [&](const Endpoint& e) -> std::optional<double> { return e.unreachable ? 1.0 : 0.0; });
   x.Family("epp_endpoint_scrape_errors_total", "counter", "Metrics reads of the endpoint that failed.");
   for (const Endpoint& e : *pool) {
     auto it = counters.scrape_errors.find(e.address);

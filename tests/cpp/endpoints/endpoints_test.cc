@@ -864,6 +864,43 @@ TEST_F(RefreshTest, UpdatesInPlaceAndKeepsLastGoodMetricsOnFailure) {
   EXPECT_EQ((*eps)[0].metrics_time_us, 5000);
 }
 
+TEST_F(RefreshTest, RefusedScrapeOfTheOwnAddressMarksTheEndpointUnreachableUntilItAnswers) {
+  // A port that was just free: nothing listens there (connection refused).
+  TestServer gone;
+  gone.Start();
+  const std::string gone_address = "127.0.0.1:" + std::to_string(gone.port());
+  gone.Stop();
+  std::vector<EndpointSpec> specs = {Spec(address_, ""), Spec(gone_address, ""),
+                                     Spec("10.0.0.9:8000", "http://" + gone_address + "/metrics")};
+  auto eps = ResolveEndpoints(specs, options_);
+  ASSERT_TRUE(eps.ok()) << eps.status();
+  EXPECT_FALSE((*eps)[0].unreachable);
+  EXPECT_TRUE((*eps)[1].unreachable) << (*eps)[1].metrics_error;
+  EXPECT_NE((*eps)[1].metrics_error.find("connection refused"), std::string::npos) << (*eps)[1].metrics_error;
+  // Refused at a separate metrics address says nothing about the inference port.
+  EXPECT_FALSE((*eps)[2].unreachable) << (*eps)[2].metrics_error;
+  EXPECT_FALSE((*eps)[2].metrics_error.empty());
+  // An HTTP error is an answer: reachable.
+  Serve(500, "boom");
+  ASSERT_TRUE(RefreshEndpointMetrics(specs, *eps, options_).ok());
+  EXPECT_FALSE((*eps)[0].unreachable);
+  EXPECT_TRUE((*eps)[1].unreachable);
+  // A server answers at the address (here: another one, the spec and endpoint renamed to it): the
+  // next scrape clears the mark.
+  TestServer back;
+  back.server().Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(kVllmText, "text/plain");
+  });
+  back.Start();
+  const std::string back_address = "127.0.0.1:" + std::to_string(back.port());
+  specs[1] = Spec(back_address, "");
+  (*eps)[1].address = back_address;
+  Serve(200, kVllmText);
+  ASSERT_TRUE(RefreshEndpointMetrics(specs, *eps, options_).ok());
+  EXPECT_FALSE((*eps)[1].unreachable);
+  EXPECT_EQ((*eps)[1].metrics_error, "");
+}
+
 TEST_F(RefreshTest, DetectsEngineLateAndKeepsItOnceKnown) {
   std::vector<EndpointSpec> specs = {Spec(address_, "")};
   Serve(503, "starting");

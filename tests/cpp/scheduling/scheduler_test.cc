@@ -188,6 +188,40 @@ TEST(SchedulerTest, SubsetHint) {
   EXPECT_FALSE(SubsetEntryMatches("10.0.0.10", "10.0.0.1:8000"));
 }
 
+TEST(SchedulerTest, UnreachableEndpointsArePassedOverWhileOthersRemain) {
+  Fixture f;
+  // The best-looking endpoint is gone (its scrape was refused): never picked while others exist.
+  std::vector<Endpoint> pool = {Ep("10.0.0.1:8000", 0, 0.0), Ep("10.0.0.2:8000", 6, 0.7), Ep("10.0.0.3:8000", 9, 0.9)};
+  pool[0].unreachable = true;
+  for (int i = 0; i < 20; ++i) {
+    PickResult r = f.sched->Pick(Chat("hello " + std::to_string(i)), pool);
+    ASSERT_EQ(r.status, 200) << r.reason;
+    EXPECT_EQ(r.endpoints[0], "10.0.0.2:8000");
+    EXPECT_EQ(r.candidates, 2);
+    EXPECT_EQ(r.unreachable, std::vector<std::string>{"10.0.0.1:8000"});
+  }
+  PickOptions traced;
+  traced.trace = true;
+  PickResult t = f.sched->Pick(Chat("why"), pool, traced);
+  EXPECT_NE(PickResultToText(nullptr, t, false).find("passed over, last scrape refused: 10.0.0.1:8000"), std::string::npos)
+      << PickResultToText(nullptr, t, false);
+  EXPECT_EQ(nlohmann::json::parse(PickResultToJson(nullptr, t))["result"]["unreachable"][0], "10.0.0.1:8000");
+  // A subset hint naming only the unreachable one, or a pool where every endpoint is
+  // unreachable: the signal no longer narrows anything (a metrics port blocked for the whole
+  // pool must not turn every request into a 503).
+  PickOptions only_gone;
+  only_gone.subset = std::vector<std::string>{"10.0.0.1:8000"};
+  PickResult r = f.sched->Pick(Chat("hint"), pool, only_gone);
+  EXPECT_EQ(r.status, 200) << r.reason;
+  EXPECT_EQ(r.endpoints[0], "10.0.0.1:8000");
+  EXPECT_TRUE(r.unreachable.empty());
+  for (Endpoint& e : pool) e.unreachable = true;
+  r = f.sched->Pick(Chat("all gone"), pool);
+  EXPECT_EQ(r.status, 200) << r.reason;
+  EXPECT_EQ(r.candidates, 3);
+  EXPECT_TRUE(r.unreachable.empty());
+}
+
 TEST(SchedulerTest, SheddableRequestsAreDroppedOnlyWhenSaturated) {
   Fixture f;
   std::vector<Endpoint> busy = {Ep("a:1", 10, 0.9), Ep("b:1", 6, 0.5)};
