@@ -32,3 +32,6 @@ endif()
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+# KV-cache events: ZeroMQ (its C API) and msgpack-cxx (header-only; built without Boost).
+pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
+find_package(msgpackc-cxx CONFIG REQUIRED NAMES msgpackc-cxx msgpack)

@@ -1,5 +1,6 @@
 #include "commands/explain.h"
 
+#include <chrono>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "epp/extproc.h"
+#include "epp/kv_subscriber.h"
 #include "epp/request.h"
 #include "epp/scheduler.h"
 #include "output.h"
@@ -152,10 +154,20 @@ int RunExplain(const ExplainCommandOptions& o) {
     result = (*pool)->scheduler->Pick(*req, (*pool)->endpoints, po);
   }
   const epp::InferenceRequest* rp = req.ok() ? &*req : nullptr;
+  const epp::KvEventsBinding* kv = (*pool)->scheduler->KvEvents();
+  const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::system_clock::now().time_since_epoch()).count();
   if (o.output == "json") {
-    std::cout << epp::PickResultToJson(rp, result) << "\n";
+    std::string doc = epp::PickResultToJson(rp, result);
+    if (kv) {  // the KV-event view next to the decision: {"kv_events": [...]} merged in
+      auto j = nlohmann::ordered_json::parse(doc);
+      j["kv_events"] = nlohmann::ordered_json::parse(epp::KvHoldingsJson(*kv->index, (*pool)->kv, now_us));
+      doc = j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    }
+    std::cout << doc << "\n";
   } else {
     std::cout << epp::PickResultToText(rp, result, UseColor());
+    if (kv) std::cout << "\n" << epp::KvHoldingsText(*kv->index, (*pool)->kv, now_us);
   }
   return result.status == 200 ? kExitOk : kExitFailure;
 }

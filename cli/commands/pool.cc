@@ -66,6 +66,12 @@ absl::StatusOr<std::unique_ptr<Pool>> BuildPool(const PoolOptions& o) {
   // A scorer reading a metric no endpoint has scores 0 everywhere without saying so per pick.
   for (const epp::MissingInput& m : pool->scheduler->MissingInputs(pool->endpoints))
     std::cerr << "warning: " << m.ToString() << "\n";
+  // A precise prefix producer: learn what the servers hold from their KV-event replay buffers.
+  if (const epp::KvEventsBinding* kv = pool->scheduler->KvEvents()) {
+    pool->kv = epp::LoadKvHistory(*kv, specs, std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)));
+    for (const epp::KvEndpointStats& s : pool->kv)
+      if (!s.last_error.empty()) std::cerr << "warning: kv events " << s.endpoint << ": " << s.last_error << "\n";
+  }
   return pool;
 }
 

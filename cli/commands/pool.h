@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "epp/endpoint.h"
+#include "epp/kv_subscriber.h"
 #include "epp/plugin.h"
 #include "epp/scheduler.h"
 #include "epp/status.h"
@@ -34,6 +35,8 @@ struct Pool {
   std::unique_ptr<epp::SeededRng> rng;
   std::unique_ptr<epp::Scheduler> scheduler;
   std::vector<epp::Endpoint> endpoints;
+  // With a precise prefix producer: what each endpoint's KV-event replay said it holds.
+  std::vector<epp::KvEndpointStats> kv;
 };
 
 // Loads config and endpoints; prints config warnings and endpoint metric errors on stderr.

@@ -18,6 +18,20 @@ struct SimCommandOptions {
   double metrics_delay_s = 0;
 };
 
+// "tcp://host:5557" + 2 -> "tcp://host:5559"; port 0, "*" or another scheme unchanged.
+std::string OffsetPort(const std::string& address, int offset) {
+  const size_t colon = address.rfind(':');
+  if (address.rfind("tcp://", 0) != 0 || colon == std::string::npos) return address;
+  int port = 0;
+  try {
+    port = std::stoi(address.substr(colon + 1));
+  } catch (...) {
+    return address;
+  }
+  if (port <= 0) return address;
+  return address.substr(0, colon + 1) + std::to_string(port + offset);
+}
+
 int RunSim(SimCommandOptions o) {
   if (!o.models.empty()) o.http.params.models = o.models;
   if (o.count < 1) return PrintError(absl::InvalidArgumentError("--count must be >= 1"));
@@ -36,9 +50,16 @@ int RunSim(SimCommandOptions o) {
     epp::SimHttpOptions h = o.http;
     if (o.count > 1) h.port = o.base_port == 0 ? 0 : o.base_port + i;
     h.params.seed = o.http.params.seed + static_cast<uint64_t>(i);
+    if (i > 0) {  // --kv-events tcp://HOST:PORT with --count: PORT, PORT+1, ... (0 stays 0: free ports)
+      h.kv_events_endpoint = OffsetPort(o.http.kv_events_endpoint, i);
+      h.kv_events_replay_endpoint = OffsetPort(o.http.kv_events_replay_endpoint, i);
+    }
     auto s = epp::SimHttpServer::Start(h);
     if (!s.ok()) return PrintError(s.status());
-    std::cout << "epp-sim " << h.params.engine << " listening on " << (*s)->url() << std::endl;
+    std::cout << "epp-sim " << h.params.engine << " listening on " << (*s)->url();
+    if (!(*s)->kv_events_endpoint().empty()) std::cout << " kv-events " << (*s)->kv_events_endpoint();
+    if (!(*s)->kv_events_replay_endpoint().empty()) std::cout << " kv-events-replay " << (*s)->kv_events_replay_endpoint();
+    std::cout << std::endl;
     servers.push_back(*std::move(s));
   }
   int sig = 0;
@@ -89,6 +110,22 @@ void SetupSimCommand(CLI::App& app, int& exit_code) {
                   "llm-d role: decode/both act as a decode pod with llm-d's sidecar (x-prefiller-host-port -> prefill "
                   "request there, KV transfer, local decode); prefill/encode ignore that header")
       ->check(CLI::IsMember({"both", "decode", "prefill", "encode"}))->capture_default_str();
+  cmd->add_option("--kv-events", h.kv_events_endpoint,
+                  "Publish KV-cache events (vLLM's wire format) on this ZeroMQ address, e.g. tcp://127.0.0.1:5557 "
+                  "(port 0: a free one; with --count, ports PORT, PORT+1, ...)");
+  cmd->add_option("--kv-events-replay", h.kv_events_replay_endpoint,
+                  "Serve replays of the last --kv-events-buffer-steps batches on this ZeroMQ address (vLLM's "
+                  "replay_endpoint)");
+  cmd->add_option("--kv-events-buffer-steps", h.kv_events_buffer_steps, "Batches kept for replay")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option_function<std::string>(
+      "--kv-events-topic", [o](const std::string& v) { o->http.kv_events_topic = v; },
+      "Topic of the KV-event messages (default kv@HOST:PORT@MODEL, llm-d's convention; \"\" as vLLM's default)");
+  cmd->add_option("--kv-events-drop-rate", h.kv_events_drop_rate,
+                  "Fault: share of KV-event batches numbered but not sent (subscribers see gaps)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--kv-events-delay-ms", h.kv_events_delay_ms, "Fault: delay before each KV-event batch is sent")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--kv-link-gbytes-per-s", h.kv_link_gbytes_per_s, "KV transfer bandwidth from prefill servers (GB/s)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--kv-bytes-per-token", h.kv_bytes_per_token, "KV bytes per prompt token (Llama-3.1-8B bf16: 131072)")

@@ -44,6 +44,10 @@ class Simulator:
     KV transfer (``kv_bytes_per_token`` over ``kv_link_gbytes_per_s``) and decodes; ``"prefill"``
     and ``"encode"`` servers ignore the header. Its ``/metrics`` count the hops
     (``epp_sim_prefill_hops_total``, ``epp_sim_remote_prefills_total``, ...).
+
+    ``kv_events`` (``eppctl sim --kv-events``) publishes the cache's KV events in vLLM's wire format
+    on that ZeroMQ address (``"tcp://127.0.0.1:0"``: a free port, see :attr:`kv_events_endpoint`);
+    ``kv_events_replay`` serves replays of the last batches there.
     """
 
     def __init__(self, engine: str = "vllm", *, models: Optional[Sequence[str]] = None,
@@ -51,10 +55,21 @@ class Simulator:
                  time_scale: float = 1.0, fail_rate: float = 0.0, metrics_delay: float = 0.0,
                  metrics_malformed: bool = False, drop_rate: float = 0.0, max_tokens_default: int = 16,
                  threads: int = 64, role: str = "both", kv_link_gbytes_per_s: float = 25.0,
-                 kv_bytes_per_token: int = 131072, **cost: Any) -> None:
+                 kv_bytes_per_token: int = 131072, kv_events: str = "", kv_events_replay: str = "",
+                 **cost: Any) -> None:
         self._server = _lib.SimHttpServer(_params(engine, models, loras, cost), host, port, time_scale, fail_rate,
                                           int(metrics_delay * 1000), metrics_malformed, drop_rate,
-                                          max_tokens_default, threads, role, kv_link_gbytes_per_s, kv_bytes_per_token)
+                                          max_tokens_default, threads, role, kv_link_gbytes_per_s, kv_bytes_per_token,
+                                          kv_events, kv_events_replay)
+
+    @property
+    def kv_events_endpoint(self) -> str:
+        """The bound KV-event address (``tcp://127.0.0.1:40123``); "" without ``kv_events``."""
+        return self._server.kv_events_endpoint
+
+    @property
+    def kv_events_replay_endpoint(self) -> str:
+        return self._server.kv_events_replay_endpoint
 
     @property
     def url(self) -> str:

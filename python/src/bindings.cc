@@ -226,9 +226,12 @@ void BindSim(py::module_& m) {
       .def(py::init(&SimHttpServer_StartShim), py::arg("params"), py::arg("host"), py::arg("port"),
            py::arg("time_scale"), py::arg("fail_rate"), py::arg("metrics_delay_ms"), py::arg("metrics_malformed"),
            py::arg("drop_rate"), py::arg("max_tokens_default"), py::arg("threads"), py::arg("role") = "both",
-           py::arg("kv_link_gbytes_per_s") = 25.0, py::arg("kv_bytes_per_token") = 131072)
+           py::arg("kv_link_gbytes_per_s") = 25.0, py::arg("kv_bytes_per_token") = 131072, py::arg("kv_events") = "",
+           py::arg("kv_events_replay") = "")
       .def_property_readonly("port", &epp::SimHttpServer::port)
       .def_property_readonly("url", &epp::SimHttpServer::url)
+      .def_property_readonly("kv_events_endpoint", &epp::SimHttpServer::kv_events_endpoint)
+      .def_property_readonly("kv_events_replay_endpoint", &epp::SimHttpServer::kv_events_replay_endpoint)
       .def("stop", &epp::SimHttpServer::Stop, py::call_guard<py::gil_scoped_release>());
 }
 

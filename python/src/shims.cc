@@ -222,7 +222,8 @@ std::shared_ptr<epp::SimHttpServer> SimHttpServer_StartShim(const epp::SimParams
                                                             int metrics_delay_ms, bool metrics_malformed,
                                                             double drop_rate, int max_tokens_default, int threads,
                                                             const std::string& role, double kv_link_gbytes_per_s,
-                                                            int64_t kv_bytes_per_token) {
+                                                            int64_t kv_bytes_per_token, const std::string& kv_events,
+                                                            const std::string& kv_events_replay) {
   epp::SimHttpOptions o;
   o.params = params;
   o.host = host;
@@ -237,6 +238,8 @@ std::shared_ptr<epp::SimHttpServer> SimHttpServer_StartShim(const epp::SimParams
   o.role = role;
   o.kv_link_gbytes_per_s = kv_link_gbytes_per_s;
   o.kv_bytes_per_token = kv_bytes_per_token;
+  o.kv_events_endpoint = kv_events;
+  o.kv_events_replay_endpoint = kv_events_replay;
   absl::StatusOr<std::unique_ptr<epp::SimHttpServer>> server = [&] {
     py::gil_scoped_release release;
     return epp::SimHttpServer::Start(o);

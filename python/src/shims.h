@@ -113,7 +113,8 @@ std::shared_ptr<epp::SimHttpServer> SimHttpServer_StartShim(const epp::SimParams
                                                             int metrics_delay_ms, bool metrics_malformed,
                                                             double drop_rate, int max_tokens_default, int threads,
                                                             const std::string& role, double kv_link_gbytes_per_s,
-                                                            int64_t kv_bytes_per_token);
+                                                            int64_t kv_bytes_per_token, const std::string& kv_events,
+                                                            const std::string& kv_events_replay);
 
 // --- Scheduling ------------------------------------------------------------------------------
 //

@@ -327,7 +327,9 @@ def test_drill_sigterm_under_load(procs, serve):
     wait_until(lambda: s.health("readiness") == wire.NOT_SERVING, "readiness NOT_SERVING", log=s.log)
     with pytest.raises(grpc.RpcError) as refused:
         pick(s.channel(), chat_body("too late"))
-    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    # Refused: UNAVAILABLE when the listener is closed, CANCELLED when gRPC's shutdown cancels a
+    # stream that reached it as the server stopped accepting.
+    assert refused.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
     time.sleep(1.0)  # the open streams are still being held
     assert s.proc.poll() is None
     usage = json.dumps({"usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}).encode()

@@ -486,8 +486,10 @@ def test_unreachable_endpoint_is_a_warning_not_an_error(eppctl, tmp_path):
     assert "warning:" in r.stderr and "127.0.0.1:%d" % port in r.stderr and "connection refused" in r.stderr
     j = json.loads(r.stdout)
     assert j["result"]["endpoint"] == "10.3.0.1:8000"
-    (dead,) = [s for s in j["profiles"][0]["scores"] if s["endpoint"] == "127.0.0.1:%d" % port]
-    assert scorer(dead, "queue-scorer")["detail"] == "no queue metric" and dead["total"] == 0
+    # Nothing listens there: passed over (not scored), and said so.
+    assert j["result"]["unreachable"] == ["127.0.0.1:%d" % port]
+    assert j["result"]["candidates"] == 1
+    assert not [s for s in j["profiles"][0]["scores"] if s["endpoint"] == "127.0.0.1:%d" % port]
 
 
 # --- golden files ------------------------------------------------------------------------------

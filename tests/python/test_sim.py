@@ -112,3 +112,22 @@ def test_sim_server_errors_and_threads():
     for t in threads:
         t.join()
     assert results == [50, 50, 50, 50]
+
+
+def test_simulator_publishes_kv_events_on_a_bound_address():
+    with pyepp.Simulator(kv_events="tcp://127.0.0.1:0", kv_events_replay="tcp://127.0.0.1:0") as sim:
+        assert sim.kv_events_endpoint.startswith("tcp://127.0.0.1:")
+        assert not sim.kv_events_endpoint.endswith(":0")
+        assert sim.kv_events_replay_endpoint.startswith("tcp://127.0.0.1:")
+        body = json.dumps({"model": "meta-llama/Llama-3.1-8B-Instruct", "max_tokens": 2,
+                           "messages": [{"role": "user", "content": "hello " * 100}]}).encode()
+        req = urllib.request.Request(sim.url + "/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert json.loads(r.read())["usage"]["prompt_tokens"] > 100
+    with pyepp.Simulator() as plain:
+        assert plain.kv_events_endpoint == ""
+    with pytest.raises(pyepp.EppError):
+        pyepp.Simulator(kv_events="tcp://256.1.1.1:1")  # cannot bind
+    with pytest.raises(pyepp.EppError):
+        pyepp.Simulator(kv_events_replay="tcp://127.0.0.1:0")  # replay without events

@@ -53,6 +53,11 @@ struct EndpointSpec {
   // entry to another line is not a new server). The same address with another instance is a new
   // server: the serve pool forgets the old one's state.
   std::string instance;
+  // Where the server publishes KV-cache events (endpoints file `kvEvents: tcp://HOST:PORT`) and
+  // serves their replay (`kvEventsReplay`); empty: the precise prefix producer's convention
+  // (kvEventsConfig.podDiscoveryConfig.socketPort on the endpoint's host), if any.
+  std::string kv_events;
+  std::string kv_events_replay;
 
   bool operator==(const EndpointSpec&) const = default;
 };

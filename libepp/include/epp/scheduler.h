@@ -203,6 +203,9 @@ class Scheduler {
   const std::vector<std::string>& OwnedHeaders() const;
   // Entries in the prefix index of the approx-prefix-cache-producer (0 without one).
   size_t PrefixIndexEntries() const;
+  // The KV-event binding of the configured precise-prefix-cache-producer (kv_subscriber.h);
+  // nullptr without one.
+  const struct KvEventsBinding* KvEvents() const;
   // In-flight counters of an endpoint: {requests, tokens}.
   std::pair<int64_t, int64_t> Inflight(std::string_view endpoint) const;
 

@@ -169,6 +169,8 @@ class EndpointPool final : public EndpointSource {
   void RunDiscovery();
 
   size_t size() const;
+  // The specs of the endpoints in use (file, discovery and flags), in snapshot order.
+  std::vector<EndpointSpec> Specs() const;
   EndpointPoolCounters counters() const;
   // Where the endpoints come from, for the start-up line: "pool.yaml (watched) + 2 --endpoint flags".
   std::string Describe() const;

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "epp/kv_events.h"
 #include "epp/status.h"
 
 namespace epp {
@@ -43,6 +44,9 @@ struct SimParams {
   double decode_ms_per_seq = 0.05;  // added per running sequence
   double lora_load_ms = 25;         // swapping an adapter in
   uint64_t seed = 0;
+  // Record KV-cache events (TakeKvEvents): a BlockStored for the blocks a request adds to the
+  // cache (with the request's token_ids), a BlockRemoved for every block evicted.
+  bool kv_events = false;
 
   // kInvalidArgument naming the first bad field.
   absl::Status Validate() const;
@@ -52,6 +56,9 @@ struct SimRequest {
   uint64_t id = 0;                    // unique per server
   std::string adapter;                // LoRA adapter; empty for a base model
   std::vector<uint64_t> block_hashes; // chained hashes of the prompt's full blocks
+  // The prompt's token ids, when the server publishes KV events (SimParams::kv_events): a
+  // BlockStored carries the tokens of the blocks it stores. At least block_size per full block.
+  std::vector<uint32_t> token_ids;
   int64_t prompt_tokens = 1;          // >= 1
   int64_t output_tokens = 1;          // >= 1
   // Prompt tokens whose KV a prefill server computed and transferred (disaggregated P/D): they
@@ -137,6 +144,10 @@ class SimServer {
   // How many leading blocks of `hashes` the cache holds right now (pinned or not).
   int64_t CachedPrefixBlocks(std::span<const uint64_t> hashes) const;
 
+  // With SimParams::kv_events: the cache's BlockStored / BlockRemoved events since the last call,
+  // in the order they happened (as vLLM's block pool queues them), moved out.
+  std::vector<KvEvent> TakeKvEvents();
+
   SimSnapshot Snapshot() const;
 
   struct Impl;
@@ -175,6 +186,19 @@ struct SimHttpOptions {
   // epp_sim_kv_transfer_bytes_total, epp_sim_kv_transfer_seconds_total (decode side),
   // epp_sim_remote_prefills_total (prefill side).
   std::string role = "both";
+  // KV-cache events (kv_publisher.h), as vLLM's --kv-events-config publishes them: when
+  // kv_events_endpoint is set ("tcp://127.0.0.1:5557", port 0 = a free one), every block the
+  // cache stores or evicts goes out as BlockStored / BlockRemoved, one batch per request admitted
+  // (token ids: EstimateTokenIds of the request's canonical prompt, as libepp's OpenAI parser
+  // builds it, so an EPP tokenizing with `estimate` computes the same blocks). Topic
+  // "kv@<host>:<port>@<first model>" unless kv_events_topic is set; the replay socket, when set,
+  // keeps kv_events_buffer_steps batches; drop/delay are the publisher's fault options.
+  std::string kv_events_endpoint;
+  std::string kv_events_replay_endpoint;
+  std::optional<std::string> kv_events_topic;
+  size_t kv_events_buffer_steps = 10000;
+  double kv_events_drop_rate = 0;
+  int kv_events_delay_ms = 0;
   double kv_link_gbytes_per_s = 25;      // ~200 Gb/s RDMA
   int64_t kv_bytes_per_token = 131072;   // Llama-3.1-8B bf16: 2 (K, V) x 32 layers x 8 KV heads x 128 x 2 bytes
 };
@@ -190,6 +214,9 @@ class SimHttpServer {
   ~SimHttpServer();
   int port() const;
   std::string url() const;  // http://host:port
+  // The bound KV-event addresses ("" without them).
+  std::string kv_events_endpoint() const;
+  std::string kv_events_replay_endpoint() const;
   void Stop();              // idempotent; in-flight requests are answered with 503
 
   struct Impl;

@@ -332,7 +332,7 @@ absl::Status ResolvePrefixProducer(BuildState& st) {
     if (const Params* ref = eff.Find("prefixMatchInfoProducerName"); ref && !ref->text().empty()) {
       if (!producer || producer->name() != ref->text())
         return st.Error(0, "", absl::StrCat("plugin '", p->name(), "': prefixMatchInfoProducerName '", ref->text(),
-                                            "' does not name an approx-prefix-cache-producer"));
+                                            "' does not name the prefix producer in use"));
     }
   }
   return absl::OkStatus();

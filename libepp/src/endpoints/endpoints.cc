@@ -150,6 +150,11 @@ absl::Status ParseEntry(std::string_view source, const YAML::Node& entry, const 
         if (std::string p = MetricsProblem(spec.metrics); !p.empty()) return YamlError(source, kv.second, kpath, p);
       } else if (key == "engine") {
         EPP_ASSIGN_OR_RETURN(spec.engine, ScalarAt(source, kv.first, kv.second, kpath));
+      } else if (key == "kvEvents" || key == "kvEventsReplay") {
+        EPP_ASSIGN_OR_RETURN(std::string zmq, ScalarAt(source, kv.first, kv.second, kpath));
+        if (zmq.rfind("tcp://", 0) != 0 && zmq.rfind("ipc://", 0) != 0)
+          return YamlError(source, kv.second, kpath, "expected a ZeroMQ address such as tcp://10.0.0.1:5557");
+        (key == "kvEvents" ? spec.kv_events : spec.kv_events_replay) = std::move(zmq);
       } else if (key == "labels") {
         if (kv.second.IsNull()) continue;  // `labels:` with nothing under it
         if (!kv.second.IsMap()) return YamlError(source, kv.second, kpath, "expected a map of label names to values");
@@ -164,7 +169,8 @@ absl::Status ParseEntry(std::string_view source, const YAML::Node& entry, const 
           }
         }
       } else {
-        return YamlError(source, kv.first, kpath, "unknown key (expected address, metrics, labels or engine)");
+        return YamlError(source, kv.first, kpath,
+                         "unknown key (expected address, metrics, labels, engine, kvEvents or kvEventsReplay)");
       }
     }
     if (!keys.contains("address")) return YamlError(source, entry, path, "missing 'address'");

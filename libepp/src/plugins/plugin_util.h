@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "epp/params.h"
+#include "epp/kv_subscriber.h"
 #include "epp/plugin.h"
 #include "epp/status.h"
 
@@ -32,6 +33,13 @@ class EndpointState {
   virtual ~EndpointState() = default;
   virtual void ForgetEndpoint(std::string_view endpoint) const = 0;
   virtual size_t PrefixEntries() const { return 0; }  // prefix index entries, for metrics
+};
+
+// Implemented by the precise prefix producer: the index the runtime's KV-event subscriber feeds.
+class KvEventsSource {
+ public:
+  virtual ~KvEventsSource() = default;
+  virtual const KvEventsBinding& Binding() const = 0;
 };
 
 }  // namespace epp::plugins

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/strings.h"
+#include "epp/kv_subscriber.h"
 #include "epp/scheduler.h"
 #include "plugins/plugins.h"
 #include "scheduling/scheduler_impl.h"
@@ -438,6 +439,12 @@ size_t Scheduler::PrefixIndexEntries() const {
 }
 
 std::pair<int64_t, int64_t> Scheduler::Inflight(std::string_view endpoint) const { return impl_->load->Get(endpoint); }
+
+const KvEventsBinding* Scheduler::KvEvents() const {
+  for (const auto& p : impl_->plugins)
+    if (auto* s = dynamic_cast<const plugins::KvEventsSource*>(p.get())) return &s->Binding();
+  return nullptr;
+}
 
 namespace {
 

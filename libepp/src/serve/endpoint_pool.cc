@@ -98,6 +98,7 @@ void EndpointPool::Impl::Install(std::vector<EndpointSpec> new_specs, std::vecto
   last_error.assign(specs.size(), std::string());
   {
     std::lock_guard<std::mutex> lock(mu);
+    published_specs = specs;
     std::map<std::string, int64_t> errors;
     for (const EndpointSpec& s : specs) {
       auto it = counters.scrape_errors.find(s.address);
@@ -283,6 +284,11 @@ absl::StatusOr<std::unique_ptr<EndpointPool>> EndpointPool::Create(EndpointPoolO
 
 std::shared_ptr<const std::vector<Endpoint>> EndpointPool::Snapshot() const { return impl_->snapshot.Snapshot(); }
 size_t EndpointPool::size() const { return impl_->size.load(); }
+
+std::vector<EndpointSpec> EndpointPool::Specs() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->published_specs;
+}
 
 EndpointPoolCounters EndpointPool::counters() const {
   std::lock_guard<std::mutex> lock(impl_->mu);

@@ -42,7 +42,8 @@ struct EndpointPool::Impl {
 
   std::atomic<size_t> size{0};
   std::atomic<bool> stopping{false};
-  mutable std::mutex mu;  // guards counters, stop, discovered_pending, discovered_rejected
+  mutable std::mutex mu;  // guards counters, stop, discovered_pending, discovered_rejected, published_specs
+  std::vector<EndpointSpec> published_specs;  // a copy of `specs` for Specs()
   EndpointPoolCounters counters;
   std::optional<std::vector<EndpointSpec>> discovered_pending;
   // The scrape thread rejected a handed-over list: the discovery thread then forgets

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "epp/config.h"
+#include "epp/kv_subscriber.h"
 #include "epp/params.h"
 #include "epp/registry.h"
 #include "epp/serve.h"
@@ -90,6 +91,55 @@ struct EppServer::Impl {
   std::condition_variable cv;
   std::thread watch_thread;
 
+  // KV events: a subscriber feeding the index of the scheduler's precise prefix producer, its
+  // subscriptions kept in step with the pool's endpoints and the scheduler (reloads) by kv_thread.
+  std::unique_ptr<KvEventSubscriber> kv;
+  std::shared_ptr<KvBlockIndex> kv_index;  // the index `kv` feeds (kept alive with it)
+  std::vector<KvSubscription> kv_subs;
+  std::thread kv_thread;
+  mutable std::mutex kv_mu;  // guards kv, kv_index for Render()
+
+  void SyncKv() {
+    const std::shared_ptr<const Scheduler> current = handle->Get();
+    const KvEventsBinding* b = current->KvEvents();
+    std::lock_guard<std::mutex> lock(kv_mu);
+    if (!b) {
+      if (kv) {
+        kv->Stop();
+        kv.reset();
+        kv_index.reset();
+        kv_subs.clear();
+      }
+      return;
+    }
+    if (!kv || kv_index != b->index) {  // first time, or a reload built a new index
+      if (kv) kv->Stop();
+      kv.reset();
+      KvSubscriberOptions ko;
+      ko.topic_filter = b->topic_filter;
+      ko.log = &log;
+      kv_index = b->index;
+      kv = std::make_unique<KvEventSubscriber>(kv_index.get(), ko);
+      kv_subs.clear();
+      kv->Start();
+    }
+    const std::vector<EndpointSpec> specs = pool ? pool->Specs() : std::vector<EndpointSpec>{};
+    std::vector<KvSubscription> subs = KvSubscriptionsFor(*b, specs);
+    if (subs != kv_subs) {
+      kv->SetSubscriptions(subs);
+      kv_subs = std::move(subs);
+    }
+  }
+
+  void KvLoop() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!cv.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop; })) {
+      lock.unlock();
+      SyncKv();
+      lock.lock();
+    }
+  }
+
   PluginContext Context() { return PluginContext{&SteadyClock::Get(), &rng}; }
 
   // The configuration as the server builds it: loaded, with the detector staleness applied.
@@ -155,6 +205,14 @@ struct EppServer::Impl {
     s.pool = pool.get();
     s.staleness_us = config.staleness.count();
     s.pool_name = config.pool_name;
+    {
+      std::lock_guard<std::mutex> kv_lock(kv_mu);
+      if (kv) {
+        s.kv_endpoints = kv->Stats();
+        s.kv_index = kv_index->Stats();
+        s.kv_holdings = kv_index->Endpoints();
+      }
+    }
     std::lock_guard<std::mutex> lock(mu);
     s.config_reloads = reloads;
     return s;
@@ -262,6 +320,8 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
   }
   if (m.pool) m.pool->Start();
   if (!c.config_file.empty() && c.watch_config) m.watch_thread = std::thread([raw] { raw->Watch(); });
+  m.SyncKv();  // subscribed before the first stream, when the config has a precise prefix producer
+  m.kv_thread = std::thread([raw] { raw->KvLoop(); });
   return std::unique_ptr<EppServer>(new EppServer(std::move(impl)));
 }
 
@@ -284,6 +344,11 @@ void EppServer::Shutdown(std::chrono::milliseconds drain) {
   if (m.health) m.health->SetReady(false);
   if (m.server) m.server->Shutdown(drain);
   if (m.watch_thread.joinable()) m.watch_thread.join();
+  if (m.kv_thread.joinable()) m.kv_thread.join();
+  {
+    std::lock_guard<std::mutex> lock(m.kv_mu);
+    if (m.kv) m.kv->Stop();
+  }
   if (m.pool) m.pool->Stop();
   if (m.metrics) m.metrics->Stop();
   if (m.health) m.health->Shutdown();

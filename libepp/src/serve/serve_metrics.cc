@@ -68,6 +68,46 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   x.Sample("epp_response_tokens_total", {{"kind", "completion"}}, s.completion_tokens.load());
   x.Sample("epp_response_tokens_total", {{"kind", "cached"}}, s.cached_tokens.load());
 
+  // KV events (precise prefix).
+  if (src.kv_index) {
+    x.Single("epp_kv_index_blocks", "gauge", "Block keys in the precise prefix index (from KV events).", src.kv_index->blocks);
+    x.Single("epp_kv_index_holders", "gauge", "(block, endpoint, medium) entries in the precise prefix index.",
+             src.kv_index->holders);
+    x.Single("epp_kv_index_bytes", "gauge", "Estimated memory of the precise prefix index.", src.kv_index->approx_bytes);
+    x.Single("epp_kv_index_evicted_total", "counter", "Blocks dropped from the index for its size bound.",
+             src.kv_index->evicted);
+    x.Family("epp_endpoint_kv_blocks", "gauge", "Blocks the endpoint holds according to its KV events.");
+    for (const KvEndpointSummary& h : src.kv_holdings)
+      x.Sample("epp_endpoint_kv_blocks", {{"endpoint", h.endpoint}}, h.blocks);
+    struct Counter {
+      const char* name;
+      const char* help;
+      int64_t KvEndpointStats::*field;
+    };
+    const Counter counters[] = {
+        {"epp_endpoint_kv_batches_total", "KV-event batches applied.", &KvEndpointStats::batches},
+        {"epp_endpoint_kv_events_total", "KV events in applied batches.", &KvEndpointStats::events},
+        {"epp_endpoint_kv_malformed_total", "KV-event messages or payloads skipped as malformed.", &KvEndpointStats::malformed},
+        {"epp_endpoint_kv_skipped_events_total", "KV events the index skipped (unknown parent, token count).",
+         &KvEndpointStats::skipped_events},
+        {"epp_endpoint_kv_gaps_total", "Sequence gaps in the endpoint's KV-event stream.", &KvEndpointStats::gaps},
+        {"epp_endpoint_kv_replays_total", "Replays of missed KV-event batches completed.", &KvEndpointStats::replays},
+        {"epp_endpoint_kv_replay_failures_total", "Replays that failed.", &KvEndpointStats::replay_failures},
+        {"epp_endpoint_kv_resets_total", "Times the endpoint's index entries were dropped (gap, restart, clear).",
+         &KvEndpointStats::resets},
+    };
+    for (const Counter& c : counters) {
+      x.Family(c.name, "counter", c.help);
+      for (const KvEndpointStats& e : src.kv_endpoints) x.Sample(c.name, {{"endpoint", e.endpoint}}, e.*(c.field));
+    }
+    x.Family("epp_endpoint_kv_last_sequence", "gauge", "Last KV-event sequence number applied (-1: none).");
+    for (const KvEndpointStats& e : src.kv_endpoints) x.Sample("epp_endpoint_kv_last_sequence", {{"endpoint", e.endpoint}}, e.last_seq);
+    x.Family("epp_endpoint_kv_lag_seconds", "gauge",
+             "Arrival time of the last KV-event batch minus its timestamp (clock skew included).");
+    for (const KvEndpointStats& e : src.kv_endpoints)
+      if (e.last_event_unix_us > 0) x.Sample("epp_endpoint_kv_lag_seconds", {{"endpoint", e.endpoint}}, e.last_lag_s);
+  }
+
   // Prefix cache.
   const int64_t prefix_entries = static_cast<int64_t>(src.scheduler->PrefixIndexEntries());
   const int64_t blocks = s.prefix_blocks.load(), matched = s.prefix_match_blocks.load();

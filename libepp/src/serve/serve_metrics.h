@@ -2,6 +2,9 @@
 // small HTTP server (cpp-httplib) that serves it with /healthz. docs/serve.md lists every metric.
 #pragma once
 
+#include <optional>
+#include "epp/kv_subscriber.h"
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -22,6 +25,11 @@ struct ServeMetricsSources {
   ConfigReloadCounters config_reloads;
   int64_t staleness_us = 200000;  // endpoints with older metrics are left out of the pool averages
   std::string pool_name;          // `name` label of the GIE-compatible inference_pool_* gauges
+  // KV events (a precise prefix producer configured): per endpoint subscription figures and the
+  // index's size; empty / nullopt without one.
+  std::vector<KvEndpointStats> kv_endpoints;
+  std::optional<KvIndexStats> kv_index;
+  std::vector<KvEndpointSummary> kv_holdings;
 };
 
 // The exposition at `now_us` (the clock the pool stamps metrics with).

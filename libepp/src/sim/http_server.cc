@@ -21,6 +21,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "epp/prefix_cache.h"
+#include "epp/kv_index.h"
+#include "epp/kv_publisher.h"
+#include "epp/request.h"
 #include "epp/sim.h"
 
 namespace epp {
@@ -227,6 +230,14 @@ struct SimHttpServer::Impl {
   // P/D counters (SimHttpOptions::role).
   std::atomic<uint64_t> prefill_hops{0}, prefill_hop_errors{0}, kv_transfer_bytes{0}, remote_prefills{0};
   std::atomic<int64_t> kv_transfer_us{0};  // simulated
+  std::unique_ptr<KvEventPublisher> kv;    // SimHttpOptions::kv_events_endpoint
+
+  // Sends what the cache did since the last call as one batch. REQUIRES: mu held.
+  void FlushKvEventsLocked() {
+    if (!kv) return;
+    std::vector<KvEvent> events = sim->TakeKvEvents();
+    if (!events.empty()) kv->Publish(std::move(events));
+  }
 
   // The simulator's own P/D counters, in every dialect.
   std::string RolesText() const {
@@ -302,6 +313,7 @@ struct SimHttpServer::Impl {
   bool AdvanceLocked() {
     events.clear();
     sim->AdvanceTo(std::max(sim->now_us(), VirtualNow()), &events);
+    FlushKvEventsLocked();
     if (events.empty()) return false;
     for (const SimEvent& e : events) {
       if (auto it = waiters.find(e.id); it != waiters.end()) it->second->notify_one();
@@ -363,6 +375,17 @@ struct SimHttpServer::Impl {
     const bool remote_prefill = !hop.empty() && DecodeRole() && !call->remote_decode;
     if (remote_prefill && !PrefillHop(hop, req, body, *call, res)) return;
     SimRequest sr;
+    if (kv) {
+      // Publishing KV events: blocks and their token ids from the canonical prompt libepp's parser
+      // builds (what an EPP tokenizing with `estimate` sees), 4 characters a token.
+      absl::StatusOr<InferenceRequest> canonical =
+          ParseOpenAIRequest(chat ? "/v1/chat/completions" : "/v1/completions", req.body);
+      if (canonical.ok() && !canonical->prompt.empty()) {
+        call->prompt = canonical->prompt;
+        sr.token_ids = EstimateTokenIds(call->prompt);
+        call->prompt_tokens = static_cast<int64_t>(sr.token_ids.size());
+      }
+    }
     sr.adapter = call->adapter;
     sr.prompt_tokens = call->prompt_tokens;
     sr.output_tokens = call->max_tokens;
@@ -389,6 +412,7 @@ struct SimHttpServer::Impl {
       std::lock_guard<std::mutex> lock(mu);
       sr.id = next_id++;
       absl::Status st = sim->Submit(sr, std::max(sim->now_us(), VirtualNow()));
+      FlushKvEventsLocked();
       if (!st.ok()) return OpenAIError(res, 400, std::string(st.message()), "invalid_request_error");
       ++inflight;
       if (call->stream) ++streams;
@@ -521,6 +545,7 @@ struct SimHttpServer::Impl {
       {
         std::lock_guard<std::mutex> lock(mu);
         sim->AdvanceTo(std::max(sim->now_us(), VirtualNow()));
+        FlushKvEventsLocked();
         text = RenderSimMetrics(o.params, sim->Snapshot(), WallSeconds());
       }
       text += RolesText();
@@ -566,7 +591,11 @@ absl::StatusOr<std::unique_ptr<SimHttpServer>> SimHttpServer::Start(const SimHtt
   if (!(options.kv_link_gbytes_per_s > 0) || !std::isfinite(options.kv_link_gbytes_per_s))
     return absl::InvalidArgumentError("simulator: kv_link_gbytes_per_s must be > 0");
   if (options.kv_bytes_per_token < 0) return absl::InvalidArgumentError("simulator: kv_bytes_per_token must be >= 0");
-  auto sim = SimServer::Create(options.params);
+  SimParams params = options.params;
+  params.kv_events = !options.kv_events_endpoint.empty();
+  if (options.kv_events_endpoint.empty() && !options.kv_events_replay_endpoint.empty())
+    return absl::InvalidArgumentError("simulator: a KV-event replay endpoint needs kv_events_endpoint");
+  auto sim = SimServer::Create(params);
   if (!sim.ok()) return sim.status();
   auto impl = std::make_unique<Impl>();
   impl->o = options;
@@ -591,6 +620,21 @@ absl::StatusOr<std::unique_ptr<SimHttpServer>> SimHttpServer::Start(const SimHtt
   if (impl->port <= 0) {
     return absl::UnavailableError("simulator: cannot listen on " + options.host + ":" + std::to_string(options.port));
   }
+  if (params.kv_events) {
+    KvPublisherOptions kv;
+    kv.endpoint = options.kv_events_endpoint;
+    kv.replay_endpoint = options.kv_events_replay_endpoint;
+    kv.topic = options.kv_events_topic.value_or(
+        FormatKvTopic(options.host + ":" + std::to_string(impl->port), options.params.models.front()));
+    kv.buffer_steps = options.kv_events_buffer_steps;
+    kv.drop_rate = options.kv_events_drop_rate;
+    kv.delay = std::chrono::milliseconds(options.kv_events_delay_ms);
+    kv.seed = options.params.seed;
+    auto pub = KvEventPublisher::Start(kv);
+    if (!pub.ok()) return absl::Status(pub.status().code(), "simulator: " + std::string(pub.status().message()));
+    impl->kv = *std::move(pub);
+    impl->o.params.kv_events = true;
+  }
   Impl* raw = impl.get();
   impl->driver = std::thread([raw] { raw->Drive(); });
   impl->server = std::thread([raw] { raw->http.listen_after_bind(); });
@@ -612,6 +656,8 @@ absl::StatusOr<std::unique_ptr<SimHttpServer>> SimHttpServer::Start(const SimHtt
 
 int SimHttpServer::port() const { return impl_->port; }
 std::string SimHttpServer::url() const { return "http://" + impl_->o.host + ":" + std::to_string(impl_->port); }
+std::string SimHttpServer::kv_events_endpoint() const { return impl_->kv ? impl_->kv->endpoint() : ""; }
+std::string SimHttpServer::kv_events_replay_endpoint() const { return impl_->kv ? impl_->kv->replay_endpoint() : ""; }
 
 void SimHttpServer::Stop() {
   if (!impl_ || impl_->stopping.exchange(true)) return;
@@ -623,6 +669,7 @@ void SimHttpServer::Stop() {
   impl_->http.stop();
   if (impl_->server.joinable()) impl_->server.join();
   if (impl_->driver.joinable()) impl_->driver.join();
+  if (impl_->kv) impl_->kv->Stop();
 }
 
 }  // namespace epp

@@ -96,6 +96,8 @@ struct SimServer::Impl {
   absl::flat_hash_map<std::string, int> adapter_running;
   int64_t lora_changed = 0;
 
+  std::vector<KvEvent> kv_events;  // SimParams::kv_events: since the last TakeKvEvents
+
   bool stepping = false;
   int64_t step_start = 0, step_dur = 0, step_k = 0, step_prefill = 0;
   std::vector<uint64_t> admitted_in_step;
@@ -164,13 +166,33 @@ struct SimServer::Impl {
         ++pinned;
       }
     }
+    KvBlockRemoved evicted;
     while (p.kv_blocks - (pinned + static_cast<int64_t>(lru.size()) + private_total) < need) {
+      if (p.kv_events) evicted.block_hashes.push_back(lru.front());
       cache.erase(lru.front());
       lru.pop_front();
     }
+    if (!evicted.block_hashes.empty()) {
+      evicted.medium = "GPU";
+      kv_events.emplace_back(std::move(evicted));
+    }
+    KvBlockStored stored;
     for (int64_t i = hit; i < full; ++i) {
-      Block& b = cache[hashes[i]];
+      auto [it, inserted] = cache.try_emplace(hashes[i]);
+      Block& b = it->second;
       if (b.ref++ == 0) ++pinned;
+      if (p.kv_events) stored.block_hashes.push_back(hashes[i]);  // known ones again: harmless, keeps tokens dense
+      (void)inserted;
+    }
+    // One event per request: the blocks it added, chained from the last block it found cached.
+    // Only with the tokens to show (a request without token_ids stores blocks silently).
+    if (!stored.block_hashes.empty() && static_cast<int64_t>(r.req.token_ids.size()) >= full * bs) {
+      if (hit > 0) stored.parent_block_hash = hashes[hit - 1];
+      stored.token_ids.assign(r.req.token_ids.begin() + hit * bs, r.req.token_ids.begin() + full * bs);
+      stored.block_size = bs;
+      stored.medium = "GPU";
+      if (!r.req.adapter.empty()) stored.lora_name = r.req.adapter;
+      kv_events.emplace_back(std::move(stored));
     }
     r.private_blocks = priv;
     private_total += priv;
@@ -395,6 +417,12 @@ std::optional<SimRequestResult> SimServer::TakeResult(uint64_t id) {
   SimRequestResult r = it->second;
   impl_->done.erase(it);
   return r;
+}
+
+std::vector<KvEvent> SimServer::TakeKvEvents() {
+  std::vector<KvEvent> out;
+  out.swap(impl_->kv_events);
+  return out;
 }
 
 int64_t SimServer::CachedPrefixBlocks(std::span<const uint64_t> hashes) const {

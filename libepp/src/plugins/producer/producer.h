@@ -12,4 +12,14 @@ inline constexpr std::string_view kApproxPrefixProducerType = "approx-prefix-cac
 
 PluginOr CreateApproxPrefixProducer(const std::string& name, const Params& params, const PluginContext& ctx);
 
+inline constexpr std::string_view kPrecisePrefixProducerType = "precise-prefix-cache-producer";
+inline constexpr std::string_view kPrecisePrefixScorerType = "precise-prefix-cache-scorer";  // deprecated wrapper
+inline constexpr std::string_view kTokenProducerType = "token-producer";
+inline constexpr std::string_view kTokenizerType = "tokenizer";  // token-producer's legacy name
+inline constexpr std::string_view kEndpointNotificationSourceType = "endpoint-notification-source";
+
+PluginOr CreatePrecisePrefixProducer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateTokenProducer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateEndpointNotificationSource(const std::string& name, const Params& params, const PluginContext& ctx);
+
 }  // namespace epp::plugins

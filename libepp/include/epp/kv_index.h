@@ -1,0 +1,111 @@
+// The precise prefix index: which prompt blocks each model server really holds, built from the
+// KV-cache events it publishes (kv_events.h), and the token ids those blocks are keyed by.
+//
+// Block keys are our own: XXH3 chained over token ids, block by block, from a root that mixes the
+// hash seed, the block size and the LoRA adapter (vLLM keys an adapter's blocks apart from the
+// base model's). An engine's own block hashes are kept only as the names a later BlockRemoved or
+// a child's parent_block_hash uses, per endpoint and medium. Each block key lists its holders
+// (endpoint, medium); Lookup walks the request's keys from the first and gives every endpoint
+// its run of consecutive blocks held, each block weighted by the best medium it is held on
+// (GPU 1.0, CPU 0.8 by default, as llm-d weighs them; any other medium 1.0).
+//
+// Keys are computed at the block size the engine reports in each BlockStored; a request is
+// looked up at every block size present (normally one), so the index needs no configured size.
+//
+// Memory is bounded by max_blocks: past it, the least recently stored blocks are dropped with
+// their holders (as an engine would evict them). Cost: about 150 bytes per block held by one
+// endpoint (the key's slot and list node, the holder, the engine-hash entry); a second holder of
+// the same block adds about 50 (see docs/benchmarks.md).
+//
+// Thread-safety: every method may be called from any thread (one writer lock, readers shared).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epp/kv_events.h"
+
+namespace epp {
+
+// llm-d's `estimate` tokenizer: the bytes zero-padded to a multiple of 4, each 4 bytes one token
+// (little-endian uint32). Not the model's tokens, but the same text always gives the same ids;
+// `eppctl sim` tokenizes with it, so the EPP's estimate matches the simulator exactly.
+std::vector<uint32_t> EstimateTokenIds(std::string_view text);
+
+struct KvIndexOptions {
+  std::string hash_seed;  // tokenProcessorConfig.hashSeed; any value works, both sides use it
+  size_t max_blocks = size_t{1} << 22;  // block keys kept (about 600 MiB at 150 bytes each)
+  // Weight of a block held on a medium (compared lower-case); a medium not listed weighs 1.0.
+  std::map<std::string, double> medium_weights = {{"gpu", 1.0}, {"cpu", 0.8}};
+};
+
+// One endpoint's prefix match for a request.
+struct KvPrefixMatch {
+  int block_size = 0;         // tokens per block of the matched keys (0: nothing matched)
+  int64_t blocks = 0;         // consecutive blocks held from the first
+  double weighted_blocks = 0; // the same, each block weighted by its best medium
+  int64_t tokens() const { return blocks * block_size; }
+};
+
+// What one Apply() did.
+struct KvApplyResult {
+  int64_t stored = 0;      // blocks added (or a holder added to a known block)
+  int64_t removed = 0;     // holders removed
+  int64_t cleared = 0;     // AllBlocksCleared events
+  int64_t skipped = 0;     // events skipped (see `last_skip`)
+  std::string last_skip;   // why the last one was: "BlockStored parent 0x... unknown", ...
+};
+
+struct KvEndpointSummary {
+  std::string endpoint;
+  int64_t blocks = 0;                    // block keys it holds
+  std::map<std::string, int64_t> media;  // holders per medium as sent ("GPU": 120)
+};
+
+struct KvIndexStats {
+  int64_t blocks = 0;          // distinct block keys
+  int64_t holders = 0;         // (block, endpoint, medium) entries
+  int64_t evicted = 0;         // blocks dropped for max_blocks since the start
+  int64_t approx_bytes = 0;    // estimate of the memory held
+};
+
+class KvBlockIndex {
+ public:
+  explicit KvBlockIndex(KvIndexOptions options = {});
+  ~KvBlockIndex();
+  KvBlockIndex(const KvBlockIndex&) = delete;
+  KvBlockIndex& operator=(const KvBlockIndex&) = delete;
+
+  // Applies `endpoint`'s batch. `base_model` is the model the endpoint serves (from the topic;
+  // may be empty): a BlockStored whose lora_name is empty or equal to it keys under the base.
+  // A BlockStored whose parent is unknown, or whose token count is not block_size x hashes, is
+  // skipped (and counted); a token-less one adds the medium to blocks already known by hash.
+  KvApplyResult Apply(std::string_view endpoint, std::string_view base_model, const KvEventBatch& batch);
+  // Drops everything `endpoint` holds (it left the pool, restarted, or its stream had a gap).
+  void ClearEndpoint(std::string_view endpoint);
+
+  // Chained block keys of `tokens` (full blocks only) at `block_size` under `lora` ("" = base).
+  std::vector<uint64_t> BlockKeys(std::span<const uint32_t> tokens, int block_size, std::string_view lora = "") const;
+
+  // For `tokens` of a request for `model`: per endpoint (out[i] for endpoints[i]) its run of
+  // consecutive held blocks from the first. A request for a model other than the endpoint's base
+  // model is looked up as that LoRA adapter. Endpoints the index does not know match nothing.
+  void Lookup(std::span<const uint32_t> tokens, std::string_view model, std::span<const std::string> endpoints,
+              std::vector<KvPrefixMatch>& out) const;
+
+  std::vector<KvEndpointSummary> Endpoints() const;
+  KvIndexStats Stats() const;
+  const KvIndexOptions& options() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace epp

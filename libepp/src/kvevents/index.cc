@@ -1,0 +1,400 @@
+// KvBlockIndex (kv_index.h): block keys chained over token ids, holders per key, engine hashes
+// per endpoint and medium, an LRU bound on the keys.
+#include "epp/kv_index.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <shared_mutex>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+
+namespace epp {
+
+std::vector<uint32_t> EstimateTokenIds(std::string_view text) {
+  std::vector<uint32_t> out((text.size() + 3) / 4, 0);
+  for (size_t i = 0; i < text.size(); ++i)
+    out[i / 4] |= static_cast<uint32_t>(static_cast<unsigned char>(text[i])) << (8 * (i % 4));
+  return out;
+}
+
+namespace {
+
+// The first key of a chain: seed, block size and adapter, so that chains of different block
+// sizes or adapters never share keys.
+uint64_t RootKey(uint64_t seed, int block_size, std::string_view lora) {
+  uint64_t h = XXH3_64bits_withSeed(lora.data(), lora.size(), seed);
+  const uint64_t bs = static_cast<uint64_t>(block_size);
+  return XXH3_64bits_withSeed(&bs, sizeof bs, h);
+}
+
+uint64_t NextKey(uint64_t parent, const uint32_t* tokens, int block_size) {
+  uint64_t k = XXH3_64bits_withSeed(tokens, static_cast<size_t>(block_size) * sizeof(uint32_t), parent);
+  return k == 0 ? 1 : k;  // 0 is never a key
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string Hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+struct KvBlockIndex::Impl {
+  struct Holder {
+    uint64_t engine_hash;
+    uint32_t endpoint;
+    uint16_t medium;
+  };
+  struct Block {
+    std::vector<Holder> holders;
+    std::list<uint64_t>::iterator lru;  // position in `lru` (back = most recently stored)
+    int32_t block_size = 0;
+  };
+  struct EngineKey {
+    uint64_t hash;
+    uint16_t medium;
+    bool operator==(const EngineKey&) const = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const EngineKey& k) {
+      return H::combine(std::move(h), k.hash, k.medium);
+    }
+  };
+  struct EndpointState {
+    std::string name;
+    std::string base_model;
+    absl::flat_hash_map<EngineKey, uint64_t> engine;  // engine hash (per medium) -> block key
+    bool live = false;                                // known to the index (not cleared away)
+  };
+
+  KvIndexOptions options;
+  uint64_t seed = 0;
+  mutable std::shared_mutex mu;
+  absl::flat_hash_map<uint64_t, Block> blocks;
+  std::list<uint64_t> lru;
+  std::vector<EndpointState> endpoints;
+  absl::flat_hash_map<std::string, uint32_t> endpoint_ids;
+  std::vector<std::string> media;             // as sent
+  std::vector<double> medium_weight;          // per medium id
+  absl::flat_hash_map<std::string, uint16_t> medium_ids;
+  std::map<int, int64_t> block_sizes;         // block size -> blocks keyed at it
+  int64_t holders = 0, evicted = 0;
+
+  uint32_t EndpointId(std::string_view name) {
+    auto it = endpoint_ids.find(absl::string_view(name.data(), name.size()));
+    if (it != endpoint_ids.end()) return it->second;
+    const uint32_t id = static_cast<uint32_t>(endpoints.size());
+    endpoints.push_back(EndpointState{std::string(name), {}, {}, false});
+    endpoint_ids.emplace(std::string(name), id);
+    return id;
+  }
+  uint16_t MediumId(std::string_view sent) {
+    const std::string name = sent.empty() ? std::string("GPU") : std::string(sent);  // nil medium: GPU (llm-d)
+    auto it = medium_ids.find(name);
+    if (it != medium_ids.end()) return it->second;  // (std::string key)
+    const uint16_t id = static_cast<uint16_t>(media.size());
+    media.push_back(name);
+    auto w = options.medium_weights.find(Lower(name));
+    medium_weight.push_back(w == options.medium_weights.end() ? 1.0 : w->second);
+    medium_ids.emplace(name, id);
+    return id;
+  }
+
+  // Finds the block key an endpoint's engine hash names, on any medium (GPU first).
+  const uint64_t* FindEngine(const EndpointState& ep, uint64_t hash) const {
+    for (uint16_t m = 0; m < media.size(); ++m) {
+      auto it = ep.engine.find(EngineKey{hash, m});
+      if (it != ep.engine.end()) return &it->second;
+    }
+    return nullptr;
+  }
+
+  void AddHolder(uint64_t key, int block_size, const Holder& h) {
+    auto [it, inserted] = blocks.try_emplace(key);
+    Block& b = it->second;
+    if (inserted) {
+      b.block_size = block_size;
+      lru.push_back(key);
+      b.lru = std::prev(lru.end());
+      block_sizes[block_size]++;
+    } else {
+      lru.splice(lru.end(), lru, b.lru);  // stored again: most recent
+      for (Holder& existing : b.holders)
+        if (existing.endpoint == h.endpoint && existing.medium == h.medium) {
+          existing.engine_hash = h.engine_hash;
+          return;
+        }
+    }
+    b.holders.push_back(h);
+    ++holders;
+  }
+
+  // Removes one holder; drops the block when it was the last. Does not touch the engine maps.
+  void RemoveHolder(uint64_t key, uint32_t endpoint, uint16_t medium) {
+    auto it = blocks.find(key);
+    if (it == blocks.end()) return;
+    auto& hs = it->second.holders;
+    for (size_t i = 0; i < hs.size(); ++i) {
+      if (hs[i].endpoint == endpoint && hs[i].medium == medium) {
+        hs[i] = hs.back();
+        hs.pop_back();
+        --holders;
+        break;
+      }
+    }
+    if (hs.empty()) DropBlock(it);
+  }
+
+  void DropBlock(absl::flat_hash_map<uint64_t, Block>::iterator it) {
+    lru.erase(it->second.lru);
+    if (--block_sizes[it->second.block_size] == 0) block_sizes.erase(it->second.block_size);
+    blocks.erase(it);
+  }
+
+  void EvictOverflow() {
+    while (blocks.size() > options.max_blocks && !lru.empty()) {
+      auto it = blocks.find(lru.front());
+      for (const Holder& h : it->second.holders) {
+        endpoints[h.endpoint].engine.erase(EngineKey{h.engine_hash, h.medium});
+        --holders;
+      }
+      DropBlock(it);
+      ++evicted;
+    }
+  }
+
+  void Clear(uint32_t id) {
+    EndpointState& ep = endpoints[id];
+    for (const auto& [ek, key] : ep.engine) RemoveHolder(key, id, ek.medium);
+    ep.engine.clear();
+  }
+
+  void Stored(uint32_t id, const KvBlockStored& s, KvApplyResult& r) {
+    EndpointState& ep = endpoints[id];
+    const uint16_t medium = MediumId(s.medium);
+    if (s.token_ids.empty()) {  // location only: a known block now also on this medium
+      for (uint64_t h : s.block_hashes) {
+        const uint64_t* key = FindEngine(ep, h);
+        if (!key || !blocks.contains(*key)) continue;
+        const uint64_t k = *key;
+        AddHolder(k, blocks[k].block_size, Holder{h, id, medium});
+        ep.engine[EngineKey{h, medium}] = k;
+        ++r.stored;
+      }
+      return;
+    }
+    if (s.block_size <= 0 || s.block_size > (1 << 20) ||
+        s.token_ids.size() != static_cast<size_t>(s.block_size) * s.block_hashes.size()) {
+      ++r.skipped;
+      r.last_skip = absl::StrCat("BlockStored with ", s.token_ids.size(), " tokens for ", s.block_hashes.size(),
+                                 " blocks of ", s.block_size);
+      return;
+    }
+    const int bs = static_cast<int>(s.block_size);
+    uint64_t prev;
+    if (s.parent_block_hash) {
+      const uint64_t* parent = FindEngine(ep, *s.parent_block_hash);
+      if (!parent) {
+        ++r.skipped;
+        r.last_skip = "BlockStored parent " + Hex(*s.parent_block_hash) + " unknown";
+        return;
+      }
+      prev = *parent;
+    } else {
+      const std::string_view lora =
+          s.lora_name.empty() || s.lora_name == ep.base_model ? std::string_view() : std::string_view(s.lora_name);
+      prev = RootKey(seed, bs, lora);
+    }
+    for (size_t i = 0; i < s.block_hashes.size(); ++i) {
+      const uint64_t key = NextKey(prev, s.token_ids.data() + i * static_cast<size_t>(bs), bs);
+      auto [slot, fresh] = ep.engine.try_emplace(EngineKey{s.block_hashes[i], medium}, key);
+      if (!fresh && slot->second != key) {  // the engine reused the hash for other content
+        RemoveHolder(slot->second, id, medium);
+        slot->second = key;
+      }
+      AddHolder(key, bs, Holder{s.block_hashes[i], id, medium});
+      prev = key;
+      ++r.stored;
+    }
+  }
+
+  void Removed(uint32_t id, const KvBlockRemoved& rm, KvApplyResult& r) {
+    EndpointState& ep = endpoints[id];
+    const uint16_t medium = MediumId(rm.medium);
+    for (uint64_t h : rm.block_hashes) {
+      auto it = ep.engine.find(EngineKey{h, medium});
+      if (it == ep.engine.end()) continue;
+      RemoveHolder(it->second, id, medium);
+      ep.engine.erase(it);
+      ++r.removed;
+    }
+  }
+};
+
+KvBlockIndex::KvBlockIndex(KvIndexOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  if (impl_->options.max_blocks == 0) impl_->options.max_blocks = 1;
+  std::map<std::string, double> lowered;
+  for (const auto& [k, v] : impl_->options.medium_weights) lowered[Lower(k)] = v;
+  impl_->options.medium_weights = std::move(lowered);
+  impl_->seed = XXH3_64bits(impl_->options.hash_seed.data(), impl_->options.hash_seed.size());
+  impl_->MediumId("GPU");  // id 0: GPU first in FindEngine
+}
+
+KvBlockIndex::~KvBlockIndex() = default;
+
+const KvIndexOptions& KvBlockIndex::options() const { return impl_->options; }
+
+KvApplyResult KvBlockIndex::Apply(std::string_view endpoint, std::string_view base_model, const KvEventBatch& batch) {
+  KvApplyResult r;
+  Impl& m = *impl_;
+  std::unique_lock lock(m.mu);
+  const uint32_t id = m.EndpointId(endpoint);
+  m.endpoints[id].live = true;
+  m.endpoints[id].base_model = std::string(base_model);
+  for (const KvEvent& ev : batch.events) {
+    if (const auto* s = std::get_if<KvBlockStored>(&ev)) {
+      m.Stored(id, *s, r);
+    } else if (const auto* rm = std::get_if<KvBlockRemoved>(&ev)) {
+      m.Removed(id, *rm, r);
+    } else {
+      m.Clear(id);
+      ++r.cleared;
+    }
+  }
+  m.EvictOverflow();
+  return r;
+}
+
+void KvBlockIndex::ClearEndpoint(std::string_view endpoint) {
+  Impl& m = *impl_;
+  std::unique_lock lock(m.mu);
+  auto it = m.endpoint_ids.find(absl::string_view(endpoint.data(), endpoint.size()));
+  if (it == m.endpoint_ids.end()) return;
+  m.Clear(it->second);
+  m.endpoints[it->second].live = false;
+}
+
+std::vector<uint64_t> KvBlockIndex::BlockKeys(std::span<const uint32_t> tokens, int block_size,
+                                              std::string_view lora) const {
+  std::vector<uint64_t> keys;
+  if (block_size <= 0) return keys;
+  const size_t n = tokens.size() / static_cast<size_t>(block_size);
+  keys.reserve(n);
+  uint64_t prev = RootKey(impl_->seed, block_size, lora);
+  for (size_t i = 0; i < n; ++i) {
+    prev = NextKey(prev, tokens.data() + i * static_cast<size_t>(block_size), block_size);
+    keys.push_back(prev);
+  }
+  return keys;
+}
+
+void KvBlockIndex::Lookup(std::span<const uint32_t> tokens, std::string_view model, std::span<const std::string> endpoints,
+                          std::vector<KvPrefixMatch>& out) const {
+  out.assign(endpoints.size(), KvPrefixMatch{});
+  const Impl& m = *impl_;
+  std::shared_lock lock(m.mu);
+  if (m.blocks.empty() || endpoints.empty()) return;
+  // Which requested endpoints the index knows, and whether the request is for their base model.
+  thread_local std::vector<int64_t> slot;  // endpoint id -> position in `endpoints`, -1: not asked
+  slot.assign(m.endpoints.size(), -1);
+  bool any_lora = false, any_base = false;
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    auto it = m.endpoint_ids.find(endpoints[i]);
+    if (it == m.endpoint_ids.end() || !m.endpoints[it->second].live) continue;
+    slot[it->second] = static_cast<int64_t>(i);
+    const std::string& base = m.endpoints[it->second].base_model;
+    (base.empty() || base == model ? any_base : any_lora) = true;
+  }
+  thread_local std::vector<int64_t> run;     // per position: blocks held so far (-1: run over)
+  thread_local std::vector<double> weight;
+  thread_local std::vector<double> best;     // per position: best medium weight at this block
+  for (const auto& [bs, count] : m.block_sizes) {
+    for (int pass = 0; pass < 2; ++pass) {
+      const bool lora_pass = pass == 1;
+      if (lora_pass ? !any_lora : !any_base) continue;
+      const std::vector<uint64_t> keys = BlockKeys(tokens, bs, lora_pass ? model : std::string_view());
+      if (keys.empty()) continue;
+      run.assign(endpoints.size(), 0);
+      weight.assign(endpoints.size(), 0);
+      best.assign(endpoints.size(), 0);
+      for (size_t b = 0; b < keys.size(); ++b) {
+        auto it = m.blocks.find(keys[b]);
+        if (it == m.blocks.end()) break;
+        bool advanced = false;
+        for (const Impl::Holder& h : it->second.holders) {
+          const int64_t pos = slot[h.endpoint];
+          if (pos < 0 || run[pos] != static_cast<int64_t>(b)) continue;
+          const std::string& base = m.endpoints[h.endpoint].base_model;
+          const bool is_lora_ep = !(base.empty() || base == model);
+          if (is_lora_ep != lora_pass) continue;
+          best[pos] = std::max(best[pos], m.medium_weight[h.medium]);
+        }
+        for (const Impl::Holder& h : it->second.holders) {
+          const int64_t pos = slot[h.endpoint];
+          if (pos < 0 || best[pos] == 0) continue;
+          run[pos] = static_cast<int64_t>(b) + 1;
+          weight[pos] += best[pos];
+          best[pos] = 0;
+          advanced = true;
+        }
+        if (!advanced) break;
+      }
+      for (size_t i = 0; i < endpoints.size(); ++i) {
+        if (run[i] == 0) continue;
+        // Several block sizes: keep the longest match in tokens.
+        if (run[i] * bs > out[i].tokens()) out[i] = KvPrefixMatch{bs, run[i], weight[i]};
+      }
+    }
+  }
+}
+
+std::vector<KvEndpointSummary> KvBlockIndex::Endpoints() const {
+  const Impl& m = *impl_;
+  std::shared_lock lock(m.mu);
+  std::vector<KvEndpointSummary> out;
+  for (const Impl::EndpointState& ep : m.endpoints) {
+    if (!ep.live) continue;
+    KvEndpointSummary s;
+    s.endpoint = ep.name;
+    absl::flat_hash_map<uint64_t, bool> keys;
+    for (const auto& [ek, key] : ep.engine) {
+      keys[key] = true;
+      s.media[m.media[ek.medium]]++;
+    }
+    s.blocks = static_cast<int64_t>(keys.size());
+    out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.endpoint < b.endpoint; });
+  return out;
+}
+
+KvIndexStats KvBlockIndex::Stats() const {
+  const Impl& m = *impl_;
+  std::shared_lock lock(m.mu);
+  KvIndexStats s;
+  s.blocks = static_cast<int64_t>(m.blocks.size());
+  s.holders = m.holders;
+  s.evicted = m.evicted;
+  int64_t engine_entries = 0;
+  for (const auto& ep : m.endpoints) engine_entries += static_cast<int64_t>(ep.engine.size());
+  // flat_hash_map slot + control byte, list node, holder, engine-map slot.
+  const int64_t block_bytes = static_cast<int64_t>(sizeof(uint64_t) + sizeof(Impl::Block) + 1) + 3 * 8 + 8;
+  s.approx_bytes = s.blocks * block_bytes + s.holders * static_cast<int64_t>(sizeof(Impl::Holder)) +
+                   engine_entries * static_cast<int64_t>(sizeof(Impl::EngineKey) + sizeof(uint64_t) + 1);
+  return s;
+}
+
+}  // namespace epp

@@ -1,0 +1,243 @@
+// precise-prefix-cache-producer (llm-d's name): prefix matches from what the model servers
+// report they hold (KV-cache events, kv_index.h) instead of what the EPP routed. The runtime
+// (eppctl serve) subscribes to every endpoint's events and feeds the index this plugin owns;
+// Prepare tokenizes the request, walks its block keys and gives every candidate its run of
+// consecutive held blocks, medium-weighted, for prefix-cache-scorer to read. The deprecated
+// precise-prefix-cache-scorer wrapper is expanded into this producer plus a prefix-cache-scorer
+// by the config loader's plugin table (see CreatePrecisePrefixProducer's caller).
+//
+// token-producer (legacy name tokenizer) and endpoint-notification-source are accepted with
+// llm-d's parameters; the token ids come from token-producer's `estimate` backend (llm-d's byte
+// packing, kv_index.h EstimateTokenIds) over the canonical prompt.
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "epp/kv_index.h"
+#include "epp/kv_subscriber.h"
+#include "epp/scheduling.h"
+#include "plugins/producer/producer.h"
+
+namespace epp::plugins {
+namespace {
+
+struct PreciseOptions {
+  int block_size_tokens = 16;           // tokenProcessorConfig.blockSizeTokens (the scorer's unit)
+  std::string hash_seed;
+  int64_t max_prefix_tokens = 131072;   // llm-d's maxPrefixTokensToMatch default
+  KvIndexOptions index;
+  KvEventsBinding binding;
+};
+
+class PrecisePrefixProducer : public Plugin, public DataProducer, public EndpointState, public KvEventsSource {
+ public:
+  PrecisePrefixProducer(TypedName tn, PreciseOptions o) : Plugin(std::move(tn)), o_(std::move(o)) {
+    o_.binding.index = std::make_shared<KvBlockIndex>(o_.index);
+  }
+  const DataProducer* AsDataProducer() const override { return this; }
+  Params EffectiveParams() const override {
+    Params p = Params::Map();
+    Params tp = Params::Map();
+    tp.Set("blockSizeTokens", Params::Int(o_.block_size_tokens));
+    tp.Set("hashSeed", Params::String(o_.hash_seed));
+    p.Set("tokenProcessorConfig", std::move(tp));
+    Params backends = Params::List();
+    for (const auto& [name, w] : o_.index.medium_weights) {
+      Params b = Params::Map();
+      b.Set("name", Params::String(name));
+      b.Set("weight", Params::Number(w));
+      backends.Append(std::move(b));
+    }
+    Params ic = Params::Map();
+    Params mem = Params::Map();
+    mem.Set("size", Params::Int(static_cast<int64_t>(o_.index.max_blocks)));
+    Params kbi = Params::Map();
+    kbi.Set("inMemoryConfig", std::move(mem));
+    ic.Set("kvBlockIndexConfig", std::move(kbi));
+    ic.Set("kvCacheBackendConfigs", std::move(backends));
+    p.Set("indexerConfig", std::move(ic));
+    Params ke = Params::Map();
+    ke.Set("topicFilter", Params::String(o_.binding.topic_filter));
+    ke.Set("discoverPods", Params::Bool(o_.binding.discover_pods));
+    Params pd = Params::Map();
+    pd.Set("socketPort", Params::Int(o_.binding.socket_port));
+    pd.Set("replaySocketPort", Params::Int(o_.binding.replay_socket_port));
+    ke.Set("podDiscoveryConfig", std::move(pd));
+    p.Set("kvEventsConfig", std::move(ke));
+    p.Set("maxPrefixTokensToMatch", Params::Int(o_.max_prefix_tokens));
+    p.Set("speculativeIndexing", Params::Bool(false));
+    return p;
+  }
+
+  void Prepare(SchedulingContext& ctx, Candidates candidates) const override {
+    PrefixState& st = ctx.prefix;
+    st.computed = true;
+    st.producer = name();
+    const int bs = o_.block_size_tokens;
+    st.block_size_tokens = bs;
+    const InferenceRequest& r = *ctx.request;
+    std::vector<uint32_t> tokens = EstimateTokenIds(r.prompt);
+    const size_t cap = static_cast<size_t>(o_.max_prefix_tokens);
+    if (tokens.size() > cap) tokens.resize(cap);
+    const KvBlockIndex& index = *o_.binding.index;
+    st.hashes = index.BlockKeys(tokens, bs);
+    st.match_blocks.assign(ctx.endpoints.size(), 0);
+    if (st.hashes.empty() || candidates.empty()) return;
+    thread_local std::vector<std::string> names;
+    thread_local std::vector<KvPrefixMatch> matches;
+    names.clear();
+    for (const Endpoint* e : candidates) names.push_back(e->address);
+    index.Lookup(tokens, r.model, names, matches);
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const KvPrefixMatch& m = matches[i];
+      if (m.blocks == 0) continue;
+      // Weighted tokens in the scorer's block unit (llm-d truncates the weighted count too).
+      const double weighted_tokens = m.weighted_blocks * m.block_size;
+      const int blocks = static_cast<int>(std::min<double>(static_cast<double>(st.hashes.size()),
+                                                           std::floor(weighted_tokens / bs)));
+      st.match_blocks[ctx.IndexOf(candidates[i])] = blocks;
+    }
+  }
+
+  void ForgetEndpoint(std::string_view endpoint) const override { o_.binding.index->ClearEndpoint(endpoint); }
+  size_t PrefixEntries() const override { return static_cast<size_t>(o_.binding.index->Stats().blocks); }
+  const KvEventsBinding& Binding() const override { return o_.binding; }
+
+ private:
+  PreciseOptions o_;
+};
+
+// A plugin with no scheduling hook: its configuration is checked and shown, and other plugins
+// read what it stands for (token-producer: how tokens are made; endpoint-notification-source:
+// endpoint add/remove events, which eppctl serve delivers to the precise producer itself).
+class ConfigOnlyPlugin : public Plugin {
+ public:
+  ConfigOnlyPlugin(TypedName tn, Params effective) : Plugin(std::move(tn)), effective_(std::move(effective)) {}
+  Params EffectiveParams() const override { return effective_; }
+
+ private:
+  Params effective_;
+};
+
+absl::Status Bad(const Params& at, std::string_view key, std::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat(at.path(), key.empty() ? "" : ".", std::string(key), ": ", std::string(message)));
+}
+
+}  // namespace
+
+PluginOr CreatePrecisePrefixProducer(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({"tokenProcessorConfig", "indexerConfig", "kvEventsConfig", "speculativeIndexing",
+                                        "speculativeTTL", "maxPrefixTokensToMatch"}));
+  PreciseOptions o;
+  if (const Params* tp = params.Find("tokenProcessorConfig"); tp && !tp->is_null()) {
+    EPP_RETURN_IF_ERROR(tp->CheckKeys({"blockSizeTokens", "blockSize", "hashSeed", "hashAlgorithm"}));
+    EPP_ASSIGN_OR_RETURN(int64_t bs, tp->GetInt("blockSizeTokens", 0));
+    if (bs == 0) {
+      EPP_ASSIGN_OR_RETURN(bs, tp->GetInt("blockSize", 16));  // llm-d's deprecated alias (tokens here)
+    }
+    if (bs <= 0 || bs > 65536) return Bad(*tp, "blockSizeTokens", "must be in [1, 65536]");
+    o.block_size_tokens = static_cast<int>(bs);
+    EPP_ASSIGN_OR_RETURN(o.hash_seed, tp->GetString("hashSeed", ""));
+    EPP_ASSIGN_OR_RETURN(std::string algo, tp->GetString("hashAlgorithm", ""));
+    // Our block keys are our own (XXH3 chained over token ids); llm-d's choice between its two
+    // algorithms does not change what matches, so both names are accepted.
+    if (!algo.empty() && algo != "cbor-fnv" && algo != "xxh64")
+      return Bad(*tp, "hashAlgorithm", "expected cbor-fnv or xxh64, got '" + algo + "'");
+  }
+  o.index.hash_seed = o.hash_seed;
+  if (const Params* ic = params.Find("indexerConfig"); ic && !ic->is_null()) {
+    EPP_RETURN_IF_ERROR(ic->CheckKeys({"kvBlockIndexConfig", "kvCacheBackendConfigs", "tokenizersPoolConfig"}));
+    if (ic->Has("tokenizersPoolConfig"))
+      return Bad(*ic, "tokenizersPoolConfig", "tokenize with a token-producer plugin instead (as llm-d requires)");
+    if (const Params* kbi = ic->Find("kvBlockIndexConfig"); kbi && !kbi->is_null()) {
+      EPP_RETURN_IF_ERROR(kbi->CheckKeys({"inMemoryConfig", "enableMetrics", "metricsLoggingInterval",
+                                          "costAwareMemoryConfig", "redisConfig"}));
+      if (kbi->Has("redisConfig"))
+        return Bad(*kbi, "redisConfig", "a Redis index is not supported: every epp replica subscribes to every server");
+      if (kbi->Has("costAwareMemoryConfig"))
+        return Bad(*kbi, "costAwareMemoryConfig", "not supported; bound the in-memory index with inMemoryConfig.size");
+      EPP_ASSIGN_OR_RETURN(bool metrics, kbi->GetBool("enableMetrics", false));
+      (void)metrics;  // /metrics always shows the index
+      if (const Params* mem = kbi->Find("inMemoryConfig"); mem && !mem->is_null()) {
+        EPP_RETURN_IF_ERROR(mem->CheckKeys({"size", "podCacheSize"}));
+        EPP_ASSIGN_OR_RETURN(int64_t size, mem->GetInt("size", static_cast<int64_t>(o.index.max_blocks)));
+        if (size <= 0 || size > (int64_t{1} << 32)) return Bad(*mem, "size", "must be in [1, 2^32]");
+        o.index.max_blocks = static_cast<size_t>(size);
+        EPP_ASSIGN_OR_RETURN(int64_t pods, mem->GetInt("podCacheSize", 10));
+        if (pods <= 0) return Bad(*mem, "podCacheSize", "must be > 0");
+      }
+    }
+    if (const Params* be = ic->Find("kvCacheBackendConfigs"); be && !be->is_null()) {
+      if (be->kind() != Params::Kind::kList) return Bad(*be, "", "expected a list of {name, weight}");
+      o.index.medium_weights.clear();
+      for (const Params& b : be->items()) {
+        EPP_RETURN_IF_ERROR(b.CheckKeys({"name", "weight"}));
+        EPP_ASSIGN_OR_RETURN(std::string n, b.GetString("name", ""));
+        EPP_ASSIGN_OR_RETURN(double w, b.GetDouble("weight", 1.0));
+        if (n.empty()) return Bad(b, "name", "must not be empty");
+        if (!(w >= 0) || !std::isfinite(w)) return Bad(b, "weight", "must be a finite number >= 0");
+        o.index.medium_weights[n] = w;
+      }
+    }
+  }
+  if (const Params* ke = params.Find("kvEventsConfig"); ke && !ke->is_null()) {
+    EPP_RETURN_IF_ERROR(ke->CheckKeys({"zmqEndpoint", "topicFilter", "concurrency", "engineType", "discoverPods",
+                                       "podDiscoveryConfig"}));
+    EPP_ASSIGN_OR_RETURN(std::string central, ke->GetString("zmqEndpoint", ""));
+    if (!central.empty())
+      return Bad(*ke, "zmqEndpoint",
+                 "a central socket the engines connect to is not supported yet; let epp subscribe to each server "
+                 "(discoverPods, or kvEvents per endpoint)");
+    EPP_ASSIGN_OR_RETURN(o.binding.topic_filter, ke->GetString("topicFilter", "kv@"));
+    EPP_ASSIGN_OR_RETURN(int64_t conc, ke->GetInt("concurrency", 4));
+    if (conc <= 0) return Bad(*ke, "concurrency", "must be > 0");
+    EPP_ASSIGN_OR_RETURN(std::string engine, ke->GetString("engineType", "vllm"));
+    if (engine != "vllm" && engine != "sglang") return Bad(*ke, "engineType", "expected vllm or sglang");
+    EPP_ASSIGN_OR_RETURN(o.binding.discover_pods, ke->GetBool("discoverPods", true));
+    if (const Params* pd = ke->Find("podDiscoveryConfig"); pd && !pd->is_null()) {
+      EPP_RETURN_IF_ERROR(pd->CheckKeys({"socketPort", "replaySocketPort", "podLabelSelector", "podNamespace"}));
+      EPP_ASSIGN_OR_RETURN(int64_t port, pd->GetInt("socketPort", 5557));
+      EPP_ASSIGN_OR_RETURN(int64_t replay, pd->GetInt("replaySocketPort", 0));
+      if (port <= 0 || port > 65535) return Bad(*pd, "socketPort", "must be in [1, 65535]");
+      if (replay < 0 || replay > 65535) return Bad(*pd, "replaySocketPort", "must be in [0, 65535] (0: no replay)");
+      o.binding.socket_port = static_cast<int>(port);
+      o.binding.replay_socket_port = static_cast<int>(replay);
+    }
+  } else {
+    o.binding.topic_filter = "kv@";
+  }
+  EPP_ASSIGN_OR_RETURN(bool speculative, params.GetBool("speculativeIndexing", false));
+  if (speculative)
+    return Bad(params, "speculativeIndexing", "not supported yet: picks wait for the engine's events");
+  EPP_ASSIGN_OR_RETURN(int64_t ttl, params.GetDurationMicros("speculativeTTL", 2000000));
+  (void)ttl;
+  EPP_ASSIGN_OR_RETURN(o.max_prefix_tokens, params.GetInt("maxPrefixTokensToMatch", o.max_prefix_tokens));
+  if (o.max_prefix_tokens <= 0) return Bad(params, "maxPrefixTokensToMatch", "must be > 0");
+  return std::make_unique<PrecisePrefixProducer>(TypedName{std::string(kPrecisePrefixProducerType), name}, std::move(o));
+}
+
+PluginOr CreateTokenProducer(const std::string& name, const Params& params, const PluginContext& ctx) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({"modelName", "estimate", "vllm", "udsTokenizerConfig"}));
+  if (const Params* v = params.Find("vllm"); v && !v->is_null()) EPP_RETURN_IF_ERROR(v->CheckKeys({"url", "timeout", "mmTimeout"}));
+  if (params.Has("vllm") && ctx.warnings)
+    ctx.warnings->push_back(absl::StrCat(
+        "plugin '", name, "' (", std::string(kTokenProducerType), "): the vllm backend (the model server renders and tokenizes) "
+        "is not implemented yet; tokens are estimated (4 bytes a token), which only matches servers that tokenize "
+        "the same way (eppctl sim)"));
+  if (params.Has("udsTokenizerConfig"))
+    return Bad(params, "udsTokenizerConfig", "the UDS tokenizer sidecar is deprecated and not supported; use estimate");
+  if (const Params* est = params.Find("estimate"); est && !est->is_null())
+    EPP_RETURN_IF_ERROR(est->CheckKeys({"image", "video"}));
+  EPP_ASSIGN_OR_RETURN(std::string model, params.GetString("modelName", ""));
+  Params eff = Params::Map();
+  if (!model.empty()) eff.Set("modelName", Params::String(model));
+  eff.Set("estimate", Params::Map());
+  return std::make_unique<ConfigOnlyPlugin>(TypedName{std::string(kTokenProducerType), name}, std::move(eff));
+}
+
+PluginOr CreateEndpointNotificationSource(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  return std::make_unique<ConfigOnlyPlugin>(TypedName{std::string(kEndpointNotificationSourceType), name}, Params::Map());
+}
+
+}  // namespace epp::plugins

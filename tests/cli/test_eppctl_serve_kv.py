@@ -1,0 +1,190 @@
+"""`eppctl serve` with the precise prefix producer, fed by the KV-cache events `eppctl sim`
+publishes over real ZeroMQ sockets on 127.0.0.1 (issue #13).
+
+A prompt sent to simulator A directly (not through the EPP) makes A store its blocks and publish
+them; the EPP then sends the next request sharing that prefix to A. When A evicts those blocks,
+the preference goes. Two serve replicas subscribed to the same simulators pick alike.
+"""
+import json
+import re
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from conftest import _eppctl_path
+from test_eppctl_serve import Serve, chat_body, destination, pick, serve  # noqa: F401
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+SYSTEM = ("You are the support assistant of ACME Corp. Answer briefly, cite the manual, never invent part "
+          "numbers, and keep every answer under one hundred words. ") * 12
+
+PRECISE_CONFIG = """apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: token-producer
+- type: endpoint-notification-source
+- type: precise-prefix-cache-producer
+  parameters:
+    tokenProcessorConfig: {blockSize: 16}
+- type: prefix-cache-scorer
+  parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}
+- type: queue-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: prefix-cache-scorer, weight: 3}
+  - {pluginRef: queue-scorer, weight: 1}
+  - pluginRef: max-score-picker
+"""
+
+
+class KvSim:
+    """`eppctl sim` publishing KV events (and serving replays) on free loopback ports."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([_eppctl_path(), "sim", "--port", "0", "--kv-events", "tcp://127.0.0.1:0",
+                                      "--kv-events-replay", "tcp://127.0.0.1:0", *map(str, args)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        m = re.search(r"listening on (http://\S+) kv-events (tcp://\S+) kv-events-replay (tcp://\S+)", line)
+        if not m:
+            self.stop()
+            raise RuntimeError("eppctl sim did not start with KV events: %r" % line)
+        self.url, self.kv, self.replay = m.groups()
+        self.address = self.url[len("http://"):]
+
+    def chat(self, system, question, max_tokens=4):
+        body = json.dumps({"model": MODEL, "max_tokens": max_tokens,
+                           "messages": [{"role": "system", "content": system},
+                                        {"role": "user", "content": question}]}).encode()
+        req = urllib.request.Request(self.url + "/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+
+@pytest.fixture
+def kv_sims():
+    started = []
+
+    def start(*args):
+        s = KvSim(*args)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+def precise_files(tmp_path, sims):
+    config = tmp_path / "precise.yaml"
+    config.write_text(PRECISE_CONFIG)
+    endpoints = tmp_path / "endpoints.yaml"
+    endpoints.write_text("endpoints:\n" + "".join(
+        "  - {address: %s, kvEvents: '%s', kvEventsReplay: '%s'}\n" % (s.address, s.kv, s.replay) for s in sims))
+    return config, endpoints
+
+
+def request_body(question):
+    return json.dumps({"model": MODEL, "max_tokens": 4,
+                       "messages": [{"role": "system", "content": SYSTEM},
+                                    {"role": "user", "content": question}]}).encode()
+
+
+def wait_blocks(s, endpoint, pred, timeout=15):
+    return s.wait_metric("epp_endpoint_kv_blocks", pred, timeout=timeout, endpoint=endpoint)
+
+
+def test_a_prompt_sent_directly_to_a_server_steers_the_next_pick_there(serve, kv_sims, tmp_path):  # noqa: F811
+    # Small caches, so that other prompts evict the first one's blocks.
+    a = kv_sims("--kv-blocks", "96", "--seed", "1")
+    b = kv_sims("--kv-blocks", "96", "--seed", "2")
+    config, endpoints = precise_files(tmp_path, [a, b])
+    s = serve("--config", config, "--endpoints", endpoints, "--refresh-metrics-interval", "50ms")
+    # Subscribed and caught up (the replay of an empty history) before anything is sent.
+    for sim in (a, b):
+        s.wait_metric("epp_endpoint_kv_replays_total", lambda v: v is not None and v >= 1, endpoint=sim.address)
+    time.sleep(0.2)  # the SUB sockets finish connecting
+    a.chat(SYSTEM, "first question, sent to A directly")
+    blocks = wait_blocks(s, a.address, lambda v: v is not None and v >= 20)
+    assert s.metric("epp_endpoint_kv_blocks", endpoint=b.address) in (None, 0)
+    for i in range(6):
+        first, _ = pick(s.channel(), request_body("question %d through the EPP" % i))
+        assert destination(first) == a.address
+    # A evicts the system prompt's blocks (96 blocks hold little more than one such prompt).
+    for i in range(4):
+        a.chat(("Unrelated context number %d. " % i) * 60, "something else %d" % i)
+    s.wait_metric("epp_endpoint_kv_events_total", lambda v: v is not None and v > 4, endpoint=a.address)
+    time.sleep(0.3)
+    dests = [destination(pick(s.channel(), request_body("after eviction %d" % i))[0]) for i in range(24)]
+    assert set(dests) == {a.address, b.address}, dests  # no preference left: ties split
+    assert s.metric("epp_endpoint_kv_malformed_total", endpoint=a.address) == 0
+    assert blocks >= 20
+
+
+def test_two_replicas_pick_alike(serve, kv_sims, tmp_path):  # noqa: F811
+    a = kv_sims("--seed", "3")
+    b = kv_sims("--seed", "4")
+    config, endpoints = precise_files(tmp_path, [a, b])
+    # The servers are warmed before the second replica starts: it learns their blocks by replay.
+    r1 = serve("--config", config, "--endpoints", endpoints, "--seed", "7")
+    for sim in (a, b):
+        r1.wait_metric("epp_endpoint_kv_replays_total", lambda v: v is not None and v >= 1, endpoint=sim.address)
+    time.sleep(0.2)
+    a.chat(SYSTEM, "warm A")
+    b.chat(SYSTEM.replace("ACME", "Globex"), "warm B")
+    r2 = serve("--config", config, "--endpoints", endpoints, "--seed", "7")
+    for r in (r1, r2):
+        wait_blocks(r, a.address, lambda v: v is not None and v >= 20)
+        wait_blocks(r, b.address, lambda v: v is not None and v >= 20)
+    prompts = [(SYSTEM if i % 3 else SYSTEM.replace("ACME", "Globex"), "q%d" % i) for i in range(12)]
+
+    def body(p):
+        return json.dumps({"model": MODEL, "max_tokens": 4, "messages": [
+            {"role": "system", "content": p[0]}, {"role": "user", "content": p[1]}]}).encode()
+
+    picks1 = [destination(pick(r1.channel(), body(p))[0]) for p in prompts]
+    picks2 = [destination(pick(r2.channel(), body(p))[0]) for p in prompts]
+    assert picks1 == picks2
+    assert picks1.count(a.address) == 8 and picks1.count(b.address) == 4, picks1
+
+
+def test_explain_shows_the_blocks_each_server_really_holds(eppctl, kv_sims, tmp_path):
+    a = kv_sims("--seed", "5")
+    b = kv_sims("--seed", "6")
+    config, endpoints = precise_files(tmp_path, [a, b])
+    a.chat(SYSTEM, "sent to A directly")  # before explain runs: it learns this by replay
+    req = tmp_path / "request.json"
+    req.write_text(json.dumps({"path": "/v1/chat/completions",
+                               "body": json.loads(request_body("does A hold my prefix?"))}))
+    r = eppctl("explain", "--config", config, "--endpoints", endpoints, "-r", req)
+    assert r.returncode == 0, r.stderr
+    assert "x-gateway-destination-endpoint: %s" % a.address in r.stdout or a.address in r.stdout
+    line = next(l for l in r.stdout.splitlines() if l.startswith("kv events  %s" % a.address))
+    held = int(re.search(r"  (\d+) blocks", line).group(1))
+    assert held >= 20, line
+    assert "GPU %d" % held in line and "replay" in line, line
+    other = next(l for l in r.stdout.splitlines() if l.startswith("kv events  %s" % b.address))
+    assert "  0 blocks" in other, other
+    j = eppctl("explain", "--config", config, "--endpoints", endpoints, "-o", "json", "-r", req)
+    assert j.returncode == 0, j.stderr
+    doc = json.loads(j.stdout)
+    assert doc["decision"]["header"]["x-gateway-destination-endpoint"] == a.address
+    rows = {row["endpoint"]: row for row in doc["kv_events"]}
+    assert rows[a.address]["blocks"] == held and rows[a.address]["replays"] >= 1
+    assert rows[b.address]["blocks"] == 0

@@ -1,0 +1,411 @@
+// The precise prefix path: KvBlockIndex (block keys over token ids, holders, media, bounds),
+// KvEventPublisher and KvEventSubscriber over real ZeroMQ sockets on 127.0.0.1 (gaps, replay,
+// restarts, malformed messages, departures), and the precise-prefix-cache-producer in a
+// scheduler.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "epp/config.h"
+#include "epp/kv_index.h"
+#include "epp/kv_publisher.h"
+#include "epp/kv_subscriber.h"
+#include "epp/registry.h"
+#include "epp/request.h"
+#include "epp/scheduler.h"
+#include "testing/epp_testing.h"
+
+namespace epp {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::vector<uint32_t> Tokens(uint32_t first, size_t n) {
+  std::vector<uint32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = first + static_cast<uint32_t>(i);
+  return t;
+}
+
+// A BlockStored of `tokens` in blocks of `bs`, engine hashes base, base+1, ...
+KvBlockStored Stored(const std::vector<uint32_t>& tokens, int bs, uint64_t base, std::optional<uint64_t> parent = {},
+                     std::string medium = "GPU") {
+  KvBlockStored s;
+  for (size_t i = 0; i < tokens.size() / bs; ++i) s.block_hashes.push_back(base + i);
+  s.parent_block_hash = parent;
+  s.token_ids.assign(tokens.begin(), tokens.begin() + static_cast<long>(s.block_hashes.size() * bs));
+  s.block_size = bs;
+  s.medium = std::move(medium);
+  return s;
+}
+
+KvEventBatch Batch(std::vector<KvEvent> events) {
+  KvEventBatch b;
+  b.ts = 1;
+  b.events = std::move(events);
+  return b;
+}
+
+std::vector<KvPrefixMatch> Match(const KvBlockIndex& index, const std::vector<uint32_t>& tokens,
+                                 std::vector<std::string> endpoints, std::string model = "m") {
+  std::vector<KvPrefixMatch> out;
+  index.Lookup(tokens, model, endpoints, out);
+  return out;
+}
+
+TEST(KvIndexTest, EstimateTokenIdsPacksFourBytesLittleEndian) {
+  EXPECT_TRUE(EstimateTokenIds("").empty());
+  EXPECT_EQ(EstimateTokenIds("abcd"), (std::vector<uint32_t>{0x64636261u}));
+  EXPECT_EQ(EstimateTokenIds("abcde"), (std::vector<uint32_t>{0x64636261u, 0x65u}));
+}
+
+TEST(KvIndexTest, RunsOfConsecutiveBlocksPerEndpointAndChainedParents) {
+  KvBlockIndex index;
+  const auto prompt = Tokens(100, 64);  // 4 blocks of 16
+  // A holds blocks 0-3 (stored in two events, the second chained on the first's last hash);
+  // B holds blocks 0-1 only.
+  std::vector<uint32_t> first(prompt.begin(), prompt.begin() + 32), second(prompt.begin() + 32, prompt.end());
+  auto r = index.Apply("a:1", "m", Batch({Stored(first, 16, 1000), Stored(second, 16, 1002, 1001)}));
+  EXPECT_EQ(r.stored, 4);
+  EXPECT_EQ(r.skipped, 0);
+  index.Apply("b:1", "m", Batch({Stored(first, 16, 5000)}));
+  auto m = Match(index, prompt, {"a:1", "b:1", "c:1"});
+  EXPECT_EQ(m[0].blocks, 4);
+  EXPECT_EQ(m[0].tokens(), 64);
+  EXPECT_DOUBLE_EQ(m[0].weighted_blocks, 4.0);
+  EXPECT_EQ(m[1].blocks, 2);
+  EXPECT_EQ(m[2].blocks, 0);
+  // A different first block matches nothing, even where later tokens agree.
+  auto other = prompt;
+  other[0] = 7;
+  EXPECT_EQ(Match(index, other, {"a:1"})[0].blocks, 0);
+  // A partial last block is not a block.
+  auto shorter = std::vector<uint32_t>(prompt.begin(), prompt.begin() + 40);
+  EXPECT_EQ(Match(index, shorter, {"a:1"})[0].blocks, 2);
+  // A child whose parent the index never saw is skipped (its keys cannot be computed).
+  r = index.Apply("c:1", "m", Batch({Stored(second, 16, 9000, 424242)}));
+  EXPECT_EQ(r.skipped, 1);
+  EXPECT_NE(r.last_skip.find("parent"), std::string::npos) << r.last_skip;
+  // Token counts that do not fill the blocks are skipped too.
+  KvBlockStored ragged = Stored(first, 16, 7000);
+  ragged.token_ids.pop_back();
+  r = index.Apply("c:1", "m", Batch({ragged}));
+  EXPECT_EQ(r.skipped, 1);
+}
+
+TEST(KvIndexTest, RemovalsClearsMediaAndLora) {
+  KvIndexOptions o;
+  KvBlockIndex index(o);
+  const auto prompt = Tokens(1, 48);
+  index.Apply("a:1", "base", Batch({Stored(prompt, 16, 10)}));
+  // Block 1 evicted: the run stops at block 0.
+  KvBlockRemoved rm;
+  rm.block_hashes = {11};
+  rm.medium = "GPU";
+  auto r = index.Apply("a:1", "base", Batch({rm}));
+  EXPECT_EQ(r.removed, 1);
+  EXPECT_EQ(Match(index, prompt, {"a:1"}, "base")[0].blocks, 1);
+  // Offloaded to CPU (a token-less BlockStored names known hashes): weighted 0.8 where GPU is gone.
+  KvBlockStored cpu;
+  cpu.block_hashes = {10};
+  cpu.medium = "CPU";
+  index.Apply("a:1", "base", Batch({cpu}));
+  KvBlockRemoved gpu0;
+  gpu0.block_hashes = {10};
+  gpu0.medium = "GPU";
+  index.Apply("a:1", "base", Batch({gpu0}));
+  auto m = Match(index, prompt, {"a:1"}, "base");
+  EXPECT_EQ(m[0].blocks, 1);
+  EXPECT_DOUBLE_EQ(m[0].weighted_blocks, 0.8);
+  // A LoRA adapter's blocks key apart from the base model's.
+  KvBlockStored lora = Stored(prompt, 16, 50);
+  lora.lora_name = "sql-lora";
+  index.Apply("b:1", "base", Batch({lora}));
+  EXPECT_EQ(Match(index, prompt, {"b:1"}, "base")[0].blocks, 0);
+  EXPECT_EQ(Match(index, prompt, {"b:1"}, "sql-lora")[0].blocks, 3);
+  // AllBlocksCleared and ClearEndpoint drop everything the endpoint holds.
+  index.Apply("b:1", "base", Batch({KvAllBlocksCleared{}}));
+  EXPECT_EQ(Match(index, prompt, {"b:1"}, "sql-lora")[0].blocks, 0);
+  index.ClearEndpoint("a:1");
+  EXPECT_EQ(Match(index, prompt, {"a:1"}, "base")[0].blocks, 0);
+  EXPECT_EQ(index.Stats().blocks, 0);
+  EXPECT_EQ(index.Stats().holders, 0);
+}
+
+TEST(KvIndexTest, BoundedByMaxBlocksDroppingTheOldest) {
+  KvIndexOptions o;
+  o.max_blocks = 8;
+  KvBlockIndex index(o);
+  for (uint32_t p = 0; p < 4; ++p) index.Apply("a:1", "m", Batch({Stored(Tokens(1000 * (p + 1), 64), 16, 100 * (p + 1))}));
+  const KvIndexStats s = index.Stats();
+  EXPECT_EQ(s.blocks, 8);
+  EXPECT_EQ(s.evicted, 8);
+  EXPECT_EQ(Match(index, Tokens(1000, 64), {"a:1"})[0].blocks, 0);  // the oldest prompt is gone
+  EXPECT_EQ(Match(index, Tokens(4000, 64), {"a:1"})[0].blocks, 4);
+  // Evicted blocks' engine hashes are forgotten: a removal naming one is a no-op.
+  KvBlockRemoved rm;
+  rm.block_hashes = {100};
+  EXPECT_EQ(index.Apply("a:1", "m", Batch({rm})).removed, 0);
+}
+
+// ---- Over ZeroMQ --------------------------------------------------------------------------
+
+template <typename F>
+bool PollUntil(KvEventSubscriber& sub, F done, milliseconds limit = milliseconds(5000)) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (done()) return true;
+    sub.PollOnce(milliseconds(20));
+  }
+  return done();
+}
+
+KvEndpointStats StatsOf(KvEventSubscriber& sub, const std::string& endpoint) {
+  for (const auto& s : sub.Stats())
+    if (s.endpoint == endpoint) return s;
+  return {};
+}
+
+std::unique_ptr<KvEventPublisher> StartPublisher(bool replay, KvPublisherOptions o = {}) {
+  o.endpoint = "tcp://127.0.0.1:0";
+  if (replay) o.replay_endpoint = "tcp://127.0.0.1:0";
+  o.topic = "kv@a:1@m";
+  auto p = KvEventPublisher::Start(o);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? std::move(*p) : nullptr;
+}
+
+// Publishes empty batches until the subscriber has applied one (ZeroMQ's slow joiner: a PUB drops
+// what it sends before the subscription reaches it).
+void Handshake(KvEventPublisher& pub, KvEventSubscriber& sub, const std::string& endpoint) {
+  ASSERT_TRUE(PollUntil(sub, [&] {
+    if (StatsOf(sub, endpoint).batches > 0) return true;
+    pub.Publish({});
+    pub.Flush();
+    return false;
+  }));
+}
+
+TEST(KvSubscriberTest, AppliesEventsAndDropsEntriesWhenTheEndpointLeaves) {
+  auto pub = StartPublisher(false);
+  ASSERT_NE(pub, nullptr);
+  KvBlockIndex index;
+  KvEventSubscriber sub(&index);
+  sub.SetSubscriptions({{"a:1", pub->endpoint(), "", ""}});
+  Handshake(*pub, sub, "a:1");
+  const auto prompt = Tokens(1, 64);
+  pub->Publish({Stored(prompt, 16, 77)});
+  ASSERT_TRUE(PollUntil(sub, [&] { return Match(index, prompt, {"a:1"})[0].blocks == 4; }));
+  const KvEndpointStats st = StatsOf(sub, "a:1");
+  EXPECT_GE(st.events, 1);
+  EXPECT_EQ(st.malformed, 0);
+  EXPECT_GT(st.last_event_unix_us, 0);
+  // The base model came from the topic kv@a:1@m: a request for "m" is a base-model request.
+  EXPECT_EQ(index.Endpoints().size(), 1u);
+  sub.SetSubscriptions({});
+  sub.PollOnce(milliseconds(10));
+  EXPECT_EQ(Match(index, prompt, {"a:1"})[0].blocks, 0);
+  EXPECT_TRUE(sub.Stats().empty());
+}
+
+TEST(KvSubscriberTest, MalformedMessagesAreCountedAndSkipped) {
+  auto pub = StartPublisher(false);
+  ASSERT_NE(pub, nullptr);
+  KvBlockIndex index;
+  KvEventSubscriber sub(&index);
+  sub.SetSubscriptions({{"a:1", pub->endpoint(), "", "m"}});
+  Handshake(*pub, sub, "a:1");
+  const int64_t seq0 = StatsOf(sub, "a:1").last_seq;
+  pub->PublishRaw({"kv@a:1@m", "short"});                                         // two frames
+  pub->PublishRaw({"kv@a:1@m", "12345678", "\xc1"});                              // 0xc1: never msgpack
+  pub->PublishRaw({"kv@a:1@m", EncodeKvSequence(static_cast<uint64_t>(seq0) + 1), "\x93\xcb"});  // truncated
+  const auto prompt = Tokens(9, 32);
+  pub->Publish({Stored(prompt, 16, 500)});
+  pub->Flush();
+  ASSERT_TRUE(PollUntil(sub, [&] { return Match(index, prompt, {"a:1"})[0].blocks == 2; }));
+  const KvEndpointStats st = StatsOf(sub, "a:1");
+  EXPECT_EQ(st.malformed, 3) << st.last_error;
+}
+
+TEST(KvSubscriberTest, GapWithoutReplayDropsTheEndpointsEntries) {
+  KvPublisherOptions o;
+  auto pub = StartPublisher(false, o);
+  ASSERT_NE(pub, nullptr);
+  KvBlockIndex index;
+  KvEventSubscriber sub(&index);
+  sub.SetSubscriptions({{"a:1", pub->endpoint(), "", "m"}});
+  Handshake(*pub, sub, "a:1");
+  const auto p1 = Tokens(1, 32), p2 = Tokens(1000, 32);
+  pub->Publish({Stored(p1, 16, 10)});
+  ASSERT_TRUE(PollUntil(sub, [&] { return Match(index, p1, {"a:1"})[0].blocks == 2; }));
+  // Batches lost on the way (a removal of p1's blocks, say): the next one that arrives carries a
+  // later sequence number (sent by hand here).
+  const int64_t last = StatsOf(sub, "a:1").last_seq;
+  KvEventBatch b = Batch({Stored(p2, 16, 20)});
+  pub->PublishRaw({"kv@a:1@m", EncodeKvSequence(static_cast<uint64_t>(last) + 3), EncodeKvEventBatch(b)});
+  ASSERT_TRUE(PollUntil(sub, [&] { return Match(index, p2, {"a:1"})[0].blocks == 2; }));
+  EXPECT_EQ(Match(index, p1, {"a:1"})[0].blocks, 0) << "entries from before the gap were dropped";
+  const KvEndpointStats st = StatsOf(sub, "a:1");
+  EXPECT_EQ(st.gaps, 1);
+  EXPECT_GE(st.resets, 1);
+}
+
+TEST(KvSubscriberTest, GapsAndLateJoinsAreFilledFromTheReplaySocket) {
+  for (bool legacy : {false, true}) {
+    SCOPED_TRACE(legacy ? "replay without the topic frame (older engines)" : "replay with the topic frame");
+    KvPublisherOptions o;
+    o.legacy_replay = legacy;
+    auto pub = StartPublisher(true, o);
+    ASSERT_NE(pub, nullptr);
+    // History published before anyone subscribes: a late joiner learns it by replay.
+    const auto p1 = Tokens(1, 32);
+    pub->Publish({Stored(p1, 16, 10)});
+    pub->Flush();
+    KvBlockIndex index;
+    KvEventSubscriber sub(&index);
+    sub.SetSubscriptions({{"a:1", pub->endpoint(), pub->replay_endpoint(), "m"}});
+    Handshake(*pub, sub, "a:1");
+    EXPECT_EQ(Match(index, p1, {"a:1"})[0].blocks, 2) << "replayed history";
+    EXPECT_GE(StatsOf(sub, "a:1").replays, 1);
+    EXPECT_EQ(StatsOf(sub, "a:1").replay_failures, 0);
+  }
+}
+
+TEST(KvSubscriberTest, DroppedBatchesAreReplayedAndRestartsReset) {
+  KvPublisherOptions o;
+  o.drop_rate = 1.0;  // nothing goes out live: every batch only reaches the replay buffer
+  auto dropping = StartPublisher(true, o);
+  ASSERT_NE(dropping, nullptr);
+  KvBlockIndex index;
+  KvEventSubscriber sub(&index);
+  const auto p1 = Tokens(1, 32);
+  dropping->Publish({Stored(p1, 16, 10)});
+  dropping->Flush();
+  // The subscriber only learns of p1 through replay (the new subscription's, and the one a live
+  // message with a later sequence number would trigger; sent raw, since the publisher drops its
+  // own).
+  sub.SetSubscriptions({{"a:1", dropping->endpoint(), dropping->replay_endpoint(), "m"}});
+  ASSERT_TRUE(PollUntil(sub, [&] {
+    dropping->PublishRaw({"kv@a:1@m", EncodeKvSequence(1), EncodeKvEventBatch(Batch({}))});
+    dropping->Flush();
+    return Match(index, p1, {"a:1"})[0].blocks == 2 && StatsOf(sub, "a:1").last_seq == 1;
+  }));
+  EXPECT_GE(StatsOf(sub, "a:1").replays, 1);
+  // The engine restarts: its sequence goes back to 0. What the old process held is gone.
+  const int64_t last = StatsOf(sub, "a:1").last_seq;
+  ASSERT_GE(last, 1);
+  dropping->PublishRaw({"kv@a:1@m", EncodeKvSequence(0), EncodeKvEventBatch(Batch({}))});
+  ASSERT_TRUE(PollUntil(sub, [&] { return StatsOf(sub, "a:1").last_seq == 0; }));
+  EXPECT_EQ(Match(index, p1, {"a:1"})[0].blocks, 0);
+  EXPECT_GE(StatsOf(sub, "a:1").resets, 1);
+}
+
+TEST(KvSubscriberTest, ReconnectsWhenThePublisherComesBack) {
+  KvBlockIndex index;
+  KvEventSubscriber sub(&index);
+  auto pub = StartPublisher(false);
+  ASSERT_NE(pub, nullptr);
+  const std::string address = pub->endpoint();
+  sub.SetSubscriptions({{"a:1", address, "", "m"}});
+  Handshake(*pub, sub, "a:1");
+  pub.reset();  // the server goes away
+  KvPublisherOptions again;
+  again.endpoint = address;  // and comes back on the same port
+  again.topic = "kv@a:1@m";
+  auto back = KvEventPublisher::Start(again);
+  ASSERT_TRUE(back.ok()) << back.status();
+  const auto p = Tokens(3, 16);
+  ASSERT_TRUE(PollUntil(sub, [&] {
+    (*back)->Publish({Stored(p, 16, 900)});
+    (*back)->Flush();
+    return Match(index, p, {"a:1"})[0].blocks == 1;
+  }, milliseconds(10000)));
+}
+
+// ---- The producer in a scheduler ------------------------------------------------------------
+
+TEST(PrecisePrefixProducerTest, PrefixScorerFollowsWhatTheServersHold) {
+  const char* yaml = R"(apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: token-producer
+- type: precise-prefix-cache-producer
+  parameters:
+    tokenProcessorConfig: {blockSize: 16}
+- type: prefix-cache-scorer
+  parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache-scorer
+  - pluginRef: max-score-picker
+)";
+  auto cfg = ParseConfig(yaml, "precise.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  ManualClock clock{testing::kNowUs};
+  SeededRng rng{1};
+  auto sched = BuildScheduler(*cfg, BuiltinRegistry(), PluginContext{&clock, &rng});
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  const KvEventsBinding* b = (*sched)->KvEvents();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->topic_filter, "kv@");
+  EXPECT_EQ(b->socket_port, 5557);
+  std::string body = R"({"model":"m","messages":[{"role":"system","content":")" + std::string(400, 's') +
+                     R"("},{"role":"user","content":"hi"}]})";
+  auto req = ParseOpenAIRequest("/v1/chat/completions", body);
+  ASSERT_TRUE(req.ok()) << req.status();
+  std::vector<Endpoint> pool = {testing::Ep("10.0.0.1:8000"), testing::Ep("10.0.0.2:8000")};
+  // The second server holds the prompt's blocks (as its events would say): it is picked.
+  const std::vector<uint32_t> tokens = EstimateTokenIds(req->prompt);
+  b->index->Apply("10.0.0.2:8000", "m", Batch({Stored(tokens, 16, 1)}));
+  PickOptions traced;
+  traced.trace = true;
+  for (int i = 0; i < 5; ++i) {
+    PickResult r = (*sched)->Pick(*req, pool, traced);
+    ASSERT_EQ(r.status, 200) << r.reason;
+    EXPECT_EQ(r.endpoints[0], "10.0.0.2:8000");
+    EXPECT_EQ(r.prefix_match_blocks, static_cast<int>(tokens.size() / 16));
+  }
+  // Evicted there, cached on the first: the preference follows.
+  b->index->Apply("10.0.0.2:8000", "m", Batch({KvAllBlocksCleared{}}));
+  b->index->Apply("10.0.0.1:8000", "m", Batch({Stored(tokens, 16, 1)}));
+  EXPECT_EQ((*sched)->Pick(*req, pool).endpoints[0], "10.0.0.1:8000");
+  EXPECT_GT((*sched)->PrefixIndexEntries(), 0u);
+  (*sched)->ForgetEndpoint("10.0.0.1:8000");
+  EXPECT_EQ((*sched)->PrefixIndexEntries(), 0u);
+}
+
+TEST(PrecisePrefixProducerTest, ParametersAreCheckedNamingThePlace) {
+  auto build = [](const std::string& params) {
+    std::string yaml = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+                       "- type: precise-prefix-cache-producer\n  parameters: " + params +
+                       "\n- type: prefix-cache-scorer\nschedulingProfiles:\n- name: default\n  plugins:\n"
+                       "  - pluginRef: prefix-cache-scorer\n";
+    auto cfg = ParseConfig(yaml, "p.yaml");
+    if (!cfg.ok()) return cfg.status();
+    ManualClock clock{0};
+    SeededRng rng{1};
+    auto s = BuildScheduler(*cfg, BuiltinRegistry(), PluginContext{&clock, &rng});
+    return s.ok() ? absl::OkStatus() : s.status();
+  };
+  EXPECT_TRUE(build("{}").ok());
+  EXPECT_TRUE(build("{kvEventsConfig: {topicFilter: 'kv@', podDiscoveryConfig: {socketPort: 6000, replaySocketPort: 6001}}}").ok());
+  const std::pair<const char*, const char*> bad[] = {
+      {"{tokenProcessorConfig: {blockSizeTokens: -1}}", "blockSizeTokens"},
+      {"{indexerConfig: {tokenizersPoolConfig: {}}}", "token-producer"},
+      {"{kvEventsConfig: {zmqEndpoint: 'tcp://0.0.0.0:5557'}}", "zmqEndpoint"},
+      {"{kvEventsConfig: {podDiscoveryConfig: {socketPort: 70000}}}", "socketPort"},
+      {"{speculativeIndexing: true}", "speculativeIndexing"},
+      {"{indexerConfig: {kvCacheBackendConfigs: [{name: gpu, weight: -1}]}}", "weight"},
+      {"{nope: 1}", "nope"},
+  };
+  for (const auto& [params, needle] : bad) {
+    absl::Status s = build(params);
+    EXPECT_FALSE(s.ok()) << params;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << params << ": " << s.message();
+  }
+}
+
+}  // namespace
+}  // namespace epp
