@@ -23,6 +23,9 @@ namespace {
 std::atomic<int64_t> g_alloc_bytes{0}, g_allocs{0};
 }  // namespace
 
+// The replacement pair allocates with malloc and frees with free; GCC cannot see that they pair.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(size_t n) {
   g_alloc_bytes.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
   g_allocs.fetch_add(1, std::memory_order_relaxed);
@@ -31,6 +34,7 @@ void* operator new(size_t n) {
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace {
 
