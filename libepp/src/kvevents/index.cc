@@ -58,8 +58,28 @@ struct KvBlockIndex::Impl {
     uint32_t endpoint;
     uint16_t medium;
   };
+  // Holders of a block in two parallel arrays: `who` (endpoint << 8 | medium) is what a lookup
+  // scans, 4 bytes a holder; the engine hashes are only read to forget evicted blocks.
+  static uint32_t Who(uint32_t endpoint, uint16_t medium) { return endpoint << 8 | medium; }
+  struct Holders {
+    std::vector<uint32_t> who;
+    std::vector<uint64_t> engine;
+    size_t size() const { return who.size(); }
+    bool empty() const { return who.empty(); }
+    Holder at(size_t i) const { return Holder{engine[i], who[i] >> 8, static_cast<uint16_t>(who[i] & 0xff)}; }
+    void push_back(const Holder& h) {
+      who.push_back(Who(h.endpoint, h.medium));
+      engine.push_back(h.engine_hash);
+    }
+    void erase_at(size_t i) {
+      who[i] = who.back();
+      who.pop_back();
+      engine[i] = engine.back();
+      engine.pop_back();
+    }
+  };
   struct Block {
-    std::vector<Holder> holders;
+    Holders holders;
     std::list<uint64_t>::iterator lru;  // position in `lru` (back = most recently stored)
     int32_t block_size = 0;
   };
@@ -104,6 +124,7 @@ struct KvBlockIndex::Impl {
     const std::string name = sent.empty() ? std::string("GPU") : std::string(sent);  // nil medium: GPU (llm-d)
     auto it = medium_ids.find(name);
     if (it != medium_ids.end()) return it->second;  // (std::string key)
+    if (media.size() >= 255) return 255;  // more media than any engine has: the rest share one id
     const uint16_t id = static_cast<uint16_t>(media.size());
     media.push_back(name);
     auto w = options.medium_weights.find(Lower(name));
@@ -131,9 +152,10 @@ struct KvBlockIndex::Impl {
       block_sizes[block_size]++;
     } else {
       lru.splice(lru.end(), lru, b.lru);  // stored again: most recent
-      for (Holder& existing : b.holders)
-        if (existing.endpoint == h.endpoint && existing.medium == h.medium) {
-          existing.engine_hash = h.engine_hash;
+      const uint32_t w = Who(h.endpoint, h.medium);
+      for (size_t i = 0; i < b.holders.size(); ++i)
+        if (b.holders.who[i] == w) {
+          b.holders.engine[i] = h.engine_hash;
           return;
         }
     }
@@ -146,10 +168,10 @@ struct KvBlockIndex::Impl {
     auto it = blocks.find(key);
     if (it == blocks.end()) return;
     auto& hs = it->second.holders;
+    const uint32_t w = Who(endpoint, medium);
     for (size_t i = 0; i < hs.size(); ++i) {
-      if (hs[i].endpoint == endpoint && hs[i].medium == medium) {
-        hs[i] = hs.back();
-        hs.pop_back();
+      if (hs.who[i] == w) {
+        hs.erase_at(i);
         --holders;
         break;
       }
@@ -166,7 +188,8 @@ struct KvBlockIndex::Impl {
   void EvictOverflow() {
     while (blocks.size() > options.max_blocks && !lru.empty()) {
       auto it = blocks.find(lru.front());
-      for (const Holder& h : it->second.holders) {
+      for (size_t i = 0; i < it->second.holders.size(); ++i) {
+        const Holder h = it->second.holders.at(i);
         endpoints[h.endpoint].engine.erase(EngineKey{h.engine_hash, h.medium});
         --holders;
       }
@@ -307,55 +330,67 @@ void KvBlockIndex::Lookup(std::span<const uint32_t> tokens, std::string_view mod
   const Impl& m = *impl_;
   std::shared_lock lock(m.mu);
   if (m.blocks.empty() || endpoints.empty()) return;
-  // Which requested endpoints the index knows, and whether the request is for their base model.
-  thread_local std::vector<int64_t> slot;  // endpoint id -> position in `endpoints`, -1: not asked
+  // Per endpoint id: its position in `endpoints` (-1: not asked) and whether the request is a
+  // LoRA request there (a model other than the endpoint's base model).
+  thread_local std::vector<int32_t> slot;
+  thread_local std::vector<uint8_t> lora_at;  // per position
   slot.assign(m.endpoints.size(), -1);
+  lora_at.assign(endpoints.size(), 0);
   bool any_lora = false, any_base = false;
   for (size_t i = 0; i < endpoints.size(); ++i) {
     auto it = m.endpoint_ids.find(endpoints[i]);
     if (it == m.endpoint_ids.end() || !m.endpoints[it->second].live) continue;
-    slot[it->second] = static_cast<int64_t>(i);
+    slot[it->second] = static_cast<int32_t>(i);
     const std::string& base = m.endpoints[it->second].base_model;
-    (base.empty() || base == model ? any_base : any_lora) = true;
+    lora_at[i] = !(base.empty() || base == model);
+    (lora_at[i] ? any_lora : any_base) = true;
   }
-  thread_local std::vector<int64_t> run;     // per position: blocks held so far (-1: run over)
-  thread_local std::vector<double> weight;
-  thread_local std::vector<double> best;     // per position: best medium weight at this block
+  // Per position: blocks held so far from the first, their weighted sum, and the weight counted
+  // for the current block (an endpoint holding a block on two media counts the better one).
+  struct Run {
+    int64_t blocks;
+    double weight;
+    double last;
+  };
+  thread_local std::vector<Run> runs;
+  thread_local std::vector<int32_t> pass_slot;  // endpoint id -> position for this pass, -1: skip
   for (const auto& [bs, count] : m.block_sizes) {
     for (int pass = 0; pass < 2; ++pass) {
       const bool lora_pass = pass == 1;
       if (lora_pass ? !any_lora : !any_base) continue;
       const std::vector<uint64_t> keys = BlockKeys(tokens, bs, lora_pass ? model : std::string_view());
       if (keys.empty()) continue;
-      run.assign(endpoints.size(), 0);
-      weight.assign(endpoints.size(), 0);
-      best.assign(endpoints.size(), 0);
+      pass_slot = slot;
+      for (int32_t& p : pass_slot)
+        if (p >= 0 && static_cast<bool>(lora_at[p]) != lora_pass) p = -1;
+      runs.assign(endpoints.size(), Run{0, 0, 0});
       for (size_t b = 0; b < keys.size(); ++b) {
         auto it = m.blocks.find(keys[b]);
         if (it == m.blocks.end()) break;
-        bool advanced = false;
-        for (const Impl::Holder& h : it->second.holders) {
-          const int64_t pos = slot[h.endpoint];
-          if (pos < 0 || run[pos] != static_cast<int64_t>(b)) continue;
-          const std::string& base = m.endpoints[h.endpoint].base_model;
-          const bool is_lora_ep = !(base.empty() || base == model);
-          if (is_lora_ep != lora_pass) continue;
-          best[pos] = std::max(best[pos], m.medium_weight[h.medium]);
+        const int64_t at = static_cast<int64_t>(b);
+        int advanced = 0;
+        for (const uint32_t w : it->second.holders.who) {
+          const int32_t pos = pass_slot[w >> 8];
+          if (pos < 0) continue;
+          Run& r = runs[pos];
+          const double mw = m.medium_weight[w & 0xff];
+          if (r.blocks == at) {  // held every block so far: extends its run
+            r.blocks = at + 1;
+            r.weight += mw;
+            r.last = mw;
+            ++advanced;
+          } else if (r.blocks == at + 1 && mw > r.last) {  // the same block on a better medium
+            r.weight += mw - r.last;
+            r.last = mw;
+          }
         }
-        for (const Impl::Holder& h : it->second.holders) {
-          const int64_t pos = slot[h.endpoint];
-          if (pos < 0 || best[pos] == 0) continue;
-          run[pos] = static_cast<int64_t>(b) + 1;
-          weight[pos] += best[pos];
-          best[pos] = 0;
-          advanced = true;
-        }
-        if (!advanced) break;
+        if (advanced == 0) break;
       }
       for (size_t i = 0; i < endpoints.size(); ++i) {
-        if (run[i] == 0) continue;
+        const Run& r = runs[i];
+        if (r.blocks == 0) continue;
         // Several block sizes: keep the longest match in tokens.
-        if (run[i] * bs > out[i].tokens()) out[i] = KvPrefixMatch{bs, run[i], weight[i]};
+        if (r.blocks * bs > out[i].tokens()) out[i] = KvPrefixMatch{bs, r.blocks, r.weight};
       }
     }
   }
@@ -392,7 +427,7 @@ KvIndexStats KvBlockIndex::Stats() const {
   for (const auto& ep : m.endpoints) engine_entries += static_cast<int64_t>(ep.engine.size());
   // flat_hash_map slot + control byte, list node, holder, engine-map slot.
   const int64_t block_bytes = static_cast<int64_t>(sizeof(uint64_t) + sizeof(Impl::Block) + 1) + 3 * 8 + 8;
-  s.approx_bytes = s.blocks * block_bytes + s.holders * static_cast<int64_t>(sizeof(Impl::Holder)) +
+  s.approx_bytes = s.blocks * block_bytes + s.holders * static_cast<int64_t>(sizeof(uint32_t) + sizeof(uint64_t)) +
                    engine_entries * static_cast<int64_t>(sizeof(Impl::EngineKey) + sizeof(uint64_t) + 1);
   return s;
 }
