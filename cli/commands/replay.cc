@@ -143,6 +143,13 @@ void SetupReplayCommand(CLI::App& app, int& exit_code) {
                     for (const std::string& n : epp::NamedReplayPolicies()) s += (s.empty() ? "" : ", ") + n;
                     return s;
                   }() + ") or an EndpointPickerConfig file; repeatable (default: round-robin and gie-default)");
+  cmd->add_option("--epp-replicas", o->epp_replicas,
+                  "Independent EPP replicas behind the gateway, requests spread round robin (each learns only its own "
+                  "picks; a precise policy's replicas all get every server's KV events)")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--kv-event-delay", o->kv_event_delay,
+                  "Precise policies: how long a server's KV event takes to reach the EPP (Go duration)")
+      ->capture_default_str();
   cmd->add_option("--refresh-metrics-interval", o->refresh_metrics_interval, "How often the EPP scrapes the servers (Go duration)")
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed for the workload, tie-breaks and random pickers")->capture_default_str();
@@ -180,6 +187,12 @@ int RunReplay(const ReplayCommandOptions& o) {
   ro.decode_servers = o.decode_servers;
   ro.kv_link_gbytes_per_s = o.kv_link_gbytes_per_s;
   ro.kv_bytes_per_token = o.kv_bytes_per_token;
+  ro.epp_replicas = o.epp_replicas;
+  {
+    absl::StatusOr<int64_t> delay = epp::ParseDurationMicros(o.kv_event_delay);
+    if (!delay.ok()) return PrintError(absl::InvalidArgumentError("--kv-event-delay: " + std::string(delay.status().message())));
+    ro.kv_event_delay_us = *delay;
+  }
   ro.server = o.server;
   ro.server.seed = o.seed;
   if (o.server_kv_tokens > 0) {

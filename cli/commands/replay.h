@@ -30,6 +30,8 @@ struct ReplayCommandOptions {
   // Policies and the EPP.
   std::vector<std::string> policies;      // names or config files; default round-robin, gie-default
   std::string refresh_metrics_interval = "50ms";
+  int epp_replicas = 1;                   // ReplayOptions::epp_replicas
+  std::string kv_event_delay = "0s";      // ReplayOptions::kv_event_delay_us
   uint64_t seed = 0;
   // Output.
   std::string output = "text";

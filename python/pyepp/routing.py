@@ -179,7 +179,7 @@ def _sim_params(sim: Optional[Mapping[str, Any]], server_kv_tokens: Optional[int
 def _run(trace: Any, policies: Any, servers: int, server_kv_tokens: Optional[int], sim: Optional[Mapping[str, Any]],
          refresh_interval_s: float, seed: int, trace_format: Optional[str], time_scale: float,
          prefill_servers: int = 0, decode_servers: int = 0, kv_link_gbytes_per_s: float = 25.0,
-         kv_bytes_per_token: int = 131072) -> Any:
+         kv_bytes_per_token: int = 131072, epp_replicas: int = 1, kv_event_delay_s: float = 0.0) -> Any:
     seed = _uint64(seed, "seed")
     if isinstance(servers, bool) or not isinstance(servers, int) or servers <= 0:
         raise ConfigError(f"servers must be an int > 0, got {servers!r}")
@@ -203,6 +203,13 @@ def _run(trace: Any, policies: Any, servers: int, server_kv_tokens: Optional[int
             not 0 < kv_link_gbytes_per_s < math.inf:
         raise ConfigError(f"kv_link_gbytes_per_s must be a number > 0, got {kv_link_gbytes_per_s!r}")
     options.kv_link_gbytes_per_s = float(kv_link_gbytes_per_s)
+    if isinstance(epp_replicas, bool) or not isinstance(epp_replicas, int) or not 1 <= epp_replicas <= 64:
+        raise ConfigError(f"epp_replicas must be an int in [1, 64], got {epp_replicas!r}")
+    options.epp_replicas = epp_replicas
+    if isinstance(kv_event_delay_s, bool) or not isinstance(kv_event_delay_s, (int, float)) or \
+            not 0 <= kv_event_delay_s < math.inf:
+        raise ConfigError(f"kv_event_delay_s must be a number of seconds >= 0, got {kv_event_delay_s!r}")
+    options.kv_event_delay_us = round(kv_event_delay_s * 1e6)
     native_trace = _trace(trace, trace_format, float(time_scale), seed)
     return lib.run_replay(native_trace, native_policies, options)
 
@@ -211,7 +218,8 @@ def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Un
            servers: int = 8, *, server_kv_tokens: Optional[int] = None, sim: Optional[Mapping[str, Any]] = None,
            refresh_interval_s: float = 0.05, seed: int = 0, trace_format: Optional[str] = None,
            time_scale: float = 1.0, prefill_servers: int = 0, decode_servers: int = 0,
-           kv_link_gbytes_per_s: float = 25.0, kv_bytes_per_token: int = 131072) -> Dict[str, Any]:
+           kv_link_gbytes_per_s: float = 25.0, kv_bytes_per_token: int = 131072, epp_replicas: int = 1,
+           kv_event_delay_s: float = 0.0) -> Dict[str, Any]:
     """Replays ``trace`` once per policy over ``servers`` simulated model servers; returns the
     report (``eppctl replay --output json``) as a dict: ``trace`` (requests, blocks,
     prompt_tokens, duration_s and the two block hit-rate bounds) and ``policies`` (per policy:
@@ -243,9 +251,15 @@ def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Un
     ``kv_bytes_per_token`` per uncached token over ``kv_link_gbytes_per_s``. Each policy then also
     reports ``disaggregated_pool``, ``disaggregated``, ``kv_transfer_s_mean``, ``server_roles``
     and ``itl_s``.
+
+    ``epp_replicas`` (``eppctl replay --epp-replicas``) spreads requests round robin over that many
+    independent EPPs. A policy with a ``precise-prefix-cache-producer`` (``"gie-precise"``) has its
+    servers publish KV events, which reach every replica ``kv_event_delay_s`` after the cache
+    changed; such policies report ``precise: true``.
     """
     report = _run(trace, policies, servers, server_kv_tokens, sim, refresh_interval_s, seed, trace_format, time_scale,
-                  prefill_servers, decode_servers, kv_link_gbytes_per_s, kv_bytes_per_token)
+                  prefill_servers, decode_servers, kv_link_gbytes_per_s, kv_bytes_per_token, epp_replicas,
+                  kv_event_delay_s)
     return json.loads(lib.replay_report_to_json(report, -1))
 
 
@@ -307,7 +321,7 @@ def _bind_replay_args(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[An
     a = bound.arguments
     return (a["trace"], a["policies"], a["servers"], a["server_kv_tokens"], a["sim"], a["refresh_interval_s"], a["seed"],
             a["trace_format"], a["time_scale"], a["prefill_servers"], a["decode_servers"], a["kv_link_gbytes_per_s"],
-            a["kv_bytes_per_token"])
+            a["kv_bytes_per_token"], a["epp_replicas"], a["kv_event_delay_s"])
 
 
 def replay_text(*report_or_args: Any, **kwargs: Any) -> str:

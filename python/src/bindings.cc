@@ -348,7 +348,9 @@ void BindReplay(py::module_& m) {
       .def_readwrite("prefill_servers", &epp::ReplayOptions::prefill_servers)
       .def_readwrite("decode_servers", &epp::ReplayOptions::decode_servers)
       .def_readwrite("kv_link_gbytes_per_s", &epp::ReplayOptions::kv_link_gbytes_per_s)
-      .def_readwrite("kv_bytes_per_token", &epp::ReplayOptions::kv_bytes_per_token);
+      .def_readwrite("kv_bytes_per_token", &epp::ReplayOptions::kv_bytes_per_token)
+      .def_readwrite("epp_replicas", &epp::ReplayOptions::epp_replicas)
+      .def_readwrite("kv_event_delay_us", &epp::ReplayOptions::kv_event_delay_us);
   py::class_<epp::Percentiles>(m, "Percentiles")
       .def(py::init<>())
       .def_readwrite("p50", &epp::Percentiles::p50)
@@ -376,6 +378,7 @@ void BindReplay(py::module_& m) {
       .def_readwrite("queue_s", &epp::ReplayPolicyReport::queue_s)
       .def_readwrite("itl_s", &epp::ReplayPolicyReport::itl_s)
       .def_readwrite("disaggregated_pool", &epp::ReplayPolicyReport::disaggregated_pool)
+      .def_readwrite("precise", &epp::ReplayPolicyReport::precise)
       .def_readwrite("disaggregated", &epp::ReplayPolicyReport::disaggregated)
       .def_readwrite("kv_transfer_s_mean", &epp::ReplayPolicyReport::kv_transfer_s_mean)
       .def_readwrite("server_roles", &epp::ReplayPolicyReport::server_roles)

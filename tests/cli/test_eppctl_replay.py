@@ -162,3 +162,20 @@ def test_pd_pool_compares_aggregated_and_disaggregated(eppctl, root):
     assert "pd-disagg: P/D pool (2 prefill + 2 decode servers): 12 of 12 requests prefilled remotely" in text.stdout, text.stdout
     bad = eppctl("replay", *args[:-2], "--policy", pd)  # prefill servers without decode servers
     assert bad.returncode == 2 and "at least one prefill and one decode server" in bad.stderr, bad.stderr
+
+
+def test_precise_prefix_keeps_its_hit_rate_across_epp_replicas(eppctl):
+    """Approximate prefix routing learns only from each replica's own picks; the precise producer
+    reads every server's KV events, so splitting requests over replicas costs it nothing."""
+    args = ["--workload", "shared-prefix", "--servers", "8", "--policy", "gie-default", "--policy", "gie-precise",
+            "--seed", "1", "--kv-event-delay", "20ms"]
+    one = {p["name"]: p for p in replay_json(eppctl, *args, "--epp-replicas", "1")["policies"]}
+    four = {p["name"]: p for p in replay_json(eppctl, *args, "--epp-replicas", "4")["policies"]}
+    assert one["gie-precise"]["precise"] and not one["gie-default"]["precise"]
+    assert four["gie-precise"]["prediction_error_rate"] == 0
+    assert four["gie-default"]["prediction_error_rate"] > 0
+    assert four["gie-default"]["block_hit_rate"] < one["gie-default"]["block_hit_rate"] - 0.05
+    assert four["gie-precise"]["block_hit_rate"] >= one["gie-precise"]["block_hit_rate"] - 0.01
+    assert four["gie-precise"]["block_hit_rate"] > four["gie-default"]["block_hit_rate"] + 0.05
+    r = eppctl("replay", "--workload", "shared-prefix", "--epp-replicas", "0")
+    assert r.returncode == 2

@@ -26,7 +26,7 @@ TINY = pyepp.SharedPrefix(groups=3, prompts_per_group=4, system_len=200, questio
 TRACE_KEYS = ["requests", "blocks", "prompt_tokens", "duration_s", "upper_bound_block_hit_rate",
               "pooled_cache_bound_block_hit_rate"]
 POLICY_KEYS = ["name", "completed", "failed", "shed", "block_hit_rate", "token_hit_rate", "ttft_s", "e2e_s", "queue_s",
-               "itl_s", "disaggregated_pool", "disaggregated", "kv_transfer_s_mean", "server_roles", "throughput_rps", "load_max_over_mean", "prediction_error_rate", "requests_per_server",
+               "itl_s", "disaggregated_pool", "disaggregated", "kv_transfer_s_mean", "server_roles", "throughput_rps", "load_max_over_mean", "prediction_error_rate", "precise", "requests_per_server",
                "kv_usage_mean_per_server", "hit_rate_timeline", "ttft_samples_s", "wall_s"]
 
 CONFIG = """\
@@ -53,7 +53,7 @@ def without_wall_time(report: Dict[str, Any]) -> Dict[str, Any]:
 
 def test_named_policies_on_a_shared_prefix_workload() -> None:
     assert pyepp.named_policies() == ["round-robin", "random", "least-queue", "least-inflight", "gie-default",
-                                      "sglang-cache-aware"]
+                                      "gie-precise", "sglang-cache-aware"]
     report = pyepp.replay(TINY, ["round-robin", "gie-default", "sglang-cache-aware"], servers=3)
     assert list(report) == ["trace", "policies"]
     assert list(report["trace"]) == TRACE_KEYS
@@ -306,3 +306,14 @@ def test_example_replay_plots_with_matplotlib(source_dir: Path, tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     assert "plots saved to replay.png" in done.stdout
     assert (tmp_path / "replay.png").exists()
+
+
+def test_precise_policy_and_epp_replicas() -> None:
+    one = pyepp.replay(TINY, ["gie-default", "gie-precise"], servers=4, seed=3)
+    four = pyepp.replay(TINY, ["gie-default", "gie-precise"], servers=4, seed=3, epp_replicas=4, kv_event_delay_s=0.02)
+    assert [p["precise"] for p in four["policies"]] == [False, True]
+    assert four["policies"][1]["prediction_error_rate"] == 0
+    assert four["policies"][1]["block_hit_rate"] >= one["policies"][1]["block_hit_rate"] - 0.01
+    for bad in ({"epp_replicas": 0}, {"epp_replicas": 65}, {"kv_event_delay_s": -1}):
+        with pytest.raises(pyepp.ConfigError):
+            pyepp.replay(TINY, "gie-precise", servers=2, **bad)

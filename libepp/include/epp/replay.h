@@ -93,6 +93,7 @@ struct ReplayPolicy {
   EppConfig config;
 };
 // Named baselines: round-robin, random, least-queue, gie-default (queue 2, kv 2, prefix 3),
+// gie-precise (the same weights, prefix from the servers' KV events),
 // sglang-cache-aware (SGLang's defaults), least-inflight (token-load). kNotFound listing them.
 absl::StatusOr<ReplayPolicy> NamedReplayPolicy(std::string_view name);
 std::vector<std::string> NamedReplayPolicies();
@@ -127,6 +128,12 @@ struct ReplayOptions {
   int decode_servers = 0;
   double kv_link_gbytes_per_s = 25;
   int64_t kv_bytes_per_token = 131072;
+  // Independent EPP replicas behind the gateway, requests spread round robin: each learns only
+  // the picks it made (approximate prefix) but every server's KV events (precise prefix).
+  int epp_replicas = 1;
+  // A policy with a precise-prefix-cache-producer: its servers publish KV events, which reach
+  // the replicas' indexes this long after the cache changed.
+  int64_t kv_event_delay_us = 0;
 };
 
 struct Percentiles {
@@ -152,6 +159,7 @@ struct ReplayPolicyReport {
   Percentiles ttft_s, e2e_s, queue_s;
   Percentiles itl_s;          // inter-token latency: (finish - first token) / (output tokens - 1)
   bool disaggregated_pool = false;  // ran on the P/D pool (ReplayOptions::prefill_servers > 0)
+  bool precise = false;             // its prefix producer read the servers' KV events
   int64_t disaggregated = 0;        // requests whose prefill ran on a prefill server
   double kv_transfer_s_mean = 0;    // over those
   std::vector<std::string> server_roles;  // per server: "prefill", "decode" or "" (aggregated)

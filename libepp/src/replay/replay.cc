@@ -21,6 +21,8 @@
 #include "epp/prefix_cache.h"
 #include "epp/registry.h"
 #include "epp/replay.h"
+#include "epp/kv_index.h"
+#include "epp/kv_subscriber.h"
 #include "epp/scheduler.h"
 #include "replay/render.h"
 
@@ -121,6 +123,15 @@ struct Pending {
   SimRequest decode_req;        // prefill stage: what to submit once the KV has arrived
   int64_t prefill_queue_us = 0;  // decode stage: the prefill's queueing
   int64_t transfer_us = 0;       // decode stage: the KV transfer
+  size_t replica = 0;            // the EPP replica that picked it (ReplayOptions::epp_replicas)
+};
+
+// KV events on their way from a server to the EPP replicas (ReplayOptions::kv_event_delay_us).
+struct KvDelivery {
+  int64_t t_us;
+  size_t server;
+  std::vector<KvEvent> events;
+  bool operator>(const KvDelivery& o) const { return t_us > o.t_us; }
 };
 
 // A decode stage waiting for its KV transfer to end.
@@ -181,6 +192,8 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
   if (pd_pool && options.kv_bytes_per_token < 0) return absl::InvalidArgumentError("kv_bytes_per_token must be >= 0");
   const int server_count = pd_pool ? options.prefill_servers + options.decode_servers : options.servers;
   if (server_count <= 0) return absl::InvalidArgumentError("servers must be > 0");
+  if (options.epp_replicas < 1 || options.epp_replicas > 64) return absl::InvalidArgumentError("epp_replicas must be in [1, 64]");
+  if (options.kv_event_delay_us < 0) return absl::InvalidArgumentError("the KV event delay must be >= 0");
   if (options.scrape_interval_us <= 0) return absl::InvalidArgumentError("the metrics refresh interval must be > 0");
   if (!options.per_server.empty() && static_cast<int>(options.per_server.size()) != server_count)
     return absl::InvalidArgumentError("per-server parameters must list every server");
@@ -216,10 +229,22 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
     const auto wall0 = std::chrono::steady_clock::now();
     const ReplayPolicy& policy = policies[pi];
     ManualClock clock(t0);
-    SeededRng rng(options.seed);
-    EPP_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> sched, BuildScheduler(policy.config, registry, PluginContext{&clock, &rng}));
+    // Independent EPP replicas behind one gateway (round robin): each has its own state; with a
+    // precise prefix producer each also gets every server's KV events.
+    std::vector<std::unique_ptr<SeededRng>> rngs;
+    std::vector<std::unique_ptr<Scheduler>> replicas;
+    std::vector<const KvEventsBinding*> kv_of;
+    for (int r = 0; r < std::max(1, options.epp_replicas); ++r) {
+      rngs.push_back(std::make_unique<SeededRng>(options.seed + static_cast<uint64_t>(r)));
+      EPP_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> built,
+                           BuildScheduler(policy.config, registry, PluginContext{&clock, rngs.back().get()}));
+      kv_of.push_back(built->KvEvents());
+      replicas.push_back(std::move(built));
+    }
+    const bool kv_on = kv_of.front() != nullptr;
+    std::priority_queue<KvDelivery, std::vector<KvDelivery>, std::greater<KvDelivery>> kv_in_flight;
     // Multi-profile policies (P/D) get the labelled pool; the others the same servers unlabelled.
-    const bool on_pd = pd_pool && sched->ProfileNames().size() > 1;
+    const bool on_pd = pd_pool && replicas.front()->ProfileNames().size() > 1;
     std::vector<std::unique_ptr<SimServer>> servers;
     std::vector<Endpoint> endpoints(params.size());
     absl::flat_hash_map<std::string, size_t> server_of;
@@ -228,6 +253,7 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
     std::vector<char> dirty(params.size(), 1);
     for (size_t i = 0; i < params.size(); ++i) {
       SimParams p = params[i];
+      p.kv_events = kv_on;  // a precise policy: the servers publish what their caches do
       // Every model the trace uses is served by every server.
       for (const std::string& m : trace_models)
         if (std::find(p.models.begin(), p.models.end(), m) == p.models.end()) p.models.push_back(m);
@@ -242,6 +268,7 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
     ReplayPolicyReport rep;
     rep.name = policy.name;
     rep.disaggregated_pool = on_pd;
+    rep.precise = kv_on;
     for (size_t i = 0; i < params.size(); ++i) {
       std::string role;
       if (on_pd) role = static_cast<int>(i) < options.prefill_servers ? "prefill" : "decode";
@@ -272,6 +299,10 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
       bucket_blocks[pd.bucket] += pd.blocks;
     };
     auto collect = [&](size_t s) {
+      if (kv_on) {
+        std::vector<KvEvent> kv = servers[s]->TakeKvEvents();
+        if (!kv.empty()) kv_in_flight.push(KvDelivery{servers[s]->now_us() + options.kv_event_delay_us, s, std::move(kv)});
+      }
       for (const SimEvent& ev : events) {
         if (ev.kind == SimEvent::Kind::kFirstToken) continue;
         auto it = pending.find(ev.id);
@@ -283,7 +314,7 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
         if (pd.prefill_stage) {
           --prefill_pending[s];
           if (rejected) {
-            sched->Release(endpoints[pd.decode_server].address, pd.load_tokens);
+            replicas[pd.replica]->Release(endpoints[pd.decode_server].address, pd.load_tokens);
             rep.failed++;
             continue;
           }
@@ -304,7 +335,7 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
           deferred.push(Deferred{res->finish_us + next.transfer_us, d, std::move(dr)});
           continue;
         }
-        sched->Release(endpoints[s].address, pd.load_tokens);
+        replicas[pd.replica]->Release(endpoints[s].address, pd.load_tokens);
         if (rejected) {
           rep.failed++;
           continue;
@@ -400,7 +431,16 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
       req.prompt.assign(renderer.Render(r));
       req.prompt_tokens = r.prompt_tokens;
       req.priority = r.priority;
-      PickResult pr = sched->Pick(req, endpoints);
+      // KV events that reached the EPPs by now are in their indexes.
+      while (!kv_in_flight.empty() && kv_in_flight.top().t_us <= r.arrival_us) {
+        KvEventBatch batch;
+        batch.events = kv_in_flight.top().events;
+        const size_t from = kv_in_flight.top().server;
+        kv_in_flight.pop();
+        for (const KvEventsBinding* b : kv_of) b->index->Apply(endpoints[from].address, "", batch);
+      }
+      const size_t replica = done % replicas.size();
+      PickResult pr = replicas[replica]->Pick(req, endpoints);
       if (pr.status != 200) {
         rep.shed++;
       } else {
@@ -408,6 +448,7 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
         Pending pd;
         pd.arrival_us = r.arrival_us;
         pd.server = s;
+        pd.replica = replica;
         pd.predicted_tokens = static_cast<int64_t>(pr.prefix_match_blocks) * pr.prefix_block_size_tokens;
         // Without a prefix producer the EPP makes no prediction to judge.
         pd.predicts = pr.prefix_block_size_tokens > 0;
@@ -417,6 +458,7 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
         SimRequest sr;
         sr.id = next_id++;
         sr.block_hashes = ChainedBlockHashes(req.prompt, static_cast<size_t>(sim_block) * kCharsPerToken, PrefixSeed(r.model));
+        if (kv_on) sr.token_ids = EstimateTokenIds(req.prompt);  // what its BlockStored events carry
         pd.blocks = static_cast<int64_t>(sr.block_hashes.size());
         sr.prompt_tokens = std::max<int64_t>(1, r.prompt_tokens);
         sr.output_tokens = std::max<int64_t>(1, r.output_tokens);
@@ -519,6 +561,7 @@ std::string ReplayReportToJson(const ReplayReport& report, int indent) {
                   {"throughput_rps", p.throughput_rps},
                   {"load_max_over_mean", p.load_max_over_mean},
                   {"prediction_error_rate", p.prediction_error_rate},
+                  {"precise", p.precise},
                   {"requests_per_server", p.requests_per_server},
                   {"kv_usage_mean_per_server", p.kv_usage_mean_per_server},
                   {"hit_rate_timeline", p.hit_rate_timeline},

@@ -305,6 +305,14 @@ const std::vector<std::pair<std::string, std::string>>& Baselines() {
       {"least-queue", "plugins:\n- type: queue-scorer\n"},
       {"least-inflight", "plugins:\n- type: token-load-scorer\n"},
       {"gie-default", ""},
+      // GIE's default weights with llm-d's precise prefix producer: the servers' KV events, not
+      // the EPP's own picks, say what each one holds.
+      {"gie-precise",
+       "plugins:\n- type: token-producer\n- type: precise-prefix-cache-producer\n- type: prefix-cache-scorer\n"
+       "  parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}\n- type: queue-scorer\n"
+       "- type: kv-cache-utilization-scorer\n- type: max-score-picker\nschedulingProfiles:\n- name: default\n"
+       "  plugins:\n  - {pluginRef: queue-scorer, weight: 2}\n  - {pluginRef: kv-cache-utilization-scorer, weight: 2}\n"
+       "  - {pluginRef: prefix-cache-scorer, weight: 3}\n  - pluginRef: max-score-picker\n"},
       {"sglang-cache-aware", "plugins:\n- type: cache-aware-scorer\n"},
   };
   return *kBaselines;
