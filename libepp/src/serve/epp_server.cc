@@ -177,9 +177,12 @@ struct EppServer::Impl {
     return absl::OkStatus();
   }
 
+  // The config file as Start() read it: marked applied before the read, so that a change made
+  // from then on (even before the watch thread first runs) is seen.
+  std::unique_ptr<internal::FileWatch> config_watch;
+
   void Watch() {
-    internal::FileWatch watch(config.config_file);
-    watch.MarkApplied();  // Start() read it just before
+    internal::FileWatch& watch = *config_watch;
     const auto interval = std::max(config.refresh_interval, std::chrono::microseconds(20000));
     std::unique_lock<std::mutex> lock(mu);
     while (!cv.wait_for(lock, interval, [this] { return stop; })) {
@@ -247,6 +250,10 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     m.handle = std::make_unique<SchedulerHandle>(c.scheduler);
   } else {
     std::string note;
+    if (!c.config_file.empty() && c.watch_config) {
+      m.config_watch = std::make_unique<internal::FileWatch>(c.config_file);
+      m.config_watch->MarkApplied();
+    }
     EPP_ASSIGN_OR_RETURN(EppConfig loaded, m.LoadConfig(&note));
     EPP_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, BuildScheduler(loaded, m.registry, m.Context()));
     for (const std::string& w : scheduler->warnings()) m.log.Warn("config: " + w);
@@ -319,7 +326,7 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
                                                                        [raw] { return raw->Render(); }));
   }
   if (m.pool) m.pool->Start();
-  if (!c.config_file.empty() && c.watch_config) m.watch_thread = std::thread([raw] { raw->Watch(); });
+  if (m.config_watch) m.watch_thread = std::thread([raw] { raw->Watch(); });
   m.SyncKv();  // subscribed before the first stream, when the config has a precise prefix producer
   m.kv_thread = std::thread([raw] { raw->KvLoop(); });
   return std::unique_ptr<EppServer>(new EppServer(std::move(impl)));
