@@ -13,9 +13,10 @@
 // looked up at every block size present (normally one), so the index needs no configured size.
 //
 // Memory is bounded by max_blocks: past it, the least recently stored blocks are dropped with
-// their holders (as an engine would evict them). Cost: about 150 bytes per block held by one
-// endpoint (the key's slot and list node, the holder, the engine-hash entry); a second holder of
-// the same block adds about 50 (see docs/benchmarks.md).
+// their holders (as an engine would evict them). Measured (bench/kv_index_bench.cc): about 800
+// bytes for a block held by one endpoint (the key's hash-map slot, its LRU node, two small holder
+// arrays, the engine-hash entry), and about 70 for each further endpoint holding the same block
+// (see docs/benchmarks.md).
 //
 // Thread-safety: every method may be called from any thread (one writer lock, readers shared).
 #pragma once
@@ -39,7 +40,7 @@ std::vector<uint32_t> EstimateTokenIds(std::string_view text);
 
 struct KvIndexOptions {
   std::string hash_seed;  // tokenProcessorConfig.hashSeed; any value works, both sides use it
-  size_t max_blocks = size_t{1} << 22;  // block keys kept (about 600 MiB at 150 bytes each)
+  size_t max_blocks = size_t{1} << 22;  // block keys kept (about 3.3 GiB if each had one holder)
   // Weight of a block held on a medium (compared lower-case); a medium not listed weighs 1.0.
   std::map<std::string, double> medium_weights = {{"gpu", 1.0}, {"cpu", 0.8}};
 };
