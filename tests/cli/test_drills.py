@@ -440,3 +440,93 @@ def test_drill_thousands_of_silent_streams(procs, serve):
     report("thousands of silent gRPC streams", silent_streams="3 x 2000", ended_by_server=6000,
            slowest_pick_meanwhile_s=round(slowest, 3),
            rss_mib=[round(r / 2**20, 1) for r in rss])
+
+
+KV_CONFIG = """apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: token-producer
+- type: precise-prefix-cache-producer
+- type: prefix-cache-scorer
+  parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}
+- type: queue-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: prefix-cache-scorer, weight: 3}
+  - {pluginRef: queue-scorer, weight: 1}
+  - pluginRef: max-score-picker
+"""
+
+
+class KvSimAt(SimAt):
+    """`eppctl sim` on given HTTP and KV-event ports (to restart it on the same ones)."""
+
+    def __init__(self, port, kv_port, replay_port, *args):
+        self.kv = "tcp://127.0.0.1:%d" % kv_port
+        self.replay = "tcp://127.0.0.1:%d" % replay_port
+        super().__init__(port, "--kv-events", self.kv, "--kv-events-replay", self.replay, *args)
+
+    def chat(self, system, question):
+        body = json.dumps({"model": "meta-llama/Llama-3.1-8B-Instruct", "max_tokens": 2,
+                           "messages": [{"role": "system", "content": system},
+                                        {"role": "user", "content": question}]}).encode()
+        req = urllib.request.Request(self.url + "/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            r.read()
+
+
+def test_drill_kv_event_sockets_drop_and_replay(procs, serve, tmp_path):
+    """Expected: with 30% of A's KV-event batches lost on the way, the EPP sees the gaps and fills
+    each from A's replay socket, so it still knows every prompt A holds and sends requests sharing
+    them to A; when A restarts (its sequence starts again at 0), the EPP drops what the old process
+    held (a reset) and the old prompts no longer pull requests to A."""
+    ports = [free_port() for _ in range(6)]
+    a = KvSimAt(ports[0], ports[1], ports[2], "--kv-events-drop-rate", "0.3", "--seed", "11")
+    b = KvSimAt(ports[3], ports[4], ports[5], "--seed", "12")
+    procs += [a, b]
+    config = tmp_path / "precise.yaml"
+    config.write_text(KV_CONFIG)
+    endpoints = tmp_path / "endpoints.yaml"
+    endpoints.write_text("endpoints:\n" + "".join(
+        "  - {address: %s, kvEvents: '%s', kvEventsReplay: '%s'}\n" % (s.address, s.kv, s.replay) for s in (a, b)))
+    s = serve("--config", config, "--endpoints", endpoints, "--refresh-metrics-interval", "50ms")
+    for sim in (a, b):
+        s.wait_metric("epp_endpoint_kv_replays_total", lambda v: v is not None and v >= 1, endpoint=sim.address)
+    time.sleep(0.2)
+    systems = [("System prompt number %d for the drill. " % i) * 20 for i in range(12)]
+    for i, system in enumerate(systems):
+        a.chat(system, "question %d" % i)
+    # A lost last batch shows only when a later one arrives: more requests until one gets through.
+    flushes = iter(range(1000))
+    wait_until(lambda: (a.chat(("flush %d " % next(flushes)) * 20, "flush"),
+                        (s.metric("epp_endpoint_kv_last_sequence", endpoint=a.address) or -1) >= len(systems))[1],
+               "A's batches applied", timeout=15, log=s.log)
+    s.wait_metric("epp_endpoint_kv_gaps_total", lambda v: v is not None and v >= 1, endpoint=a.address)
+    gaps = s.metric("epp_endpoint_kv_gaps_total", endpoint=a.address)
+    replays = s.metric("epp_endpoint_kv_replays_total", endpoint=a.address)
+    assert s.metric("epp_endpoint_kv_replay_failures_total", endpoint=a.address) == 0
+    dests = [destination(pick(s.channel(), json.dumps({
+        "model": "meta-llama/Llama-3.1-8B-Instruct", "max_tokens": 2,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": "via the EPP"}]}).encode())[0])
+        for system in systems]
+    assert dests == [a.address] * len(systems), dests
+    # A restarts on the same ports: a new publisher, sequence from 0.
+    a.kill()
+    a2 = KvSimAt(ports[0], ports[1], ports[2], "--seed", "13")
+    procs.append(a2)
+    resets_before = s.metric("epp_endpoint_kv_resets_total", endpoint=a.address)
+    # New prompts (new blocks, so new batches) until one reaches the reconnected subscriber.
+    fresh = iter(range(1000))
+    wait_until(lambda: (a2.chat(("after the restart %d " % next(fresh)) * 20, "hello"),
+                        s.metric("epp_endpoint_kv_resets_total", endpoint=a.address) > resets_before)[1],
+               "the restart seen as a reset", timeout=15, log=s.log)
+    after = [destination(pick(s.channel(), json.dumps({
+        "model": "meta-llama/Llama-3.1-8B-Instruct", "max_tokens": 2,
+        "messages": [{"role": "system", "content": systems[0]}, {"role": "user", "content": "again %d" % i}]}).encode())[0])
+        for i in range(16)]
+    assert set(after) == {a.address, b.address}, after  # no preference left for the old prompt
+    report("KV-event sockets drop and replay", batches_dropped_rate=0.3, gaps=gaps, replays=replays,
+           picks_to_holder=len(systems), restart_resets=s.metric("epp_endpoint_kv_resets_total", endpoint=a.address))
