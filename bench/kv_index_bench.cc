@@ -116,6 +116,21 @@ void BM_BlockKeys240K(benchmark::State& state) {
 }
 BENCHMARK(BM_BlockKeys240K)->Unit(benchmark::kMicrosecond);
 
+// A busy vLLM's batch: 64 BlockStored events of 4 blocks of 16 tokens each, random hashes.
+epp::KvEventBatch BusyBatch(std::mt19937_64& rng) {
+  epp::KvEventBatch batch;
+  batch.ts = 1.0;
+  for (int e = 0; e < 64; ++e) {
+    epp::KvBlockStored s;
+    for (int k = 0; k < 4; ++k) s.block_hashes.push_back(rng() | (1ull << 63));
+    for (int t = 0; t < 64; ++t) s.token_ids.push_back(static_cast<uint32_t>(rng() % 128000));
+    s.block_size = 16;
+    s.medium = "GPU";
+    batch.events.emplace_back(std::move(s));
+  }
+  return batch;
+}
+
 // Ingestion: msgpack payloads (vLLM 0.26 map events) decoded and applied, one BlockStored of 4
 // blocks of 16 tokens per event (a busy vLLM's shape), 64 events per batch, over 100 endpoints.
 void BM_IngestBlockStored(benchmark::State& state) {
@@ -124,19 +139,7 @@ void BM_IngestBlockStored(benchmark::State& state) {
   epp::KvBlockIndex index(o);
   std::vector<std::string> payloads;
   std::mt19937_64 rng(7);
-  for (int b = 0; b < 256; ++b) {
-    epp::KvEventBatch batch;
-    batch.ts = 1.0;
-    for (int e = 0; e < 64; ++e) {
-      epp::KvBlockStored s;
-      for (int k = 0; k < 4; ++k) s.block_hashes.push_back(rng() | (1ull << 63));
-      for (int t = 0; t < 64; ++t) s.token_ids.push_back(static_cast<uint32_t>(rng() % 128000));
-      s.block_size = 16;
-      s.medium = "GPU";
-      batch.events.emplace_back(std::move(s));
-    }
-    payloads.push_back(epp::EncodeKvEventBatch(batch, epp::KvEventEncoding::kMap));
-  }
+  for (int b = 0; b < 256; ++b) payloads.push_back(epp::EncodeKvEventBatch(BusyBatch(rng), epp::KvEventEncoding::kMap));
   std::vector<std::string> endpoints;
   for (int i = 0; i < 100; ++i) endpoints.push_back("10.1.0." + std::to_string(i) + ":8000");
   size_t i = 0;
@@ -157,17 +160,8 @@ BENCHMARK(BM_IngestBlockStored)->Unit(benchmark::kMicrosecond);
 
 // Decoding alone, for the share of ingestion spent in msgpack.
 void BM_DecodeBatch(benchmark::State& state) {
-  epp::KvEventBatch batch;
   std::mt19937_64 rng(9);
-  for (int e = 0; e < 64; ++e) {
-    epp::KvBlockStored s;
-    for (int k = 0; k < 4; ++k) s.block_hashes.push_back(rng() | (1ull << 63));
-    for (int t = 0; t < 64; ++t) s.token_ids.push_back(static_cast<uint32_t>(rng() % 128000));
-    s.block_size = 16;
-    s.medium = "GPU";
-    batch.events.emplace_back(std::move(s));
-  }
-  const std::string payload = epp::EncodeKvEventBatch(batch, epp::KvEventEncoding::kMap);
+  const std::string payload = epp::EncodeKvEventBatch(BusyBatch(rng), epp::KvEventEncoding::kMap);
   for (auto _ : state) benchmark::DoNotOptimize(epp::DecodeKvEventBatch(payload));
   state.counters["events_per_s"] = benchmark::Counter(64.0 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
   state.counters["payload_bytes"] = static_cast<double>(payload.size());

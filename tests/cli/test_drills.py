@@ -23,6 +23,7 @@ import pytest
 from conftest import _eppctl_path
 from test_eppctl_serve import Serve, Stream, chat_body, destination, pick, serve, server_certificate  # noqa: F401
 from test_eppctl_serve_kube import pods_on_loopback  # noqa: F401  (fixture)
+from test_eppctl_serve_kv import PRECISE_CONFIG
 import extproc_wire as wire
 from fake_kube import NS, POOL, V1, FakeApiServer, pod
 
@@ -442,22 +443,6 @@ def test_drill_thousands_of_silent_streams(procs, serve):
            rss_mib=[round(r / 2**20, 1) for r in rss])
 
 
-KV_CONFIG = """apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: token-producer
-- type: precise-prefix-cache-producer
-- type: prefix-cache-scorer
-  parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}
-- type: queue-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - {pluginRef: prefix-cache-scorer, weight: 3}
-  - {pluginRef: queue-scorer, weight: 1}
-  - pluginRef: max-score-picker
-"""
 
 
 class KvSimAt(SimAt):
@@ -488,7 +473,7 @@ def test_drill_kv_event_sockets_drop_and_replay(procs, serve, tmp_path):
     b = KvSimAt(ports[3], ports[4], ports[5], "--seed", "12")
     procs += [a, b]
     config = tmp_path / "precise.yaml"
-    config.write_text(KV_CONFIG)
+    config.write_text(PRECISE_CONFIG)
     endpoints = tmp_path / "endpoints.yaml"
     endpoints.write_text("endpoints:\n" + "".join(
         "  - {address: %s, kvEvents: '%s', kvEventsReplay: '%s'}\n" % (s.address, s.kv, s.replay) for s in (a, b)))
