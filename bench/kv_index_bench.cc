@@ -8,6 +8,7 @@
 #include <benchmark/benchmark.h>
 #include <malloc.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <cstdlib>
@@ -70,18 +71,43 @@ struct Pool {
   std::vector<uint32_t> prompt;
 };
 
-Pool& PoolOf(int n) {
-  static std::map<int, Pool> pools;
-  Pool& p = pools[n];
+// N endpoints that all hold the 240K-token prompt. Stored in order, every block lists its
+// holders in the same order (each endpoint stored the whole prompt in turn, as happens when one
+// prompt reaches them one after another). `shuffled`: the endpoints store it block by block in a
+// new random order each block, so no two consecutive blocks list their holders alike (the worst
+// case for Lookup, which counts repeated holder lists instead of scanning them).
+Pool& PoolOf(int n, bool shuffled = false) {
+  static std::map<std::pair<int, bool>, Pool> pools;
+  Pool& p = pools[{n, shuffled}];
   if (p.index) return p;
   epp::KvIndexOptions o;
   o.max_blocks = size_t{1} << 24;
   p.index = std::make_unique<epp::KvBlockIndex>(o);
   p.prompt = Prompt(42, kTokens);
-  const epp::KvEventBatch all = StoreAll(p.prompt, 1ull << 40, 64);
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < n; ++i)
     p.endpoints.push_back("10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250) + ":8000");
-    p.index->Apply(p.endpoints.back(), "m", all);
+  if (!shuffled) {
+    const epp::KvEventBatch all = StoreAll(p.prompt, 1ull << 40, 64);
+    for (const std::string& e : p.endpoints) p.index->Apply(e, "m", all);
+    return p;
+  }
+  std::mt19937_64 rng(9);
+  std::vector<int> order(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  const uint64_t base = 1ull << 40;
+  for (size_t b = 0; b < kTokens / kBlock; ++b) {
+    std::shuffle(order.begin(), order.end(), rng);
+    for (const int i : order) {
+      epp::KvEventBatch one;
+      epp::KvBlockStored s;
+      s.block_hashes = {base + b};
+      if (b > 0) s.parent_block_hash = base + b - 1;
+      s.token_ids.assign(p.prompt.begin() + static_cast<long>(b * kBlock), p.prompt.begin() + static_cast<long>((b + 1) * kBlock));
+      s.block_size = kBlock;
+      s.medium = "GPU";
+      one.events.emplace_back(std::move(s));
+      p.index->Apply(p.endpoints[static_cast<size_t>(i)], "m", one);
+    }
   }
   return p;
 }
@@ -89,7 +115,7 @@ Pool& PoolOf(int n) {
 // Lookup of the 240K-token request over N endpoints that all hold it: the precise producer's
 // per-request work after tokenization.
 void BM_Lookup240K(benchmark::State& state) {
-  Pool& p = PoolOf(static_cast<int>(state.range(0)));
+  Pool& p = PoolOf(static_cast<int>(state.range(0)), state.range(1) != 0);
   std::vector<epp::KvPrefixMatch> out;
   p.index->Lookup(p.prompt, "m", p.endpoints, out);  // warm the thread-local buffers
   int64_t bytes = 0, allocs = 0, lookups = 0;
@@ -107,7 +133,8 @@ void BM_Lookup240K(benchmark::State& state) {
   state.counters["alloc_bytes_per_lookup"] = static_cast<double>(bytes) / static_cast<double>(lookups);
   state.counters["allocs_per_lookup"] = static_cast<double>(allocs) / static_cast<double>(lookups);
 }
-BENCHMARK(BM_Lookup240K)->Arg(8)->Arg(96)->Unit(benchmark::kMicrosecond);
+// Second argument 1: holder lists shuffled per block (PoolOf).
+BENCHMARK(BM_Lookup240K)->ArgNames({"endpoints", "shuffled"})->Args({8, 0})->Args({96, 0})->Args({96, 1})->Unit(benchmark::kMicrosecond);
 
 // The request's block keys alone (XXH3 over 240K tokens): the floor of any lookup.
 void BM_BlockKeys240K(benchmark::State& state) {

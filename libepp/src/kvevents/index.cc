@@ -59,7 +59,9 @@ struct KvBlockIndex::Impl {
     uint16_t medium;
   };
   // Holders of a block in two parallel arrays: `who` (endpoint << 8 | medium) is what a lookup
-  // scans, 4 bytes a holder; the engine hashes are only read to forget evicted blocks.
+  // scans, 4 bytes a holder; the engine hashes are only read to forget evicted blocks. `who` is
+  // kept sorted, so blocks held by the same endpoints on the same media have equal arrays
+  // whatever order the holders stored them in (Lookup counts such repeats instead of scanning).
   static uint32_t Who(uint32_t endpoint, uint16_t medium) { return endpoint << 8 | medium; }
   struct Holders {
     std::vector<uint32_t> who;
@@ -67,15 +69,20 @@ struct KvBlockIndex::Impl {
     size_t size() const { return who.size(); }
     bool empty() const { return who.empty(); }
     Holder at(size_t i) const { return Holder{engine[i], who[i] >> 8, static_cast<uint16_t>(who[i] & 0xff)}; }
-    void push_back(const Holder& h) {
-      who.push_back(Who(h.endpoint, h.medium));
-      engine.push_back(h.engine_hash);
+    // Position of `w`, or size() when absent.
+    size_t find(uint32_t w) const {
+      auto it = std::lower_bound(who.begin(), who.end(), w);
+      return it != who.end() && *it == w ? static_cast<size_t>(it - who.begin()) : who.size();
+    }
+    void insert(const Holder& h) {  // REQUIRES: absent
+      const uint32_t w = Who(h.endpoint, h.medium);
+      const auto pos = std::lower_bound(who.begin(), who.end(), w) - who.begin();
+      who.insert(who.begin() + pos, w);
+      engine.insert(engine.begin() + pos, h.engine_hash);
     }
     void erase_at(size_t i) {
-      who[i] = who.back();
-      who.pop_back();
-      engine[i] = engine.back();
-      engine.pop_back();
+      who.erase(who.begin() + static_cast<long>(i));
+      engine.erase(engine.begin() + static_cast<long>(i));
     }
   };
   struct Block {
@@ -152,14 +159,13 @@ struct KvBlockIndex::Impl {
       block_sizes[block_size]++;
     } else {
       lru.splice(lru.end(), lru, b.lru);  // stored again: most recent
-      const uint32_t w = Who(h.endpoint, h.medium);
-      for (size_t i = 0; i < b.holders.size(); ++i)
-        if (b.holders.who[i] == w) {
-          b.holders.engine[i] = h.engine_hash;
-          return;
-        }
+      const size_t i = b.holders.find(Who(h.endpoint, h.medium));
+      if (i < b.holders.size()) {
+        b.holders.engine[i] = h.engine_hash;
+        return;
+      }
     }
-    b.holders.push_back(h);
+    b.holders.insert(h);
     ++holders;
   }
 
@@ -168,13 +174,10 @@ struct KvBlockIndex::Impl {
     auto it = blocks.find(key);
     if (it == blocks.end()) return;
     auto& hs = it->second.holders;
-    const uint32_t w = Who(endpoint, medium);
-    for (size_t i = 0; i < hs.size(); ++i) {
-      if (hs.who[i] == w) {
-        hs.erase_at(i);
-        --holders;
-        break;
-      }
+    const size_t i = hs.find(Who(endpoint, medium));
+    if (i < hs.size()) {
+      hs.erase_at(i);
+      --holders;
     }
     if (hs.empty()) DropBlock(it);
   }
@@ -364,12 +367,37 @@ void KvBlockIndex::Lookup(std::span<const uint32_t> tokens, std::string_view mod
       for (int32_t& p : pass_slot)
         if (p >= 0 && static_cast<bool>(lora_at[p]) != lora_pass) p = -1;
       runs.assign(endpoints.size(), Run{0, 0, 0});
+      // Consecutive blocks of one prompt usually have the same holders (a sorted list, so equal
+      // sets are equal arrays). Such a block changes the runs exactly as the block before it did, so it is only counted (`repeat`) and applied to the endpoints that
+      // advanced (`advanced_at`) when the list changes: a 384-byte compare instead of 96 holder
+      // updates per block at 96 endpoints.
+      thread_local std::vector<int32_t> advanced_at;
+      advanced_at.clear();
+      const std::vector<uint32_t>* prev_who = nullptr;
+      int64_t repeat = 0;
+      auto flush = [&] {
+        if (repeat == 0) return;
+        for (const int32_t pos : advanced_at) {
+          Run& r = runs[pos];
+          r.blocks += repeat;
+          r.weight += static_cast<double>(repeat) * r.last;
+        }
+        repeat = 0;
+      };
       for (size_t b = 0; b < keys.size(); ++b) {
         auto it = m.blocks.find(keys[b]);
         if (it == m.blocks.end()) break;
+        const std::vector<uint32_t>& who = it->second.holders.who;
+        if (prev_who && who.size() == prev_who->size() &&
+            std::memcmp(who.data(), prev_who->data(), who.size() * sizeof(uint32_t)) == 0) {
+          ++repeat;
+          continue;
+        }
+        flush();
+        prev_who = &who;
+        advanced_at.clear();
         const int64_t at = static_cast<int64_t>(b);
-        int advanced = 0;
-        for (const uint32_t w : it->second.holders.who) {
+        for (const uint32_t w : who) {
           const int32_t pos = pass_slot[w >> 8];
           if (pos < 0) continue;
           Run& r = runs[pos];
@@ -378,14 +406,15 @@ void KvBlockIndex::Lookup(std::span<const uint32_t> tokens, std::string_view mod
             r.blocks = at + 1;
             r.weight += mw;
             r.last = mw;
-            ++advanced;
+            advanced_at.push_back(pos);
           } else if (r.blocks == at + 1 && mw > r.last) {  // the same block on a better medium
             r.weight += mw - r.last;
             r.last = mw;
           }
         }
-        if (advanced == 0) break;
+        if (advanced_at.empty()) break;
       }
+      flush();
       for (size_t i = 0; i < endpoints.size(); ++i) {
         const Run& r = runs[i];
         if (r.blocks == 0) continue;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <random>
 #include <thread>
 
 #include "epp/config.h"
@@ -130,6 +131,55 @@ TEST(KvIndexTest, RemovalsClearsMediaAndLora) {
   EXPECT_EQ(Match(index, prompt, {"a:1"}, "base")[0].blocks, 0);
   EXPECT_EQ(index.Stats().blocks, 0);
   EXPECT_EQ(index.Stats().holders, 0);
+}
+
+// Lookup against a brute-force reference: random stores of prompt prefixes on two media and
+// random evictions over six endpoints; holder lists then repeat over runs of blocks and change
+// order (removal swaps), which exercises both of Lookup's paths (full scan and repeat count).
+TEST(KvIndexTest, LookupAgreesWithABruteForceReference) {
+  constexpr int kBlocks = 40, kBs = 4, kEndpoints = 6;
+  const auto prompt = Tokens(1, kBlocks * kBs);
+  const char* media[2] = {"GPU", "CPU"};
+  const double weight[2] = {1.0, 0.8};
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 20; ++trial) {
+    KvBlockIndex index;
+    bool held[kEndpoints][2][kBlocks] = {};
+    std::vector<std::string> names;
+    for (int e = 0; e < kEndpoints; ++e) names.push_back("e" + std::to_string(e) + ":1");
+    for (int op = 0; op < 60; ++op) {
+      const int e = static_cast<int>(rng() % kEndpoints), md = static_cast<int>(rng() % 2);
+      const auto hash = [&](int b) { return static_cast<uint64_t>(e * 1000 + md * 100 + b + 1); };
+      if (rng() % 3 != 0) {
+        const int k = 1 + static_cast<int>(rng() % kBlocks);
+        KvBlockStored s;
+        for (int b = 0; b < k; ++b) s.block_hashes.push_back(hash(b));
+        s.token_ids.assign(prompt.begin(), prompt.begin() + k * kBs);
+        s.block_size = kBs;
+        s.medium = media[md];
+        index.Apply(names[e], "m", Batch({s}));
+        for (int b = 0; b < k; ++b) held[e][md][b] = true;
+      } else {
+        const int b = static_cast<int>(rng() % kBlocks);
+        KvBlockRemoved rm;
+        rm.block_hashes = {hash(b)};
+        rm.medium = media[md];
+        index.Apply(names[e], "m", Batch({rm}));
+        held[e][md][b] = false;
+      }
+      const auto got = Match(index, prompt, names);
+      for (int x = 0; x < kEndpoints; ++x) {
+        int64_t run = 0;
+        double w = 0;
+        while (run < kBlocks && (held[x][0][run] || held[x][1][run])) {
+          w += held[x][0][run] ? weight[0] : weight[1];
+          ++run;
+        }
+        ASSERT_EQ(got[x].blocks, run) << "trial " << trial << " op " << op << " endpoint " << x;
+        ASSERT_NEAR(got[x].weighted_blocks, w, 1e-9) << "trial " << trial << " op " << op << " endpoint " << x;
+      }
+    }
+  }
 }
 
 TEST(KvIndexTest, BoundedByMaxBlocksDroppingTheOldest) {
