@@ -136,7 +136,8 @@ int RunExplain(const ExplainCommandOptions& o) {
   if (!text.ok()) return PrintError(text.status());
 
   epp::PickResult result;
-  absl::StatusOr<epp::InferenceRequest> req = epp::ParseCaptureEnvelope(*text, o.path);
+  std::string body;  // the request body, for a token-producer that sends it on
+  absl::StatusOr<epp::InferenceRequest> req = epp::ParseCaptureEnvelope(*text, o.path, &body);
   if (!req.ok()) {
     std::cerr << o.request << ": request does not parse (the gateway would answer 400)\n";
     result = epp::PickResult::BadRequest(req.status());
@@ -151,7 +152,9 @@ int RunExplain(const ExplainCommandOptions& o) {
         for (std::string& e : SplitList(s)) entries.push_back(std::move(e));
       po.subset = std::move(entries);
     }
+    req->body = body;
     result = (*pool)->scheduler->Pick(*req, (*pool)->endpoints, po);
+    req->body = {};
   }
   const epp::InferenceRequest* rp = req.ok() ? &*req : nullptr;
   const epp::KvEventsBinding* kv = (*pool)->scheduler->KvEvents();

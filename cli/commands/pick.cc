@@ -59,11 +59,14 @@ int RunPick(const PickCommandOptions& o) {
     ++total;
     epp::PickResult r;
     const auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<epp::InferenceRequest> req = epp::ParseCaptureEnvelope(line, o.path);
+    std::string body;  // for a token-producer that sends it on
+    absl::StatusOr<epp::InferenceRequest> req = epp::ParseCaptureEnvelope(line, o.path, &body);
     if (!req.ok()) {
       r = epp::PickResult::BadRequest(req.status());
     } else {
+      req->body = body;
       r = pool.scheduler->Pick(*req, pool.endpoints);
+      req->body = {};
     }
     sched_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     per_status[r.status]++;

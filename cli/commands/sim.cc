@@ -126,6 +126,13 @@ void SetupSimCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--kv-events-delay-ms", h.kv_events_delay_ms, "Fault: delay before each KV-event batch is sent")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--tokenizer", h.tokenizer,
+                  "The servers' tokenizer, used by their KV events, /tokenize and render endpoints: estimate (4 bytes a "
+                  "token, as an EPP estimating tokens computes them) or words (a token per word: only an EPP that asks "
+                  "the server, token-producer's vllm backend, matches its KV events)")
+      ->check(CLI::IsMember({"estimate", "words"}))->capture_default_str();
+  cmd->add_flag("!--no-render", h.render_endpoints,
+                "Do not serve vLLM's render endpoints (/v1/*/render answer 404, as vLLM before them); /tokenize stays");
   cmd->add_option("--kv-link-gbytes-per-s", h.kv_link_gbytes_per_s, "KV transfer bandwidth from prefill servers (GB/s)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--kv-bytes-per-token", h.kv_bytes_per_token, "KV bytes per prompt token (Llama-3.1-8B bf16: 131072)")

@@ -49,12 +49,13 @@ class Request:
     (int; negative means sheddable: it is rejected with 429 when the pool is saturated).
     """
 
-    __slots__ = ("_native",)
+    __slots__ = ("_native", "_body")
 
-    def __init__(self, native: Any) -> None:
+    def __init__(self, native: Any, body: str = "") -> None:
         if not isinstance(native, lib.InferenceRequest):
             raise TypeError("use Request.from_openai(body, path) or Request.from_capture(text)")
         self._native = native
+        self._body = body  # JSON text, sent on by a token-producer's vllm backend
 
     @classmethod
     def from_openai(cls, body: Union[Mapping[str, Any], Text], path: str = "/v1/completions") -> "Request":
@@ -69,7 +70,8 @@ class Request:
             body = json.dumps(body)
         if not isinstance(path, str):
             raise TypeError(f"path must be a str, not {type(path).__name__}")
-        return cls(lib.parse_openai_request(path, _text(body, "body")))
+        text = _text(body, "body")
+        return cls(lib.parse_openai_request(path, text), text)
 
     @classmethod
     def from_capture(cls, text: Union[Mapping[str, Any], Text], path: Optional[str] = None) -> "Request":
@@ -80,7 +82,8 @@ class Request:
             text = json.dumps(text)
         if path is not None and not isinstance(path, str):
             raise TypeError(f"path must be a str, not {type(path).__name__}")
-        return cls(lib.parse_capture_envelope(_text(text, "text"), path or ""))
+        native, body = lib.parse_capture_envelope_with_body(_text(text, "text"), path or "")
+        return cls(native, body)
 
     @property
     def model(self) -> str:
@@ -323,6 +326,22 @@ class PickResult:
         return self._result.prefix_match_blocks
 
     @property
+    def tokens(self) -> int:
+        """Token ids a token-producer made for the request (-1 without one)."""
+        return self._result.tokens
+
+    @property
+    def tokens_source(self) -> str:
+        """Where they came from: ``"estimate"``, ``"vllm"`` (the server rendered the request),
+        ``"vllm-cache"``, ``"estimate-fallback"`` (see :attr:`tokens_note`); "" without one."""
+        return self._result.tokens_source
+
+    @property
+    def tokens_note(self) -> str:
+        """Why a fallback happened (``"timeout: ..."``), else ""."""
+        return self._result.tokens_note
+
+    @property
     def load_tokens(self) -> int:
         """Token load recorded on the chosen endpoint until :meth:`Scheduler.release`."""
         return self._result.load_tokens
@@ -536,7 +555,8 @@ class Scheduler:
             entries = [subset] if isinstance(subset, str) else list(subset)
             if not all(isinstance(s, str) for s in entries):
                 raise TypeError("subset entries must be str")
-        return PickResult(self._native.pick(request._native, natives, entries, bool(record), bool(trace)))
+        return PickResult(self._native.pick(request._native, natives, entries, bool(record), bool(trace),
+                                            request._body))
 
     def release(self, result: PickResult) -> None:
         """Ends a recorded request: removes its load from its endpoint. Harmless for results that

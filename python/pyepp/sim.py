@@ -48,6 +48,11 @@ class Simulator:
     ``kv_events`` (``eppctl sim --kv-events``) publishes the cache's KV events in vLLM's wire format
     on that ZeroMQ address (``"tcp://127.0.0.1:0"``: a free port, see :attr:`kv_events_endpoint`);
     ``kv_events_replay`` serves replays of the last batches there.
+
+    ``tokenizer`` (``eppctl sim --tokenizer``) is the servers' tokenizer for their KV events and
+    their ``/tokenize`` and render endpoints: ``"estimate"`` (4 bytes a token) or ``"words"`` (a
+    token per word, so that only an EPP asking the server for tokens matches its events);
+    ``render_endpoints=False`` answers ``/v1/*/render`` with 404, as vLLM before that API.
     """
 
     def __init__(self, engine: str = "vllm", *, models: Optional[Sequence[str]] = None,
@@ -56,11 +61,11 @@ class Simulator:
                  metrics_malformed: bool = False, drop_rate: float = 0.0, max_tokens_default: int = 16,
                  threads: int = 64, role: str = "both", kv_link_gbytes_per_s: float = 25.0,
                  kv_bytes_per_token: int = 131072, kv_events: str = "", kv_events_replay: str = "",
-                 **cost: Any) -> None:
+                 tokenizer: str = "estimate", render_endpoints: bool = True, **cost: Any) -> None:
         self._server = _lib.SimHttpServer(_params(engine, models, loras, cost), host, port, time_scale, fail_rate,
                                           int(metrics_delay * 1000), metrics_malformed, drop_rate,
                                           max_tokens_default, threads, role, kv_link_gbytes_per_s, kv_bytes_per_token,
-                                          kv_events, kv_events_replay)
+                                          kv_events, kv_events_replay, tokenizer, render_endpoints)
 
     @property
     def kv_events_endpoint(self) -> str:

@@ -70,6 +70,8 @@ void BindRequest(py::module_& m) {
         py::call_guard<py::gil_scoped_release>());
   m.def("parse_capture_envelope", &InferenceRequest_ParseCaptureShim, py::arg("text"), py::arg("path_override"),
         py::call_guard<py::gil_scoped_release>());
+  m.def("parse_capture_envelope_with_body", &InferenceRequest_ParseCaptureWithBodyShim, py::arg("text"),
+        py::arg("path_override"), py::call_guard<py::gil_scoped_release>());
 }
 
 void BindConfig(py::module_& m) {
@@ -110,7 +112,10 @@ void BindScheduler(py::module_& m) {
       .def_readonly("unreachable", &epp::PickResult::unreachable)
       .def_readonly("prefix_block_size_tokens", &epp::PickResult::prefix_block_size_tokens)
       .def_readonly("prefix_blocks", &epp::PickResult::prefix_blocks)
-      .def_readonly("prefix_match_blocks", &epp::PickResult::prefix_match_blocks);
+      .def_readonly("prefix_match_blocks", &epp::PickResult::prefix_match_blocks)
+      .def_readonly("tokens", &epp::PickResult::tokens)
+      .def_readonly("tokens_source", &epp::PickResult::tokens_source)
+      .def_readonly("tokens_note", &epp::PickResult::tokens_note);
   py::class_<PickOutcome>(m, "PickOutcome")
       .def_readonly("result", &PickOutcome::result)
       .def_readonly("request", &PickOutcome::request)
@@ -132,7 +137,7 @@ void BindScheduler(py::module_& m) {
   py::class_<SchedulerHolder, std::shared_ptr<SchedulerHolder>>(m, "Scheduler")
       .def(py::init(&Scheduler_BuildShim), py::arg("config"), py::arg("registry"), py::arg("seed"))
       .def("pick", &Scheduler_PickShim, py::arg("request"), py::arg("endpoints"), py::arg("subset"), py::arg("record"),
-           py::arg("trace"), py::call_guard<py::gil_scoped_release>())
+           py::arg("trace"), py::arg("body") = "", py::call_guard<py::gil_scoped_release>())
       .def("release", &Scheduler_ReleaseShim, py::arg("outcome"), py::call_guard<py::gil_scoped_release>())
       .def("effective_config_yaml", &Scheduler_EffectiveConfigShim)
       .def_property_readonly("warnings", &Scheduler_WarningsShim)
@@ -227,7 +232,7 @@ void BindSim(py::module_& m) {
            py::arg("time_scale"), py::arg("fail_rate"), py::arg("metrics_delay_ms"), py::arg("metrics_malformed"),
            py::arg("drop_rate"), py::arg("max_tokens_default"), py::arg("threads"), py::arg("role") = "both",
            py::arg("kv_link_gbytes_per_s") = 25.0, py::arg("kv_bytes_per_token") = 131072, py::arg("kv_events") = "",
-           py::arg("kv_events_replay") = "")
+           py::arg("kv_events_replay") = "", py::arg("tokenizer") = "estimate", py::arg("render_endpoints") = true)
       .def_property_readonly("port", &epp::SimHttpServer::port)
       .def_property_readonly("url", &epp::SimHttpServer::url)
       .def_property_readonly("kv_events_endpoint", &epp::SimHttpServer::kv_events_endpoint)

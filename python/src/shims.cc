@@ -223,7 +223,8 @@ std::shared_ptr<epp::SimHttpServer> SimHttpServer_StartShim(const epp::SimParams
                                                             double drop_rate, int max_tokens_default, int threads,
                                                             const std::string& role, double kv_link_gbytes_per_s,
                                                             int64_t kv_bytes_per_token, const std::string& kv_events,
-                                                            const std::string& kv_events_replay) {
+                                                            const std::string& kv_events_replay,
+                                                            const std::string& tokenizer, bool render_endpoints) {
   epp::SimHttpOptions o;
   o.params = params;
   o.host = host;
@@ -240,6 +241,8 @@ std::shared_ptr<epp::SimHttpServer> SimHttpServer_StartShim(const epp::SimParams
   o.kv_bytes_per_token = kv_bytes_per_token;
   o.kv_events_endpoint = kv_events;
   o.kv_events_replay_endpoint = kv_events_replay;
+  o.tokenizer = tokenizer;
+  o.render_endpoints = render_endpoints;
   absl::StatusOr<std::unique_ptr<epp::SimHttpServer>> server = [&] {
     py::gil_scoped_release release;
     return epp::SimHttpServer::Start(o);
@@ -259,6 +262,13 @@ epp::InferenceRequest InferenceRequest_ParseOpenAIShim(const std::string& path, 
 
 epp::InferenceRequest InferenceRequest_ParseCaptureShim(const std::string& text, const std::string& path_override) {
   return Unwrap(epp::ParseCaptureEnvelope(text, path_override));
+}
+
+std::pair<epp::InferenceRequest, std::string> InferenceRequest_ParseCaptureWithBodyShim(const std::string& text,
+                                                                                       const std::string& path_override) {
+  std::string body;
+  epp::InferenceRequest r = Unwrap(epp::ParseCaptureEnvelope(text, path_override, &body));
+  return {std::move(r), std::move(body)};
 }
 
 std::string InferenceRequest_ApiShim(const epp::InferenceRequest& request) {
@@ -514,13 +524,16 @@ std::shared_ptr<SchedulerHolder> Scheduler_BuildShim(const epp::EppConfig& confi
 
 PickOutcome Scheduler_PickShim(const SchedulerHolder& holder, epp::InferenceRequest request,
                                std::vector<epp::Endpoint> endpoints, std::optional<std::vector<std::string>> subset,
-                               bool record, bool trace) {
+                               bool record, bool trace, const std::string& body) {
   epp::ShiftMetricsTimes(endpoints, holder.clock->NowMicros());  // relative -> the scheduler's clock
   epp::PickOptions options;
   options.subset = std::move(subset);
   options.record = record;
   options.trace = trace;
-  PickOutcome outcome{holder.scheduler->Pick(request, endpoints, options), std::move(request)};
+  request.body = body;  // for a token-producer that sends it on; only during the pick
+  epp::PickResult result = holder.scheduler->Pick(request, endpoints, options);
+  request.body = {};
+  PickOutcome outcome{std::move(result), std::move(request)};
   return outcome;
 }
 

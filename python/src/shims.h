@@ -114,7 +114,8 @@ std::shared_ptr<epp::SimHttpServer> SimHttpServer_StartShim(const epp::SimParams
                                                             double drop_rate, int max_tokens_default, int threads,
                                                             const std::string& role, double kv_link_gbytes_per_s,
                                                             int64_t kv_bytes_per_token, const std::string& kv_events,
-                                                            const std::string& kv_events_replay);
+                                                            const std::string& kv_events_replay,
+                                                            const std::string& tokenizer, bool render_endpoints);
 
 // --- Scheduling ------------------------------------------------------------------------------
 //
@@ -128,6 +129,9 @@ std::shared_ptr<epp::SimHttpServer> SimHttpServer_StartShim(const epp::SimParams
 // ParseOpenAIRequest() / ParseCaptureEnvelope(), errors as exceptions.
 epp::InferenceRequest InferenceRequest_ParseOpenAIShim(const std::string& path, const std::string& body);
 epp::InferenceRequest InferenceRequest_ParseCaptureShim(const std::string& text, const std::string& path_override);
+// The same, with the request body as JSON text (for Scheduler.pick's body).
+std::pair<epp::InferenceRequest, std::string> InferenceRequest_ParseCaptureWithBodyShim(const std::string& text,
+                                                                                       const std::string& path_override);
 // ApiKindName() of the request's API.
 std::string InferenceRequest_ApiShim(const epp::InferenceRequest& request);
 
@@ -181,7 +185,7 @@ struct PickOutcome {
 // Scheduler::Pick() over `endpoints` (metrics times relative, see above). Call without the GIL.
 PickOutcome Scheduler_PickShim(const SchedulerHolder& holder, epp::InferenceRequest request,
                                std::vector<epp::Endpoint> endpoints, std::optional<std::vector<std::string>> subset,
-                               bool record, bool trace);
+                               bool record, bool trace, const std::string& body);
 void Scheduler_ReleaseShim(const SchedulerHolder& holder, const PickOutcome& outcome);
 std::string Scheduler_EffectiveConfigShim(const SchedulerHolder& holder);
 std::vector<std::string> Scheduler_WarningsShim(const SchedulerHolder& holder);

@@ -188,3 +188,45 @@ def test_explain_shows_the_blocks_each_server_really_holds(eppctl, kv_sims, tmp_
     rows = {row["endpoint"]: row for row in doc["kv_events"]}
     assert rows[a.address]["blocks"] == held and rows[a.address]["replays"] >= 1
     assert rows[b.address]["blocks"] == 0
+
+
+def test_vllm_token_backend_asks_the_server_for_its_tokens(serve, eppctl, kv_sims, tmp_path):  # noqa: F811
+    # Servers whose tokenizer is not the estimate: their KV events carry word tokens, which only
+    # an EPP that asks a server to render the request (token-producer's vllm backend) computes.
+    a = kv_sims("--tokenizer", "words", "--seed", "8")
+    b = kv_sims("--tokenizer", "words", "--seed", "9")
+    _, endpoints = precise_files(tmp_path, [a, b])
+    vllm = tmp_path / "vllm.yaml"
+    vllm.write_text(PRECISE_CONFIG.replace("- type: token-producer\n", "- type: token-producer\n  parameters:\n"
+                                           "    vllm: {url: '%s', timeout: 2s}\n" % a.url))
+    estimate = tmp_path / "estimate.yaml"
+    estimate.write_text(PRECISE_CONFIG)
+    s = serve("--config", vllm, "--endpoints", endpoints, "--refresh-metrics-interval", "50ms")
+    for sim in (a, b):
+        s.wait_metric("epp_endpoint_kv_replays_total", lambda v: v is not None and v >= 1, endpoint=sim.address)
+    time.sleep(0.2)
+    b.chat(SYSTEM, "sent to B directly")
+    wait_blocks(s, b.address, lambda v: v is not None and v >= 5)
+    for i in range(6):
+        first, _ = pick(s.channel(), request_body("question %d through the EPP" % i))
+        assert destination(first) == b.address
+    assert s.metric("epp_tokenizer_calls_total", plugin="token-producer") == 6
+    assert s.metric("epp_tokenizer_requests_total", plugin="token-producer", backend="vllm") == 6
+    assert s.metric("epp_tokenizer_fallbacks_total", plugin="token-producer", reason="timeout") == 0
+
+    req = tmp_path / "request.json"
+    req.write_text(json.dumps({"path": "/v1/chat/completions",
+                               "body": json.loads(request_body("does B hold my prefix?"))}))
+    j = eppctl("explain", "--config", vllm, "--endpoints", endpoints, "-o", "json", "-r", req)
+    assert j.returncode == 0, j.stderr
+    doc = json.loads(j.stdout)
+    assert doc["request"]["tokens"]["source"] == "vllm", doc["request"]
+    assert doc["decision"]["header"]["x-gateway-destination-endpoint"] == b.address
+    t = eppctl("explain", "--config", vllm, "--endpoints", endpoints, "-r", req)
+    assert re.search(r"^tokens +\d+ from vllm$", t.stdout, re.M), t.stdout
+    # The estimate's ids match nothing these servers hold.
+    e = eppctl("explain", "--config", estimate, "--endpoints", endpoints, "-o", "json", "-r", req)
+    assert e.returncode == 0, e.stderr
+    edoc = json.loads(e.stdout)
+    assert edoc["request"]["tokens"]["source"] == "estimate"
+    assert edoc["request"]["tokens"]["count"] != doc["request"]["tokens"]["count"]

@@ -1,6 +1,7 @@
 """pyepp.Simulator (real HTTP on 127.0.0.1) and pyepp.SimServer (virtual time)."""
 import json
 import threading
+import urllib.error
 import urllib.request
 
 import pytest
@@ -131,3 +132,47 @@ def test_simulator_publishes_kv_events_on_a_bound_address():
         pyepp.Simulator(kv_events="tcp://256.1.1.1:1")  # cannot bind
     with pytest.raises(pyepp.EppError):
         pyepp.Simulator(kv_events_replay="tcp://127.0.0.1:0")  # replay without events
+
+
+def test_simulator_renders_and_tokenizes_with_its_tokenizer():
+    # The estimate tokenizer packs 4 bytes a token, little-endian: computable here.
+    with pyepp.Simulator() as sim:
+        got = _post(sim.url + "/v1/completions/render", {"model": MODEL, "prompt": "abcdefgh"})
+        assert isinstance(got, list) and got[0]["token_ids"] == [0x64636261, 0x68676665]
+        tok = _post(sim.url + "/tokenize", {"model": MODEL, "prompt": "abcdefgh"})
+        assert tok["tokens"] == got[0]["token_ids"] and tok["count"] == 2
+    # The words tokenizer: a token per word (with its leading space) or punctuation byte.
+    messages = [{"role": "user", "content": "one two three, four"}]
+    with pyepp.Simulator(tokenizer="words") as sim:
+        chat = _post(sim.url + "/v1/chat/completions/render", {"model": MODEL, "messages": messages})
+        tok = _post(sim.url + "/tokenize", {"model": MODEL, "messages": messages})
+        assert chat["token_ids"] == tok["tokens"]
+        assert _post(sim.url + "/tokenize", {"prompt": "one two three, four"})["count"] == 5
+    with pyepp.Simulator(render_endpoints=False) as old:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            _post(old.url + "/v1/completions/render", {"model": MODEL, "prompt": "x"})
+        assert e.value.code == 404
+    with pytest.raises(pyepp.EppError):
+        pyepp.Simulator(tokenizer="sentencepiece")
+
+
+def test_token_producer_asks_a_simulator_for_its_tokens():
+    with pyepp.Simulator(tokenizer="words") as sim:
+        config = ("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+                  "- type: token-producer\n  parameters: {vllm: {url: '%s', timeout: 5s}}\n"
+                  "- type: precise-prefix-cache-producer\n- type: prefix-cache-scorer\n"
+                  "schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: prefix-cache-scorer\n" % sim.url)
+        sched = pyepp.Scheduler.from_yaml(config)
+        pool = [pyepp.Endpoint("10.0.0.1:8000")]
+        body = {"model": MODEL, "prompt": "one two three, four"}
+        r = sched.pick(pyepp.Request.from_openai(body), pool, record=False)
+        assert (r.tokens_source, r.tokens, r.tokens_note) == ("vllm", 5, "")
+        r = sched.pick(pyepp.Request.from_openai(body), pool, record=False)
+        assert r.tokens_source == "vllm-cache"  # the same body again
+        r = sched.pick(pyepp.Request.from_capture({"path": "/v1/completions", "body": {**body, "n": 1}}), pool,
+                       record=False)
+        assert (r.tokens_source, r.tokens) == ("vllm", 5)  # a capture's body is sent too
+    # The server is gone: estimated (4 bytes a token), and said why.
+    r = sched.pick(pyepp.Request.from_openai({"model": MODEL, "prompt": "five six"}), pool, record=False)
+    assert r.status == 200 and r.tokens_source == "estimate-fallback" and r.tokens == 2
+    assert r.tokens_note.startswith(("unavailable", "timeout")), r.tokens_note

@@ -65,6 +65,11 @@ struct InferenceRequest {
   // Scheduling priority; negative means sheddable. Never read from the body: it comes from the
   // InferenceObjective named by the request's headers, or from the caller.
   int priority = 0;
+  // The request body as JSON text, for plugins that send the request on (token-producer's vllm
+  // backend asks the model server to render it). A view, not a copy: the caller that has the
+  // body points it there just for Scheduler::Pick (the ext_proc session, eppctl pick/explain with
+  // ParseCaptureEnvelope's body_out); empty otherwise, and plugins then do without it.
+  std::string_view body;
 
   // The value of the first header named `name` (compared case-insensitively), or nullopt.
   std::optional<std::string_view> header(std::string_view name) const;
@@ -97,6 +102,8 @@ absl::StatusOr<InferenceRequest> ParseOpenAIRequest(std::string_view path, std::
 // The document is an envelope exactly when its top level has a `body` member. Unknown envelope
 // members (timestamps, ids) are ignored.
 // A non-empty `path_override` replaces the path the capture names (or implies).
-absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json, std::string_view path_override = {});
+// With `body_out`, the request body is stored there as JSON text (for InferenceRequest::body).
+absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json, std::string_view path_override = {},
+                                                      std::string* body_out = nullptr);
 
 }  // namespace epp

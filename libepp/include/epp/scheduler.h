@@ -30,6 +30,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -115,6 +116,11 @@ struct PickResult {
   int prefix_block_size_tokens = 0;
   int prefix_blocks = 0;
   int prefix_match_blocks = 0;         // blocks the index said the primary endpoint held
+  // The request's tokens as a token-producer made them (TokenState): count, source, fallback
+  // note; tokens = -1 and the rest empty without a token-producer.
+  int64_t tokens = -1;
+  std::string tokens_source;
+  std::string tokens_note;
   std::vector<ProfileTrace> profiles;  // only with PickOptions::trace
 
   const std::string* primary() const { return endpoints.empty() ? nullptr : &endpoints.front(); }
@@ -178,6 +184,21 @@ struct MissingInput {
   }
 };
 
+// What a token-producer did since the scheduler was built (/metrics epp_tokenizer_*).
+struct TokenizerCounters {
+  std::string plugin;   // plugin name
+  std::string backend;  // "estimate" or "vllm"
+  int64_t requests = 0;    // requests tokenized (Prepare with a prompt)
+  int64_t calls = 0;       // requests sent to the model server (vllm)
+  int64_t cache_hits = 0;  // answered from the cache of earlier answers (vllm)
+  // Requests estimated instead (vllm), by reason: "timeout", "unavailable" (refused, DNS, TLS),
+  // "status" (non-2xx answer), "answer" (not a token list), "no-body" (the caller had no body),
+  // "api" (responses / embeddings: nothing to render).
+  std::map<std::string, int64_t> fallbacks;
+  int64_t cache_entries = 0;
+  int64_t cache_tokens = 0;
+};
+
 class Scheduler {
  public:
   ~Scheduler();
@@ -206,6 +227,8 @@ class Scheduler {
   // The KV-event binding of the configured precise-prefix-cache-producer (kv_subscriber.h);
   // nullptr without one.
   const struct KvEventsBinding* KvEvents() const;
+  // Counters of every token-producer, in config order.
+  std::vector<TokenizerCounters> Tokenizers() const;
   // In-flight counters of an endpoint: {requests, tokens}.
   std::pair<int64_t, int64_t> Inflight(std::string_view endpoint) const;
 

@@ -35,6 +35,18 @@ struct PrefixState {
   std::string producer;             // name of the producer that filled this
 };
 
+// The request's token ids, when a token-producer ran (the precise prefix producer reads them;
+// without one it estimates them itself).
+struct TokenState {
+  bool computed = false;
+  std::vector<uint32_t> ids;
+  // Where they came from: "estimate", "vllm" (the server rendered the request), "vllm-cache" (a
+  // cached answer for the same request), "estimate-fallback" (the server could not be asked or
+  // did not answer: estimated instead, see `note`).
+  std::string source;
+  std::string note;  // why a fallback happened ("POST http://...: timed out after 5000 ms")
+};
+
 struct SchedulingContext {
   const InferenceRequest* request = nullptr;
   std::span<const Endpoint> endpoints;  // the whole pool; candidates point into it
@@ -44,6 +56,7 @@ struct SchedulingContext {
   std::vector<int64_t> inflight_requests;
   std::vector<int64_t> inflight_tokens;
   PrefixState prefix;
+  TokenState tokens;
 
   // Position of `e` in `endpoints`. REQUIRES: e points into endpoints.
   size_t IndexOf(const Endpoint* e) const { return static_cast<size_t>(e - endpoints.data()); }

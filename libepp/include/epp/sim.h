@@ -193,6 +193,14 @@ struct SimHttpOptions {
   // builds it, so an EPP tokenizing with `estimate` computes the same blocks). Topic
   // "kv@<host>:<port>@<first model>" unless kv_events_topic is set; the replay socket, when set,
   // keeps kv_events_buffer_steps batches; drop/delay are the publisher's fault options.
+  // The server's tokenizer (what its KV events, render endpoints and prompt token counts use):
+  // "estimate" (4 bytes a token, llm-d's estimate: an EPP estimating tokens matches it) or
+  // "words" (tokenize.h WordTokenIds: only an EPP that asks this server for the tokens matches
+  // it; blocks are then hashed over token ids, not characters).
+  std::string tokenizer = "estimate";
+  // Serve vLLM's render endpoints (POST /v1/completions/render, /v1/chat/completions/render);
+  // POST /tokenize is always served. False: a server like vLLM before the render API (404).
+  bool render_endpoints = true;
   std::string kv_events_endpoint;
   std::string kv_events_replay_endpoint;
   std::optional<std::string> kv_events_topic;
@@ -204,7 +212,8 @@ struct SimHttpOptions {
 };
 
 // The HTTP front: GET /metrics, /v1/models, /health; POST /v1/completions and
-// /v1/chat/completions (JSON or SSE streaming). Serves on its own threads until Stop() or
+// /v1/chat/completions (JSON or SSE streaming); POST /v1/completions/render,
+// /v1/chat/completions/render and /tokenize (vLLM's shapes, SimHttpOptions::tokenizer). Serves on its own threads until Stop() or
 // destruction.
 class SimHttpServer {
  public:

@@ -306,7 +306,7 @@ absl::Status ResolvePrefixProducer(BuildState& st) {
   Scheduler::Impl& impl = *st.impl;
   const Plugin* producer = nullptr;
   for (const auto& p : impl.plugins) {
-    if (!p->AsDataProducer()) continue;
+    if (!p->AsDataProducer() || dynamic_cast<const plugins::TokenSource*>(p.get())) continue;
     if (producer) return st.Error(0, "", absl::StrCat("two prefix producers: '", producer->name(), "' and '", p->name(), "'"));
     producer = p.get();
   }
@@ -339,8 +339,12 @@ absl::Status ResolvePrefixProducer(BuildState& st) {
 }
 
 void IndexHooks(BuildState& st) {
+  // Token producers first: the prefix producer reads their tokens.
+  for (const auto& p : st.impl->plugins)
+    if (dynamic_cast<const plugins::TokenSource*>(p.get()) && p->AsDataProducer()) st.impl->producers.push_back(p->AsDataProducer());
   for (const auto& p : st.impl->plugins) {
-    if (const DataProducer* d = p->AsDataProducer()) st.impl->producers.push_back(d);
+    const DataProducer* d = p->AsDataProducer();
+    if (d && !dynamic_cast<const plugins::TokenSource*>(p.get())) st.impl->producers.push_back(d);
     if (const RequestObserver* o = p->AsRequestObserver()) st.impl->observers.push_back(o);
     if (const Admitter* a = p->AsAdmitter()) st.impl->admitters.push_back(a);
   }

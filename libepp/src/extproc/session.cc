@@ -267,7 +267,9 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
   po.trace = options.trace;
   po.record = true;
   po.scores = options.emit_endpoint_scores;
+  request->body = changed ? std::string_view(new_body) : std::string_view(body);  // for the pick only
   result = scheduler.Pick(*request, *pool, po);
+  request->body = {};
   if (stats) {
     stats->RecordLatencyMicros(std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
   }

@@ -18,6 +18,7 @@
 #include "epp/params.h"
 #include "epp/kv_subscriber.h"
 #include "epp/plugin.h"
+#include "epp/scheduler.h"
 #include "epp/status.h"
 
 namespace epp::plugins {
@@ -40,6 +41,14 @@ class KvEventsSource {
  public:
   virtual ~KvEventsSource() = default;
   virtual const KvEventsBinding& Binding() const = 0;
+};
+
+// Implemented by token-producer: it fills SchedulingContext::tokens, so the scheduler runs it
+// before the other data producers, and it is not a prefix producer.
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  virtual TokenizerCounters Counters() const = 0;
 };
 
 }  // namespace epp::plugins

@@ -1006,7 +1006,8 @@ absl::StatusOr<InferenceRequest> ParseOpenAIRequest(std::string_view path, std::
   return req;
 }
 
-absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json, std::string_view path_override) {
+absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json, std::string_view path_override,
+                                                      std::string* body_out) {
   const JsonPath root;
   Document doc;
   EPP_RETURN_IF_ERROR(doc.Parse(json, 0, nullptr));
@@ -1027,6 +1028,7 @@ absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json, std
     if (req.path.empty()) req.path.assign(kDefaultRequestPath);
     req.api = ApiKindForPath(req.path);
     EPP_RETURN_IF_ERROR(ParseBody(doc.root(), json.size(), root, req.api, req));
+    if (body_out) body_out->assign(json);
     return req;
   }
 
@@ -1052,12 +1054,14 @@ absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json, std
     Document inner;
     EPP_RETURN_IF_ERROR(inner.Parse(*text, 1, &body_path));
     EPP_RETURN_IF_ERROR(ParseBody(inner.root(), text->size(), body_path, req.api, req));
+    if (body_out) body_out->assign(*text);
     return req;
   }
   if (!AsObject(*body).has_value()) {
     return TypeError(body_path, "a JSON object or a JSON string", *body);
   }
   EPP_RETURN_IF_ERROR(ParseBody(*body, json.size(), body_path, req.api, req));
+  if (body_out) *body_out = simdjson::minify(*body);
   return req;
 }
 

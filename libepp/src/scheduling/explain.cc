@@ -68,6 +68,10 @@ std::string PickResultToJson(const InferenceRequest* request, const PickResult& 
                     {"prompt_tokens", request->prompt_tokens},
                     {"prefix_blocks", r.prefix_blocks},
                     {"prefix_block_size_tokens", r.prefix_block_size_tokens}};
+    if (r.tokens >= 0) {
+      j["request"]["tokens"] = {{"count", r.tokens}, {"source", r.tokens_source}};
+      if (!r.tokens_note.empty()) j["request"]["tokens"]["note"] = r.tokens_note;
+    }
   } else {
     j["request"] = nullptr;
   }
@@ -148,6 +152,11 @@ std::string PickResultToText(const InferenceRequest* request, const PickResult& 
                       r.prefix_block_size_tokens * kCharsPerToken, " chars)");
     if (request->priority != 0) absl::StrAppend(&out, "  priority ", request->priority);
     out += "\n";
+    if (r.tokens >= 0) {
+      absl::StrAppend(&out, bold, "tokens", reset, "     ", r.tokens, " from ", r.tokens_source);
+      if (!r.tokens_note.empty()) absl::StrAppend(&out, " ", red, "(", r.tokens_note, ")", reset);
+      out += "\n";
+    }
   }
   if (r.status != 400) {
     absl::StrAppend(&out, bold, "candidates", reset, " ", r.candidates);

@@ -295,6 +295,11 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
   }
   r.prefix_block_size_tokens = ctx.prefix.block_size_tokens;
   r.prefix_blocks = static_cast<int>(ctx.prefix.hashes.size());
+  if (ctx.tokens.computed) {
+    r.tokens = static_cast<int64_t>(ctx.tokens.ids.size());
+    r.tokens_source = ctx.tokens.source;
+    r.tokens_note = ctx.tokens.note;
+  }
 
   if (m.detector) {
     r.saturation = m.detector->Saturation(ctx, candidates);
@@ -444,6 +449,13 @@ const KvEventsBinding* Scheduler::KvEvents() const {
   for (const auto& p : impl_->plugins)
     if (auto* s = dynamic_cast<const plugins::KvEventsSource*>(p.get())) return &s->Binding();
   return nullptr;
+}
+
+std::vector<TokenizerCounters> Scheduler::Tokenizers() const {
+  std::vector<TokenizerCounters> out;
+  for (const auto& p : impl_->plugins)
+    if (auto* s = dynamic_cast<const plugins::TokenSource*>(p.get())) out.push_back(s->Counters());
+  return out;
 }
 
 namespace {

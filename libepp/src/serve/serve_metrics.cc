@@ -108,6 +108,27 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
       if (e.last_event_unix_us > 0) x.Sample("epp_endpoint_kv_lag_seconds", {{"endpoint", e.endpoint}}, e.last_lag_s);
   }
 
+  // Token producers.
+  const std::vector<TokenizerCounters> tokenizers = src.scheduler->Tokenizers();
+  if (!tokenizers.empty()) {
+    x.Family("epp_tokenizer_requests_total", "counter", "Requests a token-producer tokenized.");
+    for (const TokenizerCounters& t : tokenizers)
+      x.Sample("epp_tokenizer_requests_total", {{"plugin", t.plugin}, {"backend", t.backend}}, t.requests);
+    x.Family("epp_tokenizer_calls_total", "counter", "Requests sent to the model server to render and tokenize.");
+    for (const TokenizerCounters& t : tokenizers) x.Sample("epp_tokenizer_calls_total", {{"plugin", t.plugin}}, t.calls);
+    x.Family("epp_tokenizer_cache_hits_total", "counter", "Requests answered from the cache of earlier answers.");
+    for (const TokenizerCounters& t : tokenizers)
+      x.Sample("epp_tokenizer_cache_hits_total", {{"plugin", t.plugin}}, t.cache_hits);
+    x.Family("epp_tokenizer_fallbacks_total", "counter",
+             "Requests whose tokens were estimated because the model server could not be asked or did not answer.");
+    for (const TokenizerCounters& t : tokenizers)
+      for (const auto& [reason, n] : t.fallbacks)
+        x.Sample("epp_tokenizer_fallbacks_total", {{"plugin", t.plugin}, {"reason", reason}}, n);
+    x.Family("epp_tokenizer_cache_tokens", "gauge", "Token ids held in the answer cache.");
+    for (const TokenizerCounters& t : tokenizers)
+      x.Sample("epp_tokenizer_cache_tokens", {{"plugin", t.plugin}}, t.cache_tokens);
+  }
+
   // Prefix cache.
   const int64_t prefix_entries = static_cast<int64_t>(src.scheduler->PrefixIndexEntries());
   const int64_t blocks = s.prefix_blocks.load(), matched = s.prefix_match_blocks.load();

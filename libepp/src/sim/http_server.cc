@@ -8,6 +8,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <chrono>
@@ -25,6 +26,7 @@
 #include "epp/kv_publisher.h"
 #include "epp/request.h"
 #include "epp/sim.h"
+#include "epp/tokenize.h"
 
 namespace epp {
 namespace {
@@ -206,6 +208,18 @@ std::pair<std::string, int> SplitHostPort(const std::string& hp) {
   return {host, port > 0 && port <= 65535 ? port : 0};
 }
 
+// Chained hashes of the full blocks of `tokens` (block_size tokens each), from `seed`.
+std::vector<uint64_t> TokenBlockHashes(const std::vector<uint32_t>& tokens, int block_size, uint64_t seed) {
+  std::vector<uint64_t> out;
+  const size_t bs = static_cast<size_t>(std::max(1, block_size));
+  uint64_t h = seed;
+  for (size_t i = 0; i + bs <= tokens.size(); i += bs) {
+    h = XXH3_64bits_withSeed(tokens.data() + i, bs * sizeof(uint32_t), h);
+    out.push_back(h);
+  }
+  return out;
+}
+
 }  // namespace
 
 struct SimHttpServer::Impl {
@@ -231,6 +245,7 @@ struct SimHttpServer::Impl {
   std::atomic<uint64_t> prefill_hops{0}, prefill_hop_errors{0}, kv_transfer_bytes{0}, remote_prefills{0};
   std::atomic<int64_t> kv_transfer_us{0};  // simulated
   std::unique_ptr<KvEventPublisher> kv;    // SimHttpOptions::kv_events_endpoint
+  std::atomic<uint64_t> next_render_id{1}, render_calls{0};
 
   // Sends what the cache did since the last call as one batch. REQUIRES: mu held.
   void FlushKvEventsLocked() {
@@ -257,6 +272,8 @@ struct SimHttpServer::Impl {
             absl::StrCat(static_cast<double>(kv_transfer_us.load()) / 1e6));
     counter("epp_sim_remote_prefills_total", "Prefill-only requests served for a remote decoder (kv_transfer_params).",
             absl::StrCat(remote_prefills.load()));
+    counter("epp_sim_tokenize_calls_total", "Render and tokenize requests answered (/v1/*/render, /tokenize).",
+            absl::StrCat(render_calls.load()));
     return t;
   }
 
@@ -361,6 +378,62 @@ struct SimHttpServer::Impl {
     return out;
   }
 
+  std::vector<uint32_t> Tokenize(std::string_view text) const {
+    return o.tokenizer == "words" ? WordTokenIds(text) : EstimateTokenIds(text);
+  }
+
+  // vLLM's render endpoints and /tokenize, with this server's tokenizer over the canonical
+  // prompt (the ids its KV events carry for the same request).
+  void HandleTokenize(const httplib::Request& req, httplib::Response& res, TokenizeEndpoint ep) {
+    Json body = Json::parse(req.body, nullptr, false);
+    if (!body.is_object()) return OpenAIError(res, 400, "request body must be a JSON object", "invalid_request_error");
+    const bool chat = ep == TokenizeEndpoint::kChatRender || (ep == TokenizeEndpoint::kTokenize && body.contains("messages"));
+    if (body.contains("model") && body["model"].is_string()) {
+      const std::string m = body["model"].get<std::string>();
+      const auto& ms = o.params.models;
+      const auto& ls = o.params.loras;
+      if (std::find(ms.begin(), ms.end(), m) == ms.end() && std::find(ls.begin(), ls.end(), m) == ls.end())
+        return OpenAIError(res, 404, "The model `" + m + "` does not exist.", "NotFoundError", "model");
+    } else {
+      body["model"] = o.params.models.front();  // vLLM's tokenize and render default to the served model
+    }
+    absl::StatusOr<InferenceRequest> canonical =
+        ParseOpenAIRequest(chat ? "/v1/chat/completions" : "/v1/completions", body.dump());
+    if (!canonical.ok()) return OpenAIError(res, 400, std::string(canonical.status().message()), "invalid_request_error");
+    const std::string model = body["model"].get<std::string>();
+    auto generate = [&](const std::vector<uint32_t>& ids) {
+      return Json{{"request_id", "sim-render-" + std::to_string(next_render_id++)},
+                  {"token_ids", ids},
+                  {"features", nullptr},
+                  {"sampling_params", Json::object()},
+                  {"model", model},
+                  {"stream", false},
+                  {"cache_salt", canonical->cache_salt.empty() ? Json(nullptr) : Json(canonical->cache_salt)},
+                  {"priority", 0},
+                  {"kv_transfer_params", nullptr}};
+    };
+    ++render_calls;
+    switch (ep) {
+      case TokenizeEndpoint::kChatRender:
+        return res.set_content(generate(Tokenize(canonical->prompt)).dump(), "application/json");
+      case TokenizeEndpoint::kCompletionsRender: {
+        Json out = Json::array();
+        const Json& pr = body["prompt"];
+        if (pr.is_array() && pr.size() > 1 && pr[0].is_string()) {
+          for (const Json& p : pr) out.push_back(generate(Tokenize(p.is_string() ? p.get<std::string>() : "")));
+        } else {
+          out.push_back(generate(Tokenize(canonical->prompt)));
+        }
+        return res.set_content(out.dump(), "application/json");
+      }
+      case TokenizeEndpoint::kTokenize: {
+        const std::vector<uint32_t> ids = Tokenize(canonical->prompt);
+        return res.set_content(Json{{"count", ids.size()}, {"max_model_len", 131072}, {"tokens", ids}, {"token_strs", nullptr}}.dump(),
+                               "application/json");
+      }
+    }
+  }
+
   void HandleInference(const httplib::Request& req, httplib::Response& res, bool chat) {
     if (Roll(o.drop_rate)) return Drop(res);
     Json body = Json::parse(req.body, nullptr, false);
@@ -375,22 +448,29 @@ struct SimHttpServer::Impl {
     const bool remote_prefill = !hop.empty() && DecodeRole() && !call->remote_decode;
     if (remote_prefill && !PrefillHop(hop, req, body, *call, res)) return;
     SimRequest sr;
-    if (kv) {
-      // Publishing KV events: blocks and their token ids from the canonical prompt libepp's parser
-      // builds (what an EPP tokenizing with `estimate` sees), 4 characters a token.
+    const bool words = o.tokenizer == "words";
+    if (kv || words) {
+      // Token ids of the canonical prompt libepp's parser builds: 4 characters a token
+      // (`estimate`, what an EPP tokenizing that way sees) or the words tokenizer (what only an
+      // EPP that asks this server's render endpoints sees). They fill the KV events.
       absl::StatusOr<InferenceRequest> canonical =
           ParseOpenAIRequest(chat ? "/v1/chat/completions" : "/v1/completions", req.body);
       if (canonical.ok() && !canonical->prompt.empty()) {
         call->prompt = canonical->prompt;
-        sr.token_ids = EstimateTokenIds(call->prompt);
+        sr.token_ids = Tokenize(call->prompt);
         call->prompt_tokens = static_cast<int64_t>(sr.token_ids.size());
       }
     }
     sr.adapter = call->adapter;
     sr.prompt_tokens = call->prompt_tokens;
     sr.output_tokens = call->max_tokens;
-    sr.block_hashes = ChainedBlockHashes(call->prompt, static_cast<size_t>(o.params.block_size) * kCharsPerToken,
-                                         PrefixSeed(call->model, call->cache_salt));
+    if (words && !sr.token_ids.empty()) {
+      // Blocks are token blocks here (a block of 4 x block_size characters is not one).
+      sr.block_hashes = TokenBlockHashes(sr.token_ids, o.params.block_size, PrefixSeed(call->model, call->cache_salt));
+    } else {
+      sr.block_hashes = ChainedBlockHashes(call->prompt, static_cast<size_t>(o.params.block_size) * kCharsPerToken,
+                                           PrefixSeed(call->model, call->cache_salt));
+    }
     if (static_cast<int64_t>(sr.block_hashes.size()) * o.params.block_size > sr.prompt_tokens) {
       sr.block_hashes.resize(sr.prompt_tokens / o.params.block_size);
     }
@@ -537,6 +617,10 @@ struct SimHttpServer::Impl {
     // Headers and body go out in separate writes; without TCP_NODELAY, Nagle plus the client's
     // delayed ACK adds ~40 ms to answers.
     http.set_tcp_nodelay(true);
+    // An idle kept-alive connection holds a worker until this passes, and Stop() waits for the
+    // workers: 1 s instead of httplib's 5 bounds a stop while clients keep connections open
+    // (a scraper, token-producer). Clients reconnect when a kept connection was closed.
+    http.set_keep_alive_timeout(1);
     http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("", "text/plain"); });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       if (o.metrics_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.metrics_delay_ms));
@@ -570,6 +654,17 @@ struct SimHttpServer::Impl {
     });
     http.Post("/v1/completions",
               [this](const httplib::Request& req, httplib::Response& res) { HandleInference(req, res, false); });
+    if (o.render_endpoints) {
+      http.Post("/v1/completions/render", [this](const httplib::Request& req, httplib::Response& res) {
+        HandleTokenize(req, res, TokenizeEndpoint::kCompletionsRender);
+      });
+      http.Post("/v1/chat/completions/render", [this](const httplib::Request& req, httplib::Response& res) {
+        HandleTokenize(req, res, TokenizeEndpoint::kChatRender);
+      });
+    }
+    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      HandleTokenize(req, res, TokenizeEndpoint::kTokenize);
+    });
     http.Post("/v1/chat/completions",
               [this](const httplib::Request& req, httplib::Response& res) { HandleInference(req, res, true); });
   }
@@ -591,6 +686,8 @@ absl::StatusOr<std::unique_ptr<SimHttpServer>> SimHttpServer::Start(const SimHtt
   if (!(options.kv_link_gbytes_per_s > 0) || !std::isfinite(options.kv_link_gbytes_per_s))
     return absl::InvalidArgumentError("simulator: kv_link_gbytes_per_s must be > 0");
   if (options.kv_bytes_per_token < 0) return absl::InvalidArgumentError("simulator: kv_bytes_per_token must be >= 0");
+  if (options.tokenizer != "estimate" && options.tokenizer != "words")
+    return absl::InvalidArgumentError("simulator: tokenizer must be estimate or words, got '" + options.tokenizer + "'");
   SimParams params = options.params;
   params.kv_events = !options.kv_events_endpoint.empty();
   if (options.kv_events_endpoint.empty() && !options.kv_events_replay_endpoint.empty())

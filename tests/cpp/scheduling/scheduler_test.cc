@@ -484,9 +484,11 @@ TEST(FixtureConfigsTest, LoadOrNameUnsupportedTypes) {
         EXPECT_EQ(kv->socket_port, 5557);
         EXPECT_EQ(kv->topic_filter, "kv@");
         EXPECT_NE((*s)->EffectiveConfigYaml().find("blockSizeTokens: 64"), std::string::npos) << (*s)->EffectiveConfigYaml();
-        bool warned = false;
-        for (const std::string& w : (*s)->warnings()) warned = warned || w.find("vllm backend") != std::string::npos;
-        EXPECT_TRUE(warned) << "its token-producer names the vllm backend, which is estimated for now";
+        // Its token-producer asks the model server (vllm backend, url http://localhost:8000).
+        const std::vector<TokenizerCounters> tokenizers = (*s)->Tokenizers();
+        ASSERT_EQ(tokenizers.size(), 1u);
+        EXPECT_EQ(tokenizers[0].backend, "vllm");
+        EXPECT_NE((*s)->EffectiveConfigYaml().find("http://localhost:8000"), std::string::npos);
       }
     } else {
       ASSERT_FALSE(s.ok());

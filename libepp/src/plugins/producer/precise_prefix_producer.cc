@@ -6,9 +6,9 @@
 // precise-prefix-cache-scorer wrapper is expanded into this producer plus a prefix-cache-scorer
 // by the config loader's plugin table (see CreatePrecisePrefixProducer's caller).
 //
-// token-producer (legacy name tokenizer) and endpoint-notification-source are accepted with
-// llm-d's parameters; the token ids come from token-producer's `estimate` backend (llm-d's byte
-// packing, kv_index.h EstimateTokenIds) over the canonical prompt.
+// The token ids come from a token-producer (token_producer.cc) when the config has one, else
+// from llm-d's `estimate` byte packing (kv_index.h EstimateTokenIds) of the canonical prompt.
+// endpoint-notification-source is accepted with llm-d's (empty) parameters.
 #include <algorithm>
 #include <cmath>
 
@@ -76,9 +76,12 @@ class PrecisePrefixProducer : public Plugin, public DataProducer, public Endpoin
     const int bs = o_.block_size_tokens;
     st.block_size_tokens = bs;
     const InferenceRequest& r = *ctx.request;
-    std::vector<uint32_t> tokens = EstimateTokenIds(r.prompt);
+    // The token-producer's ids when one ran (it runs first), else llm-d's estimate.
+    std::vector<uint32_t> estimated;
+    if (!ctx.tokens.computed) estimated = EstimateTokenIds(r.prompt);
+    std::span<const uint32_t> tokens = ctx.tokens.computed ? std::span<const uint32_t>(ctx.tokens.ids) : estimated;
     const size_t cap = static_cast<size_t>(o_.max_prefix_tokens);
-    if (tokens.size() > cap) tokens.resize(cap);
+    if (tokens.size() > cap) tokens = tokens.first(cap);
     const KvBlockIndex& index = *o_.binding.index;
     st.hashes = index.BlockKeys(tokens, bs);
     st.match_blocks.assign(ctx.endpoints.size(), 0);
@@ -214,25 +217,6 @@ PluginOr CreatePrecisePrefixProducer(const std::string& name, const Params& para
   EPP_ASSIGN_OR_RETURN(o.max_prefix_tokens, params.GetInt("maxPrefixTokensToMatch", o.max_prefix_tokens));
   if (o.max_prefix_tokens <= 0) return Bad(params, "maxPrefixTokensToMatch", "must be > 0");
   return std::make_unique<PrecisePrefixProducer>(TypedName{std::string(kPrecisePrefixProducerType), name}, std::move(o));
-}
-
-PluginOr CreateTokenProducer(const std::string& name, const Params& params, const PluginContext& ctx) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"modelName", "estimate", "vllm", "udsTokenizerConfig"}));
-  if (const Params* v = params.Find("vllm"); v && !v->is_null()) EPP_RETURN_IF_ERROR(v->CheckKeys({"url", "timeout", "mmTimeout"}));
-  if (params.Has("vllm") && ctx.warnings)
-    ctx.warnings->push_back(absl::StrCat(
-        "plugin '", name, "' (", std::string(kTokenProducerType), "): the vllm backend (the model server renders and tokenizes) "
-        "is not implemented yet; tokens are estimated (4 bytes a token), which only matches servers that tokenize "
-        "the same way (eppctl sim)"));
-  if (params.Has("udsTokenizerConfig"))
-    return Bad(params, "udsTokenizerConfig", "the UDS tokenizer sidecar is deprecated and not supported; use estimate");
-  if (const Params* est = params.Find("estimate"); est && !est->is_null())
-    EPP_RETURN_IF_ERROR(est->CheckKeys({"image", "video"}));
-  EPP_ASSIGN_OR_RETURN(std::string model, params.GetString("modelName", ""));
-  Params eff = Params::Map();
-  if (!model.empty()) eff.Set("modelName", Params::String(model));
-  eff.Set("estimate", Params::Map());
-  return std::make_unique<ConfigOnlyPlugin>(TypedName{std::string(kTokenProducerType), name}, std::move(eff));
 }
 
 PluginOr CreateEndpointNotificationSource(const std::string& name, const Params& params, const PluginContext&) {

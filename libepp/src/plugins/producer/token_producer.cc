@@ -1,0 +1,264 @@
+// token-producer (llm-d's name; legacy name tokenizer): the request's token ids, for the precise
+// prefix producer. Two backends, as llm-d has them:
+//   estimate  llm-d's byte packing (4 bytes a token, kv_index.h EstimateTokenIds) of the
+//             canonical prompt: no model needed, matches only servers that tokenize the same way
+//             (eppctl sim's default tokenizer).
+//   vllm      the model server renders and tokenizes the request (tokenize.h): the request body
+//             goes to vllm.url's render endpoint for its API, or /tokenize where the server has
+//             no render endpoints (a 404 without an OpenAI error, 405 or 501 once: then /tokenize
+//             from then on).
+//             Bounded by vllm.timeout (vllm.mmTimeout for requests with media parts). Answers
+//             are cached by request (cacheTokens bounds the cache in tokens; least recently used
+//             first out): a retried or repeated request is not sent again.
+// When the server cannot be asked or does not answer in time the request's tokens are estimated
+// instead: the pick goes on (its prefix scores then match only what an estimate matches) and the
+// fallback is counted by reason (Scheduler::Tokenizers, /metrics epp_tokenizer_fallbacks_total)
+// and shown per request (PickResult::tokens_source, tokens_note; explain).
+//
+// Why the cache is per request and not per prefix: a render answer is the ids of the whole
+// rendered conversation, and a tokenizer's ids for a prefix of the text are not in general a
+// prefix of the ids for the whole (a word split at the cut tokenizes differently), so ids cannot
+// be reused for a different request without risking wrong block keys. An in-process tokenizer
+// (a third backend) is what removes the round trip.
+#include <xxhash.h>
+
+#include <array>
+#include <atomic>
+#include <list>
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/json.h"
+#include "epp/http.h"
+#include "epp/kv_index.h"
+#include "epp/scheduling.h"
+#include "epp/tokenize.h"
+#include "plugins/producer/producer.h"
+
+namespace epp::plugins {
+namespace {
+
+struct TokenOptions {
+  std::string model_name;  // sent as the body's model (empty: the request's own)
+  bool vllm = false;
+  std::string url = "http://localhost:8000";
+  int64_t timeout_us = 5000000;
+  int64_t mm_timeout_us = 30000000;
+  int64_t cache_tokens = int64_t{1} << 22;  // 16 MiB of ids
+};
+
+// Fallback reasons, in TokenizerCounters::fallbacks' vocabulary.
+enum Reason { kTimeout, kUnavailable, kStatus, kAnswer, kNoBody, kApi, kReasons };
+constexpr std::array<const char*, kReasons> kReasonNames = {"timeout", "unavailable", "status", "answer", "no-body", "api"};
+
+// Answers by request, least recently used first out, bounded in tokens.
+class AnswerCache {
+ public:
+  explicit AnswerCache(int64_t budget) : budget_(budget) {}
+  bool Get(const XXH128_hash_t& key, std::vector<uint32_t>& out) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(Key{key.low64, key.high64});
+    if (it == map_.end()) return false;
+    lru_.splice(lru_.end(), lru_, it->second);
+    out = it->second->ids;
+    return true;
+  }
+  void Put(const XXH128_hash_t& key, const std::vector<uint32_t>& ids) {
+    const int64_t n = static_cast<int64_t>(ids.size());
+    if (n > budget_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    const Key k{key.low64, key.high64};
+    if (map_.contains(k)) return;
+    lru_.push_back(Entry{k, ids});
+    map_.emplace(k, std::prev(lru_.end()));
+    tokens_ += n;
+    while (tokens_ > budget_ && !lru_.empty()) {
+      tokens_ -= static_cast<int64_t>(lru_.front().ids.size());
+      map_.erase(lru_.front().key);
+      lru_.pop_front();
+    }
+  }
+  std::pair<int64_t, int64_t> Size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {static_cast<int64_t>(map_.size()), tokens_};
+  }
+
+ private:
+  using Key = std::pair<uint64_t, uint64_t>;
+  struct Entry {
+    Key key;
+    std::vector<uint32_t> ids;
+  };
+  const int64_t budget_;
+  mutable std::mutex mu_;
+  std::list<Entry> lru_;
+  absl::flat_hash_map<Key, std::list<Entry>::iterator> map_;
+  int64_t tokens_ = 0;
+};
+
+class TokenProducer : public Plugin, public DataProducer, public TokenSource {
+ public:
+  TokenProducer(TypedName tn, TokenOptions o) : Plugin(std::move(tn)), o_(std::move(o)), cache_(o_.cache_tokens) {}
+  const DataProducer* AsDataProducer() const override { return this; }
+
+  Params EffectiveParams() const override {
+    Params p = Params::Map();
+    if (!o_.model_name.empty()) p.Set("modelName", Params::String(o_.model_name));
+    if (!o_.vllm) {
+      p.Set("estimate", Params::Map());
+      return p;
+    }
+    Params v = Params::Map();
+    v.Set("url", Params::String(o_.url));
+    v.Set("timeout", Params::String(absl::StrCat(o_.timeout_us / 1000, "ms")));
+    v.Set("mmTimeout", Params::String(absl::StrCat(o_.mm_timeout_us / 1000, "ms")));
+    v.Set("cacheTokens", Params::Int(o_.cache_tokens));
+    p.Set("vllm", std::move(v));
+    return p;
+  }
+
+  void Prepare(SchedulingContext& ctx, Candidates) const override {
+    TokenState& t = ctx.tokens;
+    const InferenceRequest& r = *ctx.request;
+    t = TokenState{};
+    t.computed = true;
+    ++requests_;
+    if (!o_.vllm) {
+      t.ids = EstimateTokenIds(r.prompt);
+      t.source = "estimate";
+      return;
+    }
+    const std::optional<TokenizeEndpoint> render = RenderEndpointFor(r.api);
+    if (!render) return Fallback(t, r, kApi, absl::StrCat("the ", std::string(ApiKindName(r.api)), " API has no render endpoint"));
+    if (r.body.empty()) return Fallback(t, r, kNoBody, "no request body to send (the caller had none)");
+    const std::string_view model = o_.model_name.empty() ? std::string_view(r.model) : std::string_view(o_.model_name);
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_128bits_reset(st);
+    const uint8_t api = static_cast<uint8_t>(r.api);
+    XXH3_128bits_update(st, &api, 1);
+    XXH3_128bits_update(st, model.data(), model.size());
+    XXH3_128bits_update(st, "\0", 1);
+    XXH3_128bits_update(st, r.body.data(), r.body.size());
+    const XXH128_hash_t key = XXH3_128bits_digest(st);
+    XXH3_freeState(st);
+    if (cache_.Get(key, t.ids)) {
+      ++cache_hits_;
+      t.source = "vllm-cache";
+      return;
+    }
+    std::string rewritten;
+    std::string_view send = r.body;
+    if (!o_.model_name.empty() && o_.model_name != r.model) {  // llm-d sends the configured model
+      absl::StatusOr<nlohmann::ordered_json> j = internal::ParseJson<nlohmann::ordered_json>(r.body);
+      if (!j.ok() || !j->is_object()) return Fallback(t, r, kNoBody, "the request body is not a JSON object");
+      (*j)["model"] = o_.model_name;
+      absl::StatusOr<std::string> dumped = internal::DumpJson(*j);
+      if (!dumped.ok()) return Fallback(t, r, kNoBody, std::string(dumped.status().message()));
+      rewritten = std::move(*dumped);
+      send = rewritten;
+    }
+    const int64_t timeout_us = r.media_parts > 0 ? o_.mm_timeout_us : o_.timeout_us;
+    TokenizeEndpoint ep = render_missing_.load() ? TokenizeEndpoint::kTokenize : *render;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      HttpRequest req;
+      req.method = "POST";
+      req.url = absl::StrCat(o_.url, std::string(TokenizePath(ep)));
+      req.body.assign(send);
+      req.headers = {"Content-Type: application/json"};
+      req.timeout = std::chrono::milliseconds(std::max<int64_t>(1, timeout_us / 1000));
+      req.accept_gzip = false;
+      ++calls_;
+      thread_local HttpClient client;
+      absl::StatusOr<HttpResponse> res = std::move(client.FetchAll(std::span<const HttpRequest>(&req, 1))[0]);
+      if (!res.ok()) {
+        const bool timeout = absl::IsDeadlineExceeded(res.status());
+        return Fallback(t, r, timeout ? kTimeout : kUnavailable, std::string(res.status().message()));
+      }
+      // No render route: 405 or 501, or a 404 that is not an OpenAI error (an unknown model is
+      // one, {"error": ...}; a missing route is not).
+      const bool no_route = res->status == 405 || res->status == 501 ||
+                            (res->status == 404 && res->body.find("\"error\"") == std::string::npos);
+      if (ep != TokenizeEndpoint::kTokenize && no_route) {
+        render_missing_ = true;  // an older server: /tokenize from now on
+        ep = TokenizeEndpoint::kTokenize;
+        continue;
+      }
+      if (res->status < 200 || res->status > 299)
+        return Fallback(t, r, kStatus,
+                        absl::StrCat("POST ", req.url, ": HTTP ", res->status, ": ", res->body.substr(0, 200)));
+      absl::StatusOr<std::vector<uint32_t>> ids = ParseTokenizeResponse(ep, res->body);
+      if (!ids.ok()) return Fallback(t, r, kAnswer, absl::StrCat("POST ", req.url, ": ", ids.status().message()));
+      cache_.Put(key, *ids);
+      t.ids = std::move(*ids);
+      t.source = "vllm";
+      return;
+    }
+    Fallback(t, r, kStatus, "the server has neither render endpoints nor /tokenize");
+  }
+
+  TokenizerCounters Counters() const override {
+    TokenizerCounters c;
+    c.plugin = name();
+    c.backend = o_.vllm ? "vllm" : "estimate";
+    c.requests = requests_.load();
+    c.calls = calls_.load();
+    c.cache_hits = cache_hits_.load();
+    if (o_.vllm)
+      for (int i = 0; i < kReasons; ++i) c.fallbacks[kReasonNames[static_cast<size_t>(i)]] = fallbacks_[static_cast<size_t>(i)].load();
+    std::tie(c.cache_entries, c.cache_tokens) = cache_.Size();
+    return c;
+  }
+
+ private:
+  void Fallback(TokenState& t, const InferenceRequest& r, Reason why, std::string note) const {
+    ++fallbacks_[static_cast<size_t>(why)];
+    t.ids = EstimateTokenIds(r.prompt);
+    t.source = "estimate-fallback";
+    t.note = absl::StrCat(kReasonNames[static_cast<size_t>(why)], ": ", note);
+  }
+
+  TokenOptions o_;
+  mutable AnswerCache cache_;
+  mutable std::atomic<bool> render_missing_{false};
+  mutable std::atomic<int64_t> requests_{0}, calls_{0}, cache_hits_{0};
+  mutable std::array<std::atomic<int64_t>, kReasons> fallbacks_{};
+};
+
+absl::Status Bad(const Params& at, std::string_view key, std::string_view message) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(at.path(), key.empty() ? "" : ".", std::string(key), ": ", std::string(message)));
+}
+
+}  // namespace
+
+PluginOr CreateTokenProducer(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({"modelName", "estimate", "vllm", "udsTokenizerConfig"}));
+  if (params.Has("udsTokenizerConfig"))
+    return Bad(params, "udsTokenizerConfig", "the UDS tokenizer sidecar is deprecated and not supported; use vllm or estimate");
+  TokenOptions o;
+  EPP_ASSIGN_OR_RETURN(o.model_name, params.GetString("modelName", ""));
+  const Params* v = params.Find("vllm");
+  const Params* est = params.Find("estimate");
+  const bool has_vllm = v && !v->is_null(), has_est = est && !est->is_null();
+  if (has_vllm && has_est) return Bad(params, "", "give one backend: estimate or vllm, not both");
+  // As in llm-d: a vllm block, or a modelName without a backend, selects vllm.
+  o.vllm = has_vllm || (!has_est && !o.model_name.empty());
+  if (has_est) EPP_RETURN_IF_ERROR(est->CheckKeys({"image", "video"}));
+  if (has_vllm) {
+    EPP_RETURN_IF_ERROR(v->CheckKeys({"url", "timeout", "mmTimeout", "cacheTokens"}));
+    EPP_ASSIGN_OR_RETURN(o.url, v->GetString("url", o.url));
+    while (!o.url.empty() && o.url.back() == '/') o.url.pop_back();
+    if (o.url.rfind("http://", 0) != 0 && o.url.rfind("https://", 0) != 0)
+      return Bad(*v, "url", "expected an http:// or https:// URL, got '" + o.url + "'");
+    EPP_ASSIGN_OR_RETURN(o.timeout_us, v->GetDurationMicros("timeout", o.timeout_us));
+    EPP_ASSIGN_OR_RETURN(o.mm_timeout_us, v->GetDurationMicros("mmTimeout", o.mm_timeout_us));
+    if (o.timeout_us <= 0) return Bad(*v, "timeout", "must be > 0");
+    if (o.mm_timeout_us <= 0) return Bad(*v, "mmTimeout", "must be > 0");
+    EPP_ASSIGN_OR_RETURN(o.cache_tokens, v->GetInt("cacheTokens", o.cache_tokens));
+    if (o.cache_tokens < 0) return Bad(*v, "cacheTokens", "must be >= 0 (0: no cache)");
+  }
+  return std::make_unique<TokenProducer>(TypedName{std::string(kTokenProducerType), name}, std::move(o));
+}
+
+}  // namespace epp::plugins
