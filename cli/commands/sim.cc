@@ -51,7 +51,7 @@ int RunSim(SimCommandOptions o) {
     if (o.count > 1) h.port = o.base_port == 0 ? 0 : o.base_port + i;
     h.params.seed = o.http.params.seed + static_cast<uint64_t>(i);
     if (i > 0) {  // --kv-events tcp://HOST:PORT with --count: PORT, PORT+1, ... (0 stays 0: free ports)
-      h.kv_events_endpoint = OffsetPort(o.http.kv_events_endpoint, i);
+      if (!h.kv_events_connect) h.kv_events_endpoint = OffsetPort(o.http.kv_events_endpoint, i);  // connect: one socket
       h.kv_events_replay_endpoint = OffsetPort(o.http.kv_events_replay_endpoint, i);
     }
     auto s = epp::SimHttpServer::Start(h);
@@ -116,6 +116,9 @@ void SetupSimCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--kv-events-replay", h.kv_events_replay_endpoint,
                   "Serve replays of the last --kv-events-buffer-steps batches on this ZeroMQ address (vLLM's "
                   "replay_endpoint)");
+  cmd->add_flag("--kv-events-connect", h.kv_events_connect,
+                "Connect the KV-event PUB socket to the --kv-events address (an EPP's central zmqEndpoint) instead of "
+                "binding it; with --count every server connects to the same address");
   cmd->add_option("--kv-events-buffer-steps", h.kv_events_buffer_steps, "Batches kept for replay")
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option_function<std::string>(

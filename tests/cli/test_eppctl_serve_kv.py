@@ -230,3 +230,57 @@ def test_vllm_token_backend_asks_the_server_for_its_tokens(serve, eppctl, kv_sim
     edoc = json.loads(e.stdout)
     assert edoc["request"]["tokens"]["source"] == "estimate"
     assert edoc["request"]["tokens"]["count"] != doc["request"]["tokens"]["count"]
+
+
+def test_central_socket_the_servers_connect_to(serve, tmp_path):  # noqa: F811
+    # llm-d's central mode (kvEventsConfig.zmqEndpoint): epp binds one SUB socket, the servers
+    # connect their PUB sockets to it, and each message's topic names the endpoint it is from.
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "central.yaml"
+    config.write_text(PRECISE_CONFIG.replace(
+        "    tokenProcessorConfig: {blockSize: 16}\n",
+        "    tokenProcessorConfig: {blockSize: 16}\n    kvEventsConfig: {zmqEndpoint: 'tcp://127.0.0.1:%d'}\n" % port))
+    sims = [subprocess.Popen([_eppctl_path(), "sim", "--port", "0", "--seed", str(10 + i), "--kv-events",
+                              "tcp://127.0.0.1:%d" % port, "--kv-events-connect"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+        urls = []
+        for p in sims:
+            m = re.search(r"listening on (http://\S+)", p.stdout.readline())
+            assert m, "eppctl sim did not start"
+            urls.append(m.group(1))
+        a, b = (u[len("http://"):] for u in urls)
+        endpoints = tmp_path / "endpoints.yaml"
+        endpoints.write_text("endpoints:\n  - {address: %s}\n  - {address: %s}\n" % (a, b))
+        s = serve("--config", config, "--endpoints", endpoints, "--refresh-metrics-interval", "50ms")
+        def chat(system, question):
+            body = json.dumps({"model": MODEL, "max_tokens": 4, "messages": [
+                {"role": "system", "content": system}, {"role": "user", "content": question}]}).encode()
+            req = urllib.request.Request(urls[1] + "/v1/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            urllib.request.urlopen(req, timeout=30).read()
+
+        # The PUB sockets reach the EPP's once it is bound (libzmq reconnects), and a PUB drops
+        # what it sends before that: small distinct prompts until one batch arrives.
+        deadline = time.time() + 20
+        i = 0
+        while time.time() < deadline and not s.metric("epp_endpoint_kv_batches_total", endpoint=b):
+            chat("warm-up %d " % i * 20, "x")
+            i += 1
+            time.sleep(0.2)
+        assert s.metric("epp_endpoint_kv_batches_total", endpoint=b) >= 1
+        chat(SYSTEM, "to B directly")
+        wait_blocks(s, b, lambda v: v is not None and v >= 20)
+        assert s.metric("epp_endpoint_kv_blocks", endpoint=a) in (None, 0)
+        for i in range(4):
+            first, _ = pick(s.channel(), request_body("through the EPP %d" % i))
+            assert destination(first) == b
+    finally:
+        for p in sims:
+            p.terminate()
+            p.wait(timeout=10)
+            p.stdout.close()
+            p.stderr.close()

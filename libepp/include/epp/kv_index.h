@@ -64,16 +64,23 @@ struct KvApplyResult {
 
 struct KvEndpointSummary {
   std::string endpoint;
-  int64_t blocks = 0;                    // block keys it holds
+  int64_t blocks = 0;                    // block keys it holds (events only)
   std::map<std::string, int64_t> media;  // holders per medium as sent ("GPU": 120)
+  int64_t speculative = 0;               // blocks predicted at pick time, not yet confirmed
 };
 
 struct KvIndexStats {
   int64_t blocks = 0;          // distinct block keys
-  int64_t holders = 0;         // (block, endpoint, medium) entries
+  int64_t holders = 0;         // (block, endpoint, medium) entries, speculative ones included
   int64_t evicted = 0;         // blocks dropped for max_blocks since the start
   int64_t approx_bytes = 0;    // estimate of the memory held
+  int64_t speculative = 0;            // speculative holders now
+  int64_t speculative_confirmed = 0;  // replaced by the engine's BlockStored since the start
+  int64_t speculative_expired = 0;    // dropped at their TTL unconfirmed since the start
 };
+
+// The medium name speculative holders are listed under (weight 1.0 unless medium_weights says).
+inline constexpr std::string_view kSpeculativeMedium = "speculative";
 
 class KvBlockIndex {
  public:
@@ -87,8 +94,22 @@ class KvBlockIndex {
   // A BlockStored whose parent is unknown, or whose token count is not block_size x hashes, is
   // skipped (and counted); a token-less one adds the medium to blocks already known by hash.
   KvApplyResult Apply(std::string_view endpoint, std::string_view base_model, const KvEventBatch& batch);
-  // Drops everything `endpoint` holds (it left the pool, restarted, or its stream had a gap).
+  // Drops everything `endpoint` holds (it left the pool, restarted, or its stream had a gap),
+  // speculative entries included.
   void ClearEndpoint(std::string_view endpoint);
+
+  // Speculative indexing (llm-d's speculativeIndexing): right after a pick, the request's blocks
+  // are entered for the endpoint it went to, before the engine has stored them, so that the
+  // requests that follow within the event delay see them. `tokens` are keyed at `block_size` as
+  // a request for `model` (a LoRA adapter where the endpoint's base model differs). An entry goes
+  // when the engine's BlockStored names the same block for that endpoint (confirmed), when its
+  // expiry (`expires_us`, on the caller's clock) passes unconfirmed (ExpireSpeculative), or with
+  // the endpoint. Blocks the endpoint already holds by its events are not entered again.
+  void AddSpeculative(std::string_view endpoint, std::span<const uint32_t> tokens, std::string_view model,
+                      int block_size, int64_t expires_us);
+  // Drops the speculative entries whose expiry is at or before `now_us`. Cheap when none is due
+  // (an atomic read, no lock).
+  void ExpireSpeculative(int64_t now_us);
 
   // Chained block keys of `tokens` (full blocks only) at `block_size` under `lora` ("" = base).
   std::vector<uint64_t> BlockKeys(std::span<const uint32_t> tokens, int block_size, std::string_view lora = "") const;

@@ -22,6 +22,9 @@ struct KvPublisherOptions {
   // Addresses to bind: "tcp://127.0.0.1:5557"; port 0 or '*' picks a free one (see endpoint()).
   std::string endpoint = "tcp://127.0.0.1:0";
   std::string replay_endpoint;  // "" = no replay socket
+  // Connect the PUB socket to `endpoint` instead of binding it (vLLM connects to an address
+  // without '*': an EPP's central socket, kvEventsConfig.zmqEndpoint).
+  bool connect = false;
   std::string topic;            // vLLM's default is ""; llm-d's convention "kv@<ip:port>@<model>"
   size_t buffer_steps = 10000;  // batches kept for replay (vLLM's default)
   KvEventEncoding encoding = KvEventEncoding::kMap;

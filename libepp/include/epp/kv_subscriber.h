@@ -39,6 +39,9 @@ class Logger;
 struct KvEventsBinding {
   std::shared_ptr<KvBlockIndex> index;
   std::string topic_filter;
+  // kvEventsConfig.zmqEndpoint: one SUB socket epp binds ("tcp://0.0.0.0:5557") that the engines
+  // connect to; each message's topic (kv@<ip:port>@<model>) says which endpoint sent it.
+  std::string central_endpoint;
   bool discover_pods = true;
   int socket_port = 5557;
   int replay_socket_port = 0;  // 0: no replay
@@ -46,7 +49,8 @@ struct KvEventsBinding {
 
 struct KvSubscription {
   std::string endpoint;        // the endpoint's address ("ip:port"), the index's name for it
-  std::string address;         // ZeroMQ address of its PUB socket: "tcp://10.0.0.1:5557"
+  std::string address;         // ZeroMQ address of its PUB socket: "tcp://10.0.0.1:5557";
+                               // empty: its events come through the central socket
   std::string replay_address;  // its ROUTER replay socket; empty: none
   std::string model;           // base model it serves; "" = taken from the topic "kv@<ep>@<model>"
   bool operator==(const KvSubscription&) const = default;
@@ -54,6 +58,10 @@ struct KvSubscription {
 
 struct KvSubscriberOptions {
   std::string topic_filter;  // ZeroMQ subscription prefix ("": every topic, the engines' default)
+  // Bind one more SUB socket here (KvEventsBinding::central_endpoint): a message on it goes to
+  // the subscription whose endpoint its topic names, and to none when no such subscription
+  // exists (counted in central_unknown).
+  std::string central_endpoint;
   std::chrono::milliseconds replay_timeout{2000};
   const Logger* log = nullptr;
 };
@@ -96,6 +104,11 @@ class KvEventSubscriber {
 
   std::vector<KvEndpointStats> Stats() const;
   KvBlockIndex* index() const;
+  // Central socket: the bound address ("" without one or when the bind failed, see
+  // central_error), and messages whose topic named no subscribed endpoint.
+  std::string central_address() const;
+  std::string central_error() const;
+  int64_t central_unknown() const;
 
   struct Impl;
 
@@ -105,7 +118,8 @@ class KvEventSubscriber {
 
 // The subscriptions a binding calls for over these endpoints: an endpoint's own `kvEvents` /
 // `kvEventsReplay`, else (discover_pods) tcp://<its host>:<socket_port> and, with
-// replay_socket_port > 0, its replay; an endpoint with neither gets none.
+// replay_socket_port > 0, its replay, else (a central endpoint) one fed by the central socket;
+// an endpoint with none of these gets none.
 std::vector<KvSubscription> KvSubscriptionsFor(const KvEventsBinding& binding, std::span<const EndpointSpec> specs);
 
 // For one-shot tools (eppctl explain, pick): fills the binding's index with what every endpoint's

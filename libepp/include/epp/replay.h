@@ -93,7 +93,8 @@ struct ReplayPolicy {
   EppConfig config;
 };
 // Named baselines: round-robin, random, least-queue, gie-default (queue 2, kv 2, prefix 3),
-// gie-precise (the same weights, prefix from the servers' KV events),
+// gie-precise (the same weights, prefix from the servers' KV events), gie-precise-speculative
+// (and llm-d's speculativeIndexing),
 // sglang-cache-aware (SGLang's defaults), least-inflight (token-load). kNotFound listing them.
 absl::StatusOr<ReplayPolicy> NamedReplayPolicy(std::string_view name);
 std::vector<std::string> NamedReplayPolicies();

@@ -202,6 +202,9 @@ struct SimHttpOptions {
   // POST /tokenize is always served. False: a server like vLLM before the render API (404).
   bool render_endpoints = true;
   std::string kv_events_endpoint;
+  // Connect the PUB socket to kv_events_endpoint instead of binding it (an EPP's central socket,
+  // kvEventsConfig.zmqEndpoint, as vLLM connects to an address without '*').
+  bool kv_events_connect = false;
   std::string kv_events_replay_endpoint;
   std::optional<std::string> kv_events_topic;
   size_t kv_events_buffer_steps = 10000;

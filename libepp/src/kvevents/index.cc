@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <atomic>
 #include <list>
+#include <queue>
 #include <mutex>
 #include <shared_mutex>
 
@@ -103,7 +105,14 @@ struct KvBlockIndex::Impl {
     std::string name;
     std::string base_model;
     absl::flat_hash_map<EngineKey, uint64_t> engine;  // engine hash (per medium) -> block key
+    absl::flat_hash_map<uint64_t, int64_t> speculative;  // block key -> expiry (AddSpeculative)
     bool live = false;                                // known to the index (not cleared away)
+  };
+  struct SpecDue {
+    int64_t expires_us;
+    uint32_t endpoint;
+    uint64_t key;
+    bool operator>(const SpecDue& o) const { return expires_us > o.expires_us; }
   };
 
   KvIndexOptions options;
@@ -118,12 +127,16 @@ struct KvBlockIndex::Impl {
   absl::flat_hash_map<std::string, uint16_t> medium_ids;
   std::map<int, int64_t> block_sizes;         // block size -> blocks keyed at it
   int64_t holders = 0, evicted = 0;
+  uint16_t spec_medium = 1;                   // kSpeculativeMedium's id
+  std::priority_queue<SpecDue, std::vector<SpecDue>, std::greater<SpecDue>> spec_due;
+  std::atomic<int64_t> next_expiry{INT64_MAX};
+  int64_t spec_holders = 0, spec_confirmed = 0, spec_expired = 0;
 
   uint32_t EndpointId(std::string_view name) {
     auto it = endpoint_ids.find(absl::string_view(name.data(), name.size()));
     if (it != endpoint_ids.end()) return it->second;
     const uint32_t id = static_cast<uint32_t>(endpoints.size());
-    endpoints.push_back(EndpointState{std::string(name), {}, {}, false});
+    endpoints.push_back(EndpointState{std::string(name), {}, {}, {}, false});
     endpoint_ids.emplace(std::string(name), id);
     return id;
   }
@@ -193,7 +206,11 @@ struct KvBlockIndex::Impl {
       auto it = blocks.find(lru.front());
       for (size_t i = 0; i < it->second.holders.size(); ++i) {
         const Holder h = it->second.holders.at(i);
-        endpoints[h.endpoint].engine.erase(EngineKey{h.engine_hash, h.medium});
+        if (h.medium == spec_medium) {
+          if (endpoints[h.endpoint].speculative.erase(it->first)) --spec_holders;
+        } else {
+          endpoints[h.endpoint].engine.erase(EngineKey{h.engine_hash, h.medium});
+        }
         --holders;
       }
       DropBlock(it);
@@ -205,6 +222,18 @@ struct KvBlockIndex::Impl {
     EndpointState& ep = endpoints[id];
     for (const auto& [ek, key] : ep.engine) RemoveHolder(key, id, ek.medium);
     ep.engine.clear();
+    for (const auto& [key, expiry] : ep.speculative) RemoveHolder(key, id, spec_medium);
+    spec_holders -= static_cast<int64_t>(ep.speculative.size());
+    ep.speculative.clear();
+  }
+
+  // The engine stored `key` on endpoint `id`: a speculative entry for it is confirmed.
+  void Confirm(uint32_t id, uint64_t key) {
+    EndpointState& ep = endpoints[id];
+    if (ep.speculative.empty() || !ep.speculative.erase(key)) return;
+    RemoveHolder(key, id, spec_medium);
+    --spec_holders;
+    ++spec_confirmed;
   }
 
   void Stored(uint32_t id, const KvBlockStored& s, KvApplyResult& r) {
@@ -217,6 +246,7 @@ struct KvBlockIndex::Impl {
         const uint64_t k = *key;
         AddHolder(k, blocks[k].block_size, Holder{h, id, medium});
         ep.engine[EngineKey{h, medium}] = k;
+        Confirm(id, k);
         ++r.stored;
       }
       return;
@@ -251,6 +281,7 @@ struct KvBlockIndex::Impl {
         slot->second = key;
       }
       AddHolder(key, bs, Holder{s.block_hashes[i], id, medium});
+      Confirm(id, key);
       prev = key;
       ++r.stored;
     }
@@ -277,6 +308,7 @@ KvBlockIndex::KvBlockIndex(KvIndexOptions options) : impl_(std::make_unique<Impl
   impl_->options.medium_weights = std::move(lowered);
   impl_->seed = XXH3_64bits(impl_->options.hash_seed.data(), impl_->options.hash_seed.size());
   impl_->MediumId("GPU");  // id 0: GPU first in FindEngine
+  impl_->spec_medium = impl_->MediumId(kSpeculativeMedium);
 }
 
 KvBlockIndex::~KvBlockIndex() = default;
@@ -311,6 +343,59 @@ void KvBlockIndex::ClearEndpoint(std::string_view endpoint) {
   if (it == m.endpoint_ids.end()) return;
   m.Clear(it->second);
   m.endpoints[it->second].live = false;
+}
+
+void KvBlockIndex::AddSpeculative(std::string_view endpoint, std::span<const uint32_t> tokens, std::string_view model,
+                                  int block_size, int64_t expires_us) {
+  if (block_size <= 0 || tokens.size() < static_cast<size_t>(block_size)) return;
+  Impl& m = *impl_;
+  std::unique_lock lock(m.mu);
+  const uint32_t id = m.EndpointId(endpoint);
+  Impl::EndpointState& ep = m.endpoints[id];
+  ep.live = true;
+  const std::string_view lora = ep.base_model.empty() || ep.base_model == model ? std::string_view() : model;
+  const size_t n = tokens.size() / static_cast<size_t>(block_size);
+  uint64_t prev = RootKey(m.seed, block_size, lora);
+  const uint32_t lo = Impl::Who(id, 0), hi = Impl::Who(id, 0xff);
+  for (size_t i = 0; i < n; ++i) {
+    prev = NextKey(prev, tokens.data() + i * static_cast<size_t>(block_size), block_size);
+    auto it = m.blocks.find(prev);
+    if (it != m.blocks.end()) {  // held by its events already: nothing to predict
+      const auto& who = it->second.holders.who;
+      bool held = false;
+      for (auto w = std::lower_bound(who.begin(), who.end(), lo); w != who.end() && *w <= hi && !held; ++w)
+        held = (*w & 0xff) != m.spec_medium;
+      if (held) continue;
+    }
+    auto [slot, fresh] = ep.speculative.try_emplace(prev, expires_us);
+    if (!fresh) {
+      slot->second = std::max(slot->second, expires_us);
+    } else {
+      m.AddHolder(prev, block_size, Impl::Holder{0, id, m.spec_medium});
+      ++m.spec_holders;
+    }
+    m.spec_due.push(Impl::SpecDue{expires_us, id, prev});
+  }
+  m.EvictOverflow();
+  m.next_expiry = m.spec_due.empty() ? INT64_MAX : m.spec_due.top().expires_us;
+}
+
+void KvBlockIndex::ExpireSpeculative(int64_t now_us) {
+  Impl& m = *impl_;
+  if (now_us < m.next_expiry.load(std::memory_order_relaxed)) return;
+  std::unique_lock lock(m.mu);
+  while (!m.spec_due.empty() && m.spec_due.top().expires_us <= now_us) {
+    const Impl::SpecDue d = m.spec_due.top();
+    m.spec_due.pop();
+    auto& spec = m.endpoints[d.endpoint].speculative;
+    auto it = spec.find(d.key);
+    if (it == spec.end() || it->second > now_us) continue;  // confirmed, cleared, or extended
+    spec.erase(it);
+    m.RemoveHolder(d.key, d.endpoint, m.spec_medium);
+    --m.spec_holders;
+    ++m.spec_expired;
+  }
+  m.next_expiry = m.spec_due.empty() ? INT64_MAX : m.spec_due.top().expires_us;
 }
 
 std::vector<uint64_t> KvBlockIndex::BlockKeys(std::span<const uint32_t> tokens, int block_size,
@@ -439,6 +524,7 @@ std::vector<KvEndpointSummary> KvBlockIndex::Endpoints() const {
       s.media[m.media[ek.medium]]++;
     }
     s.blocks = static_cast<int64_t>(keys.size());
+    s.speculative = static_cast<int64_t>(ep.speculative.size());
     out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.endpoint < b.endpoint; });
@@ -452,6 +538,9 @@ KvIndexStats KvBlockIndex::Stats() const {
   s.blocks = static_cast<int64_t>(m.blocks.size());
   s.holders = m.holders;
   s.evicted = m.evicted;
+  s.speculative = m.spec_holders;
+  s.speculative_confirmed = m.spec_confirmed;
+  s.speculative_expired = m.spec_expired;
   int64_t engine_entries = 0;
   for (const auto& ep : m.endpoints) engine_entries += static_cast<int64_t>(ep.engine.size());
   // flat_hash_map slot + control byte, list node, holder, engine-map slot.

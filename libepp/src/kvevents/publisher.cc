@@ -186,8 +186,13 @@ absl::StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(const 
   impl->pub = zmq_socket(impl->ctx, ZMQ_PUB);
   SetInt(impl->pub, ZMQ_LINGER, 0);
   SetInt(impl->pub, ZMQ_SNDHWM, 100000);
-  if (zmq_bind(impl->pub, BindAddress(options.endpoint).c_str()) != 0) return fail("PUB", options.endpoint);
-  impl->bound = LastEndpoint(impl->pub);
+  if (options.connect) {
+    if (zmq_connect(impl->pub, options.endpoint.c_str()) != 0) return fail("PUB (connect)", options.endpoint);
+    impl->bound = options.endpoint;
+  } else {
+    if (zmq_bind(impl->pub, BindAddress(options.endpoint).c_str()) != 0) return fail("PUB", options.endpoint);
+    impl->bound = LastEndpoint(impl->pub);
+  }
   if (!options.replay_endpoint.empty()) {
     impl->router = zmq_socket(impl->ctx, ZMQ_ROUTER);
     SetInt(impl->router, ZMQ_LINGER, 0);

@@ -1,6 +1,7 @@
 // KvSubscriptionsFor, LoadKvHistory and the explain renderings of what the index holds.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -18,7 +19,7 @@ std::vector<KvSubscription> KvSubscriptionsFor(const KvEventsBinding& b, std::sp
     const std::string host = colon == std::string::npos ? s.address : s.address.substr(0, colon);
     if (!s.kv_events.empty()) sub.address = s.kv_events;
     else if (b.discover_pods) sub.address = absl::StrCat("tcp://", host, ":", b.socket_port);
-    else continue;
+    else if (b.central_endpoint.empty()) continue;  // else: fed by the central socket (address "")
     if (!s.kv_events_replay.empty()) sub.replay_address = s.kv_events_replay;
     else if (s.kv_events.empty() && b.discover_pods && b.replay_socket_port > 0)
       sub.replay_address = absl::StrCat("tcp://", host, ":", b.replay_socket_port);
@@ -35,6 +36,9 @@ std::vector<KvEndpointStats> LoadKvHistory(const KvEventsBinding& b, std::span<c
   o.log = log;
   KvEventSubscriber sub(b.index.get(), o);
   std::vector<KvSubscription> subs = KvSubscriptionsFor(b, specs);
+  // Engines that connect to a serving EPP's central socket cannot be asked from here.
+  subs.erase(std::remove_if(subs.begin(), subs.end(), [](const KvSubscription& s) { return s.address.empty(); }),
+             subs.end());
   bool live_only = false;
   for (const KvSubscription& s : subs) live_only = live_only || s.replay_address.empty();
   sub.SetSubscriptions(std::move(subs));
@@ -75,6 +79,7 @@ std::string KvHoldingsText(const KvBlockIndex& index, std::span<const KvEndpoint
       for (const auto& [m, n] : r.held.media) absl::StrAppend(&media, media.empty() ? "" : ", ", m, " ", n);
       absl::StrAppend(&out, " (", media, ")");
     }
+    if (r.held.speculative > 0) absl::StrAppend(&out, " + ", r.held.speculative, " speculative");
     if (r.stats) {
       if (r.stats->last_event_unix_us > 0) {
         // Age from the batch's own timestamp: a replayed batch arrives now but was published earlier.
@@ -96,7 +101,8 @@ std::string KvHoldingsText(const KvBlockIndex& index, std::span<const KvEndpoint
 std::string KvHoldingsJson(const KvBlockIndex& index, std::span<const KvEndpointStats> stats, int64_t now_unix_us) {
   nlohmann::ordered_json arr = nlohmann::ordered_json::array();
   for (const auto& [endpoint, r] : Rows(index, stats)) {
-    nlohmann::ordered_json j = {{"endpoint", endpoint}, {"blocks", r.held.blocks}, {"media", r.held.media}};
+    nlohmann::ordered_json j = {{"endpoint", endpoint}, {"blocks", r.held.blocks}, {"media", r.held.media},
+                                {"speculative", r.held.speculative}};
     if (r.stats) {
       j["address"] = r.stats->address;
       j["batches"] = r.stats->batches;

@@ -72,9 +72,54 @@ struct KvEventSubscriber::Impl {
   std::thread thread;
   std::atomic<bool> stop{false};
 
+  void* central = nullptr;  // SUB bound at options.central_endpoint
+  std::string central_bound, central_err;
+  std::atomic<int64_t> central_unknown{0};
+
+  void BindCentral() {
+    if (options.central_endpoint.empty()) return;
+    central = zmq_socket(ctx, ZMQ_SUB);
+    SetInt(central, ZMQ_LINGER, 0);
+    SetInt(central, ZMQ_RCVHWM, 100000);
+    const int64_t max_msg = int64_t{64} << 20;
+    zmq_setsockopt(central, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
+    zmq_setsockopt(central, ZMQ_SUBSCRIBE, options.topic_filter.data(), options.topic_filter.size());
+    if (zmq_bind(central, options.central_endpoint.c_str()) != 0) {
+      central_err = absl::StrCat("cannot bind ", options.central_endpoint, ": ", zmq_strerror(zmq_errno()));
+      log().Warn("kv events central socket: " + central_err);
+      zmq_close(central);
+      central = nullptr;
+      return;
+    }
+    char buf[256];
+    size_t n = sizeof buf;
+    central_bound = zmq_getsockopt(central, ZMQ_LAST_ENDPOINT, buf, &n) == 0 ? std::string(buf) : options.central_endpoint;
+  }
+
+  // A message on the central socket: to the subscription its topic names.
+  void OnCentral(std::vector<std::string>& frames, bool oversized) {
+    std::optional<KvTopic> t;
+    if (!frames.empty()) t = ParseKvTopic(frames[0]);
+    Sub* to = nullptr;
+    if (t)
+      for (auto& s : subs)
+        if (s->spec.address.empty() && s->spec.endpoint == t->endpoint) to = s.get();
+    if (!to) {
+      if (central_unknown.fetch_add(1) == 0)
+        log().Warn("kv events central socket: a message for no endpoint of the pool (topic '" +
+                   (frames.empty() ? std::string() : frames[0].substr(0, 200)) + "')");
+      return;
+    }
+    OnMessage(*to, frames, oversized);
+  }
+
   const Logger& log() const { return options.log ? *options.log : NullLogger::Get(); }
 
   void Open(Sub& s) {
+    if (s.spec.address.empty()) {  // fed by the central socket
+      s.stats.address = central_bound.empty() ? "central (unbound)" : "central " + central_bound;
+      return;
+    }
     s.sock = zmq_socket(ctx, ZMQ_SUB);
     SetInt(s.sock, ZMQ_LINGER, 0);
     SetInt(s.sock, ZMQ_RCVHWM, 100000);
@@ -268,8 +313,17 @@ struct KvEventSubscriber::Impl {
   void Poll(std::chrono::milliseconds wait) {
     ApplyPending();
     std::vector<zmq_pollitem_t> items;
-    items.reserve(subs.size());
-    for (auto& s : subs) items.push_back(zmq_pollitem_t{s->sock, 0, ZMQ_POLLIN, 0});
+    std::vector<Sub*> owners;  // per item; nullptr: the central socket
+    items.reserve(subs.size() + 1);
+    for (auto& s : subs) {
+      if (!s->sock) continue;
+      items.push_back(zmq_pollitem_t{s->sock, 0, ZMQ_POLLIN, 0});
+      owners.push_back(s.get());
+    }
+    if (central) {
+      items.push_back(zmq_pollitem_t{central, 0, ZMQ_POLLIN, 0});
+      owners.push_back(nullptr);
+    }
     if (items.empty()) {
       std::this_thread::sleep_for(wait);
       return;
@@ -278,12 +332,13 @@ struct KvEventSubscriber::Impl {
     bool changed = false;
     for (size_t i = 0; i < items.size(); ++i) {
       if (!(items[i].revents & ZMQ_POLLIN)) continue;
-      Sub& s = *subs[i];
+      Sub* s = owners[i];
       for (int k = 0; k < 4096; ++k) {  // bounded per round, so one busy server cannot starve the rest
         bool oversized = false;
-        std::optional<std::vector<std::string>> frames = ReceiveMultipart(s.sock, false, oversized);
+        std::optional<std::vector<std::string>> frames = ReceiveMultipart(items[i].socket, false, oversized);
         if (!frames) break;
-        OnMessage(s, *frames, oversized);
+        if (s) OnMessage(*s, *frames, oversized);
+        else OnCentral(*frames, oversized);
         changed = true;
       }
     }
@@ -296,11 +351,13 @@ KvEventSubscriber::KvEventSubscriber(KvBlockIndex* index, KvSubscriberOptions op
   impl_->options = std::move(options);
   impl_->ctx = zmq_ctx_new();
   zmq_ctx_set(impl_->ctx, ZMQ_IO_THREADS, 1);
+  impl_->BindCentral();
 }
 
 KvEventSubscriber::~KvEventSubscriber() {
   Stop();
   for (auto& s : impl_->subs) impl_->Close(*s);
+  if (impl_->central) zmq_close(impl_->central);
   zmq_ctx_term(impl_->ctx);
 }
 
@@ -330,5 +387,8 @@ std::vector<KvEndpointStats> KvEventSubscriber::Stats() const {
 }
 
 KvBlockIndex* KvEventSubscriber::index() const { return impl_->index; }
+std::string KvEventSubscriber::central_address() const { return impl_->central_bound; }
+std::string KvEventSubscriber::central_error() const { return impl_->central_err; }
+int64_t KvEventSubscriber::central_unknown() const { return impl_->central_unknown.load(); }
 
 }  // namespace epp

@@ -40,6 +40,7 @@ void RegisterBuiltinPlugins(PluginRegistry& registry) {
       {kUtilizationDetectorType, CreateUtilizationDetector},
       {kApproxPrefixProducerType, CreateApproxPrefixProducer},
       {kPrecisePrefixProducerType, CreatePrecisePrefixProducer},
+      {kPrecisePrefixScorerType, CreatePrecisePrefixScorer},
       {kTokenProducerType, CreateTokenProducer},
       {kTokenizerType, CreateTokenProducer},
       {kEndpointNotificationSourceType, CreateEndpointNotificationSource},

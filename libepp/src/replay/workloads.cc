@@ -298,6 +298,19 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadOpenAITrace(const std::string& pa
 
 namespace {
 
+// GIE's default weights with llm-d's precise prefix producer: the servers' KV events, not the
+// EPP's own picks, say what each one holds.
+std::string GiePreciseYaml(bool speculative) {
+  return absl::StrCat(
+      "plugins:\n- type: token-producer\n- type: precise-prefix-cache-producer\n",
+      speculative ? "  parameters: {speculativeIndexing: true}\n" : "",
+      "- type: prefix-cache-scorer\n"
+      "  parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}\n- type: queue-scorer\n"
+      "- type: kv-cache-utilization-scorer\n- type: max-score-picker\nschedulingProfiles:\n- name: default\n"
+      "  plugins:\n  - {pluginRef: queue-scorer, weight: 2}\n  - {pluginRef: kv-cache-utilization-scorer, weight: 2}\n"
+      "  - {pluginRef: prefix-cache-scorer, weight: 3}\n  - pluginRef: max-score-picker\n");
+}
+
 const std::vector<std::pair<std::string, std::string>>& Baselines() {
   static const auto* kBaselines = new std::vector<std::pair<std::string, std::string>>{
       {"round-robin", "plugins:\n- type: round-robin-picker\n"},
@@ -305,14 +318,10 @@ const std::vector<std::pair<std::string, std::string>>& Baselines() {
       {"least-queue", "plugins:\n- type: queue-scorer\n"},
       {"least-inflight", "plugins:\n- type: token-load-scorer\n"},
       {"gie-default", ""},
-      // GIE's default weights with llm-d's precise prefix producer: the servers' KV events, not
-      // the EPP's own picks, say what each one holds.
-      {"gie-precise",
-       "plugins:\n- type: token-producer\n- type: precise-prefix-cache-producer\n- type: prefix-cache-scorer\n"
-       "  parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}\n- type: queue-scorer\n"
-       "- type: kv-cache-utilization-scorer\n- type: max-score-picker\nschedulingProfiles:\n- name: default\n"
-       "  plugins:\n  - {pluginRef: queue-scorer, weight: 2}\n  - {pluginRef: kv-cache-utilization-scorer, weight: 2}\n"
-       "  - {pluginRef: prefix-cache-scorer, weight: 3}\n  - pluginRef: max-score-picker\n"},
+      {"gie-precise", GiePreciseYaml(false)},
+      // The same with llm-d's speculativeIndexing: a pick enters the request's blocks for the
+      // endpoint it chose until that server's events confirm them (or 2 s pass).
+      {"gie-precise-speculative", GiePreciseYaml(true)},
       {"sglang-cache-aware", "plugins:\n- type: cache-aware-scorer\n"},
   };
   return *kBaselines;

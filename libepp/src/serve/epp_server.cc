@@ -117,9 +117,11 @@ struct EppServer::Impl {
       kv.reset();
       KvSubscriberOptions ko;
       ko.topic_filter = b->topic_filter;
+      ko.central_endpoint = b->central_endpoint;
       ko.log = &log;
       kv_index = b->index;
       kv = std::make_unique<KvEventSubscriber>(kv_index.get(), ko);
+      if (!kv->central_address().empty()) log.Info("kv events: central socket bound at " + kv->central_address());
       kv_subs.clear();
       kv->Start();
     }

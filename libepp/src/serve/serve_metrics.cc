@@ -76,6 +76,12 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
     x.Single("epp_kv_index_bytes", "gauge", "Estimated memory of the precise prefix index.", src.kv_index->approx_bytes);
     x.Single("epp_kv_index_evicted_total", "counter", "Blocks dropped from the index for its size bound.",
              src.kv_index->evicted);
+    x.Single("epp_kv_index_speculative", "gauge", "Speculative entries (speculativeIndexing) not yet confirmed.",
+             src.kv_index->speculative);
+    x.Single("epp_kv_index_speculative_confirmed_total", "counter",
+             "Speculative entries the engine's events confirmed.", src.kv_index->speculative_confirmed);
+    x.Single("epp_kv_index_speculative_expired_total", "counter",
+             "Speculative entries dropped at speculativeTTL unconfirmed.", src.kv_index->speculative_expired);
     x.Family("epp_endpoint_kv_blocks", "gauge", "Blocks the endpoint holds according to its KV events.");
     for (const KvEndpointSummary& h : src.kv_holdings)
       x.Sample("epp_endpoint_kv_blocks", {{"endpoint", h.endpoint}}, h.blocks);

@@ -721,6 +721,7 @@ absl::StatusOr<std::unique_ptr<SimHttpServer>> SimHttpServer::Start(const SimHtt
     KvPublisherOptions kv;
     kv.endpoint = options.kv_events_endpoint;
     kv.replay_endpoint = options.kv_events_replay_endpoint;
+    kv.connect = options.kv_events_connect;
     kv.topic = options.kv_events_topic.value_or(
         FormatKvTopic(options.host + ":" + std::to_string(impl->port), options.params.models.front()));
     kv.buffer_steps = options.kv_events_buffer_steps;

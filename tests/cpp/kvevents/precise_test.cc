@@ -182,6 +182,41 @@ TEST(KvIndexTest, LookupAgreesWithABruteForceReference) {
   }
 }
 
+TEST(KvIndexTest, SpeculativeEntriesUntilConfirmedOrExpired) {
+  KvBlockIndex index;
+  const auto prompt = Tokens(1, 64);  // 4 blocks of 16
+  index.AddSpeculative("a:1", prompt, "m", 16, /*expires_us=*/100);
+  auto m = Match(index, prompt, {"a:1", "b:1"});
+  EXPECT_EQ(m[0].blocks, 4);
+  EXPECT_DOUBLE_EQ(m[0].weighted_blocks, 4.0);  // weight 1.0, as llm-d weighs an unknown tier
+  EXPECT_EQ(m[1].blocks, 0);
+  EXPECT_EQ(index.Stats().speculative, 4);
+  // The engine stores the first two: those are confirmed (held by events now).
+  std::vector<uint32_t> first(prompt.begin(), prompt.begin() + 32);
+  index.Apply("a:1", "m", Batch({Stored(first, 16, 10)}));
+  EXPECT_EQ(index.Stats().speculative, 2);
+  EXPECT_EQ(index.Stats().speculative_confirmed, 2);
+  EXPECT_EQ(index.Endpoints()[0].blocks, 2);
+  EXPECT_EQ(index.Endpoints()[0].speculative, 2);
+  index.ExpireSpeculative(99);
+  EXPECT_EQ(Match(index, prompt, {"a:1"})[0].blocks, 4);
+  index.ExpireSpeculative(100);  // the rest were never stored: gone at their expiry
+  EXPECT_EQ(Match(index, prompt, {"a:1"})[0].blocks, 2);
+  EXPECT_EQ(index.Stats().speculative, 0);
+  EXPECT_EQ(index.Stats().speculative_expired, 2);
+  // Blocks held by events are not predicted again; an endpoint that leaves takes its predictions.
+  index.AddSpeculative("a:1", prompt, "m", 16, 200);
+  EXPECT_EQ(index.Stats().speculative, 2);
+  index.AddSpeculative("b:1", prompt, "m", 16, 200);
+  EXPECT_EQ(Match(index, prompt, {"b:1"})[0].blocks, 4);
+  index.ClearEndpoint("b:1");
+  EXPECT_EQ(Match(index, prompt, {"b:1"})[0].blocks, 0);
+  EXPECT_EQ(index.Stats().speculative, 2);
+  index.ExpireSpeculative(1000);
+  EXPECT_EQ(index.Stats().speculative, 0);
+  EXPECT_EQ(index.Stats().holders, 2);  // a:1's two stored blocks
+}
+
 TEST(KvIndexTest, BoundedByMaxBlocksDroppingTheOldest) {
   KvIndexOptions o;
   o.max_blocks = 8;
@@ -350,6 +385,52 @@ TEST(KvSubscriberTest, DroppedBatchesAreReplayedAndRestartsReset) {
   EXPECT_GE(StatsOf(sub, "a:1").resets, 1);
 }
 
+TEST(KvSubscriberTest, CentralSocketRoutesByTopicToTheNamedEndpoint) {
+  KvBlockIndex index;
+  KvSubscriberOptions so;
+  so.topic_filter = "kv@";
+  so.central_endpoint = "tcp://127.0.0.1:*";
+  KvEventSubscriber sub(&index, so);
+  ASSERT_NE(sub.central_address(), "") << sub.central_error();
+  // Two engines connect to the one socket (as vLLM does for an address without '*').
+  auto connect = [&](const std::string& topic) {
+    KvPublisherOptions o;
+    o.endpoint = sub.central_address();
+    o.connect = true;
+    o.topic = topic;
+    auto p = KvEventPublisher::Start(o);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? std::move(*p) : nullptr;
+  };
+  auto a = connect("kv@a:1@m"), b = connect("kv@b:1@m"), stranger = connect("kv@z:9@m");
+  ASSERT_TRUE(a && b && stranger);
+  sub.SetSubscriptions({{"a:1", "", "", ""}, {"b:1", "", "", ""}});
+  const auto pa = Tokens(1, 32), pb = Tokens(500, 48);
+  ASSERT_TRUE(PollUntil(sub, [&] {
+    a->Publish({Stored(pa, 16, 10)});
+    b->Publish({Stored(pb, 16, 90)});
+    stranger->Publish({Stored(pa, 16, 10)});
+    a->Flush();
+    b->Flush();
+    stranger->Flush();
+    return Match(index, pa, {"a:1"})[0].blocks == 2 && Match(index, pb, {"b:1"})[0].blocks == 3 &&
+           sub.central_unknown() > 0;
+  }));
+  // Each endpoint got only its own blocks; the stranger's went nowhere.
+  EXPECT_EQ(Match(index, pb, {"a:1"})[0].blocks, 0);
+  EXPECT_EQ(Match(index, pa, {"b:1", "z:9"})[1].blocks, 0);
+  EXPECT_NE(StatsOf(sub, "a:1").address.find("central tcp://127.0.0.1:"), std::string::npos) << StatsOf(sub, "a:1").address;
+  // An endpoint that leaves drops its entries.
+  sub.SetSubscriptions({{"b:1", "", "", ""}});
+  ASSERT_TRUE(PollUntil(sub, [&] { return Match(index, pa, {"a:1"})[0].blocks == 0; }));
+  // A second subscriber cannot bind the same address: it says so and keeps going.
+  KvSubscriberOptions again = so;
+  again.central_endpoint = sub.central_address();
+  KvEventSubscriber busy(&index, again);
+  EXPECT_EQ(busy.central_address(), "");
+  EXPECT_NE(busy.central_error().find("cannot bind"), std::string::npos) << busy.central_error();
+}
+
 TEST(KvSubscriberTest, ReconnectsWhenThePublisherComesBack) {
   KvBlockIndex index;
   KvEventSubscriber sub(&index);
@@ -426,6 +507,91 @@ schedulingProfiles:
   EXPECT_EQ((*sched)->PrefixIndexEntries(), 0u);
 }
 
+TEST(PrecisePrefixProducerTest, SpeculativeIndexingSteersFollowersUntilTheTtl) {
+  const char* yaml = R"(apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: precise-prefix-cache-producer
+  parameters:
+    tokenProcessorConfig: {blockSize: 16}
+    speculativeIndexing: true
+    speculativeTTL: 2s
+- type: prefix-cache-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache-scorer
+  - pluginRef: max-score-picker
+)";
+  auto cfg = ParseConfig(yaml, "spec.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  ManualClock clock{testing::kNowUs};
+  SeededRng rng{3};
+  auto sched = BuildScheduler(*cfg, BuiltinRegistry(), PluginContext{&clock, &rng});
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  EXPECT_NE((*sched)->EffectiveConfigYaml().find("speculativeIndexing: true"), std::string::npos);
+  std::vector<Endpoint> pool;
+  for (int i = 1; i <= 8; ++i) pool.push_back(testing::Ep("10.0.0." + std::to_string(i) + ":8000"));
+  const std::string body = R"({"model":"m","prompt":")" + std::string(640, 'p') + R"("})";
+  auto req = ParseOpenAIRequest("/v1/completions", body);
+  ASSERT_TRUE(req.ok());
+  // No events yet: the first pick is a tie; the followers go where it went.
+  PickResult first = (*sched)->Pick(*req, pool);
+  ASSERT_EQ(first.status, 200);
+  EXPECT_EQ(first.prefix_match_blocks, 0);
+  EXPECT_EQ(first.tokens_source, "estimate");
+  for (int i = 0; i < 5; ++i) {
+    PickResult r = (*sched)->Pick(*req, pool);
+    EXPECT_EQ(r.endpoints[0], first.endpoints[0]);
+    EXPECT_EQ(r.prefix_match_blocks, 10);
+  }
+  // No event confirms them: after the TTL the prediction is gone (the next pick predicts anew).
+  clock.Advance(2'000'001);
+  PickOptions what_if;
+  what_if.record = false;
+  EXPECT_EQ((*sched)->Pick(*req, pool, what_if).prefix_match_blocks, 0);
+  EXPECT_EQ((*sched)->KvEvents()->index->Stats().speculative_expired, 10);
+}
+
+TEST(PrecisePrefixProducerTest, DeprecatedScorerFormIsProducerAndScorerInOne) {
+  const char* yaml = R"(apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: precise-prefix-cache-scorer
+  parameters:
+    tokenProcessorConfig: {blockSize: 16}
+    kvEventsConfig: {topicFilter: "kv@", podDiscoveryConfig: {socketPort: 6000}}
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: precise-prefix-cache-scorer
+  - pluginRef: max-score-picker
+)";
+  auto cfg = ParseConfig(yaml, "deprecated.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  ManualClock clock{testing::kNowUs};
+  SeededRng rng{1};
+  auto sched = BuildScheduler(*cfg, BuiltinRegistry(), PluginContext{&clock, &rng});
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  bool warned = false;
+  for (const std::string& w : (*sched)->warnings()) warned = warned || w.find("deprecated") != std::string::npos;
+  EXPECT_TRUE(warned);
+  const KvEventsBinding* b = (*sched)->KvEvents();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->socket_port, 6000);
+  auto req = ParseOpenAIRequest("/v1/completions", R"({"model":"m","prompt":")" + std::string(320, 'q') + R"("})");
+  ASSERT_TRUE(req.ok());
+  std::vector<Endpoint> pool = {testing::Ep("10.0.0.1:8000"), testing::Ep("10.0.0.2:8000"), testing::Ep("10.0.0.3:8000")};
+  b->index->Apply("10.0.0.3:8000", "m", Batch({Stored(EstimateTokenIds(req->prompt), 16, 1)}));
+  for (int i = 0; i < 4; ++i) {
+    PickResult r = (*sched)->Pick(*req, pool);
+    EXPECT_EQ(r.endpoints[0], "10.0.0.3:8000");
+    EXPECT_EQ(r.prefix_match_blocks, 5);
+  }
+}
+
 TEST(PrecisePrefixProducerTest, ParametersAreCheckedNamingThePlace) {
   auto build = [](const std::string& params) {
     std::string yaml = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
@@ -444,9 +610,9 @@ TEST(PrecisePrefixProducerTest, ParametersAreCheckedNamingThePlace) {
   const std::pair<const char*, const char*> bad[] = {
       {"{tokenProcessorConfig: {blockSizeTokens: -1}}", "blockSizeTokens"},
       {"{indexerConfig: {tokenizersPoolConfig: {}}}", "token-producer"},
-      {"{kvEventsConfig: {zmqEndpoint: 'tcp://0.0.0.0:5557'}}", "zmqEndpoint"},
+      {"{kvEventsConfig: {zmqEndpoint: 'udp://0.0.0.0:5557'}}", "zmqEndpoint"},
       {"{kvEventsConfig: {podDiscoveryConfig: {socketPort: 70000}}}", "socketPort"},
-      {"{speculativeIndexing: true}", "speculativeIndexing"},
+      {"{speculativeIndexing: 3}", "speculativeIndexing"},
       {"{indexerConfig: {kvCacheBackendConfigs: [{name: gpu, weight: -1}]}}", "weight"},
       {"{nope: 1}", "nope"},
   };

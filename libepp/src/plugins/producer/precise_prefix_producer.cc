@@ -3,8 +3,7 @@
 // (eppctl serve) subscribes to every endpoint's events and feeds the index this plugin owns;
 // Prepare tokenizes the request, walks its block keys and gives every candidate its run of
 // consecutive held blocks, medium-weighted, for prefix-cache-scorer to read. The deprecated
-// precise-prefix-cache-scorer wrapper is expanded into this producer plus a prefix-cache-scorer
-// by the config loader's plugin table (see CreatePrecisePrefixProducer's caller).
+// precise-prefix-cache-scorer is this producer and a prefix-cache-scorer in one plugin.
 //
 // The token ids come from a token-producer (token_producer.cc) when the config has one, else
 // from llm-d's `estimate` byte packing (kv_index.h EstimateTokenIds) of the canonical prompt.
@@ -17,6 +16,7 @@
 #include "epp/kv_subscriber.h"
 #include "epp/scheduling.h"
 #include "plugins/producer/producer.h"
+#include "plugins/scorer/scorer.h"
 
 namespace epp::plugins {
 namespace {
@@ -25,16 +25,23 @@ struct PreciseOptions {
   int block_size_tokens = 16;           // tokenProcessorConfig.blockSizeTokens (the scorer's unit)
   std::string hash_seed;
   int64_t max_prefix_tokens = 131072;   // llm-d's maxPrefixTokensToMatch default
+  bool speculative = false;             // speculativeIndexing
+  int64_t speculative_ttl_us = 2000000;  // speculativeTTL
   KvIndexOptions index;
   KvEventsBinding binding;
 };
 
-class PrecisePrefixProducer : public Plugin, public DataProducer, public EndpointState, public KvEventsSource {
+class PrecisePrefixProducer : public Plugin,
+                              public DataProducer,
+                              public RequestObserver,
+                              public EndpointState,
+                              public KvEventsSource {
  public:
   PrecisePrefixProducer(TypedName tn, PreciseOptions o) : Plugin(std::move(tn)), o_(std::move(o)) {
     o_.binding.index = std::make_shared<KvBlockIndex>(o_.index);
   }
   const DataProducer* AsDataProducer() const override { return this; }
+  const RequestObserver* AsRequestObserver() const override { return o_.speculative ? this : nullptr; }
   Params EffectiveParams() const override {
     Params p = Params::Map();
     Params tp = Params::Map();
@@ -57,6 +64,7 @@ class PrecisePrefixProducer : public Plugin, public DataProducer, public Endpoin
     ic.Set("kvCacheBackendConfigs", std::move(backends));
     p.Set("indexerConfig", std::move(ic));
     Params ke = Params::Map();
+    if (!o_.binding.central_endpoint.empty()) ke.Set("zmqEndpoint", Params::String(o_.binding.central_endpoint));
     ke.Set("topicFilter", Params::String(o_.binding.topic_filter));
     ke.Set("discoverPods", Params::Bool(o_.binding.discover_pods));
     Params pd = Params::Map();
@@ -65,7 +73,8 @@ class PrecisePrefixProducer : public Plugin, public DataProducer, public Endpoin
     ke.Set("podDiscoveryConfig", std::move(pd));
     p.Set("kvEventsConfig", std::move(ke));
     p.Set("maxPrefixTokensToMatch", Params::Int(o_.max_prefix_tokens));
-    p.Set("speculativeIndexing", Params::Bool(false));
+    p.Set("speculativeIndexing", Params::Bool(o_.speculative));
+    p.Set("speculativeTTL", Params::String(absl::StrCat(o_.speculative_ttl_us / 1000, "ms")));
     return p;
   }
 
@@ -76,13 +85,18 @@ class PrecisePrefixProducer : public Plugin, public DataProducer, public Endpoin
     const int bs = o_.block_size_tokens;
     st.block_size_tokens = bs;
     const InferenceRequest& r = *ctx.request;
-    // The token-producer's ids when one ran (it runs first), else llm-d's estimate.
-    std::vector<uint32_t> estimated;
-    if (!ctx.tokens.computed) estimated = EstimateTokenIds(r.prompt);
-    std::span<const uint32_t> tokens = ctx.tokens.computed ? std::span<const uint32_t>(ctx.tokens.ids) : estimated;
+    // The token-producer's ids when one ran (it runs first), else llm-d's estimate (kept in
+    // ctx.tokens for PreRequest and the pick's report).
+    if (!ctx.tokens.computed) {
+      ctx.tokens.computed = true;
+      ctx.tokens.ids = EstimateTokenIds(r.prompt);
+      ctx.tokens.source = "estimate";
+    }
+    std::span<const uint32_t> tokens = ctx.tokens.ids;
     const size_t cap = static_cast<size_t>(o_.max_prefix_tokens);
     if (tokens.size() > cap) tokens = tokens.first(cap);
-    const KvBlockIndex& index = *o_.binding.index;
+    KvBlockIndex& index = *o_.binding.index;
+    if (o_.speculative) index.ExpireSpeculative(ctx.now_us);
     st.hashes = index.BlockKeys(tokens, bs);
     st.match_blocks.assign(ctx.endpoints.size(), 0);
     if (st.hashes.empty() || candidates.empty()) return;
@@ -102,12 +116,44 @@ class PrecisePrefixProducer : public Plugin, public DataProducer, public Endpoin
     }
   }
 
+  // speculativeIndexing: the request's blocks go on the picked endpoint until its events confirm
+  // them or speculativeTTL passes (kv_index.h AddSpeculative).
+  void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const override {
+    if (!ctx.tokens.computed) return;
+    std::span<const uint32_t> tokens = ctx.tokens.ids;
+    const size_t cap = static_cast<size_t>(o_.max_prefix_tokens);
+    if (tokens.size() > cap) tokens = tokens.first(cap);
+    o_.binding.index->AddSpeculative(picked.address, tokens, ctx.request->model, o_.block_size_tokens,
+                                     ctx.now_us + o_.speculative_ttl_us);
+  }
+
   void ForgetEndpoint(std::string_view endpoint) const override { o_.binding.index->ClearEndpoint(endpoint); }
   size_t PrefixEntries() const override { return static_cast<size_t>(o_.binding.index->Stats().blocks); }
   const KvEventsBinding& Binding() const override { return o_.binding; }
 
  private:
   PreciseOptions o_;
+};
+
+// precise-prefix-cache-scorer, llm-d's deprecated all-in-one form: its parameters are the
+// producer's; it is that producer and a prefix-cache-scorer (default parameters) reading it, in
+// one plugin a profile can reference as a scorer.
+class PrecisePrefixScorer : public Plugin, public EndpointState, public KvEventsSource {
+ public:
+  PrecisePrefixScorer(TypedName tn, std::unique_ptr<Plugin> producer, std::unique_ptr<Plugin> scorer)
+      : Plugin(std::move(tn)), producer_(std::move(producer)), scorer_(std::move(scorer)) {}
+  Params EffectiveParams() const override { return producer_->EffectiveParams(); }
+  PluginInputs Consumes() const override { return scorer_->Consumes(); }
+  const DataProducer* AsDataProducer() const override { return producer_->AsDataProducer(); }
+  const RequestObserver* AsRequestObserver() const override { return producer_->AsRequestObserver(); }
+  const Scorer* AsScorer() const override { return scorer_->AsScorer(); }
+  void ForgetEndpoint(std::string_view endpoint) const override { Producer().ForgetEndpoint(endpoint); }
+  size_t PrefixEntries() const override { return Producer().PrefixEntries(); }
+  const KvEventsBinding& Binding() const override { return Producer().Binding(); }
+
+ private:
+  const PrecisePrefixProducer& Producer() const { return static_cast<const PrecisePrefixProducer&>(*producer_); }
+  std::unique_ptr<Plugin> producer_, scorer_;
 };
 
 // A plugin with no scheduling hook: its configuration is checked and shown, and other plugins
@@ -186,17 +232,19 @@ PluginOr CreatePrecisePrefixProducer(const std::string& name, const Params& para
   if (const Params* ke = params.Find("kvEventsConfig"); ke && !ke->is_null()) {
     EPP_RETURN_IF_ERROR(ke->CheckKeys({"zmqEndpoint", "topicFilter", "concurrency", "engineType", "discoverPods",
                                        "podDiscoveryConfig"}));
-    EPP_ASSIGN_OR_RETURN(std::string central, ke->GetString("zmqEndpoint", ""));
-    if (!central.empty())
-      return Bad(*ke, "zmqEndpoint",
-                 "a central socket the engines connect to is not supported yet; let epp subscribe to each server "
-                 "(discoverPods, or kvEvents per endpoint)");
+    EPP_ASSIGN_OR_RETURN(o.binding.central_endpoint, ke->GetString("zmqEndpoint", ""));
+    if (!o.binding.central_endpoint.empty() && o.binding.central_endpoint.rfind("tcp://", 0) != 0 &&
+        o.binding.central_endpoint.rfind("ipc://", 0) != 0)
+      return Bad(*ke, "zmqEndpoint", "expected tcp://HOST:PORT or ipc://PATH, got '" + o.binding.central_endpoint + "'");
     EPP_ASSIGN_OR_RETURN(o.binding.topic_filter, ke->GetString("topicFilter", "kv@"));
     EPP_ASSIGN_OR_RETURN(int64_t conc, ke->GetInt("concurrency", 4));
     if (conc <= 0) return Bad(*ke, "concurrency", "must be > 0");
     EPP_ASSIGN_OR_RETURN(std::string engine, ke->GetString("engineType", "vllm"));
     if (engine != "vllm" && engine != "sglang") return Bad(*ke, "engineType", "expected vllm or sglang");
     EPP_ASSIGN_OR_RETURN(o.binding.discover_pods, ke->GetBool("discoverPods", true));
+    // As in llm-d, a central socket without podDiscoveryConfig means the engines come to us:
+    // no per-pod subscriptions then.
+    if (!o.binding.central_endpoint.empty() && !ke->Has("podDiscoveryConfig")) o.binding.discover_pods = false;
     if (const Params* pd = ke->Find("podDiscoveryConfig"); pd && !pd->is_null()) {
       EPP_RETURN_IF_ERROR(pd->CheckKeys({"socketPort", "replaySocketPort", "podLabelSelector", "podNamespace"}));
       EPP_ASSIGN_OR_RETURN(int64_t port, pd->GetInt("socketPort", 5557));
@@ -209,14 +257,24 @@ PluginOr CreatePrecisePrefixProducer(const std::string& name, const Params& para
   } else {
     o.binding.topic_filter = "kv@";
   }
-  EPP_ASSIGN_OR_RETURN(bool speculative, params.GetBool("speculativeIndexing", false));
-  if (speculative)
-    return Bad(params, "speculativeIndexing", "not supported yet: picks wait for the engine's events");
-  EPP_ASSIGN_OR_RETURN(int64_t ttl, params.GetDurationMicros("speculativeTTL", 2000000));
-  (void)ttl;
+  EPP_ASSIGN_OR_RETURN(o.speculative, params.GetBool("speculativeIndexing", false));
+  EPP_ASSIGN_OR_RETURN(int64_t ttl, params.GetDurationMicros("speculativeTTL", o.speculative_ttl_us));
+  if (ttl <= 0) ttl = 2000000;  // llm-d: zero or negative means its default
+  o.speculative_ttl_us = ttl;
   EPP_ASSIGN_OR_RETURN(o.max_prefix_tokens, params.GetInt("maxPrefixTokensToMatch", o.max_prefix_tokens));
   if (o.max_prefix_tokens <= 0) return Bad(params, "maxPrefixTokensToMatch", "must be > 0");
   return std::make_unique<PrecisePrefixProducer>(TypedName{std::string(kPrecisePrefixProducerType), name}, std::move(o));
+}
+
+PluginOr CreatePrecisePrefixScorer(const std::string& name, const Params& params, const PluginContext& ctx) {
+  EPP_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> producer, CreatePrecisePrefixProducer(name, params, ctx));
+  EPP_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> scorer, CreatePrefixCacheScorer(name, Params::Map(), ctx));
+  if (ctx.warnings)
+    ctx.warnings->push_back(absl::StrCat("plugin '", name, "' (", std::string(kPrecisePrefixScorerType),
+                                         "): deprecated in llm-d; declare a precise-prefix-cache-producer with these "
+                                         "parameters and a prefix-cache-scorer reading it"));
+  return std::make_unique<PrecisePrefixScorer>(TypedName{std::string(kPrecisePrefixScorerType), name}, std::move(producer),
+                                               std::move(scorer));
 }
 
 PluginOr CreateEndpointNotificationSource(const std::string& name, const Params& params, const PluginContext&) {

@@ -19,6 +19,7 @@ inline constexpr std::string_view kTokenizerType = "tokenizer";  // token-produc
 inline constexpr std::string_view kEndpointNotificationSourceType = "endpoint-notification-source";
 
 PluginOr CreatePrecisePrefixProducer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreatePrecisePrefixScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateTokenProducer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateEndpointNotificationSource(const std::string& name, const Params& params, const PluginContext& ctx);
 
