@@ -117,8 +117,11 @@ class KvBlockIndex {
   // For `tokens` of a request for `model`: per endpoint (out[i] for endpoints[i]) its run of
   // consecutive held blocks from the first. A request for a model other than the endpoint's base
   // model is looked up as that LoRA adapter. Endpoints the index does not know match nothing.
+  // `base_keys`, when given, are BlockKeys(tokens, base_keys_block_size) already computed by the
+  // caller: used instead of hashing again where that block size is looked up for the base model.
   void Lookup(std::span<const uint32_t> tokens, std::string_view model, std::span<const std::string> endpoints,
-              std::vector<KvPrefixMatch>& out) const;
+              std::vector<KvPrefixMatch>& out, std::span<const uint64_t> base_keys = {},
+              int base_keys_block_size = 0) const;
 
   std::vector<KvEndpointSummary> Endpoints() const;
   KvIndexStats Stats() const;

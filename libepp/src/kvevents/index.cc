@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <cstring>
 #include <atomic>
@@ -20,8 +21,12 @@ namespace epp {
 
 std::vector<uint32_t> EstimateTokenIds(std::string_view text) {
   std::vector<uint32_t> out((text.size() + 3) / 4, 0);
-  for (size_t i = 0; i < text.size(); ++i)
-    out[i / 4] |= static_cast<uint32_t>(static_cast<unsigned char>(text[i])) << (8 * (i % 4));
+  if constexpr (std::endian::native == std::endian::little) {
+    if (!text.empty()) std::memcpy(out.data(), text.data(), text.size());  // the packing is little-endian
+  } else {
+    for (size_t i = 0; i < text.size(); ++i)
+      out[i / 4] |= static_cast<uint32_t>(static_cast<unsigned char>(text[i])) << (8 * (i % 4));
+  }
   return out;
 }
 
@@ -413,7 +418,8 @@ std::vector<uint64_t> KvBlockIndex::BlockKeys(std::span<const uint32_t> tokens, 
 }
 
 void KvBlockIndex::Lookup(std::span<const uint32_t> tokens, std::string_view model, std::span<const std::string> endpoints,
-                          std::vector<KvPrefixMatch>& out) const {
+                          std::vector<KvPrefixMatch>& out, std::span<const uint64_t> base_keys,
+                          int base_keys_block_size) const {
   out.assign(endpoints.size(), KvPrefixMatch{});
   const Impl& m = *impl_;
   std::shared_lock lock(m.mu);
@@ -446,7 +452,14 @@ void KvBlockIndex::Lookup(std::span<const uint32_t> tokens, std::string_view mod
     for (int pass = 0; pass < 2; ++pass) {
       const bool lora_pass = pass == 1;
       if (lora_pass ? !any_lora : !any_base) continue;
-      const std::vector<uint64_t> keys = BlockKeys(tokens, bs, lora_pass ? model : std::string_view());
+      std::vector<uint64_t> hashed;
+      std::span<const uint64_t> keys;
+      if (!lora_pass && bs == base_keys_block_size && !base_keys.empty()) {
+        keys = base_keys;
+      } else {
+        hashed = BlockKeys(tokens, bs, lora_pass ? model : std::string_view());
+        keys = hashed;
+      }
       if (keys.empty()) continue;
       pass_slot = slot;
       for (int32_t& p : pass_slot)

@@ -104,7 +104,7 @@ class PrecisePrefixProducer : public Plugin,
     thread_local std::vector<KvPrefixMatch> matches;
     names.clear();
     for (const Endpoint* e : candidates) names.push_back(e->address);
-    index.Lookup(tokens, r.model, names, matches);
+    index.Lookup(tokens, r.model, names, matches, st.hashes, bs);
     for (size_t i = 0; i < candidates.size(); ++i) {
       const KvPrefixMatch& m = matches[i];
       if (m.blocks == 0) continue;
