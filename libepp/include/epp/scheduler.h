@@ -109,6 +109,9 @@ struct PickResult {
   double saturation = 0;               // detector figure over the candidates
   std::string saturation_detail;
   int64_t load_tokens = 0;             // in-flight token estimate recorded for this request
+  // The endpoint the load was recorded on, when it differs from endpoints.front() (a profile
+  // handler's destination_port rewrite); Release() uses it.
+  std::string load_endpoint;
   int candidates = 0;                  // endpoints after the subset hint (and the unreachable ones)
   // Endpoints passed over because their last scrape was refused (Endpoint::unreachable).
   std::vector<std::string> unreachable;

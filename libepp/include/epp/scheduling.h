@@ -143,6 +143,10 @@ struct ProfilesOutcome {
   std::string primary;
   std::vector<std::pair<std::string, std::string>> headers;
   std::string reason;  // one line for explain ("prefill-decode"), may be empty
+  // Non-zero: the answer names the primary endpoints' hosts at this port instead of their own
+  // (llm-d's data-parallel sidecar listens there and forwards to the rank that
+  // x-data-parallel-host-port names).
+  int destination_port = 0;
 };
 
 // Decides which profiles run, in what order, and what the cycle's answer is (GIE / llm-d
@@ -150,6 +154,8 @@ struct ProfilesOutcome {
 class ProfileHandler {
  public:
   virtual ~ProfileHandler() = default;
+  // ProcessResults' errors: kInvalidArgument when the request is at fault (answered 400, e.g. a
+  // header naming no profile), anything else when no endpoint could serve it (503).
   // The next profiles given every profile run or skipped so far (`results`, in order); a profile
   // already in `results` is not run again. An empty step ends the cycle.
   virtual ProfileStep PickProfiles(const SchedulingContext& ctx, std::span<const std::string> profiles,

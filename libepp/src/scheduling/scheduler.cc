@@ -372,7 +372,7 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
   absl::StatusOr<ProfilesOutcome> outcome = m.handler->ProcessResults(ctx, runs);
   m.process_results_timer->histogram.Record(TimingNowNs() - t);
   if (!outcome.ok()) {
-    r.status = 503;
+    r.status = absl::IsInvalidArgument(outcome.status()) ? 400 : 503;
     r.reason = std::string(outcome.status().message());
     return r;
   }
@@ -389,7 +389,15 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
     r.reason = absl::StrCat("no eligible endpoint: ", errors.empty() ? "profile produced no endpoint" : absl::StrJoin(errors, "; "));
     return r;
   }
-  for (const Endpoint* e : primary->picked) r.endpoints.push_back(e->address);
+  for (const Endpoint* e : primary->picked) {
+    if (outcome->destination_port == 0) {
+      r.endpoints.push_back(e->address);
+      continue;
+    }
+    const size_t colon = e->address.rfind(':');
+    r.endpoints.push_back(absl::StrCat(colon == std::string::npos ? e->address : e->address.substr(0, colon), ":",
+                                       outcome->destination_port));
+  }
   if (options.scores) r.primary_scores = std::move(run_scores[static_cast<size_t>(primary - runs.data())]);
   r.headers = std::move(outcome->headers);
   r.status = 200;
@@ -413,13 +421,14 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
     }
     r.load_tokens = EstimateLoadTokens(request);
     m.load->Add(primary->picked.front()->address, 1, r.load_tokens);
+    if (r.endpoints.front() != primary->picked.front()->address) r.load_endpoint = primary->picked.front()->address;
   }
   return r;
 }
 
 void Scheduler::Release(const PickResult& result) const {
   if (result.status != 200 || result.endpoints.empty() || result.load_tokens == 0) return;
-  Release(result.endpoints.front(), result.load_tokens);
+  Release(result.load_endpoint.empty() ? result.endpoints.front() : result.load_endpoint, result.load_tokens);
 }
 
 void Scheduler::Release(std::string_view endpoint, int64_t tokens) const { impl_->load->Add(endpoint, -1, -tokens); }

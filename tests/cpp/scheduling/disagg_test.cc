@@ -240,9 +240,82 @@ TEST(DisaggTest, DeprecatedFormsLoadWithAWarning) {
   Env missing(pd(""));
   ASSERT_FALSE(missing.status.ok());
   EXPECT_NE(std::string(missing.status.message()).find("no plugin named 'prefix-based-pd-decider'"), std::string::npos) << missing.status;
-  Env port(pd("    primaryPort: 8000\n"));
-  ASSERT_FALSE(port.status.ok());
-  EXPECT_NE(std::string(port.status.message()).find("primaryPort: 8000"), std::string::npos) << port.status;
+  // primaryPort: the decode pick goes to its host's sidecar port, the rank in x-data-parallel-host-port.
+  Env port(pd("    threshold: 0\n    primaryPort: 8200\n"));
+  ASSERT_TRUE(port.status.ok()) << port.status;
+  PickResult dp = port.sched->Pick(Chat("hi"), Pool());
+  ASSERT_EQ(dp.status, 200) << dp.reason;
+  EXPECT_EQ(dp.endpoints[0], "10.0.0.2:8200");
+  EXPECT_EQ(Header(dp, "x-data-parallel-host-port"), "10.0.0.2:8000");
+  EXPECT_EQ(dp.load_endpoint, "10.0.0.2:8000");
+  EXPECT_EQ(port.sched->Inflight("10.0.0.2:8000").first, 1);
+  port.sched->Release(dp);
+  EXPECT_EQ(port.sched->Inflight("10.0.0.2:8000").first, 0);
+  Env bad_port(pd("    threshold: 0\n    primaryPort: 70000\n"));
+  ASSERT_FALSE(bad_port.status.ok());
+  EXPECT_NE(std::string(bad_port.status.message()).find("primaryPort"), std::string::npos) << bad_port.status;
+}
+
+TEST(DisaggTest, HeaderProfileHandlerRunsTheProfileTheHeaderNames) {
+  const std::string yaml = R"(apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: header-profile-handler
+- type: prefill-filter
+- type: decode-filter
+- type: max-score-picker
+- type: queue-scorer
+schedulingProfiles:
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}, {pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+- name: decode
+  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+)";
+  Env env(yaml);
+  ASSERT_TRUE(env.status.ok()) << env.status;
+  auto with = [](const std::string& value) {
+    InferenceRequest r = Chat("hi");
+    if (!value.empty()) r.headers.emplace_back("epp-profile", value);
+    return r;
+  };
+  PickResult pre = env.sched->Pick(with("prefill"), Pool(), {.record = false});
+  ASSERT_EQ(pre.status, 200) << pre.reason;
+  EXPECT_EQ(pre.primary_profile, "prefill");
+  EXPECT_EQ(pre.endpoints[0], "10.0.0.1:8000");
+  PickResult dflt = env.sched->Pick(with(""), Pool(), {.record = false});  // defaultProfile decode
+  EXPECT_EQ(dflt.primary_profile, "decode");
+  EXPECT_EQ(dflt.endpoints[0], "10.0.0.2:8000");
+  PickResult bad = env.sched->Pick(with("encode"), Pool(), {.record = false});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.reason.find("no scheduling profile is named 'encode'"), std::string::npos) << bad.reason;
+}
+
+TEST(DisaggTest, DataParallelHandlerSendsThePickToTheSidecarPort) {
+  const std::string yaml = R"(apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: data-parallel-profile-handler
+  parameters: {primaryPort: 8000}
+- type: queue-scorer
+- type: max-score-picker
+- type: disagg-headers-handler
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+)";
+  Env env(yaml);
+  ASSERT_TRUE(env.status.ok()) << env.status;
+  int deprecated = 0;
+  for (const std::string& w : env.sched->warnings()) deprecated += w.find("deprecated in llm-d") != std::string::npos;
+  EXPECT_EQ(deprecated, 2);
+  std::vector<Endpoint> ranks = {EndpointBuilder("10.0.0.9:8001").Queue(4).Running(0).Kv(0.1),
+                                 EndpointBuilder("10.0.0.9:8002").Queue(0).Running(0).Kv(0.1)};
+  PickResult r = env.sched->Pick(Chat("hi"), ranks, {.record = false});
+  ASSERT_EQ(r.status, 200) << r.reason;
+  EXPECT_EQ(r.endpoints[0], "10.0.0.9:8000");
+  EXPECT_EQ(Header(r, "x-data-parallel-host-port"), "10.0.0.9:8002");
+  const auto& owned = env.sched->OwnedHeaders();
+  EXPECT_NE(std::find(owned.begin(), owned.end(), "x-data-parallel-host-port"), owned.end());
 }
 
 TEST(DisaggTest, AReloadBuildsANewHandlerBoundToTheNewDeciders) {

@@ -30,6 +30,9 @@ struct DisaggOptions {
   // pd-profile-handler's legacy `threshold` rule (characters; 0 = always prefill), used instead
   // of a decider when `threshold` is given.
   std::optional<int64_t> legacy_threshold_chars;
+  // pd-profile-handler's primaryPort (0: off): the decode pick goes to its host at this port,
+  // with x-data-parallel-host-port naming the rank (data-parallel-profile-handler's rewrite).
+  int primary_port = 0;
 };
 
 const ProfileRun* Find(std::span<const ProfileRun> results, const std::string& profile) {
@@ -45,7 +48,9 @@ class DisaggProfileHandler : public Plugin, public ProfileHandler {
   const ProfileHandler* AsProfileHandler() const override { return this; }
   bool HasReferences() const override { return true; }
   std::vector<std::string> OwnedHeaders() const override {
-    return {std::string(kPrefillerHostPortHeader), std::string(kEncoderHostsPortsHeader)};
+    std::vector<std::string> h = {std::string(kPrefillerHostPortHeader), std::string(kEncoderHostsPortsHeader)};
+    if (o_.primary_port != 0) h.emplace_back(kDataParallelHostPortHeader);
+    return h;
   }
   // The deciders' inputs: a prefix-based decider makes the prefix producer necessary.
   PluginInputs Consumes() const override {
@@ -144,6 +149,10 @@ class DisaggProfileHandler : public Plugin, public ProfileHandler {
       out.headers.emplace_back(kEncoderHostsPortsHeader, absl::StrJoin(hosts, ","));
     }
     if (used_prefill) out.headers.emplace_back(kPrefillerHostPortHeader, prefill->picked.front()->address);
+    if (o_.primary_port != 0) {
+      out.headers.emplace_back(kDataParallelHostPortHeader, decode->picked.front()->address);
+      out.destination_port = o_.primary_port;
+    }
     // llm-d's decision names (llm_d_epp_disagg_decision_total{decision_type}).
     out.reason = used_encode ? (used_prefill ? "encode-prefill-decode" : "encode-decode") : (used_prefill ? "prefill-decode" : "decode-only");
     if (prefill && prefill->ran && prefill->picked.empty())
@@ -269,10 +278,9 @@ PluginOr CreatePdProfileHandler(const std::string& name, const Params& params, c
   EPP_ASSIGN_OR_RETURN(o.prefill, OptString(params, "prefillProfile", o.prefill));
   o.encode.clear();
   EPP_ASSIGN_OR_RETURN(int64_t primary_port, params.GetInt("primaryPort", 0));
-  if (primary_port != 0)
-    return absl::UnimplementedError(absl::StrCat(params.path(), ".primaryPort: ", primary_port,
-                                                 ": the data-parallel port rewrite of pd-profile-handler is not implemented "
-                                                 "(use data-parallel ranks as endpoints, or primaryPort 0)"));
+  if (primary_port < 0 || primary_port > 65535)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".primaryPort: must be in [0, 65535] (0: off), got ", primary_port));
+  o.primary_port = static_cast<int>(primary_port);
   std::string what = absl::StrCat(params.path(), ": pd-profile-handler is deprecated in llm-d; read as disagg-profile-handler");
   if (params.Has("threshold")) {
     // The form before deciders (llm-d-inference-scheduler samples): threshold in characters.

@@ -19,7 +19,7 @@ class SingleProfileHandler : public Plugin, public ProfileHandler {
   }
   absl::StatusOr<ProfilesOutcome> ProcessResults(const SchedulingContext&, std::span<const ProfileRun> results) const override {
     if (results.size() != 1)
-      return absl::InvalidArgumentError(absl::StrCat("single-profile-handler needs exactly one profile, got ", results.size()));
+      return absl::FailedPreconditionError(absl::StrCat("single-profile-handler needs exactly one profile, got ", results.size()));
     return ProfilesOutcome{results.front().profile, {}, ""};
   }
 };
