@@ -329,9 +329,9 @@ kind: EndpointPickerConfig
 plugins:
 - type: decode-filterz
 - type: queue-scorer
-- type: precise-prefix-cache-scorer
+- type: vertexai-parser
 )",
-       "unsupported plugin types: decode-filterz (plugins[0]), precise-prefix-cache-scorer (plugins[2])"},
+       "unsupported plugin types: decode-filterz (plugins[0]), vertexai-parser (plugins[2])"},
       {"two pickers in a profile", R"(
 apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
