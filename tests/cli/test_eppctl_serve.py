@@ -1068,3 +1068,34 @@ def test_capture_dir(serve, pool, tmp_path):
         time.sleep(0.05)
     assert [l["direction"] for l in lines] == ["request"] * 3 + ["response"] * 2
     assert "request_headers" in lines[0]["message"]
+
+
+def test_session_token_on_the_response_steers_the_next_stream(serve, pool, tmp_path):
+    # llm-d's session-affinity-scorer: the response carries x-session-token (base64 of the endpoint
+    # that served it); a request that sends it back goes there again, though its queue is not the
+    # shortest.
+    import base64
+    config = tmp_path / "session.yaml"
+    config.write_text("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+                      "- type: session-affinity-scorer\n- type: queue-scorer\n- type: max-score-picker\n"
+                      "schedulingProfiles:\n- name: default\n  plugins:\n"
+                      "  - {pluginRef: session-affinity-scorer, weight: 10}\n  - {pluginRef: queue-scorer}\n"
+                      "  - pluginRef: max-score-picker\n")
+    s = serve("--config", config, "--endpoints", pool)
+    body = chat_body()
+    with Stream(s.channel()) as st:
+        st.send(wire.chat_request(body), wire.request_body(body, end_of_stream=True))
+        dest = destination(st.recv())
+        assert dest == POOL[1]  # the shortest queue
+        st.recv()  # the body
+        st.send(wire.response_headers([(":status", "200"), ("content-type", "application/json")]))
+        rh = st.recv()
+        assert rh["kind"] == "response_headers"
+        token = wire.header(rh["common"], "x-session-token")
+        assert base64.b64decode(token).decode() == POOL[1]
+    forged = base64.b64encode(POOL[2].encode()).decode()
+    for t, want in ((token, POOL[1]), (forged, POOL[2])):
+        with Stream(s.channel()) as st:
+            st.send(wire.chat_request(body, extra_headers=[("x-session-token", t)]),
+                    wire.request_body(body, end_of_stream=True))
+            assert destination(st.recv()) == want

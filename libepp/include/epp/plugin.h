@@ -119,6 +119,7 @@ class SaturationDetector;
 class DataProducer;
 class RequestObserver;
 class Admitter;
+class ResponseHeaderSource;
 
 // What a plugin reads besides the request (GIE's Consumes()): endpoint metrics, labels, the
 // scheduler's in-flight counters and per-cycle data of a producer. BuildScheduler adds the prefix
@@ -194,6 +195,7 @@ class Plugin {
   virtual const DataProducer* AsDataProducer() const { return nullptr; }
   virtual const RequestObserver* AsRequestObserver() const { return nullptr; }
   virtual const Admitter* AsAdmitter() const { return nullptr; }
+  virtual const ResponseHeaderSource* AsResponseHeaderSource() const { return nullptr; }
 
  private:
   TypedName typed_name_;

@@ -102,6 +102,9 @@ struct PickResult {
   // Request headers for the upstream request besides x-gateway-destination-endpoint, e.g.
   // x-prefiller-host-port (ext_proc sets them in the request-headers response).
   std::vector<std::pair<std::string, std::string>> headers;
+  // Headers for the client's response (ResponseHeaderSource: llm-d's x-session-token); ext_proc
+  // sets them in the response-headers phase.
+  std::vector<std::pair<std::string, std::string>> response_headers;
   std::string profiles_reason;         // the handler's account of the cycle ("prefill-decode"), may be empty
   // With PickOptions::scores: every candidate the primary profile scored (after its filters) with
   // its total, the weighted sum (not normalised, so it may exceed 1), in scoring order.

@@ -191,6 +191,16 @@ class RequestObserver {
   virtual void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const = 0;
 };
 
+// Headers for the client's response (the ext_proc response-headers phase), e.g. llm-d's session
+// token. Called at the end of every successful pick with what each profile chose.
+class ResponseHeaderSource {
+ public:
+  virtual ~ResponseHeaderSource() = default;
+  virtual void ResponseHeaders(const SchedulingContext& ctx, std::span<const ProfileRun> runs,
+                               std::string_view primary_profile,
+                               std::vector<std::pair<std::string, std::string>>& out) const = 0;
+};
+
 // Admission before scheduling (llm-d's Admitter, e.g. probabilistic-admitter): runs after the
 // data producers and the saturation check, in config order; a rejection answers 429 with `why`.
 class Admitter {

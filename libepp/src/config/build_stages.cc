@@ -347,6 +347,7 @@ void IndexHooks(BuildState& st) {
     if (d && !dynamic_cast<const plugins::TokenSource*>(p.get())) st.impl->producers.push_back(d);
     if (const RequestObserver* o = p->AsRequestObserver()) st.impl->observers.push_back(o);
     if (const Admitter* a = p->AsAdmitter()) st.impl->admitters.push_back(a);
+    if (const ResponseHeaderSource* h = p->AsResponseHeaderSource()) st.impl->response_header_sources.push_back(h);
   }
 }
 

@@ -413,7 +413,9 @@ absl::Status ExtProcSession::Impl::Process(const pb::ProcessingRequest& in, std:
       }
       if (request && request->stream) response_streaming = true;
       pb::ProcessingResponse r;
-      r.mutable_response_headers()->mutable_response()->mutable_header_mutation();
+      pb::HeaderMutation* m = r.mutable_response_headers()->mutable_response()->mutable_header_mutation();
+      if (result && result->status == 200)
+        for (const auto& [key, value] : result->response_headers) SetHeader(m, key, value);
       out.push_back(std::move(r));
       if (in.response_headers().end_of_stream()) EndResponse();
       return absl::OkStatus();

@@ -34,6 +34,8 @@ void RegisterBuiltinPlugins(PluginRegistry& registry) {
       {kSingleProfileHandlerType, CreateSingleProfileHandler},
       {kDisaggProfileHandlerType, CreateDisaggProfileHandler},
       {kPdProfileHandlerType, CreatePdProfileHandler},
+      {kSessionAffinityScorerType, CreateSessionAffinityScorer},
+      {kSessionAffinityFilterType, CreateSessionAffinityFilter},
       {kHeaderProfileHandlerType, CreateHeaderProfileHandler},
       {kDataParallelProfileHandlerType, CreateDataParallelProfileHandler},
       {kDisaggHeadersHandlerType, CreateDisaggHeadersHandler},

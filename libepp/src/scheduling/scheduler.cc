@@ -403,6 +403,7 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
   r.status = 200;
   r.reason = absl::StrCat("picked by profile '", r.primary_profile, "'");
   r.prefix_match_blocks = ctx.PrefixMatchBlocks(primary->picked.front());
+  for (const ResponseHeaderSource* h : m.response_header_sources) h->ResponseHeaders(ctx, runs, r.primary_profile, r.response_headers);
   if (options.record) {
     // Observers learn every server the request reaches: the primary endpoint, and the first pick
     // of each other profile that ran (a disaggregated prefill server computes, and keeps, the

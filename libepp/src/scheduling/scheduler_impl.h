@@ -116,6 +116,7 @@ struct Scheduler::Impl {
   const SaturationDetector* detector = nullptr;
   const Plugin* detector_plugin = nullptr;
   std::vector<const DataProducer*> producers;
+  std::vector<const ResponseHeaderSource*> response_header_sources;
   std::vector<const RequestObserver*> observers;
   std::vector<const Admitter*> admitters;
   std::vector<std::string> warnings;

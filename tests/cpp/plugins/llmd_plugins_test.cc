@@ -142,3 +142,111 @@ TEST(ProbabilisticAdmitterTest, TheSchedulerAnswers429AndTimesTheAdmitter) {
 
 }  // namespace
 }  // namespace epp
+
+namespace epp {
+namespace {
+
+// A scheduler of queue-scorer (weight 1) and a session plugin (weight 10 as a scorer).
+struct SessionEnv {
+  ManualClock clock{testing::kNowUs};
+  SeededRng rng{5};
+  std::unique_ptr<Scheduler> sched;
+  explicit SessionEnv(const std::string& plugin) {
+    const std::string yaml = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n" + plugin +
+                             "- type: queue-scorer\n- type: max-score-picker\nschedulingProfiles:\n- name: default\n"
+                             "  plugins:\n  - {pluginRef: session, weight: 10}\n  - {pluginRef: queue-scorer, weight: 1}\n"
+                             "  - pluginRef: max-score-picker\n";
+    auto cfg = ParseConfig(yaml, "s.yaml");
+    EXPECT_TRUE(cfg.ok()) << cfg.status();
+    auto s = BuildScheduler(*cfg, BuiltinRegistry(), PluginContext{&clock, &rng});
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (s.ok()) sched = std::move(*s);
+  }
+  PickResult Pick(const std::vector<Endpoint>& pool, std::vector<std::pair<std::string, std::string>> headers = {}) {
+    auto r = ParseOpenAIRequest("/v1/completions", R"({"model":"m","prompt":"hi"})");
+    EXPECT_TRUE(r.ok());
+    r->headers = std::move(headers);
+    return sched->Pick(*r, pool);
+  }
+};
+
+std::vector<Endpoint> Queues(double a, double b, double c) {
+  return {EndpointBuilder("10.0.0.1:8000").Queue(a), EndpointBuilder("10.0.0.2:8000").Queue(b),
+          EndpointBuilder("10.0.0.3:8000").Queue(c)};
+}
+
+std::string ResponseHeader(const PickResult& r, const std::string& name) {
+  for (const auto& [k, v] : r.response_headers)
+    if (k == name) return v;
+  return "";
+}
+
+TEST(SessionAffinityTest, EncodedTokenComesBackOnTheResponseAndSteersTheNextPick) {
+  SessionEnv env("- name: session\n  type: session-affinity-scorer\n");
+  ASSERT_NE(env.sched, nullptr);
+  PickResult first = env.Pick(Queues(5, 0, 9));  // no token: the shortest queue
+  ASSERT_EQ(first.status, 200);
+  EXPECT_EQ(first.endpoints[0], "10.0.0.2:8000");
+  const std::string token = ResponseHeader(first, "x-session-token");
+  EXPECT_EQ(token, "MTAuMC4wLjI6ODAwMA==");  // base64("10.0.0.2:8000")
+  // Now 10.0.0.2 is the busiest, but the session stays.
+  PickResult again = env.Pick(Queues(0, 9, 5), {{"x-session-token", token}});
+  EXPECT_EQ(again.endpoints[0], "10.0.0.2:8000");
+  // Its endpoint gone, or a token that does not decode: no preference.
+  EXPECT_EQ(env.Pick({EndpointBuilder("10.0.0.1:8000").Queue(3), EndpointBuilder("10.0.0.3:8000").Queue(0)},
+                     {{"x-session-token", token}}).endpoints[0], "10.0.0.3:8000");
+  EXPECT_EQ(env.Pick(Queues(0, 9, 5), {{"x-session-token", "%%%"}}).endpoints[0], "10.0.0.1:8000");
+}
+
+TEST(SessionAffinityTest, FilterKeepsOnlyTheSessionsEndpointWhileItIsThere) {
+  SessionEnv env("- name: session\n  type: session-affinity-filter\n"
+                 "  parameters: {encodedEndpointHeaderConfig: {header: X-My-Session}}\n");
+  ASSERT_NE(env.sched, nullptr);
+  const std::string token = "MTAuMC4wLjM6ODAwMA==";  // 10.0.0.3:8000
+  PickResult r = env.Pick(Queues(0, 0, 50), {{"x-my-session", token}});
+  EXPECT_EQ(r.endpoints[0], "10.0.0.3:8000");
+  EXPECT_EQ(ResponseHeader(r, "x-my-session"), token);
+}
+
+TEST(SessionAffinityTest, SessionIdsBindMoveWhenTheirEndpointLeavesAndExpire) {
+  SessionEnv env("- name: session\n  type: session-affinity-scorer\n  parameters:\n    strategy: session_id\n"
+                 "    sessionIdConfig: {sources: [{header: x-chat-id}], evictionTtlSeconds: 60, evictionSweepSeconds: 1}\n");
+  ASSERT_NE(env.sched, nullptr);
+  const std::vector<std::pair<std::string, std::string>> id = {{"x-chat-id", "c-42"}};
+  EXPECT_EQ(env.Pick(Queues(5, 0, 9), id).endpoints[0], "10.0.0.2:8000");  // binds
+  PickResult r = env.Pick(Queues(0, 9, 5), id);
+  EXPECT_EQ(r.endpoints[0], "10.0.0.2:8000");
+  EXPECT_TRUE(r.response_headers.empty());  // nothing written back with session ids
+  // Another session is free to go elsewhere.
+  EXPECT_EQ(env.Pick(Queues(0, 9, 5), {{"x-chat-id", "c-7"}}).endpoints[0], "10.0.0.1:8000");
+  // 10.0.0.2 leaves: the session moves to the pick, and stays there when 10.0.0.2 is back.
+  EXPECT_EQ(env.Pick({EndpointBuilder("10.0.0.1:8000").Queue(3), EndpointBuilder("10.0.0.3:8000").Queue(0)}, id).endpoints[0],
+            "10.0.0.3:8000");
+  EXPECT_EQ(env.Pick(Queues(0, 0, 9), id).endpoints[0], "10.0.0.3:8000");
+  // Unused for longer than the TTL: forgotten at the next sweep.
+  env.clock.Advance(61'000'000);
+  env.Pick(Queues(0, 0, 0), {{"x-chat-id", "other"}});  // a pick that sweeps
+  EXPECT_NE(env.Pick(Queues(0, 0, 9), id).endpoints[0], "10.0.0.3:8000");
+}
+
+TEST(SessionAffinityTest, ParametersAreCheckedNamingThePlace) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"{strategy: cookie}", "strategy"},
+      {"{strategy: session_id, sessionIdConfig: {sources: [{header: a, attribute: b}]}}", "exactly one of header or attribute"},
+      {"{strategy: session_id, sessionIdConfig: {evictionTtlSeconds: -1}}", "evictionTtlSeconds"},
+      {"{strategy: session_id, profileName: prefill}", "profileName"},
+      {"{headerName: x-session-token}", "headerName"},
+  };
+  for (const auto& [params, needle] : bad) {
+    const std::string yaml = std::string("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+                                         "- type: session-affinity-scorer\n  parameters: ") + params + "\n";
+    auto cfg = ParseConfig(yaml, "s.yaml");
+    ASSERT_TRUE(cfg.ok()) << cfg.status();
+    auto s = BuildScheduler(*cfg, BuiltinRegistry());
+    ASSERT_FALSE(s.ok()) << params;
+    EXPECT_NE(s.status().message().find(needle), std::string::npos) << params << ": " << s.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace epp

@@ -19,6 +19,9 @@ inline constexpr std::string_view kCacheAwareScorerType = "cache-aware-scorer"; 
 inline constexpr std::string_view kNoHitLruScorerType = "no-hit-lru-scorer";
 inline constexpr std::string_view kLoadAwareScorerType = "load-aware-scorer";
 inline constexpr std::string_view kActiveRequestScorerType = "active-request-scorer";
+// session_affinity.cc: the scorer and the filter share the session logic.
+inline constexpr std::string_view kSessionAffinityScorerType = "session-affinity-scorer";
+inline constexpr std::string_view kSessionAffinityFilterType = "session-affinity-filter";
 
 PluginOr CreateQueueScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateRunningRequestsScorer(const std::string& name, const Params& params, const PluginContext& ctx);
@@ -30,6 +33,8 @@ PluginOr CreateCacheAwareScorer(const std::string& name, const Params& params, c
 PluginOr CreateNoHitLruScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateLoadAwareScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateActiveRequestScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateSessionAffinityScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateSessionAffinityFilter(const std::string& name, const Params& params, const PluginContext& ctx);
 
 // The prefix ratio GIE's prefix scorer computes (also the affinity filter's and explain's).
 double PrefixRatio(int match_blocks, int total_blocks);

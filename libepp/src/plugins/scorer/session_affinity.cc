@@ -1,0 +1,252 @@
+// llm-d's session affinity: session-affinity-scorer (1.0 for the session's endpoint, 0 for the
+// others) and session-affinity-filter (only the session's endpoint when it is a candidate, else
+// every candidate), one implementation, two strategies:
+//   encoded_endpoint_header (default, stateless): the request header (x-session-token) carries
+//     base64 of the endpoint that served the session before; every response carries the token
+//     of the endpoint that served it (the primary profile's, or `profileName`'s).
+//   session_id (stateful): the client sends an opaque id (x-session-id, or the first non-empty
+//     header of `sessionIdConfig.sources`); the first pick binds it to the endpoint chosen, later
+//     picks prefer that endpoint while it is a candidate and move the binding when it is not.
+//     Bindings unused for evictionTtlSeconds go (swept every evictionSweepSeconds). Nothing is
+//     written back. Each plugin instance keeps its own bindings.
+// Deviation: the token names the endpoint by its address ("10.0.0.1:8000", base64 with padding),
+// where llm-d names its datastore id ("namespace/pod-rank-0"); either is opaque to clients, and a
+// token epp cannot match is no preference, as in llm-d.
+#include <cmath>
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "epp/scheduling.h"
+#include "plugins/scorer/scorer.h"
+
+namespace epp::plugins {
+namespace {
+
+struct SessionOptions {
+  bool session_id = false;             // strategy
+  std::string profile;                 // profileName ("" = the primary profile)
+  std::string header = "x-session-token";
+  std::vector<std::string> id_headers = {"x-session-id"};
+  int64_t ttl_us = 300'000'000, sweep_us = 10'000'000;
+};
+
+class SessionAffinity : public Plugin,
+                        public Scorer,
+                        public Filter,
+                        public RequestObserver,
+                        public ResponseHeaderSource {
+ public:
+  SessionAffinity(TypedName tn, SessionOptions o, bool filter) : Plugin(std::move(tn)), o_(std::move(o)), filter_(filter) {}
+  const Scorer* AsScorer() const override { return filter_ ? nullptr : this; }
+  const Filter* AsFilter() const override { return filter_ ? this : nullptr; }
+  const RequestObserver* AsRequestObserver() const override { return o_.session_id ? this : nullptr; }
+  const ResponseHeaderSource* AsResponseHeaderSource() const override { return o_.session_id ? nullptr : this; }
+
+  Params EffectiveParams() const override {
+    Params p = Params::Map();
+    p.Set("strategy", Params::String(o_.session_id ? "session_id" : "encoded_endpoint_header"));
+    if (!o_.profile.empty()) p.Set("profileName", Params::String(o_.profile));
+    if (o_.session_id) {
+      Params sc = Params::Map();
+      Params sources = Params::List();
+      for (const std::string& h : o_.id_headers) {
+        Params s = Params::Map();
+        s.Set("header", Params::String(h));
+        sources.Append(std::move(s));
+      }
+      sc.Set("sources", std::move(sources));
+      sc.Set("evictionTtlSeconds", Params::Number(static_cast<double>(o_.ttl_us) / 1e6));
+      sc.Set("evictionSweepSeconds", Params::Number(static_cast<double>(o_.sweep_us) / 1e6));
+      p.Set("sessionIdConfig", std::move(sc));
+    } else {
+      Params hc = Params::Map();
+      hc.Set("header", Params::String(o_.header));
+      p.Set("encodedEndpointHeaderConfig", std::move(hc));
+    }
+    return p;
+  }
+
+  ScorerCategory category() const override { return ScorerCategory::kAffinity; }
+  void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
+    const Endpoint* target = Target(ctx, candidates);
+    for (size_t i = 0; i < candidates.size(); ++i) scores[i] = candidates[i] == target ? 1.0 : 0.0;
+  }
+  std::string Explain(const SchedulingContext& ctx, const Endpoint& e) const override {
+    const std::string wanted = Wanted(ctx);
+    if (wanted.empty()) return "no session";
+    return wanted == e.address ? "the session's endpoint" : absl::StrCat("session on ", wanted);
+  }
+
+  std::vector<const Endpoint*> Apply(const SchedulingContext& ctx, Candidates candidates) const override {
+    const Endpoint* target = Target(ctx, candidates);
+    if (target == nullptr) return {candidates.begin(), candidates.end()};
+    return {target};
+  }
+  std::string WhyRemoved(const SchedulingContext& ctx, const Endpoint&) const override {
+    return absl::StrCat("not the session's endpoint (", Wanted(ctx), ")");
+  }
+
+  // session_id: bind, refresh or move the session to the primary endpoint (the first PreRequest
+  // of a pick; later ones are the other profiles' endpoints). What this request's Target call saw
+  // comes through the thread: PreRequest runs on the same thread, in the same Pick.
+  void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const override {
+    const std::string id = SessionId(ctx);
+    if (id.empty()) return;
+    const Last& last = LastCall();
+    if (last.request != ctx.request || last.done) return;  // not this request's profile, or already bound
+    if (!last.profile_ran) return;
+    LastCall().done = true;
+    std::lock_guard<std::mutex> lock(mu_);
+    Sweep(ctx.now_us);
+    auto it = bindings_.find(id);
+    if (it == bindings_.end()) {
+      bindings_.emplace(id, Binding{picked.address, ctx.now_us});
+    } else if (it->second.endpoint == picked.address) {
+      it->second.last_seen_us = ctx.now_us;
+    } else if (last.bound_absent) {  // its endpoint was not a candidate: the session moves
+      it->second = Binding{picked.address, ctx.now_us};
+    }
+  }
+
+  void ResponseHeaders(const SchedulingContext&, std::span<const ProfileRun> runs, std::string_view primary,
+                       std::vector<std::pair<std::string, std::string>>& out) const override {
+    const std::string_view profile = o_.profile.empty() ? primary : std::string_view(o_.profile);
+    for (const ProfileRun& r : runs)
+      if (r.profile == profile && !r.picked.empty()) out.emplace_back(o_.header, absl::Base64Escape(r.picked.front()->address));
+  }
+
+ private:
+  struct Binding {
+    std::string endpoint;
+    int64_t last_seen_us;
+  };
+  // What the last Target call on this thread saw (PreRequest runs on the same thread, in the
+  // same Pick, right after the profiles).
+  struct Last {
+    const InferenceRequest* request = nullptr;
+    bool bound_absent = false;
+    bool profile_ran = false;
+    bool done = false;
+  };
+  static Last& LastCall() {
+    thread_local Last last;
+    return last;
+  }
+
+  std::string SessionId(const SchedulingContext& ctx) const {
+    if (!ctx.request) return {};
+    for (const std::string& h : o_.id_headers)
+      if (std::optional<std::string_view> v = ctx.request->header(h)) {
+        std::string s(absl::StripAsciiWhitespace(absl::string_view(v->data(), v->size())));
+        if (!s.empty()) return s;
+      }
+    return {};
+  }
+
+  // The address the session names ("" for none).
+  std::string Wanted(const SchedulingContext& ctx) const {
+    if (!ctx.request) return {};
+    if (o_.session_id) {
+      const std::string id = SessionId(ctx);
+      if (id.empty()) return {};
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = bindings_.find(id);
+      return it == bindings_.end() ? std::string() : it->second.endpoint;
+    }
+    std::optional<std::string_view> token = ctx.request->header(o_.header);
+    std::string decoded;
+    if (!token || !absl::Base64Unescape(absl::string_view(token->data(), token->size()), &decoded)) return {};
+    return decoded;
+  }
+
+  const Endpoint* Target(const SchedulingContext& ctx, Candidates candidates) const {
+    const std::string wanted = Wanted(ctx);
+    const Endpoint* target = nullptr;
+    for (const Endpoint* e : candidates)
+      if (!wanted.empty() && e->address == wanted) target = e;
+    if (o_.session_id) {
+      Last& last = LastCall();
+      last = Last{ctx.request, !wanted.empty() && target == nullptr, true, false};
+    }
+    return target;
+  }
+
+  void Sweep(int64_t now_us) const {  // REQUIRES: mu_
+    if (now_us - last_sweep_us_ < o_.sweep_us) return;
+    last_sweep_us_ = now_us;
+    for (auto it = bindings_.begin(); it != bindings_.end();) {
+      auto cur = it++;
+      if (now_us - cur->second.last_seen_us > o_.ttl_us) bindings_.erase(cur);
+    }
+  }
+
+  SessionOptions o_;
+  bool filter_;
+  mutable std::mutex mu_;
+  mutable absl::flat_hash_map<std::string, Binding> bindings_;
+  mutable int64_t last_sweep_us_ = 0;
+};
+
+absl::StatusOr<SessionOptions> ReadSessionOptions(const Params& params, std::string_view what) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({"strategy", "profileName", "encodedEndpointHeaderConfig", "sessionIdConfig"}));
+  SessionOptions o;
+  auto bad = [&](const Params& at, std::string_view key, const std::string& msg) {
+    return absl::InvalidArgumentError(absl::StrCat(at.path(), ".", std::string(key), ": ", msg, " (", std::string(what), ")"));
+  };
+  EPP_ASSIGN_OR_RETURN(std::string strategy, params.GetString("strategy", "encoded_endpoint_header"));
+  if (strategy != "encoded_endpoint_header" && strategy != "session_id")
+    return bad(params, "strategy", "must be \"encoded_endpoint_header\" or \"session_id\", got \"" + strategy + "\"");
+  o.session_id = strategy == "session_id";
+  EPP_ASSIGN_OR_RETURN(o.profile, params.GetString("profileName", ""));
+  if (o.session_id && !o.profile.empty())
+    return bad(params, "profileName", "with strategy session_id, sessions bind the primary profile's endpoint only (not implemented for other profiles)");
+  if (const Params* hc = params.Find("encodedEndpointHeaderConfig"); hc && !hc->is_null()) {
+    EPP_RETURN_IF_ERROR(hc->CheckKeys({"header"}));
+    EPP_ASSIGN_OR_RETURN(std::string h, hc->GetString("header", o.header));
+    h = absl::AsciiStrToLower(absl::StripAsciiWhitespace(h));
+    if (!h.empty()) o.header = h;
+  }
+  if (const Params* sc = params.Find("sessionIdConfig"); sc && !sc->is_null() && o.session_id) {
+    EPP_RETURN_IF_ERROR(sc->CheckKeys({"sources", "evictionTtlSeconds", "evictionSweepSeconds"}));
+    if (const Params* sources = sc->Find("sources"); sources && !sources->is_null()) {
+      if (sources->kind() != Params::Kind::kList) return bad(*sc, "sources", "expected a list of {header} or {attribute}");
+      std::vector<std::string> headers;
+      for (const Params& s : sources->items()) {
+        EPP_RETURN_IF_ERROR(s.CheckKeys({"header", "attribute", "producer"}));
+        const bool has_header = s.Has("header"), has_attr = s.Has("attribute");
+        if (has_header == has_attr) return bad(s, "", "exactly one of header or attribute must be set");
+        if (has_attr)
+          return bad(s, "attribute", "request attributes (session-id-producer, agent-identity) are not implemented; name the header");
+        EPP_ASSIGN_OR_RETURN(std::string h, s.GetString("header", ""));
+        h = absl::AsciiStrToLower(absl::StripAsciiWhitespace(h));
+        if (h.empty()) return bad(s, "header", "must not be empty");
+        headers.push_back(std::move(h));
+      }
+      if (!headers.empty()) o.id_headers = std::move(headers);
+    }
+    EPP_ASSIGN_OR_RETURN(double ttl, sc->GetDouble("evictionTtlSeconds", 0));
+    EPP_ASSIGN_OR_RETURN(double sweep, sc->GetDouble("evictionSweepSeconds", 0));
+    if (ttl < 0 || !std::isfinite(ttl)) return bad(*sc, "evictionTtlSeconds", "must be > 0");
+    if (sweep < 0 || !std::isfinite(sweep)) return bad(*sc, "evictionSweepSeconds", "must be > 0");
+    if (ttl > 0) o.ttl_us = static_cast<int64_t>(ttl * 1e6);  // 0: the default, as in llm-d
+    if (sweep > 0) o.sweep_us = static_cast<int64_t>(sweep * 1e6);
+  }
+  return o;
+}
+
+}  // namespace
+
+PluginOr CreateSessionAffinityScorer(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_ASSIGN_OR_RETURN(SessionOptions o, ReadSessionOptions(params, kSessionAffinityScorerType));
+  return std::make_unique<SessionAffinity>(TN(kSessionAffinityScorerType, name), std::move(o), false);
+}
+
+PluginOr CreateSessionAffinityFilter(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_ASSIGN_OR_RETURN(SessionOptions o, ReadSessionOptions(params, kSessionAffinityFilterType));
+  return std::make_unique<SessionAffinity>(TN(kSessionAffinityFilterType, name), std::move(o), true);
+}
+
+}  // namespace epp::plugins
