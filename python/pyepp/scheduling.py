@@ -297,6 +297,11 @@ class PickResult:
         return dict(self._result.headers)
 
     @property
+    def response_headers(self) -> Dict[str, str]:
+        """Headers for the client's response, e.g. ``x-session-token`` (session-affinity-scorer)."""
+        return dict(self._result.response_headers)
+
+    @property
     def profiles_reason(self) -> str:
         """The profile handler's account of the cycle (``"prefill-decode"``); "" for one profile."""
         return self._result.profiles_reason

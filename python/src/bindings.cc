@@ -105,6 +105,7 @@ void BindScheduler(py::module_& m) {
       .def_readonly("primary_profile", &epp::PickResult::primary_profile)
       .def_readonly("profile_picks", &epp::PickResult::profile_picks)
       .def_readonly("headers", &epp::PickResult::headers)
+      .def_readonly("response_headers", &epp::PickResult::response_headers)
       .def_readonly("profiles_reason", &epp::PickResult::profiles_reason)
       .def_readonly("saturation", &epp::PickResult::saturation)
       .def_readonly("load_tokens", &epp::PickResult::load_tokens)

@@ -685,3 +685,18 @@ def test_disaggregated_pick_reports_profiles_and_the_prefiller_header(source_dir
                                              "/v1/chat/completions"), eps, record=False)
     assert short.headers == {} and short.profiles_reason == "decode-only"
     assert short.profile_picks[1]["ran"] is False and "nonCachedTokens 16" in short.profile_picks[1]["reason"]
+
+
+def test_session_token_in_response_headers() -> None:
+    import base64
+    sched = pyepp.Scheduler.from_yaml(
+        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: session-affinity-scorer\n"
+        "- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins:\n"
+        "  - {pluginRef: session-affinity-scorer, weight: 10}\n  - pluginRef: queue-scorer\n")
+    pool = [pyepp.Endpoint("10.0.0.1:8000", {"waiting_queue_size": 4}), pyepp.Endpoint("10.0.0.2:8000", {"waiting_queue_size": 0})]
+    r = sched.pick(pyepp.Request.from_openai({"model": "m", "prompt": "hi"}), pool, record=False)
+    token = r.response_headers["x-session-token"]
+    assert base64.b64decode(token).decode() == r.endpoint == "10.0.0.2:8000"
+    back = pyepp.Request.from_capture({"path": "/v1/completions", "headers": {"x-session-token": base64.b64encode(b"10.0.0.1:8000").decode()},
+                                       "body": {"model": "m", "prompt": "hi"}})
+    assert sched.pick(back, pool, record=False).endpoint == "10.0.0.1:8000"
