@@ -1099,3 +1099,33 @@ def test_session_token_on_the_response_steers_the_next_stream(serve, pool, tmp_p
             st.send(wire.chat_request(body, extra_headers=[("x-session-token", t)]),
                     wire.request_body(body, end_of_stream=True))
             assert destination(st.recv()) == want
+
+
+def test_passthrough_parser_routes_bodies_it_does_not_read(serve, pool, tmp_path):
+    # llm-d's passthrough-parser: alone, every request is routed without reading its body; after
+    # openai-parser, only the paths the OpenAI parser does not claim.
+    def config(parsers):
+        path = tmp_path / ("pass-%d.yaml" % len(parsers))
+        path.write_text("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+                        + "".join("- type: %s\n" % p for p in parsers)
+                        + "- type: queue-scorer\n- type: max-score-picker\nschedulingProfiles:\n- name: default\n"
+                        "  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: max-score-picker\n"
+                        "requestHandler:\n  parsers:\n" + "".join("  - pluginRef: %s\n" % p for p in parsers))
+        return path
+
+    triton = b"\x00\x01 binary tensor payload, not JSON"
+    bad_json = b"{not json"
+    for parsers, cases in ((["passthrough-parser"], [("/v2/models/m/infer", triton, True), ("/v1/chat/completions", bad_json, True)]),
+                           (["openai-parser", "passthrough-parser"], [("/v2/models/m/infer", triton, True),
+                                                                      ("/v1/chat/completions", bad_json, False)])):
+        s = serve("--config", config(parsers), "--endpoints", pool)
+        for path, body, routed in cases:
+            with Stream(s.channel()) as st:
+                st.send(wire.chat_request(body, path=path), wire.request_body(body, end_of_stream=True))
+                first = st.recv()
+                if routed:
+                    assert destination(first) == POOL[1], (parsers, path)  # the shortest queue
+                    assert body_of([st.recv()]) == body  # sent on unchanged
+                else:
+                    assert first["kind"] == "immediate_response" and first["immediate"]["status"] == 400, (parsers, path)
+        s.close()

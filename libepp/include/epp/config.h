@@ -62,7 +62,8 @@ struct EppConfig {
   // Parameters given inline under `saturationDetector` (legacy form); applied to the default
   // utilization-detector when no pluginRef is given.
   Params saturation_detector_params;
-  std::string parser_ref;
+  std::string parser_ref;                // `parser` (llm-d's deprecated single parser)
+  std::vector<std::string> parser_refs;  // requestHandler.parsers, in order
   // Sections loaded but not acted on, and other notes, e.g.
   // "flowControl: loaded but not implemented by epp; requests are never queued".
   std::vector<std::string> warnings;

@@ -233,6 +233,11 @@ class Scheduler {
   // The KV-event binding of the configured precise-prefix-cache-producer (kv_subscriber.h);
   // nullptr without one.
   const struct KvEventsBinding* KvEvents() const;
+  // True when a request to `path` is routed without parsing its body (llm-d's passthrough-parser:
+  // for every path when it is the only parser, else for the paths no OpenAI parser claims).
+  // The caller then picks with a request that has only its path and headers, and sends the
+  // body on unchanged.
+  bool RoutesUnparsed(std::string_view path) const;
   // Counters of every token-producer, in config order.
   std::vector<TokenizerCounters> Tokenizers() const;
   // In-flight counters of an endpoint: {requests, tokens}.

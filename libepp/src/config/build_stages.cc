@@ -338,7 +338,31 @@ absl::Status ResolvePrefixProducer(BuildState& st) {
   return absl::OkStatus();
 }
 
+// llm-d's parser selection: requestHandler.parsers in order (else the deprecated `parser`, else
+// every declared parser in config order); the first parser that claims no paths
+// (passthrough-parser) is the fallback and ends the list.
+void ResolveParsers(BuildState& st) {
+  std::vector<std::string> types;
+  std::vector<std::string> refs = st.config.parser_refs;
+  if (refs.empty() && !st.config.parser_ref.empty()) refs.push_back(st.config.parser_ref);
+  if (!refs.empty()) {
+    for (const std::string& r : refs)
+      if (auto it = st.by_name.find(r); it != st.by_name.end()) types.push_back(it->second->type());
+  } else {
+    for (const auto& p : st.impl->plugins) types.push_back(p->type());
+  }
+  bool openai = false;
+  for (const std::string& t : types) {
+    if (t == plugins::kOpenAIParserType) openai = true;
+    if (t == plugins::kPassthroughParserType) {
+      st.impl->passthrough = openai ? Scheduler::Impl::Passthrough::kUnclaimed : Scheduler::Impl::Passthrough::kAlways;
+      return;
+    }
+  }
+}
+
 void IndexHooks(BuildState& st) {
+  ResolveParsers(st);
   // Token producers first: the prefix producer reads their tokens.
   for (const auto& p : st.impl->plugins)
     if (dynamic_cast<const plugins::TokenSource*>(p.get()) && p->AsDataProducer()) st.impl->producers.push_back(p->AsDataProducer());

@@ -25,6 +25,7 @@ namespace {
 
 constexpr std::string_view kKind = "EndpointPickerConfig";
 constexpr std::string_view kOpenAiParserType = "openai-parser";
+constexpr std::string_view kPassthroughParserType = "passthrough-parser";
 // Deeper than any real parameter tree; stops a self-referencing alias (`&a [*a]`, which yaml-cpp
 // turns into a cycle) from recursing forever.
 constexpr int kMaxDepth = 64;
@@ -396,14 +397,17 @@ absl::Status Parser::ParseRequestHandler(const Entry& e) {
       const YAML::Node item = parsers->value[i];
       const std::string item_path = list_path + "[" + std::to_string(i) + "]";
       EPP_ASSIGN_OR_RETURN(std::string name, PluginRef(item, LineOf(item), item_path));
+      config_.parser_refs.push_back(name);
       for (const PluginSpec& p : config_.plugins) {
-        if (p.name == name && p.type != kOpenAiParserType) unused.push_back("'" + name + "' (" + p.type + ")");
+        if (p.name == name && p.type != kOpenAiParserType && p.type != kPassthroughParserType)
+          unused.push_back("'" + name + "' (" + p.type + ")");
       }
     }
   }
   if (!unused.empty()) {
     config_.warnings.push_back(
-        "requestHandler: loaded, but epp implements only OpenAI request parsing; parsers not used: " + Join(unused));
+        "requestHandler: loaded, but epp implements only OpenAI request parsing and passthrough; parsers not used: " +
+        Join(unused));
   }
   return absl::OkStatus();
 }

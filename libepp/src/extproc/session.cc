@@ -221,7 +221,15 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
     if (stats) stats->RecordOutcome(200);
     return;
   }
-  absl::StatusOr<InferenceRequest> parsed = ParseOpenAIRequest(Path(), body);
+  // passthrough-parser: the body is routed unread (no model, no prompt) and sent on as it came.
+  const bool unparsed = scheduler.RoutesUnparsed(Path());
+  absl::StatusOr<InferenceRequest> parsed = InferenceRequest{};
+  if (unparsed) {
+    parsed->path = Path();
+    parsed->api = ApiKindForPath(parsed->path);
+  } else {
+    parsed = ParseOpenAIRequest(Path(), body);
+  }
   if (!parsed.ok()) {
     result = PickResult::BadRequest(parsed.status());
     Immediate(400, std::string(parsed.status().message()), out);
@@ -232,6 +240,7 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
   std::string new_body;
   bool changed = false;
   for (const auto& [k, v] : headers) {
+    if (unparsed) break;  // as in llm-d: no model to rewrite
     if (k != kModelNameRewriteHeader || v.empty() || v == request->model) continue;
     // Rewrite the body's model (key order kept); the target model also seeds the prefix hashes.
     // Header values arrive as raw bytes: one that is not UTF-8 cannot become a JSON string, and

@@ -53,6 +53,7 @@ void RegisterBuiltinPlugins(PluginRegistry& registry) {
       {kMetricsDataSourceType, CreateMetricsDataSource},
       {kCoreMetricsExtractorType, CreateCoreMetricsExtractor},
       {kOpenAIParserType, CreateOpenAIParser},
+      {kPassthroughParserType, CreatePassthroughParser},
   };
   for (const auto& [type, factory] : builtins) {
     // Registering into a fresh registry cannot collide; a user registry that already has the

@@ -461,6 +461,30 @@ const KvEventsBinding* Scheduler::KvEvents() const {
   return nullptr;
 }
 
+namespace {
+
+// The path suffixes llm-d's openai-parser claims (after the query and trailing slashes go).
+bool OpenAIParserClaims(std::string_view path) {
+  path = path.substr(0, path.find('?'));
+  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+  for (std::string_view suffix : {"chat/completions", "completions", "embeddings", "responses", "conversations",
+                                  "chat/completions/render", "completions/render", "images/generations"}) {
+    if (path.size() >= suffix.size() && path.substr(path.size() - suffix.size()) == suffix) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool Scheduler::RoutesUnparsed(std::string_view path) const {
+  switch (impl_->passthrough) {
+    case Impl::Passthrough::kNever: return false;
+    case Impl::Passthrough::kAlways: return true;
+    case Impl::Passthrough::kUnclaimed: return !OpenAIParserClaims(path);
+  }
+  return false;
+}
+
 std::vector<TokenizerCounters> Scheduler::Tokenizers() const {
   std::vector<TokenizerCounters> out;
   for (const auto& p : impl_->plugins)

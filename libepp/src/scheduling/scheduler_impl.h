@@ -116,6 +116,7 @@ struct Scheduler::Impl {
   const SaturationDetector* detector = nullptr;
   const Plugin* detector_plugin = nullptr;
   std::vector<const DataProducer*> producers;
+  enum class Passthrough { kNever, kUnclaimed, kAlways } passthrough = Passthrough::kNever;
   std::vector<const ResponseHeaderSource*> response_header_sources;
   std::vector<const RequestObserver*> observers;
   std::vector<const Admitter*> admitters;

@@ -250,3 +250,33 @@ TEST(SessionAffinityTest, ParametersAreCheckedNamingThePlace) {
 
 }  // namespace
 }  // namespace epp
+
+namespace epp {
+namespace {
+
+TEST(PassthroughParserTest, RoutesWithoutParsingWhereNoOpenAIParserClaimsThePath) {
+  auto build = [](const std::string& tail) {
+    auto cfg = ParseConfig("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: openai-parser\n"
+                           "- type: passthrough-parser\n- type: queue-scorer\n" + tail, "p.yaml");
+    EXPECT_TRUE(cfg.ok()) << cfg.status();
+    auto s = BuildScheduler(*cfg, BuiltinRegistry());
+    EXPECT_TRUE(s.ok()) << s.status();
+    return std::move(*s);
+  };
+  auto only = build("requestHandler:\n  parsers:\n  - pluginRef: passthrough-parser\n  - pluginRef: openai-parser\n");
+  EXPECT_TRUE(only->RoutesUnparsed("/v1/chat/completions"));  // the fallback ends the list
+  EXPECT_TRUE(only->RoutesUnparsed("/v2/models/m/infer"));
+  auto both = build("requestHandler:\n  parsers:\n  - pluginRef: openai-parser\n  - pluginRef: passthrough-parser\n");
+  EXPECT_FALSE(both->RoutesUnparsed("/v1/chat/completions"));
+  EXPECT_FALSE(both->RoutesUnparsed("/v1/completions?x=1"));
+  EXPECT_TRUE(both->RoutesUnparsed("/v2/models/m/infer"));
+  auto declared = build("");  // no list: the declared parsers in order
+  EXPECT_FALSE(declared->RoutesUnparsed("/v1/embeddings"));
+  EXPECT_TRUE(declared->RoutesUnparsed("/generate"));
+  auto none = BuildScheduler(DefaultConfig(), BuiltinRegistry());
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE((*none)->RoutesUnparsed("/v2/models/m/infer"));  // GIE's behaviour without it
+}
+
+}  // namespace
+}  // namespace epp

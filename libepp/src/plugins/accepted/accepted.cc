@@ -28,4 +28,9 @@ PluginOr CreateOpenAIParser(const std::string& name, const Params& params, const
   return std::make_unique<PassivePlugin>(TN(kOpenAIParserType, name), params);
 }
 
+PluginOr CreatePassthroughParser(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  return std::make_unique<PassivePlugin>(TN(kPassthroughParserType, name), params);
+}
+
 }  // namespace epp::plugins
