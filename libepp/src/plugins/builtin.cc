@@ -54,6 +54,7 @@ void RegisterBuiltinPlugins(PluginRegistry& registry) {
       {kCoreMetricsExtractorType, CreateCoreMetricsExtractor},
       {kOpenAIParserType, CreateOpenAIParser},
       {kPassthroughParserType, CreatePassthroughParser},
+      {kInflightLoadProducerType, CreateInflightLoadProducer},
   };
   for (const auto& [type, factory] : builtins) {
     // Registering into a fresh registry cannot collide; a user registry that already has the

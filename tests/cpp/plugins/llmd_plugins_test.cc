@@ -280,3 +280,30 @@ TEST(PassthroughParserTest, RoutesWithoutParsingWhereNoOpenAIParserClaimsThePath
 
 }  // namespace
 }  // namespace epp
+
+namespace epp {
+namespace {
+
+TEST(InflightLoadProducerTest, AcceptedWithItsParametersCheckedAndAWarning) {
+  auto build = [](const std::string& params) {
+    auto cfg = ParseConfig("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: inflight-load-producer\n"
+                           "  parameters: " + params + "\n- type: active-request-scorer\n", "i.yaml");
+    EXPECT_TRUE(cfg.ok()) << cfg.status();
+    return BuildScheduler(*cfg, BuiltinRegistry());
+  };
+  auto ok = build("{addEstimatedOutputTokens: true, outputRatio: 2, maxEstimatedOutputTokens: 512}");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  bool warned = false;
+  for (const std::string& w : (*ok)->warnings()) warned = warned || w.find("counts in-flight requests") != std::string::npos;
+  EXPECT_TRUE(warned);
+  for (const auto& [params, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"{outputRatio: -1}", "outputRatio"}, {"{maxEstimatedOutputTokens: -5}", "maxEstimatedOutputTokens"},
+           {"{nope: 1}", "nope"}}) {
+    auto bad = build(params);
+    ASSERT_FALSE(bad.ok()) << params;
+    EXPECT_NE(bad.status().message().find(needle), std::string::npos) << bad.status();
+  }
+}
+
+}  // namespace
+}  // namespace epp
