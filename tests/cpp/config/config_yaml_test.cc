@@ -365,9 +365,14 @@ requestHandler:
 )");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->parser_ref, "openai-parser");
-  EXPECT_EQ(c->warnings, (std::vector<std::string>{"requestHandler: loaded, but epp implements only OpenAI request "
-                                                   "parsing; parsers not used: 'passthrough-parser' "
-                                                   "(passthrough-parser)"}));
+  EXPECT_EQ(c->parser_refs, (std::vector<std::string>{"openai-parser", "passthrough-parser"}));
+  EXPECT_TRUE(c->warnings.empty()) << c->warnings.front();  // both are implemented
+  auto other = Parse(std::string(kHeader) +
+                     "plugins: [{type: openai-parser}, {name: v, type: vllmgrpc-parser}]\n"
+                     "requestHandler: {parsers: [{pluginRef: openai-parser}, {pluginRef: v}]}\n");
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->warnings, (std::vector<std::string>{"requestHandler: loaded, but epp implements only OpenAI request "
+                                                       "parsing and passthrough; parsers not used: 'v' (vllmgrpc-parser)"}));
   auto openai_only =
       Parse(std::string(kHeader) +
             "plugins: [{type: openai-parser}]\nrequestHandler: {parsers: [{pluginRef: openai-parser}]}\n");
