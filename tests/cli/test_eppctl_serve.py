@@ -1129,3 +1129,29 @@ def test_passthrough_parser_routes_bodies_it_does_not_read(serve, pool, tmp_path
                 else:
                     assert first["kind"] == "immediate_response" and first["immediate"]["status"] == 400, (parsers, path)
         s.close()
+
+
+def test_request_attribute_reporter_puts_the_cost_in_the_last_body_message(serve, pool, tmp_path):
+    # llm-d's integration config for the reporter: completion tokens as the request's cost in
+    # envoy.lb, on the response's last body message; listed among the profile's plugins as there.
+    config = tmp_path / "reporter.yaml"
+    config.write_text("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+                      "- type: openai-parser\n- type: queue-scorer\n- name: cost\n  type: request-attribute-reporter\n"
+                      "  parameters:\n    attributes:\n    - key: {namespace: envoy.lb, name: x-gateway-inference-request-cost}\n"
+                      "      expression: usage.completion_tokens\n      condition: has(usage.completion_tokens)\n"
+                      "schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: cost\n"
+                      "requestHandler:\n  parsers:\n  - pluginRef: openai-parser\n")
+    s = serve("--config", config, "--endpoints", pool)
+    body = chat_body()
+    answer = json.dumps({"id": "c1", "object": "chat.completion", "model": MODEL, "choices": [],
+                         "usage": {"completion_tokens": 10, "prompt_tokens": 32, "total_tokens": 42}}).encode()
+    with Stream(s.channel()) as st:
+        st.send(wire.chat_request(body), wire.request_body(body, end_of_stream=True))
+        destination(st.recv())
+        st.recv()
+        st.send(wire.response_headers([(":status", "200"), ("content-type", "application/json")]))
+        st.recv()
+        st.send(wire.response_body(answer[:20]), wire.response_body(answer[20:], end_of_stream=True))
+        first, last = st.recv_n(2)
+        assert first["dynamic_metadata"] is None
+        assert last["dynamic_metadata"]["envoy.lb"]["x-gateway-inference-request-cost"] == 10

@@ -120,6 +120,7 @@ class DataProducer;
 class RequestObserver;
 class Admitter;
 class ResponseHeaderSource;
+class ResponseMetadataSource;
 
 // What a plugin reads besides the request (GIE's Consumes()): endpoint metrics, labels, the
 // scheduler's in-flight counters and per-cycle data of a producer. BuildScheduler adds the prefix
@@ -196,6 +197,7 @@ class Plugin {
   virtual const RequestObserver* AsRequestObserver() const { return nullptr; }
   virtual const Admitter* AsAdmitter() const { return nullptr; }
   virtual const ResponseHeaderSource* AsResponseHeaderSource() const { return nullptr; }
+  virtual const ResponseMetadataSource* AsResponseMetadataSource() const { return nullptr; }
 
  private:
   TypedName typed_name_;

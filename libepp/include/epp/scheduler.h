@@ -238,6 +238,10 @@ class Scheduler {
   // The caller then picks with a request that has only its path and headers, and sends the
   // body on unchanged.
   bool RoutesUnparsed(std::string_view path) const;
+  // Dynamic metadata for the end of a response with this usage (request-attribute-reporter), in
+  // config order; empty without such plugins.
+  std::vector<ResponseMetadataEntry> ResponseMetadata(const ResponseUsage& usage) const;
+  bool WantsResponseMetadata() const;
   // Counters of every token-producer, in config order.
   std::vector<TokenizerCounters> Tokenizers() const;
   // In-flight counters of an endpoint: {requests, tokens}.

@@ -23,6 +23,7 @@
 #include "epp/plugin.h"
 #include "epp/request.h"
 #include "epp/status.h"
+#include "epp/usage_expr.h"
 
 namespace epp {
 
@@ -199,6 +200,19 @@ class ResponseHeaderSource {
   virtual void ResponseHeaders(const SchedulingContext& ctx, std::span<const ProfileRun> runs,
                                std::string_view primary_profile,
                                std::vector<std::pair<std::string, std::string>>& out) const = 0;
+};
+
+// Dynamic metadata for the end of the response (llm-d's request-attribute-reporter): called once
+// per response with its token usage (zeros when it had none).
+struct ResponseMetadataEntry {
+  std::string ns;   // dynamic-metadata namespace ("envoy.lb")
+  std::string key;  // "x-gateway-inference-request-cost"
+  double value = 0;
+};
+class ResponseMetadataSource {
+ public:
+  virtual ~ResponseMetadataSource() = default;
+  virtual void ResponseMetadata(const ResponseUsage& usage, std::vector<ResponseMetadataEntry>& out) const = 0;
 };
 
 // Admission before scheduling (llm-d's Admitter, e.g. probabilistic-admitter): runs after the

@@ -205,6 +205,13 @@ absl::Status ResolveProfiles(BuildState& st) {
         prof.picker_plugin = p;
       } else if (const Filter* f = p->AsFilter()) {
         prof.filters.emplace_back(p, f);
+      } else if (p->AsResponseMetadataSource() || p->type() == plugins::kOpenAIParserType ||
+                 p->type() == plugins::kPassthroughParserType) {
+        // llm-d's own configs list request-attribute-reporter and parsers among a profile's
+        // plugins, where its scheduler ignores them; they act on every request anyway.
+        st.impl->warnings.push_back(absl::StrCat(st.Where(ref.line, ref.path), ": '", p->name(), "' (", p->type(),
+                                                 ") has no part in a profile's filters, scorers or picker; it acts on "
+                                                 "every request wherever it is listed"));
       } else {
         return st.Error(ref.line, ref.path,
                         absl::StrCat("plugin '", p->name(), "' (type: ", p->type(),
@@ -372,6 +379,7 @@ void IndexHooks(BuildState& st) {
     if (const RequestObserver* o = p->AsRequestObserver()) st.impl->observers.push_back(o);
     if (const Admitter* a = p->AsAdmitter()) st.impl->admitters.push_back(a);
     if (const ResponseHeaderSource* h = p->AsResponseHeaderSource()) st.impl->response_header_sources.push_back(h);
+    if (const ResponseMetadataSource* m = p->AsResponseMetadataSource()) st.impl->response_metadata_sources.push_back(m);
   }
 }
 

@@ -317,7 +317,7 @@ void ExtProcSession::Impl::EndResponse() {
 }
 
 void ExtProcSession::Impl::ParseUsage() {
-  if (!stats || response_body.empty()) return;
+  if ((!stats && !scheduler.WantsResponseMetadata()) || response_body.empty()) return;
   auto take = [&](const nlohmann::json& j) -> bool {
     if (!j.is_object()) return false;
     const nlohmann::json* u = nullptr;
@@ -338,13 +338,21 @@ void ExtProcSession::Impl::ParseUsage() {
         if (auto it = u->find(b); it != u->end()) return count(*it);
       return 0;
     };
-    stats->prompt_tokens += num("prompt_tokens", "input_tokens");
-    stats->completion_tokens += num("completion_tokens", "output_tokens");
+    ResponseUsage got;
+    got.prompt_tokens = static_cast<double>(num("prompt_tokens", "input_tokens"));
+    got.completion_tokens = static_cast<double>(num("completion_tokens", "output_tokens"));
+    got.total_tokens = static_cast<double>(num("total_tokens", nullptr));
     for (const char* details : {"prompt_tokens_details", "prompt_token_details", "input_tokens_details"}) {
       auto d = u->find(details);
       if (d == u->end() || !d->is_object()) continue;
-      if (auto c = d->find("cached_tokens"); c != d->end()) stats->cached_tokens += count(*c);
+      if (auto c = d->find("cached_tokens"); c != d->end()) got.cached_tokens = static_cast<double>(count(*c));
     }
+    if (stats) {
+      stats->prompt_tokens += static_cast<int64_t>(got.prompt_tokens);
+      stats->completion_tokens += static_cast<int64_t>(got.completion_tokens);
+      if (got.cached_tokens) stats->cached_tokens += static_cast<int64_t>(*got.cached_tokens);
+    }
+    usage = got;
     return true;
   };
   if (!response_streaming && !response_body_truncated) {
@@ -442,6 +450,13 @@ absl::Status ExtProcSession::Impl::Process(const pb::ProcessingRequest& in, std:
       AppendChunks(chunk, eos, /*request_path=*/false, out);
       if (eos) {
         ParseUsage();
+        // request-attribute-reporter: its numbers ride on the last body message, as in llm-d.
+        if (!out.empty() && result && result->status == 200 && scheduler.WantsResponseMetadata()) {
+          for (const ResponseMetadataEntry& e : scheduler.ResponseMetadata(usage.value_or(ResponseUsage{}))) {
+            auto& ns = (*out.back().mutable_dynamic_metadata()->mutable_fields())[e.ns];
+            (*ns.mutable_struct_value()->mutable_fields())[e.key].set_number_value(e.value);
+          }
+        }
         EndResponse();
       }
       return absl::OkStatus();

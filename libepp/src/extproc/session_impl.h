@@ -41,6 +41,7 @@ struct ExtProcSession::Impl {
   bool response_done = false;
   std::string response_body;       // bounded, for usage parsing
   bool response_body_truncated = false;
+  std::optional<ResponseUsage> usage;  // the response's token usage (ParseUsage), when it had one
 
  private:
   void ReadMetadata(const extproc_pb::ProcessingRequest& in);

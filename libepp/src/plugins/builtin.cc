@@ -55,6 +55,7 @@ void RegisterBuiltinPlugins(PluginRegistry& registry) {
       {kOpenAIParserType, CreateOpenAIParser},
       {kPassthroughParserType, CreatePassthroughParser},
       {kInflightLoadProducerType, CreateInflightLoadProducer},
+      {kRequestAttributeReporterType, CreateRequestAttributeReporter},
   };
   for (const auto& [type, factory] : builtins) {
     // Registering into a fresh registry cannot collide; a user registry that already has the

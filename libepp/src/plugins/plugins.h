@@ -9,5 +9,6 @@
 #include "plugins/plugin_util.h"
 #include "plugins/producer/producer.h"
 #include "plugins/profile/profile.h"
+#include "plugins/response/response.h"
 #include "plugins/saturation/saturation.h"
 #include "plugins/scorer/scorer.h"

@@ -476,6 +476,14 @@ bool OpenAIParserClaims(std::string_view path) {
 
 }  // namespace
 
+std::vector<ResponseMetadataEntry> Scheduler::ResponseMetadata(const ResponseUsage& usage) const {
+  std::vector<ResponseMetadataEntry> out;
+  for (const ResponseMetadataSource* s : impl_->response_metadata_sources) s->ResponseMetadata(usage, out);
+  return out;
+}
+
+bool Scheduler::WantsResponseMetadata() const { return !impl_->response_metadata_sources.empty(); }
+
 bool Scheduler::RoutesUnparsed(std::string_view path) const {
   switch (impl_->passthrough) {
     case Impl::Passthrough::kNever: return false;

@@ -118,6 +118,7 @@ struct Scheduler::Impl {
   std::vector<const DataProducer*> producers;
   enum class Passthrough { kNever, kUnclaimed, kAlways } passthrough = Passthrough::kNever;
   std::vector<const ResponseHeaderSource*> response_header_sources;
+  std::vector<const ResponseMetadataSource*> response_metadata_sources;
   std::vector<const RequestObserver*> observers;
   std::vector<const Admitter*> admitters;
   std::vector<std::string> warnings;

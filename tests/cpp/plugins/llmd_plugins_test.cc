@@ -307,3 +307,51 @@ TEST(InflightLoadProducerTest, AcceptedWithItsParametersCheckedAndAWarning) {
 
 }  // namespace
 }  // namespace epp
+
+namespace epp {
+namespace {
+
+TEST(RequestAttributeReporterTest, ReportsTheTruncatedNumberUnlessZeroOrTheConditionFails) {
+  auto build = [](const std::string& attr) {
+    auto cfg = ParseConfig("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+                           "- type: request-attribute-reporter\n  parameters:\n    attributes:\n" + attr, "r.yaml");
+    EXPECT_TRUE(cfg.ok()) << cfg.status();
+    return BuildScheduler(*cfg, BuiltinRegistry());
+  };
+  auto s = build("    - key: {name: x-gateway-inference-request-cost}\n      expression: usage.completion_tokens * 1.5\n"
+                 "      condition: has(usage.completion_tokens)\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE((*s)->WantsResponseMetadata());
+  ResponseUsage u;
+  u.prompt_tokens = 32;
+  u.completion_tokens = 7;
+  auto m = (*s)->ResponseMetadata(u);
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].ns, "envoy.lb");
+  EXPECT_EQ(m[0].key, "x-gateway-inference-request-cost");
+  EXPECT_EQ(m[0].value, 10);  // 10.5 truncated
+  EXPECT_TRUE((*s)->ResponseMetadata(ResponseUsage{}).empty());  // 0 is not written
+  auto cond = build("    - key: {namespace: custom-ns, name: cached}\n      expression: usage.prompt_tokens_details.cached_tokens\n"
+                    "      condition: usage.prompt_tokens > 100\n");
+  ASSERT_TRUE(cond.ok()) << cond.status();
+  u.cached_tokens = 50;
+  EXPECT_TRUE((*cond)->ResponseMetadata(u).empty());  // condition false
+  u.prompt_tokens = 200;
+  ASSERT_EQ((*cond)->ResponseMetadata(u).size(), 1u);
+  EXPECT_EQ((*cond)->ResponseMetadata(u)[0].ns, "custom-ns");
+  u.cached_tokens.reset();
+  EXPECT_TRUE((*cond)->ResponseMetadata(u).empty());  // the field is missing: nothing written
+  // Configuration errors name the place.
+  for (const auto& [attr, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"    - key: {name: a}\n      expression: 'usage.prompt_tokens + -'\n", "attributes[0].expression"},
+           {"    - key: {name: a}\n      expression: usage.x\n      condition: 'request.y'\n", "unknown variable 'request'"},
+           {"    - key: {name: ''}\n      expression: '1'\n", "name: must not be empty"},
+           {"    - key: {name: a}\n      expression: '1'\n    - key: {name: b}\n      expression: '2'\n", "exactly one entry"}}) {
+    auto bad = build(attr);
+    ASSERT_FALSE(bad.ok()) << attr;
+    EXPECT_NE(bad.status().message().find(needle), std::string::npos) << bad.status();
+  }
+}
+
+}  // namespace
+}  // namespace epp

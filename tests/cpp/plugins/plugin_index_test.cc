@@ -23,6 +23,16 @@ Params MinimalParams(std::string_view type) {
   if (type == "label-selector-filter" || type == "by-label-selector")
     p.Set("matchLabels", Params::Map().Set("zone", Params::String("a")));
   if (type == "by-label") p.Set("label", Params::String("zone"));
+  if (type == "request-attribute-reporter") {
+    Params key = Params::Map();
+    key.Set("name", Params::String("cost"));
+    Params attr = Params::Map();
+    attr.Set("key", std::move(key));
+    attr.Set("expression", Params::String("usage.completion_tokens"));
+    Params list = Params::List();
+    list.Append(std::move(attr));
+    p.Set("attributes", std::move(list));
+  }
   return p;
 }
 
