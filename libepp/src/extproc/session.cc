@@ -226,7 +226,7 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
   absl::StatusOr<InferenceRequest> parsed = InferenceRequest{};
   if (unparsed) {
     parsed->path = Path();
-    parsed->api = ApiKindForPath(parsed->path);
+    parsed->api = ApiKind::kOther;  // nothing was read: no plugin may treat it as completions
   } else {
     parsed = ParseOpenAIRequest(Path(), body);
   }

@@ -149,7 +149,7 @@ struct KvBlockIndex::Impl {
     const std::string name = sent.empty() ? std::string("GPU") : std::string(sent);  // nil medium: GPU (llm-d)
     auto it = medium_ids.find(name);
     if (it != medium_ids.end()) return it->second;  // (std::string key)
-    if (media.size() >= 255) return 255;  // more media than any engine has: the rest share one id
+    if (media.size() >= 255) return 254;  // more media than any engine has: the rest share the last id
     const uint16_t id = static_cast<uint16_t>(media.size());
     media.push_back(name);
     auto w = options.medium_weights.find(Lower(name));

@@ -3,6 +3,7 @@
 #include "epp/usage_expr.h"
 
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -61,9 +62,11 @@ absl::StatusOr<std::vector<Token>> Tokenize(std::string_view s) {
       }
       if (j < s.size() && (s[j] == 'u' || s[j] == 'U')) ++j;  // CEL's unsigned suffix
       const std::string lit(s.substr(i, j - i));
-      char* end = nullptr;
-      const double v = std::strtod(lit.c_str(), &end);
-      if (end == lit.c_str() || !std::isfinite(v)) return ErrorAt(at, "a number that does not parse: '" + lit + "'");
+      const std::string digits = !lit.empty() && (lit.back() == 'u' || lit.back() == 'U') ? lit.substr(0, lit.size() - 1) : lit;
+      double v = 0;
+      const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+      if (ec != std::errc() || end != digits.data() + digits.size() || !std::isfinite(v))
+        return ErrorAt(at, "a number that does not parse: '" + lit + "'");
       out.push_back(Token{Token::Kind::kNumber, lit, v, at});
       i = j;
       continue;
@@ -169,7 +172,7 @@ class ExprParser {
       for (std::string_view o : kLevels[static_cast<size_t>(level)])
         if (IsOp(o)) op = std::string(o);
       if (op.empty()) return left;
-      if (rounds > 1024) return ErrorAt(Peek().at, "more than 1024 operators in a row");
+      if (rounds > 200) return ErrorAt(Peek().at, "more than 200 operators in a row");  // bounds Evaluate's depth
       ++pos_;
       EPP_ASSIGN_OR_RETURN(NodePtr right, Binary(level + 1, depth + 1));
       left = Make(Node::Kind::kBinary, {left, right}, op);

@@ -217,6 +217,16 @@ TEST(KvIndexTest, SpeculativeEntriesUntilConfirmedOrExpired) {
   EXPECT_EQ(index.Stats().holders, 2);  // a:1's two stored blocks
 }
 
+TEST(KvIndexTest, MoreMediaThanIdsShareTheLastOne) {
+  // An engine (or anyone on the central socket) naming hundreds of media must not push ids past
+  // the weight table.
+  KvBlockIndex index;
+  const auto prompt = Tokens(1, 16);
+  for (int i = 0; i < 300; ++i) index.Apply("a:1", "m", Batch({Stored(prompt, 16, 100 + i, {}, "tier-" + std::to_string(i))}));
+  EXPECT_EQ(Match(index, prompt, {"a:1"})[0].blocks, 1);
+  EXPECT_FALSE(index.Endpoints().empty());
+}
+
 TEST(KvIndexTest, BoundedByMaxBlocksDroppingTheOldest) {
   KvIndexOptions o;
   o.max_blocks = 8;

@@ -151,11 +151,11 @@ struct SessionEnv {
   ManualClock clock{testing::kNowUs};
   SeededRng rng{5};
   std::unique_ptr<Scheduler> sched;
-  explicit SessionEnv(const std::string& plugin) {
+  explicit SessionEnv(const std::string& plugin, const std::string& extra_refs = "") {
     const std::string yaml = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n" + plugin +
                              "- type: queue-scorer\n- type: max-score-picker\nschedulingProfiles:\n- name: default\n"
-                             "  plugins:\n  - {pluginRef: session, weight: 10}\n  - {pluginRef: queue-scorer, weight: 1}\n"
-                             "  - pluginRef: max-score-picker\n";
+                             "  plugins:\n  - {pluginRef: session, weight: 10}\n" + extra_refs +
+                             "  - {pluginRef: queue-scorer, weight: 1}\n  - pluginRef: max-score-picker\n";
     auto cfg = ParseConfig(yaml, "s.yaml");
     EXPECT_TRUE(cfg.ok()) << cfg.status();
     auto s = BuildScheduler(*cfg, BuiltinRegistry(), PluginContext{&clock, &rng});
@@ -227,6 +227,20 @@ TEST(SessionAffinityTest, SessionIdsBindMoveWhenTheirEndpointLeavesAndExpire) {
   env.clock.Advance(61'000'000);
   env.Pick(Queues(0, 0, 0), {{"x-chat-id", "other"}});  // a pick that sweeps
   EXPECT_NE(env.Pick(Queues(0, 0, 9), id).endpoints[0], "10.0.0.3:8000");
+}
+
+TEST(SessionAffinityTest, TwoInstancesKeepTheirOwnBindings) {
+  // One session per header: each instance binds its own (they once shared one per-thread slot).
+  SessionEnv env("- name: session\n  type: session-affinity-scorer\n  parameters:\n    strategy: session_id\n"
+                 "    sessionIdConfig: {sources: [{header: x-a}]}\n"
+                 "- name: other\n  type: session-affinity-scorer\n  parameters:\n    strategy: session_id\n"
+                 "    sessionIdConfig: {sources: [{header: x-b}]}\n",
+                 "  - {pluginRef: other, weight: 10}\n");
+  ASSERT_NE(env.sched, nullptr);
+  EXPECT_EQ(env.Pick(Queues(5, 0, 9), {{"x-a", "1"}, {"x-b", "2"}}).endpoints[0], "10.0.0.2:8000");
+  // Only x-b now: "other" must have bound its session too, or 10.0.0.1's shorter queue wins.
+  EXPECT_EQ(env.Pick(Queues(0, 1, 9), {{"x-b", "2"}}).endpoints[0], "10.0.0.2:8000");
+  EXPECT_EQ(env.Pick(Queues(0, 1, 9), {{"x-a", "1"}}).endpoints[0], "10.0.0.2:8000");
 }
 
 TEST(SessionAffinityTest, ParametersAreCheckedNamingThePlace) {

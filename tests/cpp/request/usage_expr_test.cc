@@ -74,6 +74,8 @@ TEST(UsageExpressionTest, OutsideTheSubsetFailsAtCompileNamingTheConstruct) {
       {"1 @ 2", "unexpected character '@'"},
       {"has(usage)", "has() needs a field"},
       {"1 2", "unexpected '2'"},
+      {"1.2.3", "does not parse"},
+      {"1..5", "does not parse"},
   };
   for (const auto& [text, needle] : bad) {
     auto e = UsageExpression::Compile(text);

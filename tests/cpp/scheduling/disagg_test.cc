@@ -288,6 +288,13 @@ schedulingProfiles:
   PickResult bad = env.sched->Pick(with("encode"), Pool(), {.record = false});
   EXPECT_EQ(bad.status, 400);
   EXPECT_NE(bad.reason.find("no scheduling profile is named 'encode'"), std::string::npos) << bad.reason;
+  // A defaultProfile that names no profile is the config's fault: 503, not 400.
+  std::string wrong = yaml;
+  wrong.replace(wrong.find("- type: header-profile-handler\n"), std::string("- type: header-profile-handler\n").size(),
+                "- type: header-profile-handler\n  parameters: {defaultProfile: nope}\n");
+  Env misconfigured(wrong);
+  ASSERT_TRUE(misconfigured.status.ok()) << misconfigured.status;
+  EXPECT_EQ(misconfigured.sched->Pick(with(""), Pool(), {.record = false}).status, 503);
 }
 
 TEST(DisaggTest, DataParallelHandlerSendsThePickToTheSidecarPort) {

@@ -46,6 +46,9 @@ class HeaderProfileHandler : public Plugin, public ProfileHandler {
   absl::StatusOr<ProfilesOutcome> ProcessResults(const SchedulingContext& ctx, std::span<const ProfileRun> results) const override {
     if (results.empty()) {
       const auto [wanted, why] = Wanted(ctx);
+      if (wanted == default_ && !(ctx.request && ctx.request->header(header_)))  // the config's mistake, not the client's
+        return absl::FailedPreconditionError(absl::StrCat("plugin '", name(), "' (", type(), "): defaultProfile '", default_,
+                                                          "' is not a scheduling profile"));
       return absl::InvalidArgumentError(absl::StrCat("plugin '", name(), "' (", type(), "): ", why,
                                                      ", and no scheduling profile is named '", wanted, "'"));
     }

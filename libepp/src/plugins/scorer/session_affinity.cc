@@ -95,14 +95,14 @@ class SessionAffinity : public Plugin,
   void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const override {
     const std::string id = SessionId(ctx);
     if (id.empty()) return;
-    const Last& last = LastCall();
-    if (last.request != ctx.request || last.done) return;  // not this request's profile, or already bound
-    if (!last.profile_ran) return;
-    LastCall().done = true;
+    Last& last = LastCall();
+    if (!last.Same(ctx) || last.done) return;  // not this pick's, or already bound
+    last.done = true;
     std::lock_guard<std::mutex> lock(mu_);
     Sweep(ctx.now_us);
     auto it = bindings_.find(id);
     if (it == bindings_.end()) {
+      if (bindings_.size() >= kMaxBindings) return;  // full: new sessions go unbound until the sweep frees room
       bindings_.emplace(id, Binding{picked.address, ctx.now_us});
     } else if (it->second.endpoint == picked.address) {
       it->second.last_seen_us = ctx.now_us;
@@ -123,24 +123,29 @@ class SessionAffinity : public Plugin,
     std::string endpoint;
     int64_t last_seen_us;
   };
-  // What the last Target call on this thread saw (PreRequest runs on the same thread, in the
-  // same Pick, right after the profiles).
+  // What this instance's first Target call of the current pick saw on this thread (PreRequest
+  // runs on the same thread, in the same Pick, right after the profiles); one slot per instance.
   struct Last {
     const InferenceRequest* request = nullptr;
+    int64_t now_us = 0;  // with the request's address, tells this pick from an earlier one
     bool bound_absent = false;
-    bool profile_ran = false;
     bool done = false;
+    bool Same(const SchedulingContext& ctx) const { return request == ctx.request && now_us == ctx.now_us; }
   };
-  static Last& LastCall() {
-    thread_local Last last;
-    return last;
+  Last& LastCall() const {
+    thread_local absl::flat_hash_map<const SessionAffinity*, Last> last;
+    if (last.size() > 64) last.clear();  // instances of old schedulers (reloads)
+    return last[this];
   }
+  static constexpr size_t kMaxBindings = 1'000'000;
+  static constexpr size_t kMaxIdBytes = 256;
 
   std::string SessionId(const SchedulingContext& ctx) const {
     if (!ctx.request) return {};
     for (const std::string& h : o_.id_headers)
       if (std::optional<std::string_view> v = ctx.request->header(h)) {
         std::string s(absl::StripAsciiWhitespace(absl::string_view(v->data(), v->size())));
+        if (s.size() > kMaxIdBytes) s.resize(kMaxIdBytes);  // ids are opaque; bound what a client can make us keep
         if (!s.empty()) return s;
       }
     return {};
@@ -169,7 +174,9 @@ class SessionAffinity : public Plugin,
       if (!wanted.empty() && e->address == wanted) target = e;
     if (o_.session_id) {
       Last& last = LastCall();
-      last = Last{ctx.request, !wanted.empty() && target == nullptr, true, false};
+      // The first profile this instance scores in decides (normally the primary's, decode-first);
+      // a new request starts over.
+      if (!last.Same(ctx) || last.done) last = Last{ctx.request, ctx.now_us, !wanted.empty() && target == nullptr, false};
     }
     return target;
   }
@@ -229,8 +236,8 @@ absl::StatusOr<SessionOptions> ReadSessionOptions(const Params& params, std::str
     }
     EPP_ASSIGN_OR_RETURN(double ttl, sc->GetDouble("evictionTtlSeconds", 0));
     EPP_ASSIGN_OR_RETURN(double sweep, sc->GetDouble("evictionSweepSeconds", 0));
-    if (ttl < 0 || !std::isfinite(ttl)) return bad(*sc, "evictionTtlSeconds", "must be > 0");
-    if (sweep < 0 || !std::isfinite(sweep)) return bad(*sc, "evictionSweepSeconds", "must be > 0");
+    if (!(ttl >= 0 && ttl <= 1e9)) return bad(*sc, "evictionTtlSeconds", "must be in [0, 1e9] (0: the default, 300)");
+    if (!(sweep >= 0 && sweep <= 1e9)) return bad(*sc, "evictionSweepSeconds", "must be in [0, 1e9] (0: the default, 10)");
     if (ttl > 0) o.ttl_us = static_cast<int64_t>(ttl * 1e6);  // 0: the default, as in llm-d
     if (sweep > 0) o.sweep_us = static_cast<int64_t>(sweep * 1e6);
   }
