@@ -28,6 +28,18 @@ using PluginOr = absl::StatusOr<std::unique_ptr<Plugin>>;
 
 inline TypedName TN(std::string_view type, const std::string& name) { return TypedName{std::string(type), name}; }
 
+// A plugin with no scheduling hook: a type of GIE's or llm-d's configs that names what epp does
+// anyway, or a deprecated no-op. Its parameters (checked by its factory) are kept for the
+// effective config.
+class ParamsOnlyPlugin : public Plugin {
+ public:
+  ParamsOnlyPlugin(TypedName tn, Params params) : Plugin(std::move(tn)), params_(std::move(params)) {}
+  Params EffectiveParams() const override { return params_.is_null() ? Params::Map() : params_; }
+
+ private:
+  Params params_;
+};
+
 // Implemented by plugins that keep per-endpoint state (the prefix index, the cache-aware tree);
 // the scheduler finds them with dynamic_cast.
 class EndpointState {

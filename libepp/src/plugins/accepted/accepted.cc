@@ -6,29 +6,16 @@
 #include "absl/strings/str_cat.h"
 
 namespace epp::plugins {
-namespace {
-
-// A plugin type that names what epp does anyway; its parameters are kept verbatim.
-class PassivePlugin : public Plugin {
- public:
-  PassivePlugin(TypedName tn, Params params) : Plugin(std::move(tn)), params_(std::move(params)) {}
-  Params EffectiveParams() const override { return params_.is_null() ? Params::Map() : params_; }
-
- private:
-  Params params_;
-};
-
-}  // namespace
 
 PluginOr CreateMetricsDataSource(const std::string& name, const Params& params, const PluginContext&) {
-  return std::make_unique<PassivePlugin>(TN(kMetricsDataSourceType, name), params);
+  return std::make_unique<ParamsOnlyPlugin>(TN(kMetricsDataSourceType, name), params);
 }
 PluginOr CreateCoreMetricsExtractor(const std::string& name, const Params& params, const PluginContext&) {
-  return std::make_unique<PassivePlugin>(TN(kCoreMetricsExtractorType, name), params);
+  return std::make_unique<ParamsOnlyPlugin>(TN(kCoreMetricsExtractorType, name), params);
 }
 PluginOr CreateOpenAIParser(const std::string& name, const Params& params, const PluginContext&) {
   EPP_RETURN_IF_ERROR(params.CheckKeys({}));
-  return std::make_unique<PassivePlugin>(TN(kOpenAIParserType, name), params);
+  return std::make_unique<ParamsOnlyPlugin>(TN(kOpenAIParserType, name), params);
 }
 
 // inflight-load-producer: its parameters are checked as llm-d checks them and kept; the counts
@@ -53,12 +40,12 @@ PluginOr CreateInflightLoadProducer(const std::string& name, const Params& param
         "): epp counts in-flight requests and tokens itself (tokens: the prompt plus 1.5x as output, "
         "not llm-d's uncached-prompt estimate); its parameters are kept but do not change the counts",
         sync ? "; syncCrossReplicaState: each epp replica counts only its own requests" : ""));
-  return std::make_unique<PassivePlugin>(TN(kInflightLoadProducerType, name), params);
+  return std::make_unique<ParamsOnlyPlugin>(TN(kInflightLoadProducerType, name), params);
 }
 
 PluginOr CreatePassthroughParser(const std::string& name, const Params& params, const PluginContext&) {
   EPP_RETURN_IF_ERROR(params.CheckKeys({}));
-  return std::make_unique<PassivePlugin>(TN(kPassthroughParserType, name), params);
+  return std::make_unique<ParamsOnlyPlugin>(TN(kPassthroughParserType, name), params);
 }
 
 }  // namespace epp::plugins

@@ -156,18 +156,6 @@ class PrecisePrefixScorer : public Plugin, public EndpointState, public KvEvents
   std::unique_ptr<Plugin> producer_, scorer_;
 };
 
-// A plugin with no scheduling hook: its configuration is checked and shown, and other plugins
-// read what it stands for (token-producer: how tokens are made; endpoint-notification-source:
-// endpoint add/remove events, which eppctl serve delivers to the precise producer itself).
-class ConfigOnlyPlugin : public Plugin {
- public:
-  ConfigOnlyPlugin(TypedName tn, Params effective) : Plugin(std::move(tn)), effective_(std::move(effective)) {}
-  Params EffectiveParams() const override { return effective_; }
-
- private:
-  Params effective_;
-};
-
 absl::Status Bad(const Params& at, std::string_view key, std::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(at.path(), key.empty() ? "" : ".", std::string(key), ": ", std::string(message)));
 }
@@ -279,7 +267,8 @@ PluginOr CreatePrecisePrefixScorer(const std::string& name, const Params& params
 
 PluginOr CreateEndpointNotificationSource(const std::string& name, const Params& params, const PluginContext&) {
   EPP_RETURN_IF_ERROR(params.CheckKeys({}));
-  return std::make_unique<ConfigOnlyPlugin>(TypedName{std::string(kEndpointNotificationSourceType), name}, Params::Map());
+  // eppctl serve delivers endpoint add/remove events to the precise producer itself.
+  return std::make_unique<ParamsOnlyPlugin>(TypedName{std::string(kEndpointNotificationSourceType), name}, Params::Map());
 }
 
 }  // namespace epp::plugins

@@ -103,15 +103,6 @@ class DataParallelProfileHandler : public Plugin, public ProfileHandler {
   int primary_port_;
 };
 
-class AcceptedHeaderPlugin : public Plugin {
- public:
-  AcceptedHeaderPlugin(TypedName tn, Params effective) : Plugin(std::move(tn)), effective_(std::move(effective)) {}
-  Params EffectiveParams() const override { return effective_; }
-
- private:
-  Params effective_;
-};
-
 }  // namespace
 
 PluginOr CreateHeaderProfileHandler(const std::string& name, const Params& params, const PluginContext&) {
@@ -148,7 +139,7 @@ PluginOr CreateDisaggHeadersHandler(const std::string& name, const Params& param
                                          "): deprecated in llm-d; epp's disagg-profile-handler sets ",
                                          std::string(kPrefillerHostPortHeader), " and ", std::string(kEncoderHostsPortsHeader),
                                          " itself, so this plugin does nothing"));
-  return std::make_unique<AcceptedHeaderPlugin>(TN(kDisaggHeadersHandlerType, name), std::move(eff));
+  return std::make_unique<ParamsOnlyPlugin>(TN(kDisaggHeadersHandlerType, name), std::move(eff));
 }
 
 }  // namespace epp::plugins
