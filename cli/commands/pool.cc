@@ -60,6 +60,7 @@ absl::StatusOr<std::unique_ptr<Pool>> BuildPool(const PoolOptions& o) {
   ro.scrape.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   ro.scrape.insecure = o.insecure;
   ro.clock = &pool->clock;
+  pool->scheduler->ConfigureScrape(ro.scrape);
   EPP_ASSIGN_OR_RETURN(pool->endpoints, epp::ResolveEndpoints(specs, ro));
   for (const epp::Endpoint& e : pool->endpoints)
     if (!e.metrics_error.empty()) std::cerr << "warning: " << e.metrics_error << "\n";

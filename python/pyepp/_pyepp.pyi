@@ -18,6 +18,7 @@ class EndpointMetrics:
     lora: Optional[LoraInfo]
     cache_block_size: Optional[int]
     cache_num_blocks: Optional[int]
+    custom: List[Tuple[str, float]]
     def __init__(self) -> None: ...
 
 class Endpoint:

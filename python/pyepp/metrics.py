@@ -105,6 +105,10 @@ class EndpointMetrics:
     cache_block_size: Optional[int] = None
     cache_num_blocks: Optional[int] = None
     checks: List[Dict[str, str]] = field(default_factory=list)
+    #: Scalar endpoint attributes from an engine mapping's ``customMetrics`` (llm-d's
+    #: core-metrics-extractor), e.g. ``{"custom.queue_depth": 3.0}``; what
+    #: endpoint-attribute-filter and endpoint-attribute-scorer read.
+    attributes: Dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "EndpointMetrics":
@@ -113,7 +117,8 @@ class EndpointMetrics:
             EndpointMetrics.from_dict({"waiting_queue_size": 3, "running_requests": 12,
                                        "kv_cache_usage": 0.44,
                                        "lora": {"max_lora": 2, "running": ["a"], "waiting": []},
-                                       "cache_block_size": 16, "cache_num_blocks": 4096})
+                                       "cache_block_size": 16, "cache_num_blocks": 4096,
+                                       "attributes": {"gpu.util": 0.7}})
 
         Every key is optional (absent or None: not exposed, as when a server lacks the metric);
         ``engine`` and ``checks`` are accepted too, so ``from_dict(m.to_dict())`` round-trips.
@@ -158,6 +163,12 @@ class EndpointMetrics:
                     raise ConfigError(f"metrics.lora.{key}: expected a list of adapter names, got {names!r}")
                 lists.append(list(names))
             lora = LoraInfo(max_lora, lists[0], lists[1])
+        attributes = values.get("attributes") or {}
+        if not isinstance(attributes, Mapping):
+            raise ConfigError(f"metrics.attributes: expected a mapping of name to number, got {attributes!r}")
+        for k, v in attributes.items():
+            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ConfigError(f"metrics.attributes: expected str -> number, got {k!r}: {v!r}")
         engine = values.get("engine") or ""
         if not isinstance(engine, str):
             raise ConfigError(f"metrics.engine: expected a str, got {engine!r}")
@@ -170,6 +181,7 @@ class EndpointMetrics:
             cache_block_size=number("cache_block_size", integer=True),
             cache_num_blocks=number("cache_num_blocks", integer=True),
             checks=[dict(c) for c in values.get("checks") or []],
+            attributes={k: float(v) for k, v in attributes.items()},
         )
         lib.validate_endpoint_metrics(_to_native(result))
         return result
@@ -195,11 +207,12 @@ class EndpointMetrics:
             "cache_block_size": self.cache_block_size,
             "cache_num_blocks": self.cache_num_blocks,
             "checks": [dict(c) for c in self.checks],
+            "attributes": dict(self.attributes),
         }
 
 
 _DICT_KEYS = ("waiting_queue_size", "running_requests", "kv_cache_usage", "lora", "cache_block_size",
-              "cache_num_blocks", "engine", "checks")
+              "cache_num_blocks", "engine", "checks", "attributes")
 
 
 def _to_native(m: EndpointMetrics) -> Any:
@@ -216,6 +229,7 @@ def _to_native(m: EndpointMetrics) -> Any:
         native.lora = lora
     native.cache_block_size = m.cache_block_size
     native.cache_num_blocks = m.cache_num_blocks
+    native.custom = list(m.attributes.items())
     return native
 
 
@@ -276,6 +290,7 @@ def _endpoint_metrics(engine: str, native: Any, checks: Any) -> EndpointMetrics:
         cache_block_size=native.cache_block_size,
         cache_num_blocks=native.cache_num_blocks,
         checks=[{"id": c.id, "status": c.status, "message": c.message} for c in checks],
+        attributes=dict(native.custom),
     )
 
 

@@ -36,7 +36,8 @@ void BindEndpoint(py::module_& m) {
       .def_readwrite("kv_cache_usage", &epp::EndpointMetrics::kv_cache_usage)
       .def_readwrite("lora", &epp::EndpointMetrics::lora)
       .def_readwrite("cache_block_size", &epp::EndpointMetrics::cache_block_size)
-      .def_readwrite("cache_num_blocks", &epp::EndpointMetrics::cache_num_blocks);
+      .def_readwrite("cache_num_blocks", &epp::EndpointMetrics::cache_num_blocks)
+      .def_readwrite("custom", &epp::EndpointMetrics::custom);
   py::class_<epp::Endpoint>(m, "Endpoint")
       .def(py::init<>())
       .def_readwrite("address", &epp::Endpoint::address)

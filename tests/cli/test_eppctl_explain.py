@@ -544,3 +544,54 @@ def test_golden(scenario):
     assert path.exists(), "missing %s: run with EPP_UPDATE_GOLDEN=1" % path
     diff = same_json(json.loads(path.read_text()), got)
     assert diff is None, "%s differs from the golden file (EPP_UPDATE_GOLDEN=1 regenerates it): %s" % (path.name, diff)
+
+
+def test_custom_metric_attributes_and_topology_in_a_pd_explain(eppctl, tmp_path):
+    """core-metrics-extractor's customMetrics feed endpoint-attribute-filter; the prefill profile's
+    topology filter compares with the decode pick (the peer); explain shows both reasons."""
+    def metrics(name, queue, util):
+        p = tmp_path / name
+        p.write_text(vllm_metrics(queue, 0.1) + f"# TYPE gpu_util gauge\ngpu_util {util}\n")
+        return p
+    eps = tmp_path / "eps.yaml"
+    eps.write_text(
+        "endpoints:\n"
+        f"- {{address: 10.0.0.1:8000, metrics: {metrics('d1', 0, 0.95)}, labels: {{llm-d.ai/role: decode, kubernetes.io/hostname: n1}}}}\n"
+        f"- {{address: 10.0.0.2:8000, metrics: {metrics('d2', 3, 0.2)}, labels: {{llm-d.ai/role: decode, kubernetes.io/hostname: n2}}}}\n"
+        f"- {{address: 10.0.0.3:8000, metrics: {metrics('p1', 0, 0.1)}, labels: {{llm-d.ai/role: prefill, kubernetes.io/hostname: n1}}}}\n"
+        f"- {{address: 10.0.0.4:8000, metrics: {metrics('p2', 5, 0.1)}, labels: {{llm-d.ai/role: prefill, kubernetes.io/hostname: n2}}}}\n")
+    cfg = write_config(tmp_path, "pd.yaml", """plugins:
+- type: core-metrics-extractor
+  parameters:
+    engineConfigs:
+    - name: vllm
+      queuedRequestsSpec: vllm:num_requests_waiting
+      runningRequestsSpec: vllm:num_requests_running
+      kvUsageSpec: vllm:kv_cache_usage_perc
+      customMetrics: [{attributeKey: gpu.util, metricSpec: gpu_util}]
+- type: endpoint-attribute-filter
+  parameters: {attribute: gpu.util, algorithm: {type: threshold, threshold: {operator: LessThan, value: 0.9}}}
+- {type: topology-extractor}
+- {type: topology-affinity-filter}
+- {type: decode-filter}
+- {type: prefill-filter}
+- {type: queue-scorer}
+- {type: always-disagg-pd-decider}
+- type: disagg-profile-handler
+  parameters: {deciders: {prefill: always-disagg-pd-decider}}
+schedulingProfiles:
+- name: decode
+  plugins: [{pluginRef: decode-filter}, {pluginRef: endpoint-attribute-filter}, {pluginRef: queue-scorer}]
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}, {pluginRef: topology-affinity-filter}, {pluginRef: queue-scorer}]
+""")
+    code, text = explain_text(eppctl, "--config", str(cfg), "--endpoints", str(eps), "-r", str(COMPLETIONS))
+    assert code == 0, text
+    # The idle decode server runs hot: the busier, cool one (on n2) decodes; prefill follows it
+    # to n2 although the n1 prefill server is idle.
+    assert "gpu.util = 0.95, not < 0.9" in text
+    assert "closest level shared with peer 10.0.0.2:8000: none (minAffinity host)" in text
+    assert "header x-gateway-destination-endpoint: 10.0.0.2:8000" in text
+    assert "header x-prefiller-host-port: 10.0.0.4:8000" in text
+    _, js = explain(eppctl, "--config", str(cfg), "--endpoints", str(eps), "-r", str(COMPLETIONS))
+    assert [p["name"] for p in js["profiles"]] == ["decode", "prefill"]

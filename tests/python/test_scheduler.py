@@ -700,3 +700,86 @@ def test_session_token_in_response_headers() -> None:
     back = pyepp.Request.from_capture({"path": "/v1/completions", "headers": {"x-session-token": base64.b64encode(b"10.0.0.1:8000").decode()},
                                        "body": {"model": "m", "prompt": "hi"}})
     assert sched.pick(back, pool, record=False).endpoint == "10.0.0.1:8000"
+
+
+# --- llm-d's attribute and topology plugins -------------------------------------------------
+
+ATTRIBUTE_CONFIG = """
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: core-metrics-extractor
+  parameters:
+    engineConfigs:
+    - name: vllm
+      queuedRequestsSpec: vllm:num_requests_waiting
+      runningRequestsSpec: vllm:num_requests_running
+      kvUsageSpec: vllm:kv_cache_usage_perc
+      customMetrics:
+      - {attributeKey: gpu.util, metricSpec: 'gpu_util'}
+- type: endpoint-attribute-filter
+  parameters:
+    attribute: gpu.util
+    onMissing: Fail
+    algorithm: {type: threshold, threshold: {operator: LessThan, value: 0.8}}
+- type: queue-scorer
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: endpoint-attribute-filter}, {pluginRef: queue-scorer}]
+"""
+
+
+def test_endpoint_attributes_round_trip_and_feed_the_attribute_filter() -> None:
+    m = pyepp.EndpointMetrics.from_dict({**IDLE, "attributes": {"gpu.util": 0.95}})
+    assert m.attributes == {"gpu.util": 0.95}
+    assert pyepp.EndpointMetrics.from_dict(m.to_dict()) == m
+    with pytest.raises(pyepp.ConfigError, match="metrics.attributes"):
+        pyepp.EndpointMetrics.from_dict({"attributes": {"x": "high"}})
+    with pytest.raises(pyepp.ConfigError, match=r"metrics\.attributes\.x: must be finite"):
+        pyepp.EndpointMetrics.from_dict({"attributes": {"x": float("nan")}})
+    s = pyepp.Scheduler.from_yaml(ATTRIBUTE_CONFIG)
+    # The idle server runs its GPU hot: the filter sends the request to the busier, cooler one;
+    # the one without the attribute is removed (onMissing: Fail).
+    eps = pool({**IDLE, "attributes": {"gpu.util": 0.95}}, {**BUSY, "attributes": {"gpu.util": 0.3}}, IDLE)
+    result = s.pick(chat(), eps)
+    assert result.endpoint == "10.0.0.2:8000"
+    text = result.explain_text()
+    assert "gpu.util = 0.95, not < 0.8" in text
+    assert "gpu.util missing (onMissing: Fail)" in text
+
+
+TOPOLOGY_CONFIG = """
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: topology-extractor
+- type: topology-affinity-filter
+  parameters: {minAffinity: rack}
+- type: prefill-filter
+- type: decode-filter
+- type: queue-scorer
+- type: always-disagg-pd-decider
+- type: disagg-profile-handler
+  parameters: {deciders: {prefill: always-disagg-pd-decider}}
+schedulingProfiles:
+- name: decode
+  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}]
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}, {pluginRef: topology-affinity-filter}, {pluginRef: queue-scorer}]
+"""
+
+
+def test_topology_affinity_keeps_prefill_on_the_decode_pods_rack() -> None:
+    s = pyepp.Scheduler.from_yaml(TOPOLOGY_CONFIG)
+
+    def ep(address: str, role: str, rack: str, metrics: Dict[str, Any]) -> pyepp.Endpoint:
+        return pyepp.Endpoint(address, pyepp.EndpointMetrics.from_dict(metrics),
+                              labels={"llm-d.ai/role": role, "topology.kubernetes.io/rack": rack})
+
+    eps = [ep("10.0.0.1:8000", "decode", "r1", IDLE), ep("10.0.0.2:8000", "prefill", "r2", IDLE),
+           ep("10.0.0.3:8000", "prefill", "r1", BUSY)]
+    result = s.pick(chat(), eps)
+    assert result.endpoint == "10.0.0.1:8000"
+    # The idle prefill server is on another rack; the busy one shares the decode pod's rack.
+    assert result.headers["x-prefiller-host-port"] == "10.0.0.3:8000"
+    assert "closest level shared with peer 10.0.0.1:8000: none (minAffinity rack)" in result.explain_text()

@@ -12,6 +12,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -33,7 +35,17 @@ struct EndpointMetrics {
   std::optional<LoraInfo> lora;
   std::optional<int64_t> cache_block_size;   // tokens per KV block
   std::optional<int64_t> cache_num_blocks;   // KV blocks on the accelerator
+  // Scalar attributes an engine mapping's customMetrics read (llm-d's core-metrics-extractor),
+  // (attribute key, value) in the mapping's order; endpoint-attribute-filter/-scorer use them.
+  std::vector<std::pair<std::string, double>> custom;
   bool operator==(const EndpointMetrics&) const = default;
+
+  // The value of custom attribute `key`, or nullopt.
+  std::optional<double> Custom(std::string_view key) const {
+    for (const auto& [k, v] : custom)
+      if (k == key) return v;
+    return std::nullopt;
+  }
 };
 
 // One model server as the scheduler sees it: its address (the identity the gateway receives in

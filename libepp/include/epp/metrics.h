@@ -125,6 +125,9 @@ struct MetricMapping {
   std::string cache_num_blocks_label = "num_gpu_blocks";
   std::vector<MetricSpec> cache_block_size;  // alternatively: a gauge whose value is the size
   std::vector<MetricSpec> cache_num_blocks;  // alternatively: a gauge whose value is the count
+  // llm-d's customMetrics: (attribute key, spec); the matching series with the latest timestamp
+  // (the first one when none has a timestamp) becomes EndpointMetrics::custom[key].
+  std::vector<std::pair<std::string, MetricSpec>> custom;
 
   // The built-in mapping for "vllm", "sglang", "trtllm-serve" or "triton-tensorrt-llm";
   // kNotFound (listing the known names) otherwise.
@@ -138,11 +141,18 @@ struct MetricMapping {
 absl::Status ApplyMetricOverride(MetricMapping& mapping, std::string_view field,
                                  std::string_view spec);
 
+// Sets one field of an engine config entry (GIE/llm-d core-metrics-extractor vocabulary):
+// queuedRequestsSpec, runningRequestsSpec, kvUsageSpec, loraSpec, cacheInfoSpec,
+// cacheBlockSizeLabelName, cacheNumBlocksLabelName, cacheBlockSizeSpec, cacheNumBlocksSpec (an
+// empty spec disables the field). kNotFound for another key, kInvalidArgument for a bad spec.
+absl::Status SetMappingField(MetricMapping& mapping, std::string_view key, std::string_view value);
+// Adds one customMetrics entry; kInvalidArgument for an empty or repeated key or a bad spec.
+absl::Status AddCustomMetric(MetricMapping& mapping, std::string_view attribute_key, std::string_view spec);
+
 // Engine mappings loaded from YAML: either a list of entries or a map with `engineConfigs:`
-// (the parameters of GIE's core-metrics-extractor). Each entry: name, queuedRequestsSpec,
-// runningRequestsSpec, kvUsageSpec, loraSpec, cacheInfoSpec, cacheBlockSizeLabelName,
-// cacheNumBlocksLabelName, cacheBlockSizeSpec, cacheNumBlocksSpec. An entry named like a
-// built-in engine replaces it whole. Errors name the file, line and key.
+// (the parameters of GIE's core-metrics-extractor). Each entry: name, the fields of
+// SetMappingField, and customMetrics (a list of {attributeKey, metricSpec}). An entry named like
+// a built-in engine replaces it whole. Errors name the file, line and key.
 absl::StatusOr<std::vector<MetricMapping>> LoadMetricMappingsYaml(std::string_view yaml,
                                                                   std::string_view source_name);
 
@@ -191,6 +201,10 @@ struct ScrapeOptions {
   // (field, spec) overrides applied to the chosen mapping, e.g. {"queue", "my_queue{pool=a}"}.
   std::vector<std::pair<std::string, std::string>> metric_overrides;
   std::vector<MetricMapping> custom_mappings;  // replace built-ins of the same name
+  // Endpoint labels naming an endpoint's engine when neither it nor `engine` names one: the first
+  // of these labels whose value names a known mapping wins (GIE's and llm-d's label by default;
+  // core-metrics-extractor's engineLabelKey replaces them).
+  std::vector<std::string> engine_labels = {"inference.networking.k8s.io/engine-type", "llm-d.ai/engine-type"};
   std::string metrics_path = "/metrics";
   std::chrono::milliseconds timeout = kDefaultHttpTimeout;
   bool insecure = false;

@@ -102,6 +102,8 @@ class Plugin;
 struct PluginReferences {
   std::function<const Plugin*(std::string_view name)> plugin;  // nullptr when no plugin has that name
   std::vector<std::string> profiles;                            // profile names, config order
+  std::vector<std::string>* warnings = nullptr;                 // the scheduler's warnings
+  std::vector<const Plugin*> all;                               // every plugin, config order
 };
 
 struct TypedName {

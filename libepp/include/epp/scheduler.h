@@ -233,6 +233,10 @@ class Scheduler {
   // The KV-event binding of the configured precise-prefix-cache-producer (kv_subscriber.h);
   // nullptr without one.
   const struct KvEventsBinding* KvEvents() const;
+  // Applies the configured core-metrics-extractor's parameters to how metrics are read: its
+  // engineConfigs (customMetrics included) replace same-named mappings, engineLabelKey names the
+  // label an endpoint's engine is read from, defaultEngine replaces "auto". Unchanged without one.
+  void ConfigureScrape(ScrapeOptions& options) const;
   // True when a request to `path` is routed without parsing its body (llm-d's passthrough-parser:
   // for every path when it is the only parser, else for the paths no OpenAI parser claims).
   // The caller then picks with a request that has only its path and headers, and sends the

@@ -58,6 +58,10 @@ struct SchedulingContext {
   std::vector<int64_t> inflight_tokens;
   PrefixState prefix;
   TokenState tokens;
+  // The endpoint an earlier profile of this cycle chose that the running profile's picks should be
+  // close to (the decode pick while a disaggregated prefill profile runs; llm-d's "peer
+  // endpoint"); nullptr when the profile handler names none. Topology affinity reads it.
+  const Endpoint* peer = nullptr;
 
   // Position of `e` in `endpoints`. REQUIRES: e points into endpoints.
   size_t IndexOf(const Endpoint* e) const { return static_cast<size_t>(e - endpoints.data()); }
@@ -132,6 +136,7 @@ struct ProfileStep {
   struct Entry {
     std::string profile;
     std::string reason;
+    const Endpoint* peer = nullptr;  // SchedulingContext::peer while this profile runs
   };
   std::vector<Entry> run;
   std::vector<Entry> skip;

@@ -373,6 +373,13 @@ std::string CheckReportToJson(const CheckReport& report, int indent) {
     }
     m["cache_block_size"] = opt(t.metrics.cache_block_size);
     m["cache_num_blocks"] = opt(t.metrics.cache_num_blocks);
+    // customMetrics attributes, present only when a mapping declares some (the schema of older
+    // outputs is unchanged).
+    if (!t.metrics.custom.empty()) {
+      Json attrs = Json::object();
+      for (const auto& [key, value] : t.metrics.custom) attrs[key] = value;
+      m["attributes"] = std::move(attrs);
+    }
     jt["metrics"] = std::move(m);
     Json checks = Json::array();
     for (const CheckResult& c : t.checks) {

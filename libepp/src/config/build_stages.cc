@@ -240,6 +240,8 @@ absl::Status ResolveReferences(BuildState& st) {
     return it == st.by_name.end() ? nullptr : it->second;
   };
   refs.profiles = st.impl->profile_names;
+  refs.warnings = &st.impl->warnings;
+  for (const auto& p : st.impl->plugins) refs.all.push_back(p.get());
   for (const auto& p : st.impl->plugins) {
     if (!p->HasReferences()) continue;
     if (absl::Status s = p->Resolve(refs); !s.ok())

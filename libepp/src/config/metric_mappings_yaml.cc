@@ -25,42 +25,37 @@ absl::Status EntryToMapping(std::string_view source, const YAML::Node& entry, co
     const std::string key = kv.first.as<std::string>();
     const YAML::Node& v = kv.second;
     const std::string kpath = path + "." + key;
+    if (key == "customMetrics") {
+      if (v.IsNull()) continue;
+      if (!v.IsSequence()) return absl::InvalidArgumentError(Where(source, v, kpath) + ": expected a list");
+      for (size_t i = 0; i < v.size(); ++i) {
+        const YAML::Node& c = v[i];
+        const std::string cpath = kpath + "[" + std::to_string(i) + "]";
+        if (!c.IsMap()) return absl::InvalidArgumentError(Where(source, c, cpath) + ": expected a map");
+        std::string attribute, spec;
+        for (const auto& ckv : c) {
+          const std::string ckey = ckv.first.as<std::string>();
+          if (!ckv.second.IsScalar())
+            return absl::InvalidArgumentError(Where(source, ckv.second, cpath + "." + ckey) + ": expected a string");
+          if (ckey == "attributeKey") attribute = ckv.second.as<std::string>();
+          else if (ckey == "metricSpec") spec = ckv.second.as<std::string>();
+          else return absl::InvalidArgumentError(Where(source, ckv.first, cpath + "." + ckey) + ": unknown key (expected attributeKey or metricSpec)");
+        }
+        if (absl::Status s = AddCustomMetric(m, attribute, spec); !s.ok())
+          return absl::InvalidArgumentError(Where(source, c, cpath) + ": " + std::string(s.message()));
+      }
+      continue;
+    }
     if (!v.IsScalar()) return absl::InvalidArgumentError(Where(source, v, kpath) + ": expected a string");
     const std::string val = v.as<std::string>();
-    auto spec_field = [&](std::vector<MetricSpec>& target) -> absl::Status {
-      if (val.empty()) {  // empty spec disables the metric, as in GIE
-        target.clear();
-        return absl::OkStatus();
-      }
-      auto spec = MetricSpec::Parse(val);
-      if (!spec.ok()) return absl::InvalidArgumentError(Where(source, v, kpath) + ": " + std::string(spec.status().message()));
-      target = {*std::move(spec)};
-      return absl::OkStatus();
-    };
     if (key == "name") {
       m.engine = val;
       has_name = true;
-    } else if (key == "queuedRequestsSpec") {
-      EPP_RETURN_IF_ERROR(spec_field(m.queue));
-    } else if (key == "runningRequestsSpec") {
-      EPP_RETURN_IF_ERROR(spec_field(m.running));
-    } else if (key == "kvUsageSpec") {
-      EPP_RETURN_IF_ERROR(spec_field(m.kv_usage));
-    } else if (key == "loraSpec") {
-      EPP_RETURN_IF_ERROR(spec_field(m.lora));
-    } else if (key == "cacheInfoSpec") {
-      EPP_RETURN_IF_ERROR(spec_field(m.cache_info));
-    } else if (key == "cacheBlockSizeSpec") {
-      EPP_RETURN_IF_ERROR(spec_field(m.cache_block_size));
-    } else if (key == "cacheNumBlocksSpec") {
-      EPP_RETURN_IF_ERROR(spec_field(m.cache_num_blocks));
-    } else if (key == "cacheBlockSizeLabelName") {
-      m.cache_block_size_label = val;
-    } else if (key == "cacheNumBlocksLabelName") {
-      m.cache_num_blocks_label = val;
-    } else {
-      return absl::InvalidArgumentError(Where(source, kv.first, kpath) + ": unknown key");
+      continue;
     }
+    absl::Status s = SetMappingField(m, key, val);
+    if (absl::IsNotFound(s)) return absl::InvalidArgumentError(Where(source, kv.first, kpath) + ": unknown key");
+    if (!s.ok()) return absl::InvalidArgumentError(Where(source, v, kpath) + ": " + std::string(s.message()));
   }
   if (!has_name || m.engine.empty()) {
     return absl::InvalidArgumentError(Where(source, entry, path) + ": missing 'name'");

@@ -46,6 +46,14 @@ absl::Status ValidateEndpointMetrics(const EndpointMetrics& m) {
     if (absl::Status s = CheckNames(m.lora->running, "running"); !s.ok()) return s;
     if (absl::Status s = CheckNames(m.lora->waiting, "waiting"); !s.ok()) return s;
   }
+  for (size_t i = 0; i < m.custom.size(); ++i) {
+    const auto& [key, value] = m.custom[i];
+    if (key.empty()) return absl::InvalidArgumentError(absl::StrCat("metrics.attributes[", i, "]: empty attribute key"));
+    if (!std::isfinite(value))
+      return absl::InvalidArgumentError(absl::StrCat("metrics.attributes.", key, ": must be finite, got ", Num(value)));
+    for (size_t j = 0; j < i; ++j)
+      if (m.custom[j].first == key) return absl::InvalidArgumentError(absl::StrCat("metrics.attributes.", key, ": given twice"));
+  }
   return absl::OkStatus();
 }
 

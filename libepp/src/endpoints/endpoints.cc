@@ -245,6 +245,19 @@ struct Plan {
   std::vector<std::string> engine;                 // per spec: "auto" or an engine name
 };
 
+// The engine the first of options.engine_labels names on the endpoint, when that names a mapping
+// (built-in or custom); empty otherwise (an unknown value leaves the default to decide).
+std::string LabelledEngine(const EndpointSpec& spec, const ScrapeOptions& options) {
+  for (const std::string& label : options.engine_labels) {
+    auto it = spec.labels.find(label);
+    if (it == spec.labels.end() || it->second.empty()) continue;
+    for (const MetricMapping& m : options.custom_mappings)
+      if (m.engine == it->second) return it->second;
+    if (MetricMapping::BuiltIn(it->second).ok()) return it->second;
+  }
+  return {};
+}
+
 absl::StatusOr<Plan> MakePlan(std::span<const EndpointSpec> specs, const ResolveOptions& options) {
   EPP_RETURN_IF_ERROR(ValidateEndpointSpecs(specs));
   Plan plan;
@@ -252,7 +265,8 @@ absl::StatusOr<Plan> MakePlan(std::span<const EndpointSpec> specs, const Resolve
   EPP_RETURN_IF_ERROR(NormalizeScrapeOptions(plan.scrape));
   std::vector<std::string> named;
   for (size_t i = 0; i < specs.size(); ++i) {
-    std::string e = specs[i].engine.empty() ? plan.scrape.engine : specs[i].engine;
+    std::string e = specs[i].engine.empty() ? LabelledEngine(specs[i], plan.scrape) : specs[i].engine;
+    if (e.empty()) e = plan.scrape.engine;
     if (e.empty()) e = "auto";
     plan.engine.push_back(e);
     if (e != "auto") named.push_back(std::move(e));

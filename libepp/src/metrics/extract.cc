@@ -278,6 +278,31 @@ void ReadCacheInfo(const MetricFamilies& families, const MetricMapping& mapping,
                         source + ": block size " + std::to_string(*size) + ", blocks " + std::to_string(*blocks)});
 }
 
+// customMetrics: of the series matching each spec, the one with the latest timestamp (the first
+// when none has one), as llm-d's core-metrics-extractor takes it. Absent is a warning.
+void ReadCustom(const MetricFamilies& families, const MetricMapping& mapping, MetricsExtraction& out) {
+  for (const auto& [key, spec] : mapping.custom) {
+    const std::string id = "metrics.custom." + key;
+    const MetricFamily* family = nullptr;
+    const Sample* latest = nullptr;
+    for (const Sample* s : Matching(families, spec, &family)) {
+      if (latest == nullptr || s->timestamp_ms.value_or(0) > latest->timestamp_ms.value_or(0)) latest = s;
+    }
+    if (latest == nullptr) {
+      out.checks.push_back({id, CheckStatus::kWarn,
+                            "attribute " + key + ": " + spec.ToString() + (family ? ": no series matches" : " not found")});
+      continue;
+    }
+    if (!std::isfinite(latest->value)) {
+      out.checks.push_back({id, CheckStatus::kFail, "attribute " + key + ": " + spec.ToString() + " = " +
+                                                        ShortestDouble(latest->value) + " is not finite"});
+      continue;
+    }
+    out.metrics.custom.emplace_back(key, latest->value);
+    out.checks.push_back({id, CheckStatus::kPass, "attribute " + key + ": " + spec.ToString() + " = " + ShortestDouble(latest->value)});
+  }
+}
+
 }  // namespace
 
 MetricsExtraction ExtractMetrics(const MetricFamilies& families, const MetricMapping& mapping) {
@@ -290,6 +315,7 @@ MetricsExtraction ExtractMetrics(const MetricFamilies& families, const MetricMap
       ReadGauge(families, mapping.kv_usage, "metrics.kv_cache", "KV-cache usage", Combine::kMax, true, out.checks);
   ReadLora(families, mapping, out);
   ReadCacheInfo(families, mapping, out);
+  ReadCustom(families, mapping, out);
   return out;
 }
 

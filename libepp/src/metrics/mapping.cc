@@ -129,4 +129,42 @@ std::optional<std::string> DetectEngine(const MetricFamilies& families) {
   return DetectEngine(families, BuiltIns());
 }
 
+absl::Status SetMappingField(MetricMapping& m, std::string_view key, std::string_view val) {
+  auto spec_field = [&](std::vector<MetricSpec>& target) -> absl::Status {
+    if (val.empty()) {  // an empty spec disables the metric, as in GIE
+      target.clear();
+      return absl::OkStatus();
+    }
+    EPP_ASSIGN_OR_RETURN(MetricSpec spec, MetricSpec::Parse(val));
+    target = {std::move(spec)};
+    return absl::OkStatus();
+  };
+  if (key == "queuedRequestsSpec") return spec_field(m.queue);
+  if (key == "runningRequestsSpec") return spec_field(m.running);
+  if (key == "kvUsageSpec") return spec_field(m.kv_usage);
+  if (key == "loraSpec") return spec_field(m.lora);
+  if (key == "cacheInfoSpec") return spec_field(m.cache_info);
+  if (key == "cacheBlockSizeSpec") return spec_field(m.cache_block_size);
+  if (key == "cacheNumBlocksSpec") return spec_field(m.cache_num_blocks);
+  if (key == "cacheBlockSizeLabelName") {
+    m.cache_block_size_label = val.empty() ? "block_size" : std::string(val);
+    return absl::OkStatus();
+  }
+  if (key == "cacheNumBlocksLabelName") {
+    m.cache_num_blocks_label = val.empty() ? "num_gpu_blocks" : std::string(val);
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError("unknown key");
+}
+
+absl::Status AddCustomMetric(MetricMapping& m, std::string_view attribute_key, std::string_view spec_text) {
+  if (attribute_key.empty()) return absl::InvalidArgumentError("attributeKey cannot be empty");
+  for (const auto& [k, spec] : m.custom)
+    if (k == attribute_key) return absl::InvalidArgumentError("duplicate attributeKey '" + std::string(attribute_key) + "'");
+  if (spec_text.empty()) return absl::InvalidArgumentError("metricSpec cannot be empty");
+  EPP_ASSIGN_OR_RETURN(MetricSpec spec, MetricSpec::Parse(spec_text));
+  m.custom.emplace_back(std::string(attribute_key), std::move(spec));
+  return absl::OkStatus();
+}
+
 }  // namespace epp

@@ -54,6 +54,11 @@ void RegisterBuiltinPlugins(PluginRegistry& registry) {
       {kCoreMetricsExtractorType, CreateCoreMetricsExtractor},
       {kOpenAIParserType, CreateOpenAIParser},
       {kPassthroughParserType, CreatePassthroughParser},
+      {kTopologyExtractorType, CreateTopologyExtractor},
+      {kEndpointAttributeFilterType, CreateEndpointAttributeFilter},
+      {kEndpointAttributeScorerType, CreateEndpointAttributeScorer},
+      {kTopologyAffinityFilterType, CreateTopologyAffinityFilter},
+      {kTopologyAffinityScorerType, CreateTopologyAffinityScorer},
       {kInflightLoadProducerType, CreateInflightLoadProducer},
       {kRequestAttributeReporterType, CreateRequestAttributeReporter},
   };

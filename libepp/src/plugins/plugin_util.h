@@ -4,7 +4,8 @@
 //
 // One folder per extension point: scorer/, filter/, picker/, profile/ (profile handlers and the
 // disaggregation deciders they ask), admitter/ (admission before scheduling),
-// saturation/ (saturation detectors), producer/ (data producers), response/ (plugins acting on
+// saturation/ (saturation detectors), producer/ (data producers), datalayer/ (what llm-d's data
+// layer extracts: engine mappings, topology), response/ (plugins acting on
 // the model server's response), accepted/ (types of GIE's and llm-d's configs that name what
 // epp does anyway). Each folder's header declares its type names and
 // factories; small plugins of one kind share a .cc with their helpers (min-max normalisation,

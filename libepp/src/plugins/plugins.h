@@ -4,6 +4,7 @@
 
 #include "plugins/accepted/accepted.h"
 #include "plugins/admitter/admitter.h"
+#include "plugins/datalayer/datalayer.h"
 #include "plugins/filter/filter.h"
 #include "plugins/picker/picker.h"
 #include "plugins/plugin_util.h"

@@ -357,7 +357,9 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
       }
       ProfileRun run{std::move(next.profile), true, {}, {}, std::move(next.reason)};
       if (options.scores) run_scores.emplace_back();
+      ctx.peer = next.peer;
       run.picked = RunProfile(*it, ctx, candidates, trace, run.error, options.scores ? &run_scores.back() : nullptr);
+      ctx.peer = nullptr;
       if (trace) trace->error = run.error;
       runs.push_back(std::move(run));
     }
@@ -454,6 +456,11 @@ size_t Scheduler::PrefixIndexEntries() const {
 }
 
 std::pair<int64_t, int64_t> Scheduler::Inflight(std::string_view endpoint) const { return impl_->load->Get(endpoint); }
+
+void Scheduler::ConfigureScrape(ScrapeOptions& options) const {
+  for (const auto& p : impl_->plugins)
+    if (auto* s = dynamic_cast<const plugins::ScrapeSettingsSource*>(p.get())) s->ConfigureScrape(options);
+}
 
 const KvEventsBinding* Scheduler::KvEvents() const {
   for (const auto& p : impl_->plugins)

@@ -283,6 +283,9 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     po.resolve.scrape.engine = c.engine;
     po.resolve.scrape.timeout = std::chrono::milliseconds(
         std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(c.scrape_timeout).count()));
+    // The configuration's core-metrics-extractor (engineConfigs, customMetrics, engineLabelKey,
+    // defaultEngine); a reload does not change how metrics are read.
+    m.handle->Get()->ConfigureScrape(po.resolve.scrape);
     po.interval = c.refresh_interval;
     po.log = &m.log;
     po.lister = c.lister;

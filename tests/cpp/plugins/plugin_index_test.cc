@@ -33,6 +33,14 @@ Params MinimalParams(std::string_view type) {
     list.Append(std::move(attr));
     p.Set("attributes", std::move(list));
   }
+  if (type == "endpoint-attribute-filter" || type == "endpoint-attribute-scorer") {
+    const bool filter = type == "endpoint-attribute-filter";
+    p.Set(filter ? "attribute" : "attributeKey", Params::String("gpu.util"));
+    Params alg = Params::Map();
+    alg.Set("type", Params::String(filter ? "threshold" : "linear_lower_is_better"));
+    if (filter) alg.Set("threshold", Params::Map().Set("operator", Params::String("LessThan")).Set("value", Params::Number(1)));
+    p.Set("algorithm", std::move(alg));
+  }
   return p;
 }
 

@@ -1,4 +1,4 @@
-// metrics-data-source, core-metrics-extractor, openai-parser, passthrough-parser,
+// metrics-data-source, openai-parser, passthrough-parser,
 // inflight-load-producer: plugin types of GIE's and llm-d's configs that
 // name what epp does anyway; their parameters are kept verbatim for the effective config.
 #include "plugins/accepted/accepted.h"
@@ -9,9 +9,6 @@ namespace epp::plugins {
 
 PluginOr CreateMetricsDataSource(const std::string& name, const Params& params, const PluginContext&) {
   return std::make_unique<ParamsOnlyPlugin>(TN(kMetricsDataSourceType, name), params);
-}
-PluginOr CreateCoreMetricsExtractor(const std::string& name, const Params& params, const PluginContext&) {
-  return std::make_unique<ParamsOnlyPlugin>(TN(kCoreMetricsExtractorType, name), params);
 }
 PluginOr CreateOpenAIParser(const std::string& name, const Params& params, const PluginContext&) {
   EPP_RETURN_IF_ERROR(params.CheckKeys({}));

@@ -10,7 +10,6 @@
 namespace epp::plugins {
 
 inline constexpr std::string_view kMetricsDataSourceType = "metrics-data-source";
-inline constexpr std::string_view kCoreMetricsExtractorType = "core-metrics-extractor";
 inline constexpr std::string_view kOpenAIParserType = "openai-parser";
 // llm-d's in-flight load producer: epp's scheduler keeps in-flight counters itself.
 inline constexpr std::string_view kInflightLoadProducerType = "inflight-load-producer";
@@ -18,7 +17,6 @@ inline constexpr std::string_view kInflightLoadProducerType = "inflight-load-pro
 inline constexpr std::string_view kPassthroughParserType = "passthrough-parser";
 
 PluginOr CreateMetricsDataSource(const std::string& name, const Params& params, const PluginContext& ctx);
-PluginOr CreateCoreMetricsExtractor(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateOpenAIParser(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateInflightLoadProducer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreatePassthroughParser(const std::string& name, const Params& params, const PluginContext& ctx);

@@ -1,4 +1,6 @@
-// Private: the filters (filters.cc): label selectors, llm-d role filters, prefix affinity.
+// Private: the filters (filters.cc): label selectors, llm-d role filters, prefix affinity;
+// attribute_plugins.cc: llm-d's endpoint-attribute and topology-affinity filters with their
+// scorer twins (each pair shares how it reads the endpoint).
 #pragma once
 
 #include <string>
@@ -15,6 +17,10 @@ inline constexpr std::string_view kDecodeFilterType = "decode-filter";
 inline constexpr std::string_view kPrefillFilterType = "prefill-filter";
 inline constexpr std::string_view kEncodeFilterType = "encode-filter";
 inline constexpr std::string_view kPrefixAffinityFilterType = "prefix-cache-affinity-filter";
+inline constexpr std::string_view kEndpointAttributeFilterType = "endpoint-attribute-filter";
+inline constexpr std::string_view kEndpointAttributeScorerType = "endpoint-attribute-scorer";
+inline constexpr std::string_view kTopologyAffinityFilterType = "topology-affinity-filter";
+inline constexpr std::string_view kTopologyAffinityScorerType = "topology-affinity-scorer";
 
 // The label llm-d's role filters read.
 inline constexpr std::string_view kRoleLabel = "llm-d.ai/role";
@@ -25,5 +31,9 @@ PluginOr CreateDecodeFilter(const std::string& name, const Params& params, const
 PluginOr CreatePrefillFilter(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateEncodeFilter(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreatePrefixAffinityFilter(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateEndpointAttributeFilter(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateEndpointAttributeScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateTopologyAffinityFilter(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateTopologyAffinityScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 
 }  // namespace epp::plugins

@@ -111,7 +111,12 @@ class DisaggProfileHandler : public Plugin, public ProfileHandler {
       if (has_encode_ && !Find(results, o_.encode)) {
         if (AskEncode(ctx, nullptr, step)) return step;
       }
-      if (!Find(results, o_.decode)) step.run.push_back({o_.decode, "decode runs last (stageOrder prefill-first)"});
+      if (!Find(results, o_.decode)) {
+        // llm-d publishes the prefill pick as the peer of the later profiles.
+        const ProfileRun* prefill = Find(results, o_.prefill);
+        const Endpoint* peer = prefill && !prefill->picked.empty() ? prefill->picked.front() : nullptr;
+        step.run.push_back({o_.decode, "decode runs last (stageOrder prefill-first)", peer});
+      }
       return step;
     }
     const ProfileRun* decode = Find(results, o_.decode);
@@ -125,7 +130,7 @@ class DisaggProfileHandler : public Plugin, public ProfileHandler {
     if (has_prefill_ && !Find(results, o_.prefill)) {
       std::string why;
       if (ShouldPrefill(ctx, chosen, why))
-        step.run.push_back({o_.prefill, std::move(why)});
+        step.run.push_back({o_.prefill, std::move(why), chosen});  // the decode pick is the peer
       else
         step.skip.push_back({o_.prefill, std::move(why)});
     }
