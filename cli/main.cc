@@ -8,6 +8,7 @@
 #include "commands/replay.h"
 #include "commands/serve.h"
 #include "commands/sim.h"
+#include "commands/tokenize.h"
 #include "epp/version.h"
 #include "output.h"
 
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   eppctl::SetupReplayCommand(app, exit_code);
   eppctl::SetupConfigCommand(app, exit_code);
   eppctl::SetupServeCommand(app, exit_code);
+  eppctl::SetupTokenizeCommand(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

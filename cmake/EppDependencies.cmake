@@ -35,3 +35,7 @@ pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 # KV-cache events: ZeroMQ (its C API) and msgpack-cxx (header-only; built without Boost).
 pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
 find_package(msgpackc-cxx CONFIG REQUIRED NAMES msgpackc-cxx msgpack)
+# In-process tokenization: PCRE2 for tokenizer.json's Split regexes (UTF + UCP, JIT), utf8proc for
+# the Unicode normalizers (NFC ...) and character categories.
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)

@@ -18,6 +18,7 @@
 #include "epp/scheduler.h"
 #include "epp/sim.h"
 #include "epp/version.h"
+#include "epp/tokenizer.h"
 #include "shims.h"
 
 namespace pyepp {
@@ -190,6 +191,35 @@ void BindPrefix(py::module_& m) {
   m.def("chained_block_hashes", &ChainedBlockHashesShim, py::arg("text"), py::arg("block_chars"), py::arg("seed"),
         py::arg("max_blocks"));
   m.def("approx_tokens", &epp::ApproxTokens, py::arg("chars"));
+}
+
+void BindTokenizer(py::module_& m) {
+  py::class_<epp::Tokenizer, std::shared_ptr<epp::Tokenizer>>(m, "Tokenizer")
+      .def_static(
+          "from_path",
+          [](const std::string& path) {
+            return std::const_pointer_cast<epp::Tokenizer>(Unwrap(epp::Tokenizer::FromPath(path)));
+          },
+          py::arg("path"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "encode",
+          [](const epp::Tokenizer& t, const std::string& text, bool add_special_tokens) {
+            return Unwrap(t.Encode(text, add_special_tokens));
+          },
+          py::arg("text"), py::arg("add_special_tokens"), py::call_guard<py::gil_scoped_release>())
+      .def("decode",
+           [](const epp::Tokenizer& t, const std::vector<uint32_t>& ids) { return py::bytes(Unwrap(t.Decode(ids))); },
+           py::arg("ids"))
+      .def("token_id", &epp::Tokenizer::TokenId, py::arg("token"))
+      .def_property_readonly("vocab_size", &epp::Tokenizer::vocab_size)
+      .def_property_readonly("source", &epp::Tokenizer::source)
+      .def(
+          "tokenize_request",
+          [](const epp::Tokenizer& t, const std::string& path, const std::string& body) {
+            epp::TokenizedPrompt p = Unwrap(epp::TokenizeRequestBody(t, path, body));
+            return std::make_tuple(p.text, p.ids, p.ids_given);
+          },
+          py::arg("path"), py::arg("body"), py::call_guard<py::gil_scoped_release>());
 }
 
 void BindSim(py::module_& m) {
@@ -420,6 +450,7 @@ PYBIND11_MODULE(_pyepp, m) {
   pyepp::BindCheck(m);
   pyepp::BindPrefix(m);
   pyepp::BindSim(m);
+  pyepp::BindTokenizer(m);
   pyepp::BindEndpoints(m);
   pyepp::BindRequest(m);
   pyepp::BindConfig(m);

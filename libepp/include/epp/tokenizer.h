@@ -1,0 +1,84 @@
+// In-process tokenization from a Hugging Face `tokenizer.json`: the token ids the model server
+// computes for a text, without asking it.
+//
+// The pipeline is Hugging Face's: added tokens are matched first (leftmost, longest, with their
+// lstrip / rstrip / single_word rules), then each stretch between them is normalized,
+// pre-tokenized and run through the model; with add_special_tokens the post-processor's template
+// adds BOS / EOS. What is implemented (anything else in a tokenizer.json fails at load, naming
+// the JSON path, never a silently different answer):
+//   normalizer      null, NFC, NFD, NFKC, NFKD (utf8proc), Lowercase, Sequence of those
+//   pre_tokenizer   null, Split (Regex or String pattern; behavior Isolated or Removed; invert
+//                   false), ByteLevel (add_prefix_space, use_regex with GPT-2's pattern),
+//                   Sequence of those
+//   model           BPE over byte-level symbols: merges (both "a b" and ["a", "b"] forms),
+//                   ignore_merges, no dropout, no unk / byte_fallback / subword affixes
+//   post_processor  null, ByteLevel (ids unchanged), TemplateProcessing (single), Sequence
+// Split regexes run on PCRE2 (JIT, UTF + UCP). `\s` / `\S` are rewritten to the White_Space set
+// Oniguruma (the Rust reference's engine) uses, which PCRE2 10.42's `\s` does not fully match.
+//
+// A Tokenizer is immutable after load and safe to share between threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epp/status.h"
+
+namespace epp {
+
+class Tokenizer {
+ public:
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  // `json` is the text of a tokenizer.json; `source` names it in errors ("dir/tokenizer.json").
+  static absl::StatusOr<std::shared_ptr<const Tokenizer>> FromJson(std::string_view json, std::string_view source);
+  // A tokenizer.json file, or a directory holding one.
+  static absl::StatusOr<std::shared_ptr<const Tokenizer>> FromPath(const std::string& path);
+
+  // The ids of `text` (valid UTF-8, else kInvalidArgument naming the byte offset). Special
+  // tokens written in the text are recognised as such (as Hugging Face does by default).
+  absl::StatusOr<std::vector<uint32_t>> Encode(std::string_view text, bool add_special_tokens) const;
+  // The same, appending to `out` (a caller tokenizing many texts keeps one buffer).
+  absl::Status EncodeInto(std::string_view text, bool add_special_tokens, std::vector<uint32_t>& out) const;
+
+  // The bytes of `ids` joined (the ByteLevel decoder; added tokens as written). Unknown ids are
+  // kInvalidArgument naming the position.
+  absl::StatusOr<std::string> Decode(std::span<const uint32_t> ids) const;
+
+  // The id of a token string (vocabulary form, e.g. "Ġthe", or an added token's content).
+  std::optional<uint32_t> TokenId(std::string_view token) const;
+  // Vocabulary size including added tokens (largest id + 1).
+  size_t vocab_size() const;
+  const std::string& source() const;
+
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// What a request body tokenizes to, as the model server computes it (vLLM's OpenAI server).
+struct TokenizedPrompt {
+  std::string text;            // the text that was tokenized (empty when ids were given)
+  std::vector<uint32_t> ids;
+  bool ids_given = false;      // the body carried token ids, passed through
+};
+
+// The prompt of an OpenAI request body sent to `path`:
+//   .../completions: `prompt` a string, tokenized with the tokenizer's special tokens (BOS) added;
+//     or token ids (a list of integers, or a list holding one such list), passed through.
+//   .../chat/completions: kUnimplemented (chat templates are not implemented yet).
+// kInvalidArgument naming the JSON path for a body that is not such a request (a batch of
+// several prompts included: the EPP routes one request to one server).
+absl::StatusOr<TokenizedPrompt> TokenizeRequestBody(const Tokenizer& tokenizer, std::string_view path,
+                                                    std::string_view body);
+
+}  // namespace epp

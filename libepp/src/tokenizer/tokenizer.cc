@@ -1,0 +1,535 @@
+// Tokenizer (epp/tokenizer.h): tokenizer.json loading and the encode pipeline. The regex
+// pre-tokenizer is in regex_split.cc, the BPE model in bpe.cc.
+#include "epp/tokenizer.h"
+
+#include <utf8proc.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "tokenizer/tokenizer_impl.h"
+
+namespace epp {
+
+using Json = nlohmann::json;
+using namespace tokenizer_internal;
+using Impl = Tokenizer::Impl;
+
+namespace {
+
+absl::Status Unsupported(const std::string& path, const std::string& what) {
+  return absl::InvalidArgumentError(path + ": " + what + " is not supported");
+}
+
+std::string TypeOf(const Json& j) { return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : ""; }
+
+absl::Status ParseNormalizer(const Json& j, const std::string& path, std::vector<NormalizerStep>& out) {
+  if (j.is_null()) return absl::OkStatus();
+  if (!j.is_object()) return absl::InvalidArgumentError(path + ": expected an object");
+  const std::string type = TypeOf(j);
+  if (type == "Sequence") {
+    if (!j.contains("normalizers") || !j["normalizers"].is_array())
+      return absl::InvalidArgumentError(path + ".normalizers: expected a list");
+    for (size_t i = 0; i < j["normalizers"].size(); ++i)
+      EPP_RETURN_IF_ERROR(ParseNormalizer(j["normalizers"][i], absl::StrCat(path, ".normalizers[", i, "]"), out));
+    return absl::OkStatus();
+  }
+  if (type == "NFC") out.push_back(NormalizerStep::kNfc);
+  else if (type == "NFD") out.push_back(NormalizerStep::kNfd);
+  else if (type == "NFKC") out.push_back(NormalizerStep::kNfkc);
+  else if (type == "NFKD") out.push_back(NormalizerStep::kNfkd);
+  else return Unsupported(path + ".type", "normalizer '" + type + "'");
+  return absl::OkStatus();
+}
+
+absl::Status ParsePreTokenizer(const Json& j, const std::string& path, std::vector<PreTokenizerStep>& out) {
+  if (j.is_null()) return absl::OkStatus();
+  if (!j.is_object()) return absl::InvalidArgumentError(path + ": expected an object");
+  const std::string type = TypeOf(j);
+  if (type == "Sequence") {
+    if (!j.contains("pretokenizers") || !j["pretokenizers"].is_array())
+      return absl::InvalidArgumentError(path + ".pretokenizers: expected a list");
+    for (size_t i = 0; i < j["pretokenizers"].size(); ++i)
+      EPP_RETURN_IF_ERROR(ParsePreTokenizer(j["pretokenizers"][i], absl::StrCat(path, ".pretokenizers[", i, "]"), out));
+    return absl::OkStatus();
+  }
+  PreTokenizerStep step;
+  if (type == "Split") {
+    step.kind = PreTokenizerStep::kSplit;
+    const Json& pattern = j.value("pattern", Json());
+    std::string regex;
+    if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
+      regex = pattern["Regex"].get<std::string>();
+    } else if (pattern.is_object() && pattern.contains("String") && pattern["String"].is_string()) {
+      regex = "\\Q" + pattern["String"].get<std::string>() + "\\E";
+      if (pattern["String"].get<std::string>().find("\\E") != std::string::npos)
+        return Unsupported(path + ".pattern.String", "a literal containing \\E");
+    } else {
+      return absl::InvalidArgumentError(path + ".pattern: expected {\"Regex\": ...} or {\"String\": ...}");
+    }
+    const std::string behavior = j.value("behavior", std::string());
+    if (behavior == "Isolated") step.split_behavior = PreTokenizerStep::kIsolated;
+    else if (behavior == "Removed") step.split_behavior = PreTokenizerStep::kRemoved;
+    else return Unsupported(path + ".behavior", "split behavior '" + behavior + "'");
+    if (j.value("invert", false)) return Unsupported(path + ".invert", "invert: true");
+    auto re = SplitRegex::Compile(regex, path + ".pattern");
+    if (!re.ok()) return re.status();
+    step.regex = std::move(*re);
+  } else if (type == "ByteLevel") {
+    step.kind = PreTokenizerStep::kByteLevel;
+    step.add_prefix_space = j.value("add_prefix_space", false);
+    if (j.value("use_regex", true)) {
+      // GPT-2's pattern, which the ByteLevel pre-tokenizer applies itself when use_regex is set.
+      auto re = SplitRegex::Compile(R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)",
+                                    path + ".use_regex");
+      if (!re.ok()) return re.status();
+      step.regex = std::move(*re);
+    }
+  } else {
+    return Unsupported(path + ".type", "pre-tokenizer '" + type + "'");
+  }
+  out.push_back(std::move(step));
+  return absl::OkStatus();
+}
+
+absl::Status ParsePostProcessor(const Json& j, const std::string& path, const Impl& impl, std::vector<TemplateItem>& single,
+                                bool& has_template) {
+  if (j.is_null()) return absl::OkStatus();
+  if (!j.is_object()) return absl::InvalidArgumentError(path + ": expected an object");
+  const std::string type = TypeOf(j);
+  if (type == "Sequence") {
+    if (!j.contains("processors") || !j["processors"].is_array())
+      return absl::InvalidArgumentError(path + ".processors: expected a list");
+    for (size_t i = 0; i < j["processors"].size(); ++i)
+      EPP_RETURN_IF_ERROR(ParsePostProcessor(j["processors"][i], absl::StrCat(path, ".processors[", i, "]"), impl, single, has_template));
+    return absl::OkStatus();
+  }
+  if (type == "ByteLevel") return absl::OkStatus();  // offsets only; ids unchanged
+  if (type != "TemplateProcessing") return Unsupported(path + ".type", "post-processor '" + type + "'");
+  if (has_template) return Unsupported(path, "a second TemplateProcessing");
+  has_template = true;
+  const Json& special = j.value("special_tokens", Json::object());
+  if (!j.contains("single") || !j["single"].is_array()) return absl::InvalidArgumentError(path + ".single: expected a list");
+  for (size_t i = 0; i < j["single"].size(); ++i) {
+    const Json& item = j["single"][i];
+    const std::string at = absl::StrCat(path, ".single[", i, "]");
+    TemplateItem t;
+    if (item.contains("Sequence")) {
+      if (item["Sequence"].value("id", std::string()) != "A") return Unsupported(at, "a sequence other than A");
+      t.sequence = true;
+    } else if (item.contains("SpecialToken")) {
+      const std::string name = item["SpecialToken"].value("id", std::string());
+      if (!special.contains(name) || !special[name].contains("ids") || !special[name]["ids"].is_array())
+        return absl::InvalidArgumentError(at + ": special token '" + name + "' is not in " + path + ".special_tokens");
+      for (const Json& id : special[name]["ids"]) {
+        if (!id.is_number_unsigned()) return absl::InvalidArgumentError(path + ".special_tokens." + name + ".ids: expected ids");
+        t.ids.push_back(id.get<uint32_t>());
+      }
+    } else {
+      return absl::InvalidArgumentError(at + ": expected Sequence or SpecialToken");
+    }
+    single.push_back(std::move(t));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseAddedTokens(const Json& j, Impl& impl) {
+  if (j.is_null()) return absl::OkStatus();
+  if (!j.is_array()) return absl::InvalidArgumentError("added_tokens: expected a list");
+  for (size_t i = 0; i < j.size(); ++i) {
+    const Json& t = j[i];
+    const std::string at = absl::StrCat("added_tokens[", i, "]");
+    if (!t.is_object() || !t.contains("id") || !t["id"].is_number_unsigned() || !t.contains("content") || !t["content"].is_string())
+      return absl::InvalidArgumentError(at + ": expected {id, content, ...}");
+    AddedToken a;
+    a.id = t["id"].get<uint32_t>();
+    a.content = t["content"].get<std::string>();
+    a.lstrip = t.value("lstrip", false);
+    a.rstrip = t.value("rstrip", false);
+    a.single_word = t.value("single_word", false);
+    a.special = t.value("special", false);
+    if (a.content.empty()) return absl::InvalidArgumentError(at + ".content: empty");
+    // A normalized token is matched on the normalized text; for ASCII content (every real
+    // chat-format token) the normalizers here leave it unchanged, so matching on the raw text
+    // is the same.
+    if (t.value("normalized", false) && !impl.normalizers.empty() &&
+        std::any_of(a.content.begin(), a.content.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; }))
+      return Unsupported(at + ".normalized", "a normalized added token with non-ASCII content");
+    impl.added.push_back(std::move(a));
+  }
+  return absl::OkStatus();
+}
+
+// The one-byte-per-symbol alphabet of byte-level BPE (GPT-2's bytes_to_unicode): printable
+// Latin-1 bytes stand for themselves, the others for U+0100 upwards in byte order.
+struct ByteAlphabet {
+  uint32_t to_cp[256];
+  int from_cp[324];  // code point -> byte, -1 when not in the alphabet
+  ByteAlphabet() {
+    std::fill(std::begin(from_cp), std::end(from_cp), -1);
+    uint32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      to_cp[b] = printable ? static_cast<uint32_t>(b) : next++;
+      from_cp[to_cp[b]] = b;
+    }
+  }
+};
+
+const ByteAlphabet& Alphabet() {
+  static const ByteAlphabet a;
+  return a;
+}
+
+// A vocabulary entry in the byte-level alphabet -> its raw bytes; nullopt for a character
+// outside the alphabet.
+std::optional<std::string> ByteLevelToBytes(std::string_view token) {
+  std::string out;
+  out.reserve(token.size());
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(token.data());
+  utf8proc_ssize_t left = static_cast<utf8proc_ssize_t>(token.size());
+  while (left > 0) {
+    utf8proc_int32_t cp = 0;
+    const utf8proc_ssize_t n = utf8proc_iterate(p, left, &cp);
+    if (n <= 0 || cp < 0 || cp >= 324 || Alphabet().from_cp[cp] < 0) return std::nullopt;
+    out.push_back(static_cast<char>(Alphabet().from_cp[cp]));
+    p += n;
+    left -= n;
+  }
+  return out;
+}
+
+absl::Status ParseModel(const Json& j, Impl& impl) {
+  if (!j.is_object()) return absl::InvalidArgumentError("model: expected an object");
+  const std::string type = TypeOf(j);
+  if (type != "BPE" && !(type.empty() && j.contains("merges")))
+    return Unsupported("model.type", "model '" + type + "' (only BPE is implemented)");
+  if (j.contains("dropout") && !j["dropout"].is_null()) return Unsupported("model.dropout", "BPE dropout");
+  if (j.contains("unk_token") && !j["unk_token"].is_null()) return Unsupported("model.unk_token", "an unknown token");
+  if (j.value("byte_fallback", false)) return Unsupported("model.byte_fallback", "byte_fallback (SentencePiece-style BPE)");
+  for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (j.contains(affix) && j[affix].is_string() && !j[affix].get<std::string>().empty())
+      return Unsupported(std::string("model.") + affix, "a subword affix");
+  impl.bpe.ignore_merges = j.value("ignore_merges", false);
+  if (!j.contains("vocab") || !j["vocab"].is_object()) return absl::InvalidArgumentError("model.vocab: expected an object");
+  for (auto it = j["vocab"].begin(); it != j["vocab"].end(); ++it) {
+    if (!it.value().is_number_unsigned()) return absl::InvalidArgumentError("model.vocab." + it.key() + ": expected an id");
+    auto bytes = ByteLevelToBytes(it.key());
+    if (!bytes) return Unsupported("model.vocab." + it.key(), "a token outside the byte-level alphabet");
+    const uint32_t id = it.value().get<uint32_t>();
+    if (id > (1u << 24)) return absl::InvalidArgumentError("model.vocab." + it.key() + ": id " + std::to_string(id) + " is too large");
+    impl.bpe.AddToken(*bytes, id);
+  }
+  for (int b = 0; b < 256; ++b)
+    if (!impl.bpe.byte_id[b])
+      return absl::InvalidArgumentError(absl::StrCat("model.vocab: no token for byte 0x", absl::Hex(b), " (not a byte-level vocabulary)"));
+  if (!j.contains("merges") || !j["merges"].is_array()) return absl::InvalidArgumentError("model.merges: expected a list");
+  const Json& merges = j["merges"];
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const Json& m = merges[i];
+    std::string a, b;
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const size_t space = s.find(' ', 1);
+      if (space == std::string::npos) return absl::InvalidArgumentError(absl::StrCat("model.merges[", i, "]: expected \"a b\""));
+      a = s.substr(0, space);
+      b = s.substr(space + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      a = m[0].get<std::string>();
+      b = m[1].get<std::string>();
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("model.merges[", i, "]: expected \"a b\" or [\"a\", \"b\"]"));
+    }
+    auto ab = ByteLevelToBytes(a), bb = ByteLevelToBytes(b);
+    if (!ab || !bb) return Unsupported(absl::StrCat("model.merges[", i, "]"), "a merge outside the byte-level alphabet");
+    if (absl::Status s = impl.bpe.AddMerge(*ab, *bb, static_cast<uint32_t>(i)); !s.ok())
+      return absl::InvalidArgumentError(absl::StrCat("model.merges[", i, "]: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+// Byte offset of the first invalid UTF-8 sequence, or npos.
+size_t InvalidUtf8At(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    if (p[i] < 0x80) {
+      ++i;
+      continue;
+    }
+    utf8proc_int32_t cp = 0;
+    const utf8proc_ssize_t len = utf8proc_iterate(p + i, static_cast<utf8proc_ssize_t>(n - i), &cp);
+    if (len <= 0) return i;
+    i += static_cast<size_t>(len);
+  }
+  return std::string_view::npos;
+}
+
+bool IsAscii(std::string_view s) {
+  for (char c : s)
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
+  return true;
+}
+
+// Unicode White_Space (what lstrip / rstrip strip, as Rust's char::is_whitespace).
+size_t WhitespaceBefore(std::string_view s, size_t end) {
+  size_t i = end;
+  while (i > 0) {
+    size_t start = i - 1;
+    while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+    utf8proc_int32_t cp = 0;
+    utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + start), static_cast<utf8proc_ssize_t>(i - start), &cp);
+    if (!IsWhiteSpace(cp)) break;
+    i = start;
+  }
+  return end - i;
+}
+
+size_t WhitespaceAfter(std::string_view s, size_t begin) {
+  size_t i = begin;
+  while (i < s.size()) {
+    utf8proc_int32_t cp = 0;
+    const utf8proc_ssize_t n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
+                                                static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
+    if (n <= 0 || !IsWhiteSpace(cp)) break;
+    i += static_cast<size_t>(n);
+  }
+  return i - begin;
+}
+
+// Rust's char::is_alphanumeric or '_' (Hugging Face's single_word boundary test).
+bool IsWordChar(utf8proc_int32_t cp) {
+  if (cp == '_') return true;
+  switch (utf8proc_category(cp)) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+namespace tokenizer_internal {
+
+bool IsWhiteSpace(int32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+}  // namespace tokenizer_internal
+
+// ---- Impl
+
+void Impl::IndexAddedTokens() {
+  for (bool& b : added_first) b = false;
+  order.clear();
+  for (size_t i = 0; i < added.size(); ++i) {
+    added_first[static_cast<unsigned char>(added[i].content[0])] = true;
+    order.push_back(i);
+  }
+  // Longest first, so the first match at a position is the longest one.
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return added[a].content.size() > added[b].content.size(); });
+  size_t max_id = bpe.max_id;
+  for (const AddedToken& a : added) max_id = std::max<size_t>(max_id, a.id);
+  id_to_bytes.assign(max_id + 1, std::nullopt);
+  for (const auto& [bytes, id] : bpe.vocab) id_to_bytes[id] = bytes;
+  for (const AddedToken& a : added) id_to_bytes[a.id] = a.content;
+}
+
+// The added token matching at `pos` (longest), honouring single_word; nullptr when none.
+const AddedToken* Impl::AddedAt(std::string_view text, size_t pos) const {
+  for (size_t i : order) {
+    const AddedToken& a = added[i];
+    if (text.size() - pos < a.content.size() || text.compare(pos, a.content.size(), a.content) != 0) continue;
+    if (a.single_word) {
+      auto word_before = [&] {
+        if (pos == 0) return false;
+        size_t s = pos - 1;
+        while (s > 0 && (static_cast<unsigned char>(text[s]) & 0xC0) == 0x80) --s;
+        utf8proc_int32_t cp = 0;
+        utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + s), static_cast<utf8proc_ssize_t>(pos - s), &cp);
+        return IsWordChar(cp);
+      };
+      auto word_after = [&] {
+        const size_t e = pos + a.content.size();
+        if (e >= text.size()) return false;
+        utf8proc_int32_t cp = 0;
+        utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + e), static_cast<utf8proc_ssize_t>(text.size() - e), &cp);
+        return IsWordChar(cp);
+      };
+      if (word_before() || word_after()) continue;
+    }
+    return &a;
+  }
+  return nullptr;
+}
+
+absl::Status Impl::EncodeSection(std::string_view text, std::vector<uint32_t>& out) const {
+  if (text.empty()) return absl::OkStatus();
+  // Normalizers.
+  std::string normalized;
+  std::string_view current = text;
+  for (NormalizerStep step : normalizers) {
+    if (IsAscii(current)) continue;  // every normal form of ASCII is itself
+    int options = UTF8PROC_STABLE;
+    switch (step) {
+      case NormalizerStep::kNfc: options |= UTF8PROC_COMPOSE; break;
+      case NormalizerStep::kNfd: options |= UTF8PROC_DECOMPOSE; break;
+      case NormalizerStep::kNfkc: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
+      case NormalizerStep::kNfkd: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    }
+    utf8proc_uint8_t* result = nullptr;
+    const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(current.data()),
+                                            static_cast<utf8proc_ssize_t>(current.size()), &result,
+                                            static_cast<utf8proc_option_t>(options));
+    if (n < 0) {
+      std::free(result);
+      return absl::InvalidArgumentError(std::string("normalization failed: ") + utf8proc_errmsg(n));
+    }
+    normalized.assign(reinterpret_cast<const char*>(result), static_cast<size_t>(n));
+    std::free(result);
+    current = normalized;
+  }
+  // Pre-tokenizers: each step maps the pieces so far to finer ones.
+  std::deque<std::string> storage;  // pieces a step had to rewrite (a prefix space)
+  std::vector<std::string_view> pieces = {current}, next;
+  for (const PreTokenizerStep& step : pre_tokenizers) {
+    next.clear();
+    for (std::string_view piece : pieces) {
+      std::string_view p = piece;
+      if (step.kind == PreTokenizerStep::kByteLevel && step.add_prefix_space && !p.empty() && p.front() != ' ') {
+        storage.push_back(" " + std::string(p));
+        p = storage.back();
+      }
+      if (!step.regex) {
+        next.push_back(p);
+        continue;
+      }
+      EPP_RETURN_IF_ERROR(step.regex->Split(p, step.kind == PreTokenizerStep::kSplit && step.split_behavior == PreTokenizerStep::kRemoved, next));
+    }
+    pieces.swap(next);
+  }
+  for (std::string_view piece : pieces)
+    if (!piece.empty()) bpe.Encode(piece, out);
+  return absl::OkStatus();
+}
+
+// ---- Tokenizer
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::~Tokenizer() = default;
+
+absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(std::string_view json, std::string_view source) {
+  auto impl = std::make_unique<Impl>();
+  impl->source = std::string(source);
+  const std::string src(source);
+  auto located = [&](const absl::Status& s) { return absl::Status(s.code(), absl::StrCat(src, ": ", s.message())); };
+  Json j = Json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(src + ": not valid JSON");
+  if (!j.is_object()) return absl::InvalidArgumentError(src + ": expected a JSON object");
+  for (const char* key : {"truncation", "padding"})
+    if (j.contains(key) && !j[key].is_null()) return located(Unsupported(key, std::string(key) + " settings"));
+  if (absl::Status s = ParseNormalizer(j.value("normalizer", Json()), "normalizer", impl->normalizers); !s.ok()) return located(s);
+  if (absl::Status s = ParsePreTokenizer(j.value("pre_tokenizer", Json()), "pre_tokenizer", impl->pre_tokenizers); !s.ok())
+    return located(s);
+  const bool byte_level = std::any_of(impl->pre_tokenizers.begin(), impl->pre_tokenizers.end(),
+                                      [](const PreTokenizerStep& s) { return s.kind == PreTokenizerStep::kByteLevel; });
+  if (!byte_level) return located(Unsupported("pre_tokenizer", "a BPE without a ByteLevel pre-tokenizer (Metaspace / SentencePiece style)"));
+  if (!j.contains("model")) return located(absl::InvalidArgumentError("model: missing"));
+  if (absl::Status s = ParseModel(j["model"], *impl); !s.ok()) return located(s);
+  if (absl::Status s = ParseAddedTokens(j.value("added_tokens", Json()), *impl); !s.ok()) return located(s);
+  bool has_template = false;
+  if (absl::Status s = ParsePostProcessor(j.value("post_processor", Json()), "post_processor", *impl, impl->single, has_template); !s.ok())
+    return located(s);
+  if (!has_template) impl->single = {TemplateItem{true, {}}};
+  impl->IndexAddedTokens();
+  return std::shared_ptr<const Tokenizer>(new Tokenizer(std::move(impl)));
+}
+
+absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromPath(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path file = path;
+  if (std::filesystem::is_directory(file, ec)) file /= "tokenizer.json";
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return absl::NotFoundError("cannot read tokenizer file '" + file.string() + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::NotFoundError("cannot read tokenizer file '" + file.string() + "'");
+  return FromJson(text.str(), file.string());
+}
+
+absl::Status Tokenizer::EncodeInto(std::string_view text, bool add_special_tokens, std::vector<uint32_t>& out) const {
+  if (size_t bad = InvalidUtf8At(text); bad != std::string_view::npos)
+    return absl::InvalidArgumentError(absl::StrCat("text is not valid UTF-8 at byte ", bad));
+  const Impl& m = *impl_;
+  std::vector<uint32_t> body;
+  std::vector<uint32_t>& target = add_special_tokens ? body : out;
+  // Split on added tokens: leftmost, longest; lstrip / rstrip take the whitespace around.
+  size_t section = 0, pos = 0;
+  while (pos < text.size()) {
+    if (!m.added_first[static_cast<unsigned char>(text[pos])]) {
+      ++pos;
+      continue;
+    }
+    const AddedToken* a = m.AddedAt(text, pos);
+    if (a == nullptr) {
+      ++pos;
+      continue;
+    }
+    size_t begin = pos, end = pos + a->content.size();
+    if (a->lstrip) begin -= WhitespaceBefore(text.substr(section), begin - section);
+    if (a->rstrip) end += WhitespaceAfter(text, end);
+    EPP_RETURN_IF_ERROR(m.EncodeSection(text.substr(section, begin - section), target));
+    target.push_back(a->id);
+    section = pos = end;
+  }
+  EPP_RETURN_IF_ERROR(m.EncodeSection(text.substr(section), target));
+  if (add_special_tokens) {
+    for (const TemplateItem& t : m.single) {
+      if (t.sequence) out.insert(out.end(), body.begin(), body.end());
+      else out.insert(out.end(), t.ids.begin(), t.ids.end());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint32_t>> Tokenizer::Encode(std::string_view text, bool add_special_tokens) const {
+  std::vector<uint32_t> out;
+  EPP_RETURN_IF_ERROR(EncodeInto(text, add_special_tokens, out));
+  return out;
+}
+
+absl::StatusOr<std::string> Tokenizer::Decode(std::span<const uint32_t> ids) const {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] >= impl_->id_to_bytes.size() || !impl_->id_to_bytes[ids[i]])
+      return absl::InvalidArgumentError(absl::StrCat("ids[", i, "]: unknown id ", ids[i]));
+    out += *impl_->id_to_bytes[ids[i]];
+  }
+  return out;
+}
+
+std::optional<uint32_t> Tokenizer::TokenId(std::string_view token) const {
+  for (const AddedToken& a : impl_->added)
+    if (a.content == token) return a.id;
+  auto bytes = ByteLevelToBytes(token);
+  if (!bytes) return std::nullopt;
+  auto it = impl_->bpe.vocab.find(absl::string_view(*bytes));
+  if (it == impl_->bpe.vocab.end()) return std::nullopt;
+  return it->second;
+}
+
+size_t Tokenizer::vocab_size() const { return impl_->id_to_bytes.size(); }
+const std::string& Tokenizer::source() const { return impl_->source; }
+
+}  // namespace epp

