@@ -1,6 +1,8 @@
 // Byte-level BPE (tokenizer_impl.h): Hugging Face's merge order, the lowest-ranked adjacent pair
 // first and the leftmost of equal ranks, with a heap so long pre-tokens stay O(n log n).
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <queue>
 
 #include "absl/strings/str_cat.h"
@@ -18,7 +20,66 @@ struct Candidate {
   bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
 };
 
+// The ids of recently seen pre-tokens, per thread and tokenizer (no locks on the encode path):
+// prose and code repeat their words, and BPE over a word costs far more than a lookup. Bounded:
+// a full cache starts over.
+struct CachedIds {
+  uint8_t n = 0;
+  uint32_t ids[7];
+};
+constexpr size_t kCacheEntries = 1 << 15;
+constexpr size_t kCachedWordBytes = 32;
+
+struct ThreadCaches {
+  struct One {
+    uint64_t owner = 0;
+    absl::flat_hash_map<std::string, CachedIds> map;
+  };
+  One slots[4];
+  unsigned next = 0;
+  absl::flat_hash_map<std::string, CachedIds>& For(uint64_t owner) {
+    for (One& s : slots)
+      if (s.owner == owner) return s.map;
+    One& s = slots[next++ % 4];  // a fifth tokenizer on this thread evicts the oldest
+    s.owner = owner;
+    s.map.clear();
+    return s.map;
+  }
+};
+
+std::atomic<uint64_t> next_owner{1};
+
 }  // namespace
+
+Bpe::Bpe() : cache_owner(next_owner.fetch_add(1)) {}
+
+void Bpe::EncodeCached(std::string_view word, std::vector<uint32_t>& out) const {
+  if (word.size() > kCachedWordBytes || word.size() == 1) {
+    Encode(word, out);
+    return;
+  }
+  if (ignore_merges) {  // a whole-word hit is as cheap as a cache hit
+    if (auto it = vocab.find(absl::string_view(word.data(), word.size())); it != vocab.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  thread_local ThreadCaches caches;
+  auto& map = caches.For(cache_owner);
+  const absl::string_view key(word.data(), word.size());
+  if (auto it = map.find(key); it != map.end()) {
+    out.insert(out.end(), it->second.ids, it->second.ids + it->second.n);
+    return;
+  }
+  const size_t before = out.size();
+  Encode(word, out);
+  const size_t n = out.size() - before;
+  if (n > 7) return;
+  if (map.size() >= kCacheEntries) map.clear();
+  CachedIds& c = map[key];
+  c.n = static_cast<uint8_t>(n);
+  std::copy(out.begin() + static_cast<std::ptrdiff_t>(before), out.end(), c.ids);
+}
 
 void Bpe::AddToken(const std::string& bytes, uint32_t id) {
   vocab[bytes] = id;
@@ -35,6 +96,38 @@ absl::Status Bpe::AddMerge(const std::string& a, const std::string& b, uint32_t 
   return absl::OkStatus();
 }
 
+// Short pre-tokens (nearly all of them): symbols and the rank of each adjacent pair in arrays on
+// the stack; each step merges the lowest-ranked pair (leftmost on ties) and looks up only the two
+// pairs it changed. Same order as the heap below, without allocating.
+void Bpe::EncodeSmall(std::string_view word, std::vector<uint32_t>& out) const {
+  uint32_t sym[kSmallWord];
+  uint64_t pair[kSmallWord];  // (rank << 32 | merged id) of (sym[i], sym[i+1]); kNoMerge when none
+  constexpr uint64_t kNoMerge = ~uint64_t{0};
+  uint32_t n = static_cast<uint32_t>(word.size());
+  for (uint32_t i = 0; i < n; ++i) sym[i] = *byte_id[static_cast<unsigned char>(word[i])];
+  auto lookup = [&](uint32_t i) {
+    auto it = merges.find(Key(sym[i], sym[i + 1]));
+    return it == merges.end() ? kNoMerge : it->second;
+  };
+  for (uint32_t i = 0; i + 1 < n; ++i) pair[i] = lookup(i);
+  while (n > 1) {
+    uint32_t best = 0;
+    for (uint32_t i = 1; i + 1 < n; ++i)
+      if ((pair[i] >> 32) < (pair[best] >> 32)) best = i;  // strict: the leftmost of equal ranks
+    if (pair[best] == kNoMerge) break;
+    sym[best] = static_cast<uint32_t>(pair[best]);
+    for (uint32_t i = best + 1; i + 1 < n; ++i) {
+      sym[i] = sym[i + 1];
+      pair[i] = pair[i + 1];
+    }
+    --n;
+    if (best + 1 < n) pair[best] = lookup(best);
+    else pair[best] = kNoMerge;
+    if (best > 0) pair[best - 1] = lookup(best - 1);
+  }
+  out.insert(out.end(), sym, sym + n);
+}
+
 void Bpe::Encode(std::string_view word, std::vector<uint32_t>& out) const {
   if (word.size() == 1) {
     out.push_back(*byte_id[static_cast<unsigned char>(word[0])]);
@@ -47,6 +140,10 @@ void Bpe::Encode(std::string_view word, std::vector<uint32_t>& out) const {
     }
   }
   const uint32_t n = static_cast<uint32_t>(word.size());
+  if (n <= kSmallWord) {
+    EncodeSmall(word, out);
+    return;
+  }
   std::vector<uint32_t> sym(n);
   std::vector<int32_t> next(n), prev(n);
   for (uint32_t i = 0; i < n; ++i) {

@@ -97,10 +97,19 @@ absl::StatusOr<std::shared_ptr<const SplitRegex>> SplitRegex::Compile(std::strin
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // without JIT support the interpreter runs
   std::shared_ptr<SplitRegex> re(new SplitRegex());
   re->code_ = code;
+  re->known_ = RecognizePattern(pattern);
   return std::shared_ptr<const SplitRegex>(std::move(re));
 }
 
-absl::Status SplitRegex::Split(std::string_view text, bool removed, std::vector<std::string_view>& out) const {
+absl::Status SplitRegex::Split(std::string_view text, bool removed, PieceSink out) const {
+  if (known_ != KnownPattern::kNone && !removed) {
+    SplitKnown(known_, text, out);
+    return absl::OkStatus();
+  }
+  return SplitPcre2(text, removed, out);
+}
+
+absl::Status SplitRegex::SplitPcre2(std::string_view text, bool removed, PieceSink out) const {
   ThreadMatch& t = Thread();
   if (t.data == nullptr || t.context == nullptr) return absl::ResourceExhaustedError("pcre2: out of memory");
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
@@ -121,11 +130,11 @@ absl::Status SplitRegex::Split(std::string_view text, bool removed, std::vector<
       while (pos < text.size() && (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80) ++pos;
       continue;
     }
-    if (begin > gap) out.push_back(text.substr(gap, begin - gap));
-    if (!removed) out.push_back(text.substr(begin, end - begin));
+    if (begin > gap) out(text.substr(gap, begin - gap));
+    if (!removed) out(text.substr(begin, end - begin));
     gap = pos = end;
   }
-  if (gap < text.size()) out.push_back(text.substr(gap));
+  if (gap < text.size()) out(text.substr(gap));
   return absl::OkStatus();
 }
 

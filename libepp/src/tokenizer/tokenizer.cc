@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -261,6 +260,14 @@ size_t InvalidUtf8At(std::string_view s) {
   const size_t n = s.size();
   size_t i = 0;
   while (i < n) {
+    if (i + 8 <= n) {  // eight ASCII bytes at a time
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      if ((w & 0x8080808080808080ULL) == 0) {
+        i += 8;
+        continue;
+      }
+    }
     if (p[i] < 0x80) {
       ++i;
       continue;
@@ -333,9 +340,11 @@ bool IsWhiteSpace(int32_t cp) {
 void Impl::IndexAddedTokens() {
   for (bool& b : added_first) b = false;
   order.clear();
+  single_first = added.empty() ? -1 : static_cast<unsigned char>(added[0].content[0]);
   for (size_t i = 0; i < added.size(); ++i) {
     added_first[static_cast<unsigned char>(added[i].content[0])] = true;
     order.push_back(i);
+    if (static_cast<unsigned char>(added[i].content[0]) != single_first) single_first = -1;
   }
   // Longest first, so the first match at a position is the longest one.
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return added[a].content.size() > added[b].content.size(); });
@@ -400,28 +409,27 @@ absl::Status Impl::EncodeSection(std::string_view text, std::vector<uint32_t>& o
     std::free(result);
     current = normalized;
   }
-  // Pre-tokenizers: each step maps the pieces so far to finer ones.
-  std::deque<std::string> storage;  // pieces a step had to rewrite (a prefix space)
-  std::vector<std::string_view> pieces = {current}, next;
-  for (const PreTokenizerStep& step : pre_tokenizers) {
-    next.clear();
-    for (std::string_view piece : pieces) {
-      std::string_view p = piece;
-      if (step.kind == PreTokenizerStep::kByteLevel && step.add_prefix_space && !p.empty() && p.front() != ' ') {
-        storage.push_back(" " + std::string(p));
-        p = storage.back();
-      }
-      if (!step.regex) {
-        next.push_back(p);
-        continue;
-      }
-      EPP_RETURN_IF_ERROR(step.regex->Split(p, step.kind == PreTokenizerStep::kSplit && step.split_behavior == PreTokenizerStep::kRemoved, next));
-    }
-    pieces.swap(next);
+  return PreTokenize(0, current, out);
+}
+
+absl::Status Impl::PreTokenize(size_t step_index, std::string_view piece, std::vector<uint32_t>& out) const {
+  if (step_index == pre_tokenizers.size()) {
+    if (!piece.empty()) bpe.EncodeCached(piece, out);
+    return absl::OkStatus();
   }
-  for (std::string_view piece : pieces)
-    if (!piece.empty()) bpe.Encode(piece, out);
-  return absl::OkStatus();
+  const PreTokenizerStep& step = pre_tokenizers[step_index];
+  std::string spaced;  // ByteLevel's add_prefix_space rewrites the piece
+  if (step.kind == PreTokenizerStep::kByteLevel && step.add_prefix_space && !piece.empty() && piece.front() != ' ') {
+    spaced = " " + std::string(piece);
+    piece = spaced;
+  }
+  if (!step.regex) return PreTokenize(step_index + 1, piece, out);
+  absl::Status status;
+  EPP_RETURN_IF_ERROR(step.regex->Split(piece, step.kind == PreTokenizerStep::kSplit && step.split_behavior == PreTokenizerStep::kRemoved,
+                                        [&](std::string_view sub) {
+                                          if (status.ok()) status = PreTokenize(step_index + 1, sub, out);
+                                        }));
+  return status;
 }
 
 // ---- Tokenizer
@@ -479,6 +487,10 @@ absl::Status Tokenizer::EncodeInto(std::string_view text, bool add_special_token
   while (pos < text.size()) {
     if (!m.added_first[static_cast<unsigned char>(text[pos])]) {
       ++pos;
+      if (m.single_first >= 0) {  // every added token starts with the same byte: jump to it
+        const void* next = std::memchr(text.data() + pos, m.single_first, text.size() - pos);
+        pos = next ? static_cast<size_t>(static_cast<const char*>(next) - text.data()) : text.size();
+      }
       continue;
     }
     const AddedToken* a = m.AddedAt(text, pos);

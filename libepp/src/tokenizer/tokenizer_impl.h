@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "epp/status.h"
 #include "epp/tokenizer.h"
 
@@ -18,7 +19,17 @@ namespace epp::tokenizer_internal {
 // Unicode White_Space, the set Oniguruma's `\s` and Rust's char::is_whitespace match.
 bool IsWhiteSpace(int32_t cp);
 
-// A compiled Split pattern (PCRE2, UTF + UCP, JIT when available).
+// Receives the pieces a pre-tokenizer step cuts, in order.
+using PieceSink = absl::FunctionRef<void(std::string_view)>;
+
+// Patterns with a hand-written scanner (known_split.cc).
+enum class KnownPattern { kNone, kLlama3, kQwen2, kGpt2 };
+KnownPattern RecognizePattern(std::string_view pattern);
+// Appends the pieces of `text` (valid UTF-8); the pattern matches everywhere, so there are no gaps.
+void SplitKnown(KnownPattern pattern, std::string_view text, PieceSink out);
+
+// A compiled Split pattern (PCRE2, UTF + UCP, JIT when available; a known pattern's scanner
+// when it has one).
 class SplitRegex {
  public:
   ~SplitRegex();
@@ -26,13 +37,17 @@ class SplitRegex {
   static absl::StatusOr<std::shared_ptr<const SplitRegex>> Compile(std::string_view pattern, const std::string& path);
   // Appends the pieces of `text` (valid UTF-8): every match, and every non-empty stretch between
   // matches unless `removed` (behavior Removed drops the matches instead... see regex_split.cc).
-  absl::Status Split(std::string_view text, bool removed, std::vector<std::string_view>& out) const;
+  absl::Status Split(std::string_view text, bool removed, PieceSink out) const;
+  // The same on PCRE2 even for a known pattern (tests compare the two).
+  absl::Status SplitPcre2(std::string_view text, bool removed, PieceSink out) const;
+  KnownPattern known() const { return known_; }
   // Pattern rewriting (exposed for tests): `\s` / `\S` as Oniguruma's White_Space sets.
   static absl::StatusOr<std::string> Translate(std::string_view pattern);
 
  private:
   SplitRegex() = default;
   void* code_ = nullptr;  // pcre2_code_8
+  KnownPattern known_ = KnownPattern::kNone;
 };
 
 enum class NormalizerStep { kNfc, kNfd, kNfkc, kNfkd };
@@ -63,11 +78,20 @@ struct Bpe {
   absl::flat_hash_map<uint64_t, uint64_t> merges;
   bool ignore_merges = false;
   uint32_t max_id = 0;
+  const uint64_t cache_owner;  // this model's key in the per-thread word caches
+
+  Bpe();
+  Bpe(const Bpe&) = delete;
+  Bpe& operator=(const Bpe&) = delete;
 
   void AddToken(const std::string& bytes, uint32_t id);
   absl::Status AddMerge(const std::string& a, const std::string& b, uint32_t rank);
   // Appends the ids of one pre-token (raw bytes, non-empty).
   void Encode(std::string_view word, std::vector<uint32_t>& out) const;
+  static constexpr uint32_t kSmallWord = 48;
+  void EncodeSmall(std::string_view word, std::vector<uint32_t>& out) const;
+  // Encode through the calling thread's cache of recent words.
+  void EncodeCached(std::string_view word, std::vector<uint32_t>& out) const;
 };
 
 }  // namespace epp::tokenizer_internal
@@ -83,12 +107,15 @@ struct Tokenizer::Impl {
   std::vector<tokenizer_internal::TemplateItem> single;  // post-processor template
   // Added-token matching: which bytes start one; tokens by length, longest first.
   bool added_first[256] = {};
+  int single_first = -1;  // the byte every added token starts with, or -1
   std::vector<size_t> order;
   std::vector<std::optional<std::string>> id_to_bytes;  // Decode
 
   void IndexAddedTokens();
   const tokenizer_internal::AddedToken* AddedAt(std::string_view text, size_t pos) const;
   absl::Status EncodeSection(std::string_view text, std::vector<uint32_t>& out) const;
+  // Pre-tokenizer steps from `step` on, over one piece; the last step's pieces go to BPE.
+  absl::Status PreTokenize(size_t step, std::string_view piece, std::vector<uint32_t>& out) const;
 };
 
 }  // namespace epp

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "tokenizer/tokenizer_impl.h"
 
 namespace epp {
 namespace {
@@ -212,6 +213,45 @@ TEST(TokenizerTest, CompletionsBodies) {
   EXPECT_NE(bad.status().message().find("$.prompt[1]"), std::string::npos) << bad.status();
   EXPECT_EQ(TokenizeRequestBody(*t, "/v1/chat/completions", R"({"model":"m","messages":[]})").status().code(),
             absl::StatusCode::kUnimplemented);
+}
+
+// The hand-written scanners give exactly PCRE2's pieces for their patterns, on random text drawn
+// from the characters the patterns distinguish (letters of several scripts, digits of several
+// systems, CR, LF, other whitespace, apostrophes before contraction letters, punctuation, marks,
+// emoji).
+TEST(TokenizerTest, KnownPatternScannersEqualPcre2) {
+  const std::vector<std::string> alphabet = {
+      "a", "Z", "s", "S", "t", "r", "e", "v", "m", "l", "L", "d", "D", "'", "'", "\xC5\xBF" /* long s */, "0", "7",
+      "\xD9\xA3" /* arabic 3 */, "\xE2\x85\xA0" /* roman I, Nl */, "\xC2\xB2" /* superscript 2, No */, " ", " ", " ",
+      "\t", "\n", "\r", "\xC2\x85", "\xC2\xA0", "\xE3\x80\x80", "\xE2\x80\xA8", ".", ",", "!", "-", "_", "(", "<",
+      "\xE4\xB8\xAD" /* CJK */, "\xD0\x96" /* Cyrillic */, "\xCC\x81" /* combining acute, Mn */,
+      "\xE0\xA4\xBE" /* Devanagari sign, Mc */, "\xF0\x9F\x99\x82" /* emoji */, "\xE2\x80\x8D" /* ZWJ */};
+  const std::pair<const char*, tokenizer_internal::KnownPattern> patterns[] = {
+      {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+       tokenizer_internal::KnownPattern::kLlama3},
+      {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+       tokenizer_internal::KnownPattern::kQwen2},
+      {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)", tokenizer_internal::KnownPattern::kGpt2},
+  };
+  uint64_t seed = 42;
+  auto next = [&] {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<size_t>(seed >> 33);
+  };
+  for (const auto& [pattern, kind] : patterns) {
+    auto re = tokenizer_internal::SplitRegex::Compile(pattern, "test");
+    ASSERT_TRUE(re.ok()) << re.status();
+    ASSERT_EQ((*re)->known(), kind);
+    for (int round = 0; round < 3000; ++round) {
+      std::string text;
+      const size_t len = next() % 24;
+      for (size_t i = 0; i < len; ++i) text += alphabet[next() % alphabet.size()];
+      std::vector<std::string> fast, slow;
+      ASSERT_TRUE((*re)->Split(text, false, [&](std::string_view p) { fast.emplace_back(p); }).ok());
+      ASSERT_TRUE((*re)->SplitPcre2(text, false, [&](std::string_view p) { slow.emplace_back(p); }).ok());
+      ASSERT_EQ(fast, slow) << "pattern " << static_cast<int>(kind) << " text '" << text << "'";
+    }
+  }
 }
 
 std::filesystem::path NpmModels(const std::string& package) {
