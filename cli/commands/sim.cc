@@ -132,8 +132,9 @@ void SetupSimCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--tokenizer", h.tokenizer,
                   "The servers' tokenizer, used by their KV events, /tokenize and render endpoints: estimate (4 bytes a "
                   "token, as an EPP estimating tokens computes them) or words (a token per word: only an EPP that asks "
-                  "the server, token-producer's vllm backend, matches its KV events)")
-      ->check(CLI::IsMember({"estimate", "words"}))->capture_default_str();
+                  "the server, token-producer's vllm backend, matches its KV events), or a tokenizer.json (or its "
+                  "directory): real token ids, a completions prompt as vLLM tokenizes it")
+      ->capture_default_str();
   cmd->add_flag("!--no-render", h.render_endpoints,
                 "Do not serve vLLM's render endpoints (/v1/*/render answer 404, as vLLM before them); /tokenize stays");
   cmd->add_option("--kv-link-gbytes-per-s", h.kv_link_gbytes_per_s, "KV transfer bandwidth from prefill servers (GB/s)")

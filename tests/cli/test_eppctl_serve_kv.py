@@ -6,6 +6,8 @@ them; the EPP then sends the next request sharing that prefix to A. When A evict
 the preference goes. Two serve replicas subscribed to the same simulators pick alike.
 """
 import json
+import os
+import pathlib
 import re
 import subprocess
 import time
@@ -62,6 +64,12 @@ class KvSim:
                                         {"role": "user", "content": question}]}).encode()
         req = urllib.request.Request(self.url + "/v1/chat/completions", data=body,
                                      headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    def complete(self, prompt, max_tokens=4):
+        body = json.dumps({"model": MODEL, "max_tokens": max_tokens, "prompt": prompt}).encode()
+        req = urllib.request.Request(self.url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=30) as r:
             return json.loads(r.read())
 
@@ -230,6 +238,60 @@ def test_vllm_token_backend_asks_the_server_for_its_tokens(serve, eppctl, kv_sim
     edoc = json.loads(e.stdout)
     assert edoc["request"]["tokens"]["source"] == "estimate"
     assert edoc["request"]["tokens"]["count"] != doc["request"]["tokens"]["count"]
+
+
+LLAMA = pathlib.Path(os.environ.get("EPP_NPM_CACHE", pathlib.Path.home() / ".cache" / "epp-npm")) / \
+    "node_modules" / "@lenml" / "tokenizer-llama3_1" / "models"
+
+
+def test_local_token_backend_routes_as_vllm_does_without_asking_the_server(serve, eppctl, kv_sims, tmp_path):  # noqa: F811
+    # Servers tokenizing with the real Llama 3.1 tokenizer (their KV events carry its ids): epp's
+    # in-process tokenizer (token-producer's local backend) computes the same blocks as asking the
+    # server (the vllm backend), without a single call to it.
+    if not (LLAMA / "tokenizer.json").exists():
+        pytest.skip(f"no {LLAMA} (scripts/setup installs the npm test data)")
+    a = kv_sims("--tokenizer", LLAMA, "--seed", "8")
+    b = kv_sims("--tokenizer", LLAMA, "--seed", "9")
+    _, endpoints = precise_files(tmp_path, [a, b])
+    local = tmp_path / "local.yaml"
+    local.write_text(PRECISE_CONFIG.replace("- type: token-producer\n", "- type: token-producer\n  parameters:\n"
+                                            "    local: {tokenizer: '%s'}\n" % LLAMA))
+    vllm = tmp_path / "vllm.yaml"
+    vllm.write_text(PRECISE_CONFIG.replace("- type: token-producer\n", "- type: token-producer\n  parameters:\n"
+                                           "    vllm: {url: '%s', timeout: 2s}\n" % a.url))
+    servers = {"local": serve("--config", local, "--endpoints", endpoints, "--refresh-metrics-interval", "50ms"),
+               "vllm": serve("--config", vllm, "--endpoints", endpoints, "--refresh-metrics-interval", "50ms")}
+    for s in servers.values():
+        for sim in (a, b):
+            s.wait_metric("epp_endpoint_kv_replays_total", lambda v: v is not None and v >= 1, endpoint=sim.address)
+    time.sleep(0.2)
+    b.complete(SYSTEM + "Question sent to B directly.")
+    for s in servers.values():
+        wait_blocks(s, b.address, lambda v: v is not None and v >= 5)
+    for i in range(4):
+        body = json.dumps({"model": MODEL, "max_tokens": 4, "prompt": SYSTEM + "Question %d through the EPP." % i}).encode()
+        for name, s in servers.items():
+            first, _ = pick(s.channel(), body, path="/v1/completions")
+            assert destination(first) == b.address, name
+    s = servers["local"]
+    assert s.metric("epp_tokenizer_requests_total", plugin="token-producer", backend="local") == 4
+    assert s.metric("epp_tokenizer_calls_total", plugin="token-producer") == 0
+    for reason in ("model", "template", "answer", "no-body", "api"):
+        assert s.metric("epp_tokenizer_fallbacks_total", plugin="token-producer", reason=reason) == 0, reason
+    assert servers["vllm"].metric("epp_tokenizer_calls_total", plugin="token-producer") == 4
+    # explain agrees: the same number of ids from both backends, and B's blocks matched.
+    req = tmp_path / "request.json"
+    req.write_text(json.dumps({"path": "/v1/completions",
+                               "body": {"model": MODEL, "max_tokens": 4, "prompt": SYSTEM + "Does B hold my prefix?"}}))
+    docs = {}
+    for name, config in (("local", local), ("vllm", vllm)):
+        j = eppctl("explain", "--config", config, "--endpoints", endpoints, "-o", "json", "-r", req)
+        assert j.returncode == 0, j.stderr
+        docs[name] = json.loads(j.stdout)
+        assert docs[name]["decision"]["header"]["x-gateway-destination-endpoint"] == b.address
+    assert docs["local"]["request"]["tokens"]["source"] == "local"
+    assert docs["vllm"]["request"]["tokens"]["source"] == "vllm"
+    assert docs["local"]["request"]["tokens"]["count"] == docs["vllm"]["request"]["tokens"]["count"] > 100
 
 
 def test_central_socket_the_servers_connect_to(serve, tmp_path):  # noqa: F811

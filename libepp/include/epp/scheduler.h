@@ -193,13 +193,15 @@ struct MissingInput {
 // What a token-producer did since the scheduler was built (/metrics epp_tokenizer_*).
 struct TokenizerCounters {
   std::string plugin;   // plugin name
-  std::string backend;  // "estimate" or "vllm"
+  std::string backend;  // "estimate", "vllm" or "local"
   int64_t requests = 0;    // requests tokenized (Prepare with a prompt)
   int64_t calls = 0;       // requests sent to the model server (vllm)
   int64_t cache_hits = 0;  // answered from the cache of earlier answers (vllm)
   // Requests estimated instead (vllm), by reason: "timeout", "unavailable" (refused, DNS, TLS),
   // "status" (non-2xx answer), "answer" (not a token list), "no-body" (the caller had no body),
-  // "api" (responses / embeddings: nothing to render).
+  // "api" (responses / embeddings: nothing to render); local: "model" (no tokenizer for the
+  // request's model), "template" (a chat request: chat templates are not implemented yet),
+  // "answer" (the body's prompt could not be tokenized).
   std::map<std::string, int64_t> fallbacks;
   int64_t cache_entries = 0;
   int64_t cache_tokens = 0;

@@ -42,8 +42,9 @@ struct TokenState {
   bool computed = false;
   std::vector<uint32_t> ids;
   // Where they came from: "estimate", "vllm" (the server rendered the request), "vllm-cache" (a
-  // cached answer for the same request), "estimate-fallback" (the server could not be asked or
-  // did not answer: estimated instead, see `note`).
+  // cached answer for the same request), "local" (epp's in-process tokenizer),
+  // "estimate-fallback" (the server could not be asked or did not answer, or the local
+  // tokenizer could not tokenize the request: estimated instead, see `note`).
   std::string source;
   std::string note;  // why a fallback happened ("POST http://...: timed out after 5000 ms")
 };

@@ -196,7 +196,9 @@ struct SimHttpOptions {
   // The server's tokenizer (what its KV events, render endpoints and prompt token counts use):
   // "estimate" (4 bytes a token, llm-d's estimate: an EPP estimating tokens matches it) or
   // "words" (tokenize.h WordTokenIds: only an EPP that asks this server for the tokens matches
-  // it; blocks are then hashed over token ids, not characters).
+  // it; blocks are then hashed over token ids, not characters), or the path of a tokenizer.json
+  // (or its directory): epp's in-process tokenizer, a completions prompt tokenized as vLLM does
+  // (BOS added), a chat as its canonical prompt's text until chat templates are implemented.
   std::string tokenizer = "estimate";
   // Serve vLLM's render endpoints (POST /v1/completions/render, /v1/chat/completions/render);
   // POST /tokenize is always served. False: a server like vLLM before the render API (404).

@@ -27,6 +27,7 @@
 #include "epp/request.h"
 #include "epp/sim.h"
 #include "epp/tokenize.h"
+#include "epp/tokenizer.h"
 
 namespace epp {
 namespace {
@@ -246,6 +247,7 @@ struct SimHttpServer::Impl {
   std::atomic<int64_t> kv_transfer_us{0};  // simulated
   std::unique_ptr<KvEventPublisher> kv;    // SimHttpOptions::kv_events_endpoint
   std::atomic<uint64_t> next_render_id{1}, render_calls{0};
+  std::shared_ptr<const Tokenizer> real;  // SimHttpOptions::tokenizer named a tokenizer.json
 
   // Sends what the cache did since the last call as one batch. REQUIRES: mu held.
   void FlushKvEventsLocked() {
@@ -379,7 +381,21 @@ struct SimHttpServer::Impl {
   }
 
   std::vector<uint32_t> Tokenize(std::string_view text) const {
+    if (real) {  // a chat's canonical prompt, or a prompt of a batch: the text as it is
+      absl::StatusOr<std::vector<uint32_t>> ids = real->Encode(text, /*add_special_tokens=*/false);
+      return ids.ok() ? *std::move(ids) : std::vector<uint32_t>{};
+    }
     return o.tokenizer == "words" ? WordTokenIds(text) : EstimateTokenIds(text);
+  }
+  // A request's ids as this server computes them: with a tokenizer.json, a completions prompt as
+  // vLLM tokenizes it (BOS added, token ids passed through); a chat as its canonical prompt's
+  // text (chat templates are not implemented); otherwise the canonical prompt's.
+  std::vector<uint32_t> TokenizeRequest(bool chat, std::string_view body, std::string_view canonical_prompt) const {
+    if (real && !chat) {
+      absl::StatusOr<TokenizedPrompt> p = TokenizeRequestBody(*real, "/v1/completions", body);
+      if (p.ok()) return std::move(p->ids);
+    }
+    return Tokenize(canonical_prompt);
   }
 
   // vLLM's render endpoints and /tokenize, with this server's tokenizer over the canonical
@@ -415,19 +431,19 @@ struct SimHttpServer::Impl {
     ++render_calls;
     switch (ep) {
       case TokenizeEndpoint::kChatRender:
-        return res.set_content(generate(Tokenize(canonical->prompt)).dump(), "application/json");
+        return res.set_content(generate(TokenizeRequest(true, req.body, canonical->prompt)).dump(), "application/json");
       case TokenizeEndpoint::kCompletionsRender: {
         Json out = Json::array();
         const Json& pr = body["prompt"];
         if (pr.is_array() && pr.size() > 1 && pr[0].is_string()) {
           for (const Json& p : pr) out.push_back(generate(Tokenize(p.is_string() ? p.get<std::string>() : "")));
         } else {
-          out.push_back(generate(Tokenize(canonical->prompt)));
+          out.push_back(generate(TokenizeRequest(false, body.dump(), canonical->prompt)));
         }
         return res.set_content(out.dump(), "application/json");
       }
       case TokenizeEndpoint::kTokenize: {
-        const std::vector<uint32_t> ids = Tokenize(canonical->prompt);
+        const std::vector<uint32_t> ids = TokenizeRequest(chat, body.dump(), canonical->prompt);
         return res.set_content(Json{{"count", ids.size()}, {"max_model_len", 131072}, {"tokens", ids}, {"token_strs", nullptr}}.dump(),
                                "application/json");
       }
@@ -448,7 +464,7 @@ struct SimHttpServer::Impl {
     const bool remote_prefill = !hop.empty() && DecodeRole() && !call->remote_decode;
     if (remote_prefill && !PrefillHop(hop, req, body, *call, res)) return;
     SimRequest sr;
-    const bool words = o.tokenizer == "words";
+    const bool words = o.tokenizer == "words" || real != nullptr;  // blocks of real token ids
     if (kv || words) {
       // Token ids of the canonical prompt libepp's parser builds: 4 characters a token
       // (`estimate`, what an EPP tokenizing that way sees) or the words tokenizer (what only an
@@ -457,7 +473,7 @@ struct SimHttpServer::Impl {
           ParseOpenAIRequest(chat ? "/v1/chat/completions" : "/v1/completions", req.body);
       if (canonical.ok() && !canonical->prompt.empty()) {
         call->prompt = canonical->prompt;
-        sr.token_ids = Tokenize(call->prompt);
+        sr.token_ids = TokenizeRequest(chat, req.body, call->prompt);
         call->prompt_tokens = static_cast<int64_t>(sr.token_ids.size());
       }
     }
@@ -686,8 +702,14 @@ absl::StatusOr<std::unique_ptr<SimHttpServer>> SimHttpServer::Start(const SimHtt
   if (!(options.kv_link_gbytes_per_s > 0) || !std::isfinite(options.kv_link_gbytes_per_s))
     return absl::InvalidArgumentError("simulator: kv_link_gbytes_per_s must be > 0");
   if (options.kv_bytes_per_token < 0) return absl::InvalidArgumentError("simulator: kv_bytes_per_token must be >= 0");
-  if (options.tokenizer != "estimate" && options.tokenizer != "words")
-    return absl::InvalidArgumentError("simulator: tokenizer must be estimate or words, got '" + options.tokenizer + "'");
+  std::shared_ptr<const Tokenizer> real;
+  if (options.tokenizer != "estimate" && options.tokenizer != "words") {
+    absl::StatusOr<std::shared_ptr<const Tokenizer>> t = Tokenizer::FromPath(options.tokenizer);
+    if (!t.ok())
+      return absl::Status(t.status().code(), "simulator: tokenizer must be estimate, words or a tokenizer.json (or its "
+                                             "directory): " + std::string(t.status().message()));
+    real = *std::move(t);
+  }
   SimParams params = options.params;
   params.kv_events = !options.kv_events_endpoint.empty();
   if (options.kv_events_endpoint.empty() && !options.kv_events_replay_endpoint.empty())
@@ -696,6 +718,7 @@ absl::StatusOr<std::unique_ptr<SimHttpServer>> SimHttpServer::Start(const SimHtt
   if (!sim.ok()) return sim.status();
   auto impl = std::make_unique<Impl>();
   impl->o = options;
+  impl->real = std::move(real);
   impl->sim = *std::move(sim);
   impl->rng.seed(options.params.seed * 0x9E3779B97F4A7C15ull + 1);
   impl->Setup();

@@ -5,6 +5,9 @@
 #include "epp/tokenizer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
 
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "epp/config.h"
+#include "epp/registry.h"
+#include "epp/request.h"
+#include "epp/scheduler.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/tokenizer_impl.h"
 
@@ -252,6 +259,57 @@ TEST(TokenizerTest, KnownPatternScannersEqualPcre2) {
       ASSERT_EQ(fast, slow) << "pattern " << static_cast<int>(kind) << " text '" << text << "'";
     }
   }
+}
+
+// token-producer's local backend: the tiny tokenizer from a file, by model; chat requests and
+// unknown models fall back to the estimate with their reason.
+TEST(TokenizerTest, LocalTokenProducerBackend) {
+  const auto dir = std::filesystem::temp_directory_path() / ("epp-tok-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  { std::ofstream(dir / "tokenizer.json") << TinyTokenizer().dump(); }
+  auto build = [&](const std::string& params) {
+    static SeededRng rng(3);
+    auto cfg = ParseConfig("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: token-producer\n"
+                           "  parameters:\n" + params + "- type: queue-scorer\nschedulingProfiles:\n- name: default\n"
+                           "  plugins: [{pluginRef: queue-scorer}]\n", "t.yaml");
+    EXPECT_TRUE(cfg.ok()) << cfg.status();
+    return BuildScheduler(*cfg, BuiltinRegistry(), PluginContext{&SteadyClock::Get(), &rng});
+  };
+  auto s = build("    local:\n      models: {tiny: '" + dir.string() + "'}\n      adapters: {tiny-lora: tiny}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<Endpoint> eps(1);
+  eps[0].address = "10.0.0.1:8000";
+  auto pick = [&](const std::string& path, const std::string& body) {
+    auto r = ParseOpenAIRequest(path, body);
+    EXPECT_TRUE(r.ok()) << r.status();
+    r->body = body;
+    return (*s)->Pick(*r, eps);
+  };
+  PickResult done = pick("/v1/completions", R"({"model":"tiny-lora","prompt":"hello"})");
+  EXPECT_EQ(done.tokens_source, "local");
+  EXPECT_EQ(done.tokens, 2);  // BOS + "hello"
+  PickResult chat = pick("/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(chat.tokens_source, "estimate-fallback");
+  EXPECT_NE(chat.tokens_note.find("template: chat templates are not implemented"), std::string::npos) << chat.tokens_note;
+  PickResult other = pick("/v1/completions", R"({"model":"other","prompt":"hello"})");
+  EXPECT_NE(other.tokens_note.find("model: no tokenizer for model 'other'"), std::string::npos) << other.tokens_note;
+  const std::vector<TokenizerCounters> counters = (*s)->Tokenizers();
+  ASSERT_EQ(counters.size(), 1u);
+  EXPECT_EQ(counters[0].backend, "local");
+  EXPECT_EQ(counters[0].fallbacks.at("template"), 1);
+  EXPECT_EQ(counters[0].fallbacks.at("model"), 1);
+  EXPECT_EQ(counters[0].calls, 0);
+
+  auto missing = build("    local: {tokenizer: /nonexistent/tok}\n");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("local.tokenizer: cannot read tokenizer file"), std::string::npos) << missing.status();
+  auto two = build("    local: {tokenizer: x}\n    estimate: {}\n");
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(two.status().message().find("give one backend"), std::string::npos) << two.status();
+  auto orphan = build("    local:\n      models: {tiny: '" + dir.string() + "'}\n      adapters: {l: base}\n");
+  ASSERT_FALSE(orphan.ok());
+  EXPECT_NE(orphan.status().message().find("adapters.l: base model 'base' has no tokenizer"), std::string::npos) << orphan.status();
+  std::filesystem::remove_all(dir);
 }
 
 std::filesystem::path NpmModels(const std::string& package) {

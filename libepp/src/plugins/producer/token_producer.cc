@@ -1,5 +1,5 @@
 // token-producer (llm-d's name; legacy name tokenizer): the request's token ids, for the precise
-// prefix producer. Two backends, as llm-d has them:
+// prefix producer. Two backends as llm-d has them, and epp's own in-process one:
 //   estimate  llm-d's byte packing (4 bytes a token, kv_index.h EstimateTokenIds) of the
 //             canonical prompt: no model needed, matches only servers that tokenize the same way
 //             (eppctl sim's default tokenizer).
@@ -10,6 +10,12 @@
 //             Bounded by vllm.timeout (vllm.mmTimeout for requests with media parts). Answers
 //             are cached by request (cacheTokens bounds the cache in tokens; least recently used
 //             first out): a retried or repeated request is not sent again.
+//   local     epp's in-process tokenizer (tokenizer.h) over the model's tokenizer.json: no call to
+//             the model server. local.tokenizer is the default tokenizer (a tokenizer.json or a
+//             directory holding one), local.models maps model names to their own, and
+//             local.adapters maps LoRA adapter names to their base model. Completions prompts
+//             are tokenized as vLLM does (BOS added; token ids passed through); chat requests
+//             are estimated until chat templates are implemented (reason "template").
 // When the server cannot be asked or does not answer in time the request's tokens are estimated
 // instead: the pick goes on (its prefix scores then match only what an estimate matches) and the
 // fallback is counted by reason (Scheduler::Tokenizers, /metrics epp_tokenizer_fallbacks_total)
@@ -34,6 +40,7 @@
 #include "epp/kv_index.h"
 #include "epp/scheduling.h"
 #include "epp/tokenize.h"
+#include "epp/tokenizer.h"
 #include "plugins/producer/producer.h"
 
 namespace epp::plugins {
@@ -42,6 +49,14 @@ namespace {
 struct TokenOptions {
   std::string model_name;  // sent as the body's model (empty: the request's own)
   bool vllm = false;
+  bool local = false;
+  // local: the default tokenizer, per-model ones, adapter -> base model (paths as configured,
+  // for the effective config; the loaded tokenizers beside them).
+  std::string local_default;
+  std::vector<std::pair<std::string, std::string>> local_models, local_adapters;
+  std::shared_ptr<const Tokenizer> default_tokenizer;
+  absl::flat_hash_map<std::string, std::shared_ptr<const Tokenizer>> model_tokenizers;
+  absl::flat_hash_map<std::string, std::string> adapter_base;
   std::string url = "http://localhost:8000";
   int64_t timeout_us = 5000000;
   int64_t mm_timeout_us = 30000000;
@@ -49,8 +64,22 @@ struct TokenOptions {
 };
 
 // Fallback reasons, in TokenizerCounters::fallbacks' vocabulary.
-enum Reason { kTimeout, kUnavailable, kStatus, kAnswer, kNoBody, kApi, kReasons };
-constexpr std::array<const char*, kReasons> kReasonNames = {"timeout", "unavailable", "status", "answer", "no-body", "api"};
+enum Reason { kTimeout, kUnavailable, kStatus, kAnswer, kNoBody, kApi, kModel, kTemplate, kReasons };
+constexpr std::array<const char*, kReasons> kReasonNames = {"timeout", "unavailable", "status", "answer",
+                                                            "no-body", "api", "model", "template"};
+
+// Tokenizers by path, shared by every plugin instance (a config reload does not parse a
+// tokenizer.json again while a scheduler still holds it).
+absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadShared(const std::string& path) {
+  static std::mutex mu;
+  static absl::flat_hash_map<std::string, std::weak_ptr<const Tokenizer>> loaded;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = loaded.find(path); it != loaded.end())
+    if (std::shared_ptr<const Tokenizer> t = it->second.lock()) return t;
+  EPP_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> t, Tokenizer::FromPath(path));
+  loaded[path] = t;
+  return t;
+}
 
 // Answers by request, least recently used first out, bounded in tokens.
 class AnswerCache {
@@ -105,6 +134,18 @@ class TokenProducer : public Plugin, public DataProducer, public TokenSource {
   Params EffectiveParams() const override {
     Params p = Params::Map();
     if (!o_.model_name.empty()) p.Set("modelName", Params::String(o_.model_name));
+    if (o_.local) {
+      Params l = Params::Map();
+      if (!o_.local_default.empty()) l.Set("tokenizer", Params::String(o_.local_default));
+      for (const auto& [key, list] : {std::pair{"models", &o_.local_models}, std::pair{"adapters", &o_.local_adapters}}) {
+        if (list->empty()) continue;
+        Params m = Params::Map();
+        for (const auto& [k, v] : *list) m.Set(k, Params::String(v));
+        l.Set(key, std::move(m));
+      }
+      p.Set("local", std::move(l));
+      return p;
+    }
     if (!o_.vllm) {
       p.Set("estimate", Params::Map());
       return p;
@@ -124,6 +165,7 @@ class TokenProducer : public Plugin, public DataProducer, public TokenSource {
     t = TokenState{};
     t.computed = true;
     ++requests_;
+    if (o_.local) return PrepareLocal(t, r);
     if (!o_.vllm) {
       t.ids = EstimateTokenIds(r.prompt);
       t.source = "estimate";
@@ -200,17 +242,36 @@ class TokenProducer : public Plugin, public DataProducer, public TokenSource {
   TokenizerCounters Counters() const override {
     TokenizerCounters c;
     c.plugin = name();
-    c.backend = o_.vllm ? "vllm" : "estimate";
+    c.backend = o_.local ? "local" : o_.vllm ? "vllm" : "estimate";
     c.requests = requests_.load();
     c.calls = calls_.load();
     c.cache_hits = cache_hits_.load();
-    if (o_.vllm)
+    if (o_.vllm || o_.local)
       for (int i = 0; i < kReasons; ++i) c.fallbacks[kReasonNames[static_cast<size_t>(i)]] = fallbacks_[static_cast<size_t>(i)].load();
     std::tie(c.cache_entries, c.cache_tokens) = cache_.Size();
     return c;
   }
 
  private:
+  void PrepareLocal(TokenState& t, const InferenceRequest& r) const {
+    std::string_view model = o_.model_name.empty() ? std::string_view(r.model) : std::string_view(o_.model_name);
+    if (auto a = o_.adapter_base.find(absl::string_view(model.data(), model.size())); a != o_.adapter_base.end())
+      model = a->second;
+    const Tokenizer* tok = o_.default_tokenizer.get();
+    if (auto m = o_.model_tokenizers.find(absl::string_view(model.data(), model.size())); m != o_.model_tokenizers.end())
+      tok = m->second.get();
+    if (tok == nullptr) return Fallback(t, r, kModel, absl::StrCat("no tokenizer for model '", r.model, "'"));
+    if (r.api == ApiKind::kChatCompletions)
+      return Fallback(t, r, kTemplate, "chat templates are not implemented yet: chat requests are estimated");
+    if (r.api != ApiKind::kCompletions)
+      return Fallback(t, r, kApi, absl::StrCat("the ", std::string(ApiKindName(r.api)), " API is not tokenized"));
+    if (r.body.empty()) return Fallback(t, r, kNoBody, "no request body (the caller had none)");
+    absl::StatusOr<TokenizedPrompt> p = TokenizeRequestBody(*tok, "/v1/completions", r.body);
+    if (!p.ok()) return Fallback(t, r, kAnswer, std::string(p.status().message()));
+    t.ids = std::move(p->ids);
+    t.source = "local";
+  }
+
   void Fallback(TokenState& t, const InferenceRequest& r, Reason why, std::string note) const {
     ++fallbacks_[static_cast<size_t>(why)];
     t.ids = EstimateTokenIds(r.prompt);
@@ -233,7 +294,7 @@ absl::Status Bad(const Params& at, std::string_view key, std::string_view messag
 }  // namespace
 
 PluginOr CreateTokenProducer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"modelName", "estimate", "vllm", "udsTokenizerConfig"}));
+  EPP_RETURN_IF_ERROR(params.CheckKeys({"modelName", "estimate", "vllm", "local", "udsTokenizerConfig"}));
   if (params.Has("udsTokenizerConfig"))
     return Bad(params, "udsTokenizerConfig", "the UDS tokenizer sidecar is deprecated and not supported; use vllm or estimate");
   TokenOptions o;
@@ -241,7 +302,45 @@ PluginOr CreateTokenProducer(const std::string& name, const Params& params, cons
   const Params* v = params.Find("vllm");
   const Params* est = params.Find("estimate");
   const bool has_vllm = v && !v->is_null(), has_est = est && !est->is_null();
-  if (has_vllm && has_est) return Bad(params, "", "give one backend: estimate or vllm, not both");
+  const Params* local = params.Find("local");
+  const bool has_local = local && !local->is_null();
+  if (int(has_vllm) + int(has_est) + int(has_local) > 1) return Bad(params, "", "give one backend: estimate, vllm or local");
+  if (has_local) {
+    EPP_RETURN_IF_ERROR(local->CheckKeys({"tokenizer", "models", "adapters"}));
+    o.local = true;
+    EPP_ASSIGN_OR_RETURN(o.local_default, local->GetString("tokenizer", ""));
+    auto load = [&](const std::string& path, const Params& at, std::string_view key) -> absl::StatusOr<std::shared_ptr<const Tokenizer>> {
+      absl::StatusOr<std::shared_ptr<const Tokenizer>> t = LoadShared(path);
+      if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat(at.path(), ".", std::string(key), ": ", t.status().message()));
+      return t;
+    };
+    if (!o.local_default.empty()) {
+      EPP_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> t, load(o.local_default, *local, "tokenizer"));
+      o.default_tokenizer = std::move(t);
+    }
+    for (const char* key : {"models", "adapters"}) {
+      const Params* m = local->Find(key);
+      if (m == nullptr || m->is_null()) continue;
+      if (!m->is_map()) return Bad(*local, key, "expected a map of name to " + std::string(key[0] == 'm' ? "tokenizer path" : "base model"));
+      for (const auto& [name, value] : m->entries()) {
+        EPP_ASSIGN_OR_RETURN(std::string v, value.AsString());
+        if (key[0] == 'm') {
+          EPP_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> t, load(v, *m, name));
+          o.model_tokenizers[name] = std::move(t);
+          o.local_models.emplace_back(name, v);
+        } else {
+          o.adapter_base[name] = v;
+          o.local_adapters.emplace_back(name, v);
+        }
+      }
+    }
+    for (const auto& [adapter, base] : o.local_adapters)
+      if (!o.model_tokenizers.count(base) && !o.default_tokenizer)
+        return Bad(*local, "adapters." + adapter, "base model '" + base + "' has no tokenizer in local.models (and there is no local.tokenizer)");
+    if (!o.default_tokenizer && o.model_tokenizers.empty())
+      return Bad(params, "local", "give local.tokenizer (a tokenizer.json or its directory) or local.models");
+    return std::make_unique<TokenProducer>(TypedName{std::string(kTokenProducerType), name}, std::move(o));
+  }
   // As in llm-d: a vllm block, or a modelName without a backend, selects vllm.
   o.vllm = has_vllm || (!has_est && !o.model_name.empty());
   if (has_est) EPP_RETURN_IF_ERROR(est->CheckKeys({"image", "video"}));
