@@ -31,6 +31,8 @@
 
 namespace epp {
 
+class PrefixTokenizer;
+
 class Tokenizer {
  public:
   ~Tokenizer();
@@ -62,7 +64,46 @@ class Tokenizer {
   explicit Tokenizer(std::unique_ptr<Impl> impl);
 
  private:
+  friend class PrefixTokenizer;
   std::unique_ptr<Impl> impl_;
+};
+
+// Encodes through a cache of earlier texts' ids, so that a prompt whose beginning (a system
+// prompt, a conversation so far) was tokenized before pays only for the rest. A text that starts
+// with the first k blocks (kBlockBytes each) of an earlier text reuses that text's ids up to a
+// safe cut inside those blocks and encodes only what follows. A safe cut is a piece boundary
+// between two ASCII non-space characters, the second not the first byte of an added token, at
+// least a margin (64 bytes, or the longest added token) before the blocks' end, outside any
+// stretch the normalizer changed (text between added tokens that is not in normal form already):
+// every decision the pre-tokenizer, the added-token matcher and
+// the normalizer make before it depends only on bytes inside the blocks, so the ids are exactly
+// Tokenizer::Encode's (tested on random texts). Blocks are identified by chained 128-bit hashes.
+// Bounded: least recently used texts go first once the cache holds `max_ids` ids. Tokenizers
+// whose ByteLevel step adds a prefix space are encoded without the cache. Thread-safe.
+class PrefixTokenizer {
+ public:
+  static constexpr size_t kBlockBytes = 4096;
+  explicit PrefixTokenizer(std::shared_ptr<const Tokenizer> tokenizer, size_t max_ids = size_t{1} << 24);
+  ~PrefixTokenizer();
+  PrefixTokenizer(const PrefixTokenizer&) = delete;
+  PrefixTokenizer& operator=(const PrefixTokenizer&) = delete;
+
+  absl::StatusOr<std::vector<uint32_t>> Encode(std::string_view text, bool add_special_tokens) const;
+
+  struct Stats {
+    int64_t encodes = 0;
+    int64_t hits = 0;          // encodes that reused an earlier text's ids
+    int64_t reused_bytes = 0;  // bytes not tokenized again
+    size_t entries = 0;        // texts cached
+    size_t ids = 0;            // ids cached
+  };
+  Stats stats() const;
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+
+ private:
+  struct State;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::unique_ptr<State> state_;
 };
 
 // What a request body tokenizes to, as the model server computes it (vLLM's OpenAI server).
@@ -79,6 +120,9 @@ struct TokenizedPrompt {
 // kInvalidArgument naming the JSON path for a body that is not such a request (a batch of
 // several prompts included: the EPP routes one request to one server).
 absl::StatusOr<TokenizedPrompt> TokenizeRequestBody(const Tokenizer& tokenizer, std::string_view path,
+                                                    std::string_view body);
+// The same through a prefix cache (same ids; a prompt starting like an earlier one costs less).
+absl::StatusOr<TokenizedPrompt> TokenizeRequestBody(const PrefixTokenizer& tokenizer, std::string_view path,
                                                     std::string_view body);
 
 }  // namespace epp

@@ -22,9 +22,8 @@ absl::Status IdsFrom(const Json& list, const std::string& path, std::vector<uint
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<TokenizedPrompt> TokenizeRequestBody(const Tokenizer& tokenizer, std::string_view path, std::string_view body) {
+template <typename T>
+absl::StatusOr<TokenizedPrompt> Tokenize(const T& tokenizer, std::string_view path, std::string_view body) {
   std::string_view p = path.substr(0, path.find('?'));
   while (!p.empty() && p.back() == '/') p.remove_suffix(1);
   if (EndsWith(p, "chat/completions"))
@@ -63,6 +62,17 @@ absl::StatusOr<TokenizedPrompt> TokenizeRequestBody(const Tokenizer& tokenizer, 
     return absl::InvalidArgumentError("$.prompt: a batch of several prompts (one request goes to one server)");
   }
   return absl::InvalidArgumentError("$.prompt: expected a string or token ids");
+}
+
+}  // namespace
+
+absl::StatusOr<TokenizedPrompt> TokenizeRequestBody(const Tokenizer& tokenizer, std::string_view path, std::string_view body) {
+  return Tokenize(tokenizer, path, body);
+}
+
+absl::StatusOr<TokenizedPrompt> TokenizeRequestBody(const PrefixTokenizer& tokenizer, std::string_view path,
+                                                    std::string_view body) {
+  return Tokenize(tokenizer, path, body);
 }
 
 }  // namespace epp

@@ -254,32 +254,6 @@ absl::Status ParseModel(const Json& j, Impl& impl) {
   return absl::OkStatus();
 }
 
-// Byte offset of the first invalid UTF-8 sequence, or npos.
-size_t InvalidUtf8At(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    if (i + 8 <= n) {  // eight ASCII bytes at a time
-      uint64_t w;
-      std::memcpy(&w, p + i, 8);
-      if ((w & 0x8080808080808080ULL) == 0) {
-        i += 8;
-        continue;
-      }
-    }
-    if (p[i] < 0x80) {
-      ++i;
-      continue;
-    }
-    utf8proc_int32_t cp = 0;
-    const utf8proc_ssize_t len = utf8proc_iterate(p + i, static_cast<utf8proc_ssize_t>(n - i), &cp);
-    if (len <= 0) return i;
-    i += static_cast<size_t>(len);
-  }
-  return std::string_view::npos;
-}
-
 bool IsAscii(std::string_view s) {
   for (char c : s)
     if (static_cast<unsigned char>(c) >= 0x80) return false;
@@ -327,6 +301,32 @@ bool IsWordChar(utf8proc_int32_t cp) {
 }  // namespace
 
 namespace tokenizer_internal {
+
+// Byte offset of the first invalid UTF-8 sequence, or npos.
+size_t InvalidUtf8At(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    if (i + 8 <= n) {  // eight ASCII bytes at a time
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      if ((w & 0x8080808080808080ULL) == 0) {
+        i += 8;
+        continue;
+      }
+    }
+    if (p[i] < 0x80) {
+      ++i;
+      continue;
+    }
+    utf8proc_int32_t cp = 0;
+    const utf8proc_ssize_t len = utf8proc_iterate(p + i, static_cast<utf8proc_ssize_t>(n - i), &cp);
+    if (len <= 0) return i;
+    i += static_cast<size_t>(len);
+  }
+  return std::string_view::npos;
+}
 
 bool IsWhiteSpace(int32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
@@ -383,7 +383,7 @@ const AddedToken* Impl::AddedAt(std::string_view text, size_t pos) const {
   return nullptr;
 }
 
-absl::Status Impl::EncodeSection(std::string_view text, std::vector<uint32_t>& out) const {
+absl::Status Impl::EncodeSection(std::string_view text, std::vector<uint32_t>& out, const CheckpointSink* sink) const {
   if (text.empty()) return absl::OkStatus();
   // Normalizers.
   std::string normalized;
@@ -405,16 +405,22 @@ absl::Status Impl::EncodeSection(std::string_view text, std::vector<uint32_t>& o
       std::free(result);
       return absl::InvalidArgumentError(std::string("normalization failed: ") + utf8proc_errmsg(n));
     }
-    normalized.assign(reinterpret_cast<const char*>(result), static_cast<size_t>(n));
+    const std::string_view mapped(reinterpret_cast<const char*>(result), static_cast<size_t>(n));
+    if (mapped != current) {  // text already in normal form (nearly all of it) stays where it is
+      normalized.assign(mapped);
+      current = normalized;
+    }
     std::free(result);
-    current = normalized;
   }
-  return PreTokenize(0, current, out);
+  return PreTokenize(0, current, out, sink);
 }
 
-absl::Status Impl::PreTokenize(size_t step_index, std::string_view piece, std::vector<uint32_t>& out) const {
+absl::Status Impl::PreTokenize(size_t step_index, std::string_view piece, std::vector<uint32_t>& out,
+                               const CheckpointSink* sink) const {
   if (step_index == pre_tokenizers.size()) {
     if (!piece.empty()) bpe.EncodeCached(piece, out);
+    if (sink && piece.data() >= sink->origin.data() && piece.data() + piece.size() <= sink->origin.data() + sink->origin.size())
+      sink->out->push_back({static_cast<uint32_t>(piece.data() + piece.size() - sink->origin.data()), static_cast<uint32_t>(out.size())});
     return absl::OkStatus();
   }
   const PreTokenizerStep& step = pre_tokenizers[step_index];
@@ -423,11 +429,11 @@ absl::Status Impl::PreTokenize(size_t step_index, std::string_view piece, std::v
     spaced = " " + std::string(piece);
     piece = spaced;
   }
-  if (!step.regex) return PreTokenize(step_index + 1, piece, out);
+  if (!step.regex) return PreTokenize(step_index + 1, piece, out, sink);
   absl::Status status;
   EPP_RETURN_IF_ERROR(step.regex->Split(piece, step.kind == PreTokenizerStep::kSplit && step.split_behavior == PreTokenizerStep::kRemoved,
                                         [&](std::string_view sub) {
-                                          if (status.ok()) status = PreTokenize(step_index + 1, sub, out);
+                                          if (status.ok()) status = PreTokenize(step_index + 1, sub, out, sink);
                                         }));
   return status;
 }
@@ -461,6 +467,8 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(std::string
     return located(s);
   if (!has_template) impl->single = {TemplateItem{true, {}}};
   impl->IndexAddedTokens();
+  for (const PreTokenizerStep& st : impl->pre_tokenizers) impl->prefix_space |= st.add_prefix_space;
+  for (const AddedToken& a : impl->added) impl->max_added_bytes = std::max(impl->max_added_bytes, a.content.size());
   return std::shared_ptr<const Tokenizer>(new Tokenizer(std::move(impl)));
 }
 
@@ -479,9 +487,22 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromPath(const std::
 absl::Status Tokenizer::EncodeInto(std::string_view text, bool add_special_tokens, std::vector<uint32_t>& out) const {
   if (size_t bad = InvalidUtf8At(text); bad != std::string_view::npos)
     return absl::InvalidArgumentError(absl::StrCat("text is not valid UTF-8 at byte ", bad));
-  const Impl& m = *impl_;
+  if (!add_special_tokens) return impl_->EncodeBody(text, out);
   std::vector<uint32_t> body;
-  std::vector<uint32_t>& target = add_special_tokens ? body : out;
+  EPP_RETURN_IF_ERROR(impl_->EncodeBody(text, body));
+  impl_->ApplyTemplate(body, out);
+  return absl::OkStatus();
+}
+
+void Impl::ApplyTemplate(const std::vector<uint32_t>& body, std::vector<uint32_t>& out) const {
+  for (const TemplateItem& t : single) {
+    if (t.sequence) out.insert(out.end(), body.begin(), body.end());
+    else out.insert(out.end(), t.ids.begin(), t.ids.end());
+  }
+}
+
+absl::Status Impl::EncodeBody(std::string_view text, std::vector<uint32_t>& target, const CheckpointSink* sink) const {
+  const Impl& m = *this;
   // Split on added tokens: leftmost, longest; lstrip / rstrip take the whitespace around.
   size_t section = 0, pos = 0;
   while (pos < text.size()) {
@@ -501,18 +522,12 @@ absl::Status Tokenizer::EncodeInto(std::string_view text, bool add_special_token
     size_t begin = pos, end = pos + a->content.size();
     if (a->lstrip) begin -= WhitespaceBefore(text.substr(section), begin - section);
     if (a->rstrip) end += WhitespaceAfter(text, end);
-    EPP_RETURN_IF_ERROR(m.EncodeSection(text.substr(section, begin - section), target));
+    EPP_RETURN_IF_ERROR(m.EncodeSection(text.substr(section, begin - section), target, sink));
     target.push_back(a->id);
+    if (sink) sink->out->push_back({static_cast<uint32_t>(end), static_cast<uint32_t>(target.size())});
     section = pos = end;
   }
-  EPP_RETURN_IF_ERROR(m.EncodeSection(text.substr(section), target));
-  if (add_special_tokens) {
-    for (const TemplateItem& t : m.single) {
-      if (t.sequence) out.insert(out.end(), body.begin(), body.end());
-      else out.insert(out.end(), t.ids.begin(), t.ids.end());
-    }
-  }
-  return absl::OkStatus();
+  return m.EncodeSection(text.substr(section), target, sink);
 }
 
 absl::StatusOr<std::vector<uint32_t>> Tokenizer::Encode(std::string_view text, bool add_special_tokens) const {

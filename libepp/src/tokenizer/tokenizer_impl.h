@@ -18,6 +18,8 @@ namespace epp::tokenizer_internal {
 
 // Unicode White_Space, the set Oniguruma's `\s` and Rust's char::is_whitespace match.
 bool IsWhiteSpace(int32_t cp);
+// Byte offset of the first invalid UTF-8 sequence, or npos.
+size_t InvalidUtf8At(std::string_view s);
 
 // Receives the pieces a pre-tokenizer step cuts, in order.
 using PieceSink = absl::FunctionRef<void(std::string_view)>;
@@ -98,6 +100,20 @@ struct Bpe {
 
 namespace epp {
 
+namespace tokenizer_internal {
+// A place where the ids of a text could be cut: the first `ids` ids are those of text[0, end).
+struct Checkpoint {
+  uint32_t end;
+  uint32_t ids;
+};
+// Where EncodeBody records checkpoints: piece ends that lie in `origin` (not in a normalized or
+// rewritten copy).
+struct CheckpointSink {
+  std::string_view origin;
+  std::vector<Checkpoint>* out;
+};
+}  // namespace tokenizer_internal
+
 struct Tokenizer::Impl {
   std::string source;
   std::vector<tokenizer_internal::NormalizerStep> normalizers;
@@ -113,9 +129,18 @@ struct Tokenizer::Impl {
 
   void IndexAddedTokens();
   const tokenizer_internal::AddedToken* AddedAt(std::string_view text, size_t pos) const;
-  absl::Status EncodeSection(std::string_view text, std::vector<uint32_t>& out) const;
+  // The ids of `text` without the post-processor's template (valid UTF-8 is the caller's check);
+  // with `sink`, the checkpoints along the way.
+  absl::Status EncodeBody(std::string_view text, std::vector<uint32_t>& out,
+                          const tokenizer_internal::CheckpointSink* sink = nullptr) const;
+  void ApplyTemplate(const std::vector<uint32_t>& body, std::vector<uint32_t>& out) const;
+  absl::Status EncodeSection(std::string_view text, std::vector<uint32_t>& out,
+                             const tokenizer_internal::CheckpointSink* sink) const;
   // Pre-tokenizer steps from `step` on, over one piece; the last step's pieces go to BPE.
-  absl::Status PreTokenize(size_t step, std::string_view piece, std::vector<uint32_t>& out) const;
+  absl::Status PreTokenize(size_t step, std::string_view piece, std::vector<uint32_t>& out,
+                           const tokenizer_internal::CheckpointSink* sink) const;
+  bool prefix_space = false;  // a ByteLevel step adds a prefix space: no prefix reuse
+  size_t max_added_bytes = 0;
 };
 
 }  // namespace epp

