@@ -2,6 +2,7 @@
 // first and the leftmost of equal ranks, with a heap so long pre-tokens stay O(n log n).
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <queue>
 
@@ -12,6 +13,10 @@ namespace epp::tokenizer_internal {
 namespace {
 
 inline uint64_t Key(uint32_t a, uint32_t b) { return (static_cast<uint64_t>(a) << 32) | b; }
+
+}  // namespace
+
+namespace {
 
 struct Candidate {
   uint32_t rank;
@@ -34,16 +39,18 @@ struct ThreadCaches {
   struct One {
     uint64_t owner = 0;
     absl::flat_hash_map<std::string, CachedIds> map;
+    absl::flat_hash_map<uint64_t, CachedIds> short_map;  // words of up to 7 bytes
   };
   One slots[4];
   unsigned next = 0;
-  absl::flat_hash_map<std::string, CachedIds>& For(uint64_t owner) {
+  One& For(uint64_t owner) {
     for (One& s : slots)
-      if (s.owner == owner) return s.map;
+      if (s.owner == owner) return s;
     One& s = slots[next++ % 4];  // a fifth tokenizer on this thread evicts the oldest
     s.owner = owner;
     s.map.clear();
-    return s.map;
+    s.short_map.clear();
+    return s;
   }
 };
 
@@ -58,16 +65,36 @@ void Bpe::EncodeCached(std::string_view word, std::vector<uint32_t>& out) const 
     Encode(word, out);
     return;
   }
-  if (ignore_merges) {  // a whole-word hit is as cheap as a cache hit
+  thread_local ThreadCaches caches;
+  ThreadCaches::One& cache = caches.For(cache_owner);
+  if (word.size() <= 7) {
+    // The thread's recent words first: a small table that stays in cache, where the whole
+    // vocabulary does not.
+    const uint64_t key = ShortKey(word);
+    if (auto it = cache.short_map.find(key); it != cache.short_map.end()) {
+      out.insert(out.end(), it->second.ids, it->second.ids + it->second.n);
+      return;
+    }
+    const size_t before = out.size();
+    if (auto v = ignore_merges ? short_vocab.find(key) : short_vocab.end(); v != short_vocab.end())
+      out.push_back(v->second);
+    else
+      Encode(word, out);
+    const size_t n = out.size() - before;
+    if (n > 7) return;
+    if (cache.short_map.size() >= kCacheEntries) cache.short_map.clear();
+    CachedIds& c = cache.short_map[key];
+    c.n = static_cast<uint8_t>(n);
+    std::copy(out.begin() + static_cast<std::ptrdiff_t>(before), out.end(), c.ids);
+    return;
+  }
+  if (ignore_merges) {
     if (auto it = vocab.find(absl::string_view(word.data(), word.size())); it != vocab.end()) {
       out.push_back(it->second);
       return;
     }
   }
-  thread_local ThreadCaches caches;
-  auto& map = caches.For(cache_owner);
-  const absl::string_view key(word.data(), word.size());
-  if (auto it = map.find(key); it != map.end()) {
+  if (auto it = cache.map.find(absl::string_view(word.data(), word.size())); it != cache.map.end()) {
     out.insert(out.end(), it->second.ids, it->second.ids + it->second.n);
     return;
   }
@@ -75,14 +102,15 @@ void Bpe::EncodeCached(std::string_view word, std::vector<uint32_t>& out) const 
   Encode(word, out);
   const size_t n = out.size() - before;
   if (n > 7) return;
-  if (map.size() >= kCacheEntries) map.clear();
-  CachedIds& c = map[key];
+  if (cache.map.size() >= kCacheEntries) cache.map.clear();
+  CachedIds& c = cache.map[std::string(word)];
   c.n = static_cast<uint8_t>(n);
   std::copy(out.begin() + static_cast<std::ptrdiff_t>(before), out.end(), c.ids);
 }
 
 void Bpe::AddToken(const std::string& bytes, uint32_t id) {
   vocab[bytes] = id;
+  if (bytes.size() <= 7) short_vocab[ShortKey(bytes)] = id;
   if (bytes.size() == 1) byte_id[static_cast<unsigned char>(bytes[0])] = id;
   max_id = std::max(max_id, id);
 }

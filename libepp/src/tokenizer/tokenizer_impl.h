@@ -75,6 +75,14 @@ struct TemplateItem {
 // Byte-level BPE: symbols are bytes; merges join adjacent symbols by rank.
 struct Bpe {
   absl::flat_hash_map<std::string, uint32_t> vocab;  // raw bytes -> id
+  absl::flat_hash_map<uint64_t, uint32_t> short_vocab;  // ShortKey -> id, tokens of up to 7 bytes
+  // Up to 7 bytes and their length in one integer (most pieces are that short; an integer key
+  // hashes and compares in a few instructions). REQUIRES: w.size() <= 7.
+  static uint64_t ShortKey(std::string_view w) {
+    uint64_t k = static_cast<uint64_t>(w.size()) << 56;
+    for (size_t i = 0; i < w.size(); ++i) k |= static_cast<uint64_t>(static_cast<unsigned char>(w[i])) << (8 * i);
+    return k;
+  }
   std::optional<uint32_t> byte_id[256];
   // (left id << 32 | right id) -> (rank << 32 | merged id)
   absl::flat_hash_map<uint64_t, uint64_t> merges;
