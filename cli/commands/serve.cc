@@ -295,13 +295,14 @@ int RunServe(const ServeOptions& o) {
   if (!started.ok()) return fail(started.status());
   epp::EppServer& server = **started;
   server.SetReady(true);
+  const auto ms = [](std::chrono::microseconds us) { return std::chrono::duration_cast<std::chrono::milliseconds>(us); };
+  // Logged before the ready file appears, so that whoever waits for the file finds the line.
+  log.Info("eppctl serve " EPP_VERSION_STRING " serving: " + server.Describe() + ", drain " + o.drain_timeout);
   if (!o.ready_file.empty()) {
     if (absl::Status s = WriteReadyFile(o.ready_file, server.grpc_port(), server.health_port(), server.metrics_port());
         !s.ok())
       return fail(s);
   }
-  const auto ms = [](std::chrono::microseconds us) { return std::chrono::duration_cast<std::chrono::milliseconds>(us); };
-  log.Info("eppctl serve " EPP_VERSION_STRING " serving: " + server.Describe() + ", drain " + o.drain_timeout);
 
   // Run until SIGTERM / SIGINT; then readiness NOT_SERVING, the shutdown delay, the drain.
   int sig = 0;

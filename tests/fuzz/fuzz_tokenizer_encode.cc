@@ -1,6 +1,7 @@
 // Request text (untrusted) through the in-process tokenizer.
 // Invariants: for each of the three patterns with a hand-written scanner, the scanner's pieces
-// equal PCRE2's on every valid UTF-8 input; a byte-level tokenizer (Llama 3's pattern, NFC, an
+// equal PCRE2's on every valid UTF-8 input whose characters both engines' Unicode tables class
+// alike; a byte-level tokenizer (Llama 3's pattern, NFC, an
 // added token) encodes every valid input, decodes it back byte for byte (NFC-stable input), gives
 // PrefixTokenizer's ids, and refuses invalid UTF-8 with kInvalidArgument.
 #include <memory>
@@ -76,7 +77,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   EPP_FUZZ_CHECK(ids.ok(), ids.status().ToString());
+  // Where the two engines' Unicode tables agree (not on characters new in Unicode 15).
+  const bool same_tables = epp::tokenizer_internal::SplitRegex::SameCharacterClasses(text);
   for (const auto& re : f.regexes) {
+    if (!same_tables) break;
     std::vector<std::string_view> fast, slow;
     EPP_FUZZ_CHECK(re->Split(text, false, [&](std::string_view p) { fast.push_back(p); }).ok(), "split");
     EPP_FUZZ_CHECK(re->SplitPcre2(text, false, [&](std::string_view p) { slow.push_back(p); }).ok(), "pcre2 split");

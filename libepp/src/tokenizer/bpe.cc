@@ -119,8 +119,8 @@ absl::Status Bpe::AddMerge(const std::string& a, const std::string& b, uint32_t 
   auto ia = vocab.find(a), ib = vocab.find(b), im = vocab.find(a + b);
   if (ia == vocab.end() || ib == vocab.end() || im == vocab.end())
     return absl::InvalidArgumentError("a merge whose parts or result are not in the vocabulary");
-  // The first (lowest) rank of a pair wins, as a map insert in the reference keeps the first.
-  merges.try_emplace(Key(ia->second, ib->second), (static_cast<uint64_t>(rank) << 32) | im->second);
+  // A repeated merge takes its last rank, as the reference's map collect keeps the last.
+  merges.insert_or_assign(Key(ia->second, ib->second), (static_cast<uint64_t>(rank) << 32) | im->second);
   return absl::OkStatus();
 }
 
@@ -144,10 +144,8 @@ void Bpe::EncodeSmall(std::string_view word, std::vector<uint32_t>& out) const {
       if ((pair[i] >> 32) < (pair[best] >> 32)) best = i;  // strict: the leftmost of equal ranks
     if (pair[best] == kNoMerge) break;
     sym[best] = static_cast<uint32_t>(pair[best]);
-    for (uint32_t i = best + 1; i + 1 < n; ++i) {
-      sym[i] = sym[i + 1];
-      pair[i] = pair[i + 1];
-    }
+    for (uint32_t i = best + 1; i + 1 < n; ++i) sym[i] = sym[i + 1];
+    for (uint32_t i = best + 1; i + 2 < n; ++i) pair[i] = pair[i + 1];  // pairs 0..n-2 are set
     --n;
     if (best + 1 < n) pair[best] = lookup(best);
     else pair[best] = kNoMerge;

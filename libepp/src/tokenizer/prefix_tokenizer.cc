@@ -48,6 +48,9 @@ struct Entry {
   std::vector<Key> keys;
 };
 
+// What an entry counts against the budget, in ids (a block key is four ids' worth).
+size_t Cost(const Entry& e) { return e.ids.size() + 4 * e.keys.size(); }
+
 }  // namespace
 
 struct PrefixTokenizer::State {
@@ -80,7 +83,7 @@ PrefixTokenizer::Stats PrefixTokenizer::stats() const {
 absl::StatusOr<std::vector<uint32_t>> PrefixTokenizer::Encode(std::string_view text, bool add_special_tokens) const {
   const Tokenizer::Impl& impl = *tokenizer_->impl_;
   State& st = *state_;
-  if (impl.prefix_space || text.size() < kBlockBytes) {
+  if (impl.prefix_space || !impl.restartable || text.size() < kBlockBytes) {
     {
       std::lock_guard<std::mutex> lock(st.mu);
       ++st.stats.encodes;
@@ -146,16 +149,17 @@ absl::StatusOr<std::vector<uint32_t>> PrefixTokenizer::Encode(std::string_view t
       ++st.stats.hits;
       st.stats.reused_bytes += static_cast<int64_t>(from);
     }
-    if (entry->ids.size() <= st.max_ids) {
+    // An entry costs its ids and its block keys (a text of few ids still holds its keys).
+    if (Cost(*entry) <= st.max_ids) {
       st.lru.push_front(entry);
       st.where[entry.get()] = st.lru.begin();
-      st.ids += entry->ids.size();
+      st.ids += Cost(*entry);
       for (size_t k = 0; k < keys.size(); ++k) st.by_key[keys[k]] = {entry, k};
       while (st.ids > st.max_ids && !st.lru.empty()) {
         std::shared_ptr<const Entry> old = st.lru.back();
         st.lru.pop_back();
         st.where.erase(old.get());
-        st.ids -= old->ids.size();
+        st.ids -= Cost(*old);
         for (const Key& key : old->keys)
           if (auto it = st.by_key.find(key); it != st.by_key.end() && it->second.first == old) st.by_key.erase(it);
       }

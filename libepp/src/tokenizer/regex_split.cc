@@ -7,6 +7,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <utf8proc.h>
+
 #include "absl/strings/str_cat.h"
 #include "tokenizer/tokenizer_impl.h"
 
@@ -136,6 +138,31 @@ absl::Status SplitRegex::SplitPcre2(std::string_view text, bool removed, PieceSi
   }
   if (gap < text.size()) out(text.substr(gap));
   return absl::OkStatus();
+}
+
+bool SplitRegex::SameCharacterClasses(std::string_view text) {
+  static const std::shared_ptr<const SplitRegex> letter = *Compile("\\G\\p{L}", "letter");
+  static const std::shared_ptr<const SplitRegex> number = *Compile("\\G\\p{N}", "number");
+  ThreadMatch& t = Thread();
+  size_t i = 0;
+  while (i < text.size()) {
+    utf8proc_int32_t cp = 0;
+    const utf8proc_ssize_t n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + i),
+                                                static_cast<utf8proc_ssize_t>(text.size() - i), &cp);
+    if (n <= 0) return false;
+    if (cp >= 0x80) {
+      const utf8proc_category_t c = utf8proc_category(cp);
+      const bool is_letter = c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO;
+      const bool is_number = c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO;
+      for (const auto& [re, want] : {std::pair{letter.get(), is_letter}, std::pair{number.get(), is_number}}) {
+        const int rc = pcre2_match(Code(re->code_), reinterpret_cast<PCRE2_SPTR>(text.data()), i + static_cast<size_t>(n), i,
+                                   PCRE2_NO_UTF_CHECK, t.data, t.context);
+        if ((rc >= 0) != want) return false;
+      }
+    }
+    i += static_cast<size_t>(n);
+  }
+  return true;
 }
 
 }  // namespace epp::tokenizer_internal

@@ -128,7 +128,8 @@ absl::Status ParsePostProcessor(const Json& j, const std::string& path, const Im
       if (!special.contains(name) || !special[name].contains("ids") || !special[name]["ids"].is_array())
         return absl::InvalidArgumentError(at + ": special token '" + name + "' is not in " + path + ".special_tokens");
       for (const Json& id : special[name]["ids"]) {
-        if (!id.is_number_unsigned()) return absl::InvalidArgumentError(path + ".special_tokens." + name + ".ids: expected ids");
+        if (!id.is_number_unsigned() || id.get<uint64_t>() > (1u << 24))
+          return absl::InvalidArgumentError(path + ".special_tokens." + name + ".ids: expected ids below 2^24");
         t.ids.push_back(id.get<uint32_t>());
       }
     } else {
@@ -142,12 +143,15 @@ absl::Status ParsePostProcessor(const Json& j, const std::string& path, const Im
 absl::Status ParseAddedTokens(const Json& j, Impl& impl) {
   if (j.is_null()) return absl::OkStatus();
   if (!j.is_array()) return absl::InvalidArgumentError("added_tokens: expected a list");
+  bool any_normalized = false;
   for (size_t i = 0; i < j.size(); ++i) {
     const Json& t = j[i];
     const std::string at = absl::StrCat("added_tokens[", i, "]");
     if (!t.is_object() || !t.contains("id") || !t["id"].is_number_unsigned() || !t.contains("content") || !t["content"].is_string())
       return absl::InvalidArgumentError(at + ": expected {id, content, ...}");
     AddedToken a;
+    if (t["id"].get<uint64_t>() > (1u << 24))
+      return absl::InvalidArgumentError(absl::StrCat(at, ".id: ", t["id"].get<uint64_t>(), " is too large"));
     a.id = t["id"].get<uint32_t>();
     a.content = t["content"].get<std::string>();
     a.lstrip = t.value("lstrip", false);
@@ -155,12 +159,16 @@ absl::Status ParseAddedTokens(const Json& j, Impl& impl) {
     a.single_word = t.value("single_word", false);
     a.special = t.value("special", false);
     if (a.content.empty()) return absl::InvalidArgumentError(at + ".content: empty");
-    // A normalized token is matched on the normalized text; for ASCII content (every real
-    // chat-format token) the normalizers here leave it unchanged, so matching on the raw text
-    // is the same.
-    if (t.value("normalized", false) && !impl.normalizers.empty() &&
-        std::any_of(a.content.begin(), a.content.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; }))
-      return Unsupported(at + ".normalized", "a normalized added token with non-ASCII content");
+    if (a.id > (1u << 24)) return absl::InvalidArgumentError(absl::StrCat(at, ".id: ", a.id, " is too large"));
+    // Hugging Face matches normalized: false tokens on the raw text first, then normalized: true
+    // ones on the normalized remainder. One pass over the raw text is the same only when every
+    // token has the same flag and, for normalized ones, nothing normalizes the text.
+    const bool normalized = t.value("normalized", !a.special);
+    if (normalized && !impl.normalizers.empty())
+      return Unsupported(at + ".normalized", "a normalized added token with a normalizer");
+    if (i > 0 && normalized != any_normalized)
+      return Unsupported(at + ".normalized", "added tokens with both normalized: true and false");
+    any_normalized = normalized;
     impl.added.push_back(std::move(a));
   }
   return absl::OkStatus();
@@ -222,6 +230,8 @@ absl::Status ParseModel(const Json& j, Impl& impl) {
     if (!it.value().is_number_unsigned()) return absl::InvalidArgumentError("model.vocab." + it.key() + ": expected an id");
     auto bytes = ByteLevelToBytes(it.key());
     if (!bytes) return Unsupported("model.vocab." + it.key(), "a token outside the byte-level alphabet");
+    if (it.value().get<uint64_t>() > (1u << 24))
+      return absl::InvalidArgumentError("model.vocab." + it.key() + ": id " + std::to_string(it.value().get<uint64_t>()) + " is too large");
     const uint32_t id = it.value().get<uint32_t>();
     if (id > (1u << 24)) return absl::InvalidArgumentError("model.vocab." + it.key() + ": id " + std::to_string(id) + " is too large");
     impl.bpe.AddToken(*bytes, id);
@@ -286,12 +296,14 @@ size_t WhitespaceAfter(std::string_view s, size_t begin) {
   return i - begin;
 }
 
-// Rust's char::is_alphanumeric or '_' (Hugging Face's single_word boundary test).
+// Rust regex's Unicode \w, Hugging Face's single_word boundary test: letters (and letter
+// numbers), marks, decimal digits, connector punctuation, ZWNJ and ZWJ.
 bool IsWordChar(utf8proc_int32_t cp) {
-  if (cp == '_') return true;
+  if (cp == 0x200C || cp == 0x200D) return true;
   switch (utf8proc_category(cp)) {
     case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
-    case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO:
+    case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_PC:
       return true;
     default:
       return false;
@@ -355,8 +367,11 @@ void Impl::IndexAddedTokens() {
   for (const AddedToken& a : added) id_to_bytes[a.id] = a.content;
 }
 
-// The added token matching at `pos` (longest), honouring single_word; nullptr when none.
-const AddedToken* Impl::AddedAt(std::string_view text, size_t pos) const {
+// The added token matching at `pos` (the longest), or nullptr. A longest match that single_word
+// rejects is dropped whole, as Hugging Face's matcher drops it (its search resumes after it):
+// `*skip` is then its length, else 0.
+const AddedToken* Impl::AddedAt(std::string_view text, size_t pos, size_t* skip) const {
+  *skip = 0;
   for (size_t i : order) {
     const AddedToken& a = added[i];
     if (text.size() - pos < a.content.size() || text.compare(pos, a.content.size(), a.content) != 0) continue;
@@ -376,7 +391,10 @@ const AddedToken* Impl::AddedAt(std::string_view text, size_t pos) const {
         utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + e), static_cast<utf8proc_ssize_t>(text.size() - e), &cp);
         return IsWordChar(cp);
       };
-      if (word_before() || word_after()) continue;
+      if (word_before() || word_after()) {
+        *skip = a.content.size();
+        return nullptr;
+      }
     }
     return &a;
   }
@@ -467,7 +485,13 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(std::string
     return located(s);
   if (!has_template) impl->single = {TemplateItem{true, {}}};
   impl->IndexAddedTokens();
-  for (const PreTokenizerStep& st : impl->pre_tokenizers) impl->prefix_space |= st.add_prefix_space;
+  for (const PreTokenizerStep& st : impl->pre_tokenizers) {
+    impl->prefix_space |= st.add_prefix_space;
+    // A piece end is a place to restart encoding only for patterns without look-behind or
+    // anchors: the ones with a hand-written scanner (analysed), not arbitrary regexes.
+    if (st.regex && st.regex->known() == tokenizer_internal::KnownPattern::kNone) impl->restartable = false;
+    if (st.kind == PreTokenizerStep::kSplit && st.split_behavior == PreTokenizerStep::kRemoved) impl->restartable = false;
+  }
   for (const AddedToken& a : impl->added) impl->max_added_bytes = std::max(impl->max_added_bytes, a.content.size());
   return std::shared_ptr<const Tokenizer>(new Tokenizer(std::move(impl)));
 }
@@ -514,9 +538,10 @@ absl::Status Impl::EncodeBody(std::string_view text, std::vector<uint32_t>& targ
       }
       continue;
     }
-    const AddedToken* a = m.AddedAt(text, pos);
+    size_t skip = 0;
+    const AddedToken* a = m.AddedAt(text, pos, &skip);
     if (a == nullptr) {
-      ++pos;
+      pos += skip > 0 ? skip : 1;
       continue;
     }
     size_t begin = pos, end = pos + a->content.size();

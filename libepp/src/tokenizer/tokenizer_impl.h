@@ -43,6 +43,10 @@ class SplitRegex {
   // The same on PCRE2 even for a known pattern (tests compare the two).
   absl::Status SplitPcre2(std::string_view text, bool removed, PieceSink out) const;
   KnownPattern known() const { return known_; }
+  // False when PCRE2's Unicode tables (10.42: Unicode 14) and utf8proc's (the scanners': Unicode
+  // 15) disagree on whether a character of `text` is a letter or a number: characters assigned
+  // in Unicode 15. There the scanners follow the newer tables, as the reference (Node's ICU) does.
+  static bool SameCharacterClasses(std::string_view text);
   // Pattern rewriting (exposed for tests): `\s` / `\S` as Oniguruma's White_Space sets.
   static absl::StatusOr<std::string> Translate(std::string_view pattern);
 
@@ -136,7 +140,7 @@ struct Tokenizer::Impl {
   std::vector<std::optional<std::string>> id_to_bytes;  // Decode
 
   void IndexAddedTokens();
-  const tokenizer_internal::AddedToken* AddedAt(std::string_view text, size_t pos) const;
+  const tokenizer_internal::AddedToken* AddedAt(std::string_view text, size_t pos, size_t* skip) const;
   // The ids of `text` without the post-processor's template (valid UTF-8 is the caller's check);
   // with `sink`, the checkpoints along the way.
   absl::Status EncodeBody(std::string_view text, std::vector<uint32_t>& out,
@@ -148,6 +152,7 @@ struct Tokenizer::Impl {
   absl::Status PreTokenize(size_t step, std::string_view piece, std::vector<uint32_t>& out,
                            const tokenizer_internal::CheckpointSink* sink) const;
   bool prefix_space = false;  // a ByteLevel step adds a prefix space: no prefix reuse
+  bool restartable = true;    // every split step is a known pattern: piece ends are restart points
   size_t max_added_bytes = 0;
 };
 

@@ -69,7 +69,7 @@ Json TinyTokenizer() {
   j["added_tokens"] = Json::array({
       {{"id", 1000}, {"content", "<s>"}, {"special", true}, {"normalized", false}},
       {{"id", 1001}, {"content", "<pad>"}, {"special", true}, {"lstrip", true}, {"rstrip", true}},
-      {{"id", 1002}, {"content", "tok"}, {"special", false}, {"single_word", true}},
+      {{"id", 1002}, {"content", "tok"}, {"special", false}, {"single_word", true}, {"normalized", false}},
   });
   j["normalizer"] = nullptr;
   j["pre_tokenizer"] = {{"type", "Sequence"},
@@ -136,6 +136,56 @@ TEST(TokenizerTest, AddedTokensSplitFirstWithTheirStripAndWordRules) {
   EXPECT_EQ(t->TokenId("he"), kHe);
   EXPECT_EQ(t->TokenId("nope"), std::nullopt);
   EXPECT_EQ(t->vocab_size(), 1003u);
+}
+
+// Review findings, each against Hugging Face's tokenizers (Rust) behaviour.
+TEST(TokenizerTest, MatchesTheReferenceOnEdgeCases) {
+  // A single_word match that is rejected is dropped whole; the search does not retry inside it.
+  Json j = TinyTokenizer();
+  j["added_tokens"] = Json::array({{{"id", 1000}, {"content", "foo"}, {"single_word", true}, {"normalized", false}},
+                                   {{"id", 1001}, {"content", "oo"}, {"normalized", false}}});
+  j["post_processor"] = nullptr;
+  auto t = Load(j);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(Enc(*t, "xfoo"), (Ids{'x', 'f', 'o', 'o'}));
+  EXPECT_EQ(Enc(*t, "x foo"), (Ids{'x', ' ', 1000}));
+  // A mark before the token is a word character for single_word (Rust's \w); superscript 2 is not.
+  EXPECT_EQ(Enc(*t, "e\xCC\x81" "foo").back(), static_cast<uint32_t>('o'));
+  EXPECT_EQ(Enc(*t, "\xC2\xB2" "foo").back(), 1000u);
+  // A repeated merge takes its last rank.
+  Json d = TinyTokenizer();
+  d["model"]["merges"] = Json::array({"h e", "l l", "h e"});
+  d["model"]["vocab"] = TinyTokenizer()["model"]["vocab"];
+  auto dup = Load(d);
+  ASSERT_NE(dup, nullptr);
+  EXPECT_EQ(Enc(*dup, "hell"), (Ids{kHe, kLl})) << "both merge; order matters only for overlaps";
+  Json o = TinyTokenizer();
+  o["model"]["merges"] = Json::array({"h e", "e l", "h e"});
+  o["model"]["vocab"]["el"] = 500;
+  auto overlap = Load(o);
+  ASSERT_NE(overlap, nullptr);
+  EXPECT_EQ(Enc(*overlap, "hel"), (Ids{'h', 500})) << "'h e' is rank 2 now, after 'e l' (rank 1)";
+  // Ids beyond 2^24 and mixed normalized flags are refused at load, naming the token.
+  Json big = TinyTokenizer();
+  big["added_tokens"][0]["id"] = 4294967295u;
+  auto bad = Tokenizer::FromJson(big.dump(), "big.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("added_tokens[0].id: 4294967295 is too large"), std::string::npos) << bad.status();
+  Json mixed = TinyTokenizer();
+  mixed["added_tokens"][1]["normalized"] = true;
+  auto mix = Tokenizer::FromJson(mixed.dump(), "mixed.json");
+  ASSERT_FALSE(mix.ok());
+  EXPECT_NE(mix.status().message().find("added_tokens[1].normalized"), std::string::npos) << mix.status();
+  // Characters new in Unicode 15 (U+31350, a CJK ideograph) are letters to the scanners, as to
+  // the reference's tables; PCRE2 10.42's tables do not know them.
+  auto llama_like = tokenizer_internal::SplitRegex::Compile(
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)", "t");
+  ASSERT_TRUE(llama_like.ok());
+  std::vector<std::string> pieces;
+  ASSERT_TRUE((*llama_like)->Split("a\xF0\xB1\x8D\x90", false, [&](std::string_view p) { pieces.emplace_back(p); }).ok());
+  EXPECT_EQ(pieces.size(), 1u);
+  EXPECT_FALSE(tokenizer_internal::SplitRegex::SameCharacterClasses("a\xF0\xB1\x8D\x90"));
+  EXPECT_TRUE(tokenizer_internal::SplitRegex::SameCharacterClasses("a\xE4\xB8\xAD" "1"));
 }
 
 TEST(TokenizerTest, SplitRegexUsesOnigurumasWhiteSpace) {
@@ -361,11 +411,16 @@ void CheckPrefixReuse(std::shared_ptr<const Tokenizer> t, uint64_t seed, bool re
 }
 
 TEST(TokenizerTest, PrefixReuseGivesTheSameIds) {
+  // Reuse needs a split pattern with a scanner: Llama 3's.
+  const char* llama3 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  Json plain = TinyTokenizer();
+  plain["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", llama3}};
   {
     SCOPED_TRACE("tiny");
-    CheckPrefixReuse(Load(TinyTokenizer()), 1);
+    CheckPrefixReuse(Load(plain), 1);
   }
-  Json nfc = TinyTokenizer();
+  Json nfc = plain;
   nfc["normalizer"] = {{"type", "NFC"}};
   {
     SCOPED_TRACE("tiny NFC");
@@ -381,8 +436,30 @@ TEST(TokenizerTest, PrefixReuseGivesTheSameIds) {
   }
 }
 
+TEST(TokenizerTest, PrefixReuseIsOffForPatternsWithoutAScanner) {
+  // A look-behind makes a piece end no place to restart: such tokenizers encode without reuse.
+  Json j = TinyTokenizer();
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "(?<=a)bb|[a-z]|[^a-z]"}};
+  auto t = Load(j);
+  ASSERT_NE(t, nullptr);
+  PrefixTokenizer cache(t);
+  std::string base;
+  for (int i = 0; i < 3000; ++i) base += "!abb";
+  for (size_t cut : {size_t{4097}, size_t{8190}, size_t{9001}}) {
+    const std::string text = base.substr(0, cut) + "bbab";
+    auto got = cache.Encode(text, false);
+    auto want = t->Encode(text, false);
+    ASSERT_TRUE(got.ok() && want.ok());
+    EXPECT_EQ(*got, *want);
+  }
+  EXPECT_EQ(cache.stats().hits, 0);
+}
+
 TEST(TokenizerTest, PrefixReuseIsBounded) {
-  auto t = Load(TinyTokenizer());
+  Json j = TinyTokenizer();
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {
+      {"Regex", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}};
+  auto t = Load(j);
   PrefixTokenizer cache(t, 20000);
   std::string text(3 * PrefixTokenizer::kBlockBytes, 'a');
   for (int i = 0; i < 50; ++i) {
