@@ -321,17 +321,24 @@ class TopologyAffinityScorer : public TopologyBase, public Scorer {
   }
 };
 
+// onMissing: "Pass" (the default, also when empty) or "Fail".
+absl::StatusOr<bool> OnMissingFails(const Params& params) {
+  const Params* v = params.Find("onMissing");
+  if (v == nullptr || v->is_null()) return false;
+  absl::StatusOr<std::string> text = v->AsString();
+  if (!text.ok()) return text.status();
+  if (text->empty() || *text == "Pass") return false;
+  if (*text == "Fail") return true;
+  return absl::InvalidArgumentError(absl::StrCat(params.path(), ".onMissing: must be \"Pass\" or \"Fail\", got \"", *text, "\""));
+}
+
 }  // namespace
 
 PluginOr CreateEndpointAttributeFilter(const std::string& name, const Params& params, const PluginContext&) {
   EPP_RETURN_IF_ERROR(params.CheckKeys({"attribute", "producer", "onMissing", "fallbackOnEmpty", "algorithm"}));
   EndpointAttributeFilter::Options o;
   EPP_ASSIGN_OR_RETURN(o.key, ReadAttributeKey(params, "attribute", "endpoint attribute filter"));
-  EPP_ASSIGN_OR_RETURN(std::string on_missing, params.GetString("onMissing", "Pass"));
-  if (on_missing.empty()) on_missing = "Pass";
-  if (on_missing != "Pass" && on_missing != "Fail")
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".onMissing: must be \"Pass\" or \"Fail\", got \"", on_missing, "\""));
-  o.fail_on_missing = on_missing == "Fail";
+  EPP_ASSIGN_OR_RETURN(o.fail_on_missing, OnMissingFails(params));
   EPP_ASSIGN_OR_RETURN(o.fallback_on_empty, params.GetBool("fallbackOnEmpty", false));
   const Params* alg = params.Find("algorithm");
   if (alg == nullptr || alg->is_null())
