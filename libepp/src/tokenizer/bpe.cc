@@ -60,6 +60,25 @@ std::atomic<uint64_t> next_owner{1};
 
 Bpe::Bpe() : cache_owner(next_owner.fetch_add(1)) {}
 
+// Keeps the ids `out` gained since `before` under `key`, when they fit an entry.
+template <typename Map, typename Key>
+void Remember(Map& map, Key&& key, const std::vector<uint32_t>& out, size_t before) {
+  const size_t n = out.size() - before;
+  if (n > 7) return;
+  if (map.size() >= kCacheEntries) map.clear();
+  CachedIds& c = map[std::forward<Key>(key)];
+  c.n = static_cast<uint8_t>(n);
+  std::copy(out.begin() + static_cast<std::ptrdiff_t>(before), out.end(), c.ids);
+}
+
+template <typename Map, typename Key>
+bool Recall(const Map& map, const Key& key, std::vector<uint32_t>& out) {
+  auto it = map.find(key);
+  if (it == map.end()) return false;
+  out.insert(out.end(), it->second.ids, it->second.ids + it->second.n);
+  return true;
+}
+
 void Bpe::EncodeCached(std::string_view word, std::vector<uint32_t>& out) const {
   if (word.size() > kCachedWordBytes || word.size() == 1) {
     Encode(word, out);
@@ -67,45 +86,29 @@ void Bpe::EncodeCached(std::string_view word, std::vector<uint32_t>& out) const 
   }
   thread_local ThreadCaches caches;
   ThreadCaches::One& cache = caches.For(cache_owner);
+  const size_t before = out.size();
   if (word.size() <= 7) {
     // The thread's recent words first: a small table that stays in cache, where the whole
     // vocabulary does not.
     const uint64_t key = ShortKey(word);
-    if (auto it = cache.short_map.find(key); it != cache.short_map.end()) {
-      out.insert(out.end(), it->second.ids, it->second.ids + it->second.n);
-      return;
-    }
-    const size_t before = out.size();
+    if (Recall(cache.short_map, key, out)) return;
     if (auto v = ignore_merges ? short_vocab.find(key) : short_vocab.end(); v != short_vocab.end())
       out.push_back(v->second);
     else
-      Encode(word, out);
-    const size_t n = out.size() - before;
-    if (n > 7) return;
-    if (cache.short_map.size() >= kCacheEntries) cache.short_map.clear();
-    CachedIds& c = cache.short_map[key];
-    c.n = static_cast<uint8_t>(n);
-    std::copy(out.begin() + static_cast<std::ptrdiff_t>(before), out.end(), c.ids);
+      Merge(word, out);
+    Remember(cache.short_map, key, out, before);
     return;
   }
+  const absl::string_view key(word.data(), word.size());
   if (ignore_merges) {
-    if (auto it = vocab.find(absl::string_view(word.data(), word.size())); it != vocab.end()) {
+    if (auto it = vocab.find(key); it != vocab.end()) {
       out.push_back(it->second);
       return;
     }
   }
-  if (auto it = cache.map.find(absl::string_view(word.data(), word.size())); it != cache.map.end()) {
-    out.insert(out.end(), it->second.ids, it->second.ids + it->second.n);
-    return;
-  }
-  const size_t before = out.size();
-  Encode(word, out);
-  const size_t n = out.size() - before;
-  if (n > 7) return;
-  if (cache.map.size() >= kCacheEntries) cache.map.clear();
-  CachedIds& c = cache.map[std::string(word)];
-  c.n = static_cast<uint8_t>(n);
-  std::copy(out.begin() + static_cast<std::ptrdiff_t>(before), out.end(), c.ids);
+  if (Recall(cache.map, key, out)) return;
+  Merge(word, out);
+  Remember(cache.map, std::string(word), out, before);
 }
 
 void Bpe::AddToken(const std::string& bytes, uint32_t id) {
@@ -165,6 +168,10 @@ void Bpe::Encode(std::string_view word, std::vector<uint32_t>& out) const {
       return;
     }
   }
+  Merge(word, out);
+}
+
+void Bpe::Merge(std::string_view word, std::vector<uint32_t>& out) const {
   const uint32_t n = static_cast<uint32_t>(word.size());
   if (n <= kSmallWord) {
     EncodeSmall(word, out);

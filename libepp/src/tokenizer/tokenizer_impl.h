@@ -102,6 +102,8 @@ struct Bpe {
   absl::Status AddMerge(const std::string& a, const std::string& b, uint32_t rank);
   // Appends the ids of one pre-token (raw bytes, non-empty).
   void Encode(std::string_view word, std::vector<uint32_t>& out) const;
+  // Merges one pre-token (at least two bytes) without the whole-word lookup.
+  void Merge(std::string_view word, std::vector<uint32_t>& out) const;
   static constexpr uint32_t kSmallWord = 48;
   void EncodeSmall(std::string_view word, std::vector<uint32_t>& out) const;
   // Encode through the calling thread's cache of recent words.
