@@ -6,6 +6,11 @@
 // encodes those N KB followed by a new ending (the rest of the file behind a run number), and
 // "ms_per_run" is the latency of such a mostly-cached prompt ("cold_ms": the same text
 // without the cache).
+// --chat: instead, each FILE is the system prompt of a chat request ({"messages": [system FILE,
+// user "question N"]}) rendered with the chat template beside the tokenizer: "render_ms" is
+// ChatTemplate::RenderRequest alone, "ms_per_run" the whole TokenizeRequestBody (parse, render,
+// encode) through a PrefixTokenizer that has seen the system prompt, "cold_ms" the same without
+// the cache.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,15 +21,74 @@
 #include <algorithm>
 #include <vector>
 
+#include "epp/chat_template.h"
 #include "epp/tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+double Ms(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+int BenchChat(const std::shared_ptr<const epp::Tokenizer>& t, const epp::ChatTemplate& chat, const std::string& file,
+              const std::string& text, int min_ms) {
+  auto body = [&](int n) {
+    nlohmann::json b;
+    b["model"] = "m";
+    b["messages"] = nlohmann::json::array({{{"role", "system"}, {"content", text}},
+                                           {{"role", "user"}, {"content", "question " + std::to_string(n) + ": what changed?"}}});
+    return b.dump();
+  };
+  epp::PrefixTokenizer cache(t);
+  if (!epp::TokenizeRequestBody(cache, "/v1/chat/completions", body(-1), &chat).ok()) return 1;
+  int runs = 0;
+  double total_ms = 0, render_ms = 0, cold_ms = 0;
+  size_t tokens = 0, rendered = 0;
+  while (total_ms < min_ms) {
+    const std::string b = body(runs);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto text_only = chat.RenderRequest(b);
+    const auto t1 = std::chrono::steady_clock::now();
+    auto p = epp::TokenizeRequestBody(cache, "/v1/chat/completions", b, &chat);
+    const auto t2 = std::chrono::steady_clock::now();
+    if (!text_only.ok() || !p.ok()) {
+      std::cerr << file << ": " << (text_only.ok() ? p.status() : text_only.status()) << "\n";
+      return 1;
+    }
+    render_ms += Ms(t0, t1);
+    total_ms += Ms(t1, t2);
+    tokens = p->ids.size();
+    rendered = p->text.size();
+    if (runs == 0) {
+      const auto c0 = std::chrono::steady_clock::now();
+      auto cold = epp::TokenizeRequestBody(*t, "/v1/chat/completions", b, &chat);
+      cold_ms = Ms(c0, std::chrono::steady_clock::now());
+      if (!cold.ok() || cold->ids != p->ids) {
+        std::cerr << "cached and uncached chat ids differ\n";
+        return 1;
+      }
+    }
+    ++runs;
+  }
+  std::printf("{\"file\": \"%s\", \"chat\": true, \"bytes\": %zu, \"tokens\": %zu, \"runs\": %d, \"render_ms\": %.4f, "
+              "\"ms_per_run\": %.4f, \"cold_ms\": %.4f, \"hits\": %lld}\n",
+              file.c_str(), rendered, tokens, runs, render_ms / runs, total_ms / runs, cold_ms,
+              static_cast<long long>(cache.stats().hits));
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   int min_ms = 1000;
   size_t prefix_kb = 0;
+  bool chat_mode = false;
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--min-ms=", 0) == 0) min_ms = std::atoi(a.c_str() + 9);
+    else if (a == "--chat") chat_mode = true;
     else if (a.rfind("--prefix-kb=", 0) == 0) prefix_kb = static_cast<size_t>(std::atoi(a.c_str() + 12));
     else args.push_back(a);
   }
@@ -37,11 +101,24 @@ int main(int argc, char** argv) {
     std::cerr << t.status() << "\n";
     return 2;
   }
+  std::shared_ptr<const epp::ChatTemplate> chat;
+  if (chat_mode) {
+    auto c = epp::ChatTemplate::FromPath(args[0]);
+    if (!c.ok()) {
+      std::cerr << c.status() << "\n";
+      return 2;
+    }
+    chat = *std::move(c);
+  }
   for (size_t f = 1; f < args.size(); ++f) {
     std::ifstream in(args[f], std::ios::binary);
     std::ostringstream ss;
     ss << in.rdbuf();
     const std::string text = ss.str();
+    if (chat) {
+      if (BenchChat(*t, *chat, args[f], text, min_ms) != 0) return 1;
+      continue;
+    }
     if (prefix_kb > 0) {
       const size_t cut = std::min(text.size(), prefix_kb * 1024);
       epp::PrefixTokenizer cache(*t);

@@ -4,6 +4,7 @@
 #include <iterator>
 #include <memory>
 
+#include "epp/chat_template.h"
 #include "epp/request.h"
 #include "epp/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -19,7 +20,26 @@ struct TokenizeOptions {
   std::string path;
   std::string add_special = "auto";
   std::string output = "text";
+  std::string chat_template;           // default: beside the tokenizer
+  std::string content_format = "auto";
+  bool variables = false;              // print the chat template's variables instead
+  int64_t now = 0;
 };
+
+// The chat template: --chat-template, else the one beside the tokenizer (none is fine until a
+// chat request needs it).
+absl::StatusOr<std::shared_ptr<const epp::ChatTemplate>> LoadTemplate(const TokenizeOptions& o) {
+  epp::ChatTemplateOptions co;
+  if (o.content_format != "auto") {
+    co.content_format_set = true;
+    co.content_format = o.content_format == "openai" ? epp::ChatContentFormat::kOpenAI : epp::ChatContentFormat::kString;
+  }
+  co.now = static_cast<std::time_t>(o.now);
+  auto t = epp::ChatTemplate::FromPath(o.chat_template.empty() ? o.tokenizer : o.chat_template, co);
+  if (!t.ok() && t.status().code() == absl::StatusCode::kNotFound && o.chat_template.empty())
+    return std::shared_ptr<const epp::ChatTemplate>();
+  return t;
+}
 
 absl::StatusOr<std::string> ReadInput(const std::string& path) {
   if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
@@ -46,7 +66,16 @@ int Run(const TokenizeOptions& o) {
     if (!request.ok()) return PrintError(absl::InvalidArgumentError(o.request + ": " + std::string(request.status().message())));
     if (o.add_special != "auto")
       return PrintError(absl::InvalidArgumentError("--add-special-tokens applies to --text; a request follows the server's rule"));
-    auto tokenized = epp::TokenizeRequestBody(**tokenizer, request->path, body);
+    auto chat = LoadTemplate(o);
+    if (!chat.ok()) return PrintError(chat.status());
+    if (o.variables) {
+      if (!*chat) return PrintError(absl::NotFoundError("no chat template beside " + o.tokenizer + " (give --chat-template)"));
+      auto vars = (*chat)->RequestVariables(body);
+      if (!vars.ok()) return PrintError(absl::Status(vars.status().code(), o.request + ": " + std::string(vars.status().message())));
+      std::cout << nlohmann::ordered_json::parse(*vars).dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+      return kExitOk;
+    }
+    auto tokenized = epp::TokenizeRequestBody(**tokenizer, request->path, body, chat->get());
     if (!tokenized.ok())
       return PrintError(absl::Status(tokenized.status().code(), o.request + ": " + std::string(tokenized.status().message())));
     prompt = *std::move(tokenized);
@@ -80,7 +109,16 @@ void SetupTokenizeCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--add-special-tokens", o->add_special,
                   "For --text: true adds the post-processor's tokens (BOS); default false")
       ->check(CLI::IsMember({"auto", "true", "false"}));
-  cmd->add_option("-o,--output", o->output, "text or json")->check(CLI::IsMember({"text", "json"}));
+  cmd->add_option("-o,--output", o->output, "text or json (json adds the prompt text: for a chat, the rendered template)")
+      ->check(CLI::IsMember({"text", "json"}));
+  cmd->add_option("--chat-template", o->chat_template,
+                  "Chat template for chat requests: a .jinja file, a tokenizer_config.json or a model directory (default: "
+                  "the one beside the tokenizer)");
+  cmd->add_option("--content-format", o->content_format,
+                  "How message content reaches the template (vLLM's --chat-template-content-format): auto, string, openai")
+      ->check(CLI::IsMember({"auto", "string", "openai"}));
+  cmd->add_flag("--variables", o->variables, "For a chat request: print the variables the template sees (vLLM's rules) and exit");
+  cmd->add_option("--now", o->now, "The clock strftime_now reads, in seconds since the epoch (default: now)");
   cmd->callback([o, &exit_code, request, text] {
     if (request->count() == 0 && text->count() == 0) {
       exit_code = PrintError(absl::InvalidArgumentError("give -r REQUEST or --text FILE"));

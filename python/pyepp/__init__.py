@@ -38,7 +38,7 @@ from .scheduling import Endpoint, PickResult, PluginRegistry, Request, Scheduler
 from .extproc import ServeHandle, serve
 from .routing import SharedPrefix, gie_workloads, named_policies, replay, replay_html, replay_text
 from .sim import SimServer, Simulator
-from .tokenizer import Tokenizer
+from .tokenizer import ChatTemplate, Tokenizer
 
 __version__: str = _lib.__version__
 
@@ -57,6 +57,7 @@ __all__ = [
     "check",
     "builtin_engines",
     "Simulator",
+    "ChatTemplate",
     "Tokenizer",
     "SimServer",
     "Request",

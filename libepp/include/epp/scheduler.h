@@ -200,8 +200,8 @@ struct TokenizerCounters {
   // Requests estimated instead (vllm), by reason: "timeout", "unavailable" (refused, DNS, TLS),
   // "status" (non-2xx answer), "answer" (not a token list), "no-body" (the caller had no body),
   // "api" (responses / embeddings: nothing to render); local: "model" (no tokenizer for the
-  // request's model), "template" (a chat request: chat templates are not implemented yet),
-  // "answer" (the body's prompt could not be tokenized).
+  // request's model), "template" (a chat request whose model has no chat template, or that its
+  // template refused), "answer" (the body's prompt could not be tokenized).
   std::map<std::string, int64_t> fallbacks;
   int64_t cache_entries = 0;
   int64_t cache_tokens = 0;

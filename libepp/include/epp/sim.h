@@ -198,7 +198,9 @@ struct SimHttpOptions {
   // "words" (tokenize.h WordTokenIds: only an EPP that asks this server for the tokens matches
   // it; blocks are then hashed over token ids, not characters), or the path of a tokenizer.json
   // (or its directory): epp's in-process tokenizer, a completions prompt tokenized as vLLM does
-  // (BOS added), a chat as its canonical prompt's text until chat templates are implemented.
+  // (BOS added), a chat rendered with the chat template beside it (chat_template.jinja or
+  // tokenizer_config.json; epp/chat_template.h) and tokenized without special tokens, as vLLM
+  // does; a chat as its canonical prompt's text when there is no template.
   std::string tokenizer = "estimate";
   // Serve vLLM's render endpoints (POST /v1/completions/render, /v1/chat/completions/render);
   // POST /tokenize is always served. False: a server like vLLM before the render API (404).

@@ -32,6 +32,7 @@
 namespace epp {
 
 class PrefixTokenizer;
+class ChatTemplate;
 
 class Tokenizer {
  public:
@@ -65,6 +66,7 @@ class Tokenizer {
 
  private:
   friend class PrefixTokenizer;
+class ChatTemplate;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -114,15 +116,19 @@ struct TokenizedPrompt {
 };
 
 // The prompt of an OpenAI request body sent to `path`:
-//   .../completions: `prompt` a string, tokenized with the tokenizer's special tokens (BOS) added;
-//     or token ids (a list of integers, or a list holding one such list), passed through.
-//   .../chat/completions: kUnimplemented (chat templates are not implemented yet).
+//   .../completions: `prompt` a string, tokenized with the tokenizer's special tokens (BOS) added
+//     unless the body says "add_special_tokens": false; or token ids (a list of integers, or a
+//     list holding one such list), passed through.
+//   .../chat/completions: the messages rendered with `chat` (epp/chat_template.h, vLLM's rules),
+//     tokenized without special tokens unless the body says "add_special_tokens": true (vLLM's
+//     chat default is false: the template writes BOS itself). Without a template,
+//     kFailedPrecondition.
 // kInvalidArgument naming the JSON path for a body that is not such a request (a batch of
 // several prompts included: the EPP routes one request to one server).
 absl::StatusOr<TokenizedPrompt> TokenizeRequestBody(const Tokenizer& tokenizer, std::string_view path,
-                                                    std::string_view body);
+                                                    std::string_view body, const ChatTemplate* chat = nullptr);
 // The same through a prefix cache (same ids; a prompt starting like an earlier one costs less).
 absl::StatusOr<TokenizedPrompt> TokenizeRequestBody(const PrefixTokenizer& tokenizer, std::string_view path,
-                                                    std::string_view body);
+                                                    std::string_view body, const ChatTemplate* chat = nullptr);
 
 }  // namespace epp

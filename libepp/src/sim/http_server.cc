@@ -27,6 +27,7 @@
 #include "epp/request.h"
 #include "epp/sim.h"
 #include "epp/tokenize.h"
+#include "epp/chat_template.h"
 #include "epp/tokenizer.h"
 
 namespace epp {
@@ -248,6 +249,7 @@ struct SimHttpServer::Impl {
   std::unique_ptr<KvEventPublisher> kv;    // SimHttpOptions::kv_events_endpoint
   std::atomic<uint64_t> next_render_id{1}, render_calls{0};
   std::shared_ptr<const Tokenizer> real;  // SimHttpOptions::tokenizer named a tokenizer.json
+  std::shared_ptr<const ChatTemplate> chat_template;  // the chat template beside it, if any
 
   // Sends what the cache did since the last call as one batch. REQUIRES: mu held.
   void FlushKvEventsLocked() {
@@ -388,11 +390,13 @@ struct SimHttpServer::Impl {
     return o.tokenizer == "words" ? WordTokenIds(text) : EstimateTokenIds(text);
   }
   // A request's ids as this server computes them: with a tokenizer.json, a completions prompt as
-  // vLLM tokenizes it (BOS added, token ids passed through); a chat as its canonical prompt's
-  // text (chat templates are not implemented); otherwise the canonical prompt's.
+  // vLLM tokenizes it (BOS added, token ids passed through) and a chat rendered with the chat
+  // template beside it and tokenized as vLLM does; a chat without a template, and everything
+  // without a tokenizer.json, as its canonical prompt's text.
   std::vector<uint32_t> TokenizeRequest(bool chat, std::string_view body, std::string_view canonical_prompt) const {
-    if (real && !chat) {
-      absl::StatusOr<TokenizedPrompt> p = TokenizeRequestBody(*real, "/v1/completions", body);
+    if (real && (!chat || chat_template)) {
+      absl::StatusOr<TokenizedPrompt> p =
+          TokenizeRequestBody(*real, chat ? "/v1/chat/completions" : "/v1/completions", body, chat_template.get());
       if (p.ok()) return std::move(p->ids);
     }
     return Tokenize(canonical_prompt);
@@ -703,12 +707,17 @@ absl::StatusOr<std::unique_ptr<SimHttpServer>> SimHttpServer::Start(const SimHtt
     return absl::InvalidArgumentError("simulator: kv_link_gbytes_per_s must be > 0");
   if (options.kv_bytes_per_token < 0) return absl::InvalidArgumentError("simulator: kv_bytes_per_token must be >= 0");
   std::shared_ptr<const Tokenizer> real;
+  std::shared_ptr<const ChatTemplate> chat_template;
   if (options.tokenizer != "estimate" && options.tokenizer != "words") {
     absl::StatusOr<std::shared_ptr<const Tokenizer>> t = Tokenizer::FromPath(options.tokenizer);
     if (!t.ok())
       return absl::Status(t.status().code(), "simulator: tokenizer must be estimate, words or a tokenizer.json (or its "
                                              "directory): " + std::string(t.status().message()));
     real = *std::move(t);
+    absl::StatusOr<std::shared_ptr<const ChatTemplate>> ct = ChatTemplate::FromPath(options.tokenizer);
+    if (ct.ok()) chat_template = *std::move(ct);
+    else if (ct.status().code() != absl::StatusCode::kNotFound)
+      return absl::Status(ct.status().code(), "simulator: " + std::string(ct.status().message()));
   }
   SimParams params = options.params;
   params.kv_events = !options.kv_events_endpoint.empty();
@@ -719,6 +728,7 @@ absl::StatusOr<std::unique_ptr<SimHttpServer>> SimHttpServer::Start(const SimHtt
   auto impl = std::make_unique<Impl>();
   impl->o = options;
   impl->real = std::move(real);
+  impl->chat_template = std::move(chat_template);
   impl->sim = *std::move(sim);
   impl->rng.seed(options.params.seed * 0x9E3779B97F4A7C15ull + 1);
   impl->Setup();

@@ -1,5 +1,6 @@
 // TokenizeRequestBody (epp/tokenizer.h).
 #include "absl/strings/str_cat.h"
+#include "epp/chat_template.h"
 #include "epp/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -22,22 +23,41 @@ absl::Status IdsFrom(const Json& list, const std::string& path, std::vector<uint
   return absl::OkStatus();
 }
 
+// The body's add_special_tokens, or the API's default.
+absl::StatusOr<bool> AddSpecial(const Json& j, bool dflt) {
+  auto it = j.find("add_special_tokens");
+  if (it == j.end() || it->is_null()) return dflt;
+  if (!it->is_boolean()) return absl::InvalidArgumentError("$.add_special_tokens: expected true or false");
+  return it->get<bool>();
+}
+
 template <typename T>
-absl::StatusOr<TokenizedPrompt> Tokenize(const T& tokenizer, std::string_view path, std::string_view body) {
+absl::StatusOr<TokenizedPrompt> Tokenize(const T& tokenizer, std::string_view path, std::string_view body, const ChatTemplate* chat) {
   std::string_view p = path.substr(0, path.find('?'));
   while (!p.empty() && p.back() == '/') p.remove_suffix(1);
-  if (EndsWith(p, "chat/completions"))
-    return absl::UnimplementedError("chat requests need the model's chat template, which epp does not render yet");
+  if (EndsWith(p, "chat/completions")) {
+    if (chat == nullptr)
+      return absl::FailedPreconditionError("a chat request needs the model's chat template (chat_template.jinja or "
+                                           "tokenizer_config.json beside tokenizer.json)");
+    TokenizedPrompt out;
+    bool special = false;
+    EPP_ASSIGN_OR_RETURN(out.text, chat->RenderRequest(body, &special));
+    auto ids = tokenizer.Encode(out.text, special);
+    if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("the rendered chat: ", ids.status().message()));
+    out.ids = *std::move(ids);
+    return out;
+  }
   if (!EndsWith(p, "completions"))
-    return absl::InvalidArgumentError(absl::StrCat("path '", std::string(path), "': only /v1/completions prompts are tokenized"));
+    return absl::InvalidArgumentError(absl::StrCat("path '", std::string(path), "': only /v1/completions and /v1/chat/completions prompts are tokenized"));
   Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("$: the body is not a JSON object");
   if (!j.contains("prompt")) return absl::InvalidArgumentError("$.prompt: missing");
   const Json& prompt = j["prompt"];
+  EPP_ASSIGN_OR_RETURN(const bool special, AddSpecial(j, true));
   TokenizedPrompt out;
   if (prompt.is_string()) {
     out.text = prompt.get<std::string>();
-    auto ids = tokenizer.Encode(out.text, /*add_special_tokens=*/true);
+    auto ids = tokenizer.Encode(out.text, special);
     if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("$.prompt: ", ids.status().message()));
     out.ids = *std::move(ids);
     return out;
@@ -45,7 +65,7 @@ absl::StatusOr<TokenizedPrompt> Tokenize(const T& tokenizer, std::string_view pa
   if (prompt.is_array()) {
     if (prompt.size() == 1 && prompt[0].is_string()) {
       out.text = prompt[0].get<std::string>();
-      auto ids = tokenizer.Encode(out.text, true);
+      auto ids = tokenizer.Encode(out.text, special);
       if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("$.prompt[0]: ", ids.status().message()));
       out.ids = *std::move(ids);
       return out;
@@ -66,13 +86,14 @@ absl::StatusOr<TokenizedPrompt> Tokenize(const T& tokenizer, std::string_view pa
 
 }  // namespace
 
-absl::StatusOr<TokenizedPrompt> TokenizeRequestBody(const Tokenizer& tokenizer, std::string_view path, std::string_view body) {
-  return Tokenize(tokenizer, path, body);
+absl::StatusOr<TokenizedPrompt> TokenizeRequestBody(const Tokenizer& tokenizer, std::string_view path, std::string_view body,
+                                                    const ChatTemplate* chat) {
+  return Tokenize(tokenizer, path, body, chat);
 }
 
 absl::StatusOr<TokenizedPrompt> TokenizeRequestBody(const PrefixTokenizer& tokenizer, std::string_view path,
-                                                    std::string_view body) {
-  return Tokenize(tokenizer, path, body);
+                                                    std::string_view body, const ChatTemplate* chat) {
+  return Tokenize(tokenizer, path, body, chat);
 }
 
 }  // namespace epp

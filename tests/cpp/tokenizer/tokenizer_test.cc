@@ -2,6 +2,7 @@
 // byte alphabet with a few merges), and on the real Llama 3.1 file when the npm test data is
 // installed (scripts/setup; skipped otherwise). Parity with Hugging Face's reference on a large
 // corpus is tests/python/test_tokenizer_parity.py.
+#include "epp/chat_template.h"
 #include "epp/tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -269,7 +270,61 @@ TEST(TokenizerTest, CompletionsBodies) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("$.prompt[1]"), std::string::npos) << bad.status();
   EXPECT_EQ(TokenizeRequestBody(*t, "/v1/chat/completions", R"({"model":"m","messages":[]})").status().code(),
-            absl::StatusCode::kUnimplemented);
+            absl::StatusCode::kFailedPrecondition);  // no chat template given
+  auto no_bos = TokenizeRequestBody(*t, "/v1/completions", R"({"model":"m","prompt":"hello","add_special_tokens":false})");
+  ASSERT_TRUE(no_bos.ok()) << no_bos.status();
+  EXPECT_EQ(no_bos->ids, (Ids{kHello}));
+  auto chat = ChatTemplate::FromSource("{% for m in messages %}{{ m.content }}{% endfor %}", "t");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  auto c = TokenizeRequestBody(*t, "/v1/chat/completions", R"({"model":"m","messages":[{"role":"user","content":"hello"}]})",
+                               chat->get());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->text, "hello");
+  EXPECT_EQ(c->ids, (Ids{kHello}));  // vLLM's chat default: no special tokens added
+  auto c2 = TokenizeRequestBody(*t, "/v1/chat/completions",
+                                R"({"model":"m","messages":[{"role":"user","content":"hello"}],"add_special_tokens":true})", chat->get());
+  ASSERT_TRUE(c2.ok()) << c2.status();
+  EXPECT_EQ(c2->ids, (Ids{1000, kHello}));
+}
+
+// With a chat template beside the tokenizer, the local backend renders chat requests as vLLM
+// does; a template outside epp's Jinja subset fails the config load, naming the line.
+TEST(TokenizerTest, LocalTokenProducerRendersChat) {
+  const auto dir = std::filesystem::temp_directory_path() / ("epp-tok-chat-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  { std::ofstream(dir / "tokenizer.json") << TinyTokenizer().dump(); }
+  auto build = [&] {
+    static SeededRng rng(3);
+    auto cfg = ParseConfig("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: token-producer\n"
+                           "  parameters:\n    local: {tokenizer: '" + dir.string() + "'}\n- type: queue-scorer\n"
+                           "schedulingProfiles:\n- name: default\n  plugins: [{pluginRef: queue-scorer}]\n", "t.yaml");
+    EXPECT_TRUE(cfg.ok()) << cfg.status();
+    return BuildScheduler(*cfg, BuiltinRegistry(), PluginContext{&SteadyClock::Get(), &rng});
+  };
+  {
+    std::ofstream(dir / "tokenizer_config.json")
+        << R"({"bos_token": "<s>", "chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %} hello{% endif %}"})";
+  }
+  auto s = build();
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<Endpoint> eps(1);
+  eps[0].address = "10.0.0.1:8000";
+  auto r = ParseOpenAIRequest("/v1/chat/completions", R"({"model":"m","messages":[{"role":"user","content":"hello"}]})");
+  ASSERT_TRUE(r.ok());
+  r->body = R"({"model":"m","messages":[{"role":"user","content":"hello"}]})";
+  PickResult p = (*s)->Pick(*r, eps);
+  EXPECT_EQ(p.tokens_source, "local") << p.tokens_note;
+  EXPECT_EQ(p.tokens, 3);  // "hello hello": hello, " ", hello; no BOS
+  r->body = R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})";
+  PickResult media = (*s)->Pick(*r, eps);
+  EXPECT_EQ(media.tokens_source, "estimate-fallback");
+  EXPECT_NE(media.tokens_note.find("text-only"), std::string::npos) << media.tokens_note;
+  { std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": "a\n{% include 'x.jinja' %}"})"; }
+  s = absl::CancelledError("dropped");  // the last holder of the loaded model: the next build reads the files again
+  auto bad = build();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("line 2: `{% include %}` is not supported"), std::string::npos) << bad.status();
+  std::filesystem::remove_all(dir);
 }
 
 // The hand-written scanners give exactly PCRE2's pieces for their patterns, on random text drawn
@@ -340,7 +395,7 @@ TEST(TokenizerTest, LocalTokenProducerBackend) {
   EXPECT_EQ(done.tokens, 2);  // BOS + "hello"
   PickResult chat = pick("/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":"hi"}]})");
   EXPECT_EQ(chat.tokens_source, "estimate-fallback");
-  EXPECT_NE(chat.tokens_note.find("template: chat templates are not implemented"), std::string::npos) << chat.tokens_note;
+  EXPECT_NE(chat.tokens_note.find("template: no chat template in"), std::string::npos) << chat.tokens_note;
   PickResult other = pick("/v1/completions", R"({"model":"other","prompt":"hello"})");
   EXPECT_NE(other.tokens_note.find("model: no tokenizer for model 'other'"), std::string::npos) << other.tokens_note;
   const std::vector<TokenizerCounters> counters = (*s)->Tokenizers();

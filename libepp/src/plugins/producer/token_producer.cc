@@ -15,7 +15,11 @@
 //             directory holding one), local.models maps model names to their own, and
 //             local.adapters maps LoRA adapter names to their base model. Completions prompts
 //             are tokenized as vLLM does (BOS added; token ids passed through); chat requests
-//             are estimated until chat templates are implemented (reason "template").
+//             are rendered with the model's chat template (chat_template.jinja or
+//             tokenizer_config.json beside the tokenizer.json, epp/chat_template.h) and
+//             tokenized without adding special tokens, as vLLM's OpenAI server does. A model
+//             without a template, or a request its template refuses, is estimated (reason
+//             "template").
 // When the server cannot be asked or does not answer in time the request's tokens are estimated
 // instead: the pick goes on (its prefix scores then match only what an estimate matches) and the
 // fallback is counted by reason (Scheduler::Tokenizers, /metrics epp_tokenizer_fallbacks_total)
@@ -36,6 +40,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
+#include "epp/chat_template.h"
 #include "epp/http.h"
 #include "epp/kv_index.h"
 #include "epp/scheduling.h"
@@ -45,6 +50,14 @@
 
 namespace epp::plugins {
 namespace {
+
+// A local model: its tokenizer (through a prefix cache) and its chat template, if it has one.
+struct LocalModel {
+  explicit LocalModel(std::shared_ptr<const Tokenizer> t) : tokenizer(std::move(t)) {}
+  PrefixTokenizer tokenizer;
+  std::shared_ptr<const ChatTemplate> chat;
+  std::string no_chat;  // why there is no template
+};
 
 struct TokenOptions {
   std::string model_name;  // sent as the body's model (empty: the request's own)
@@ -56,8 +69,8 @@ struct TokenOptions {
   std::vector<std::pair<std::string, std::string>> local_models, local_adapters;
   // Each through a prefix cache: a prompt that starts like an earlier one is tokenized only past
   // the shared part.
-  std::shared_ptr<const PrefixTokenizer> default_tokenizer;
-  absl::flat_hash_map<std::string, std::shared_ptr<const PrefixTokenizer>> model_tokenizers;
+  std::shared_ptr<const LocalModel> default_tokenizer;
+  absl::flat_hash_map<std::string, std::shared_ptr<const LocalModel>> model_tokenizers;
   absl::flat_hash_map<std::string, std::string> adapter_base;
   std::string url = "http://localhost:8000";
   int64_t timeout_us = 5000000;
@@ -70,17 +83,24 @@ enum Reason { kTimeout, kUnavailable, kStatus, kAnswer, kNoBody, kApi, kModel, k
 constexpr std::array<const char*, kReasons> kReasonNames = {"timeout", "unavailable", "status", "answer",
                                                             "no-body", "api", "model", "template"};
 
-// Tokenizers (with their prefix caches) by path, shared by every plugin instance: a config
-// reload does not parse a tokenizer.json again, nor lose its cache, while a scheduler still
-// holds it.
-absl::StatusOr<std::shared_ptr<const PrefixTokenizer>> LoadShared(const std::string& path) {
+// Tokenizers (with their prefix caches) and chat templates by path, shared by every plugin
+// instance: a config reload does not parse a tokenizer.json again, nor lose its cache, while a
+// scheduler still holds it.
+absl::StatusOr<std::shared_ptr<const LocalModel>> LoadShared(const std::string& path) {
   static std::mutex mu;
-  static absl::flat_hash_map<std::string, std::weak_ptr<const PrefixTokenizer>> loaded;
+  static absl::flat_hash_map<std::string, std::weak_ptr<const LocalModel>> loaded;
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = loaded.find(path); it != loaded.end())
-    if (std::shared_ptr<const PrefixTokenizer> t = it->second.lock()) return t;
+    if (std::shared_ptr<const LocalModel> t = it->second.lock()) return t;
   EPP_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> t, Tokenizer::FromPath(path));
-  auto cached = std::make_shared<const PrefixTokenizer>(std::move(t));
+  auto model = std::make_shared<LocalModel>(std::move(t));
+  // A template that is there but outside epp's Jinja subset fails the load (naming its line);
+  // none at all only makes chat requests fall back.
+  absl::StatusOr<std::shared_ptr<const ChatTemplate>> chat = ChatTemplate::FromPath(path);
+  if (chat.ok()) model->chat = *std::move(chat);
+  else if (chat.status().code() == absl::StatusCode::kNotFound) model->no_chat = std::string(chat.status().message());
+  else return chat.status();
+  std::shared_ptr<const LocalModel> cached = std::move(model);
   loaded[path] = cached;
   return cached;
 }
@@ -261,17 +281,18 @@ class TokenProducer : public Plugin, public DataProducer, public TokenSource {
     std::string_view model = o_.model_name.empty() ? std::string_view(r.model) : std::string_view(o_.model_name);
     if (auto a = o_.adapter_base.find(absl::string_view(model.data(), model.size())); a != o_.adapter_base.end())
       model = a->second;
-    const PrefixTokenizer* tok = o_.default_tokenizer.get();
+    const LocalModel* tok = o_.default_tokenizer.get();
     if (auto m = o_.model_tokenizers.find(absl::string_view(model.data(), model.size())); m != o_.model_tokenizers.end())
       tok = m->second.get();
     if (tok == nullptr) return Fallback(t, r, kModel, absl::StrCat("no tokenizer for model '", r.model, "'"));
-    if (r.api == ApiKind::kChatCompletions)
-      return Fallback(t, r, kTemplate, "chat templates are not implemented yet: chat requests are estimated");
-    if (r.api != ApiKind::kCompletions)
+    const bool chat = r.api == ApiKind::kChatCompletions;
+    if (r.api != ApiKind::kCompletions && !chat)
       return Fallback(t, r, kApi, absl::StrCat("the ", std::string(ApiKindName(r.api)), " API is not tokenized"));
     if (r.body.empty()) return Fallback(t, r, kNoBody, "no request body (the caller had none)");
-    absl::StatusOr<TokenizedPrompt> p = TokenizeRequestBody(*tok, "/v1/completions", r.body);
-    if (!p.ok()) return Fallback(t, r, kAnswer, std::string(p.status().message()));
+    if (chat && !tok->chat) return Fallback(t, r, kTemplate, tok->no_chat);
+    absl::StatusOr<TokenizedPrompt> p =
+        TokenizeRequestBody(tok->tokenizer, chat ? "/v1/chat/completions" : "/v1/completions", r.body, tok->chat.get());
+    if (!p.ok()) return Fallback(t, r, chat ? kTemplate : kAnswer, std::string(p.status().message()));
     t.ids = std::move(p->ids);
     t.source = "local";
   }
@@ -313,13 +334,13 @@ PluginOr CreateTokenProducer(const std::string& name, const Params& params, cons
     EPP_RETURN_IF_ERROR(local->CheckKeys({"tokenizer", "models", "adapters"}));
     o.local = true;
     EPP_ASSIGN_OR_RETURN(o.local_default, local->GetString("tokenizer", ""));
-    auto load = [&](const std::string& path, const Params& at, std::string_view key) -> absl::StatusOr<std::shared_ptr<const PrefixTokenizer>> {
-      absl::StatusOr<std::shared_ptr<const PrefixTokenizer>> t = LoadShared(path);
+    auto load = [&](const std::string& path, const Params& at, std::string_view key) -> absl::StatusOr<std::shared_ptr<const LocalModel>> {
+      absl::StatusOr<std::shared_ptr<const LocalModel>> t = LoadShared(path);
       if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat(at.path(), ".", std::string(key), ": ", t.status().message()));
       return t;
     };
     if (!o.local_default.empty()) {
-      EPP_ASSIGN_OR_RETURN(std::shared_ptr<const PrefixTokenizer> t, load(o.local_default, *local, "tokenizer"));
+      EPP_ASSIGN_OR_RETURN(std::shared_ptr<const LocalModel> t, load(o.local_default, *local, "tokenizer"));
       o.default_tokenizer = std::move(t);
     }
     for (const char* key : {"models", "adapters"}) {
@@ -329,7 +350,7 @@ PluginOr CreateTokenProducer(const std::string& name, const Params& params, cons
       for (const auto& [name, value] : m->entries()) {
         EPP_ASSIGN_OR_RETURN(std::string v, value.AsString());
         if (key[0] == 'm') {
-          EPP_ASSIGN_OR_RETURN(std::shared_ptr<const PrefixTokenizer> t, load(v, *m, name));
+          EPP_ASSIGN_OR_RETURN(std::shared_ptr<const LocalModel> t, load(v, *m, name));
           o.model_tokenizers[name] = std::move(t);
           o.local_models.emplace_back(name, v);
         } else {
