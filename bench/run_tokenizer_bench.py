@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Tokenizer throughput, epp vs Hugging Face's JavaScript tokenizer, on the same texts in one run.
 
-    python3 bench/run_tokenizer_bench.py [--build build] [--rounds 3] [--min-ms 1000]
+    python3 bench/run_tokenizer_bench.py [--build build] [--rounds 3] [--min-ms 1000] [--chat]
 
 Texts (written here, deterministic): English prose and source code at 4 KB, 220 KB and 1 MB.
 Each round runs ours, then the reference, on every text (alternating A/B, since the machine is
 shared); the table gives the range over rounds. Needs the npm test data of scripts/setup.
+--chat: each text is instead the system prompt of a chat request rendered with the model's chat
+template and tokenized (ours: TokenizeRequestBody, with and without a prefix cache holding the
+system prompt; the reference: @huggingface/jinja render + encode).
 """
 import argparse
 import json
@@ -52,6 +55,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--min-ms", type=int, default=1000)
     ap.add_argument("--tokenizer", choices=sorted(TOKENIZERS), default="llama3_1")
+    ap.add_argument("--chat", action="store_true")
     a = ap.parse_args()
     models = MODULES / TOKENIZERS[a.tokenizer] / "models"
     ours = Path(a.build) / "bench" / "epp_bench_tokenizer"
@@ -67,6 +71,8 @@ def main() -> int:
                 p = Path(tmp) / f"{kind}-{label}.txt"
                 p.write_text(gen(n, rng))
                 files.append(str(p))
+        if a.chat:
+            return chat_table(a, ours, models, files)
         results = {}
         for _ in range(a.rounds):
             for who, cmd in (("epp", [str(ours), f"--min-ms={a.min_ms}", str(models)]),
@@ -88,6 +94,31 @@ def main() -> int:
             sp = [x / y for x, y in zip(em, jm)]
             print(f"{stem:12} {e[0]['tokens']:>8} {min(em):7.1f}-{max(em):<7.1f} {min(ms):7.3f}-{max(ms):<7.3f} "
                   f"{min(jm):6.2f}-{max(jm):<6.2f} {min(sp):6.0f}x-{max(sp):<.0f}x")
+    return 0
+
+
+def chat_table(a, ours: Path, models: Path, files) -> int:
+    results = {}
+    for _ in range(a.rounds):
+        for who, cmd in (("epp", [str(ours), f"--min-ms={a.min_ms}", "--chat", str(models)]),
+                         ("hf-js", ["node", str(ROOT / "bench" / "tokenizer_reference_bench.mjs"), str(MODULES),
+                                    str(models), str(a.min_ms), "--chat"])):
+            out = subprocess.run(cmd + files, capture_output=True, text=True, check=True).stdout
+            for line in out.splitlines():
+                r = json.loads(line)
+                results.setdefault((Path(r["file"]).stem, who), []).append(r)
+    print(f"chat requests, tokenizer {a.tokenizer}, {a.rounds} rounds, ranges over rounds (ms per request)")
+    print(f"{'system prompt':14} {'tokens':>8} {'epp render':>16} {'epp cached':>16} {'epp cold':>16} {'HF JS':>16} {'cold speedup':>14}")
+    for f in files:
+        stem = Path(f).stem
+        e, j = results[(stem, "epp")], results[(stem, "hf-js")]
+        assert e[0]["tokens"] == j[0]["tokens"], (stem, e[0]["tokens"], j[0]["tokens"])
+        rng = lambda xs: f"{min(xs):7.3f}-{max(xs):<7.3f}"
+        cold = [r["cold_ms"] for r in e]
+        js = [r["ms_per_run"] for r in j]
+        sp = [y / x for x, y in zip(cold, js)]
+        print(f"{stem:14} {e[0]['tokens']:>8} {rng([r['render_ms'] for r in e])} {rng([r['ms_per_run'] for r in e])} "
+              f"{rng(cold)} {rng(js)} {min(sp):6.0f}x-{max(sp):<.0f}x")
     return 0
 
 

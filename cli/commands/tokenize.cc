@@ -3,6 +3,7 @@
 #include <iostream>
 #include <iterator>
 #include <memory>
+#include <vector>
 
 #include "epp/chat_template.h"
 #include "epp/request.h"
@@ -15,7 +16,7 @@ namespace {
 
 struct TokenizeOptions {
   std::string tokenizer;
-  std::string request;
+  std::vector<std::string> requests;
   std::string text;
   std::string path;
   std::string add_special = "auto";
@@ -46,40 +47,7 @@ absl::StatusOr<std::string> ReadInput(const std::string& path) {
   return ReadFile(path);
 }
 
-int Run(const TokenizeOptions& o) {
-  auto tokenizer = epp::Tokenizer::FromPath(o.tokenizer);
-  if (!tokenizer.ok()) return PrintError(tokenizer.status());
-  epp::TokenizedPrompt prompt;
-  if (!o.text.empty()) {
-    auto text = ReadInput(o.text);
-    if (!text.ok()) return PrintError(text.status());
-    prompt.text = *std::move(text);
-    const bool special = o.add_special == "true";  // auto: a bare text gets none, as encode() does
-    auto ids = (*tokenizer)->Encode(prompt.text, special);
-    if (!ids.ok()) return PrintError(absl::InvalidArgumentError(o.text + ": " + std::string(ids.status().message())));
-    prompt.ids = *std::move(ids);
-  } else {
-    auto doc = ReadInput(o.request);
-    if (!doc.ok()) return PrintError(doc.status());
-    std::string body;
-    auto request = epp::ParseCaptureEnvelope(*doc, o.path, &body);
-    if (!request.ok()) return PrintError(absl::InvalidArgumentError(o.request + ": " + std::string(request.status().message())));
-    if (o.add_special != "auto")
-      return PrintError(absl::InvalidArgumentError("--add-special-tokens applies to --text; a request follows the server's rule"));
-    auto chat = LoadTemplate(o);
-    if (!chat.ok()) return PrintError(chat.status());
-    if (o.variables) {
-      if (!*chat) return PrintError(absl::NotFoundError("no chat template beside " + o.tokenizer + " (give --chat-template)"));
-      auto vars = (*chat)->RequestVariables(body);
-      if (!vars.ok()) return PrintError(absl::Status(vars.status().code(), o.request + ": " + std::string(vars.status().message())));
-      std::cout << nlohmann::ordered_json::parse(*vars).dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
-      return kExitOk;
-    }
-    auto tokenized = epp::TokenizeRequestBody(**tokenizer, request->path, body, chat->get());
-    if (!tokenized.ok())
-      return PrintError(absl::Status(tokenized.status().code(), o.request + ": " + std::string(tokenized.status().message())));
-    prompt = *std::move(tokenized);
-  }
+void Print(const TokenizeOptions& o, const epp::TokenizedPrompt& prompt) {
   if (o.output == "json") {
     nlohmann::json j;
     j["text"] = prompt.text;
@@ -91,6 +59,48 @@ int Run(const TokenizeOptions& o) {
     for (size_t i = 0; i < prompt.ids.size(); ++i) std::cout << (i ? " " : "") << prompt.ids[i];
     std::cout << "\n";
   }
+}
+
+int Run(const TokenizeOptions& o) {
+  auto tokenizer = epp::Tokenizer::FromPath(o.tokenizer);
+  if (!tokenizer.ok()) return PrintError(tokenizer.status());
+  if (!o.text.empty()) {
+    epp::TokenizedPrompt prompt;
+    auto text = ReadInput(o.text);
+    if (!text.ok()) return PrintError(text.status());
+    prompt.text = *std::move(text);
+    const bool special = o.add_special == "true";  // auto: a bare text gets none, as encode() does
+    auto ids = (*tokenizer)->Encode(prompt.text, special);
+    if (!ids.ok()) return PrintError(absl::InvalidArgumentError(o.text + ": " + std::string(ids.status().message())));
+    prompt.ids = *std::move(ids);
+    Print(o, prompt);
+    return kExitOk;
+  }
+  if (o.add_special != "auto")
+    return PrintError(absl::InvalidArgumentError("--add-special-tokens applies to --text; a request follows the server's rule"));
+  auto chat = LoadTemplate(o);
+  if (!chat.ok()) return PrintError(chat.status());
+  // Several requests share one load of the tokenizer and template: one output each, in order.
+  for (const std::string& file : o.requests) {
+    auto doc = ReadInput(file);
+    if (!doc.ok()) return PrintError(doc.status());
+    std::string body;
+    auto request = epp::ParseCaptureEnvelope(*doc, o.path, &body);
+    if (!request.ok()) return PrintError(absl::InvalidArgumentError(file + ": " + std::string(request.status().message())));
+    if (o.variables) {
+      if (!*chat) return PrintError(absl::NotFoundError("no chat template beside " + o.tokenizer + " (give --chat-template)"));
+      auto vars = (*chat)->RequestVariables(body);
+      if (!vars.ok()) return PrintError(absl::Status(vars.status().code(), file + ": " + std::string(vars.status().message())));
+      std::cout << nlohmann::ordered_json::parse(*vars).dump(o.requests.size() > 1 ? -1 : 2, ' ', false,
+                                                           nlohmann::ordered_json::error_handler_t::replace)
+                << "\n";
+      continue;
+    }
+    auto tokenized = epp::TokenizeRequestBody(**tokenizer, request->path, body, chat->get());
+    if (!tokenized.ok())
+      return PrintError(absl::Status(tokenized.status().code(), file + ": " + std::string(tokenized.status().message())));
+    Print(o, *tokenized);
+  }
   return kExitOk;
 }
 
@@ -100,8 +110,9 @@ void SetupTokenizeCommand(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<TokenizeOptions>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Token ids of a text or a request, computed in process from a tokenizer.json");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json, or a directory holding one")->required();
-  auto* request = cmd->add_option("-r,--request", o->request,
-                                  "Request file: a capture envelope {path, headers, body} or a bare body ('-' = stdin)");
+  auto* request = cmd->add_option("-r,--request", o->requests,
+                                  "Request file: a capture envelope {path, headers, body} or a bare body ('-' = stdin); "
+                                  "repeat for several (one output each: a JSON line with -o json)");
   auto* text = cmd->add_option("--text", o->text, "A text file to tokenize as it is ('-' = stdin)");
   request->excludes(text);
   text->excludes(request);

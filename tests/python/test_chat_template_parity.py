@@ -15,9 +15,10 @@ What is compared:
    rendered by epp and by Jinja2; error cases must fail in both.
 2. Real chat templates (Llama 3.1, Llama 3.2 with tools and dates, Qwen 2.5, Qwen3, DeepSeek V3
    when installed) on chat requests: the fixture captures in ../shared/fixtures/requests (read in
-   place), this project's examples, and requests written here (tools, tool calls and results,
-   content parts, developer and system messages, reasoning, continue_final_message,
-   chat_template_kwargs, long prompts). epp's variables for a request (vLLM's rules) rendered by
+   place), this project's examples, and the requests written in tests/data/requests (tools, tool
+   calls and results, content parts, developer and system messages, reasoning,
+   continue_final_message, chat_template_kwargs, multilingual text and emoji, whitespace runs,
+   special-token look-alikes, a 170 KB prompt). epp's variables for a request (vLLM's rules) rendered by
    Jinja2 and by the JS engine must give epp's prompt text, and epp's token ids must be the
    JS tokenizer's ids for that text without special tokens (vLLM's chat default).
 Tests skip with the reason when a reference is missing.
@@ -143,11 +144,23 @@ def test_construct_renders_as_python_jinja2(name: str, source: str, variables: D
 
 # ---- 2. real templates on chat requests ----
 
-def _request_corpus() -> List[Tuple[str, Dict[str, Any]]]:
+REQUESTS = SOURCE_DIR / "tests" / "data" / "requests"
+
+
+def _long_prompt() -> Dict[str, Any]:
+    lines = "\n".join(f"2026-12-02T01:{i % 60:02d}:00Z pod-{i % 17} ready={i % 3 == 0} latency_ms={i * 7 % 1000} "
+                      "note=naïve café" for i in range(3000))
+    return {"model": "m", "messages": [{"role": "system", "content": "You summarise logs. " * 400},
+                                       {"role": "user", "content": lines}]}
+
+
+def _request_corpus(kind: str = "chat") -> List[Tuple[str, Dict[str, Any]]]:
+    """The request bodies: the fixture captures (read in place), the examples, the requests written
+    in tests/data/requests/<kind>/, and (chat) a 170 KB prompt."""
     bodies: List[Tuple[str, Dict[str, Any]]] = []
     fixtures = shared_fixtures_dir()
     if fixtures is not None:
-        for p in sorted((fixtures / "requests").glob("chat-*.json")):
+        for p in sorted((fixtures / "requests").glob(f"{kind}-*.json")):
             bodies.append((p.name, json.loads(p.read_text(encoding="utf-8"))))
     for p in sorted((SOURCE_DIR / "examples").rglob("*.json")):
         try:
@@ -155,56 +168,12 @@ def _request_corpus() -> List[Tuple[str, Dict[str, Any]]]:
         except (ValueError, UnicodeDecodeError):
             continue
         body = doc.get("body", doc) if isinstance(doc, dict) else None
-        if isinstance(body, dict) and isinstance(body.get("messages"), list):
+        if isinstance(body, dict) and isinstance(body.get("messages" if kind == "chat" else "prompt"), (list, str)):
             bodies.append((str(p.relative_to(SOURCE_DIR)), body))
-    weather = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
-                                                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                                "required": ["city"]}}}
-    bodies += [
-        ("tools_and_results", {
-            "messages": [
-                {"role": "system", "content": "You route questions to tools."},
-                {"role": "user", "content": "Weather in Zürich and in 東京?"},
-                {"role": "assistant", "content": "",
-                 "tool_calls": [{"id": "c1", "type": "function",
-                                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Zürich\", \"days\": 2.5}"}}]},
-                {"role": "tool", "tool_call_id": "c1", "content": "{\"temp_c\": 3}"},
-                {"role": "user", "content": "Thanks. Now tomorrow?"}],
-            "tools": [weather, {"type": "function", "function": {"name": "noop"}}]}),
-        ("two_tool_results", {
-            "messages": [
-                {"role": "user", "content": "Both cities"},
-                {"role": "assistant", "content": None,
-                 "tool_calls": [{"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
-                {"role": "tool", "tool_call_id": "a", "content": "cold"},
-                {"role": "tool", "tool_call_id": "b", "content": [{"type": "text", "text": "warm"}, {"type": "text", "text": "dry"}]}],
-            "tools": [weather]}),
-        ("content_parts", {"messages": [
-            {"role": "user", "content": [{"type": "text", "text": "First part."}, {"type": "text", "text": "Second part."}]},
-            {"role": "assistant", "content": [{"type": "text", "text": "Reply."}]},
-            {"role": "user", "content": [{"type": "input_text", "text": "Third."}]}]}),
-        ("system_not_first", {"messages": [
-            {"role": "user", "content": "Hi"}, {"role": "developer", "content": "Be terse."},
-            {"role": "system", "content": [{"type": "text", "text": "Use English."}]}, {"role": "user", "content": "Go"}]}),
-        ("reasoning_history", {"messages": [
-            {"role": "user", "content": "2+2?"},
-            {"role": "assistant", "content": "4", "reasoning_content": "Adding two and two."},
-            {"role": "user", "content": "<tool_response>x</tool_response>"},
-            {"role": "assistant", "content": "<think>\nchecking\n</think>\n\nStill 4."}]}),
-        ("no_generation_prompt", {"messages": [{"role": "user", "content": "Complete me"}], "add_generation_prompt": False}),
-        ("continue_final", {"messages": [{"role": "user", "content": "Write a haiku"},
-                                         {"role": "assistant", "content": "Autumn moonlight -"}],
-                            "add_generation_prompt": False, "continue_final_message": True}),
-        ("thinking_off", {"messages": [{"role": "user", "content": "Quick answer"}],
-                          "chat_template_kwargs": {"enable_thinking": False, "unused_knob": 1}}),
-        ("whitespace_and_specials", {"messages": [
-            {"role": "user", "content": "  leading and trailing  \n\n\t"},
-            {"role": "user", "content": "literal <|im_start|> and <|eot_id|> text"}]}),
-        ("long_prompt", {"messages": [
-            {"role": "system", "content": "You summarise logs. " * 400},
-            {"role": "user", "content": "\n".join(f"2026-12-02T01:{i % 60:02d}:00Z pod-{i % 17} ready={i % 3 == 0} "
-                                                  "latency_ms=%d note=naïve café" % (i * 7 % 1000) for i in range(3000))}]}),
-    ]
+    for p in sorted((REQUESTS / kind).glob("*.json")):
+        bodies.append((p.stem, json.loads(p.read_text(encoding="utf-8"))))
+    if kind == "chat":
+        bodies.append(("long_prompt", _long_prompt()))
     return bodies
 
 
@@ -249,7 +218,7 @@ def test_real_template_prompts_match_jinja2(name: str) -> None:
             continue  # transformers' post-processing, checked in the C++ tests
         assert template.render(**variables) == got, f"{name} / {label}"
         compared += 1
-    assert compared >= 8
+    assert compared >= 12
 
 
 @pytest.mark.parametrize("name", list(PACKAGES))
@@ -270,7 +239,7 @@ def test_real_template_prompts_match_huggingface_jinja_js(name: str) -> None:
         assert ref.get("text") == text, f"{name} / {label}: {ref.get('error')}"
 
 
-@pytest.mark.parametrize("name", ["llama3_1", "llama3_2", "qwen2_5", "qwen3"])
+@pytest.mark.parametrize("name", ["llama3_1", "llama3_2", "qwen2_5", "qwen3", "deepseek_v3"])
 def test_chat_request_ids_match_the_js_tokenizer(name: str) -> None:
     _need_package(name, tokenizer=True)
     tok = pyepp.Tokenizer.from_path(str(_models(name)))
@@ -287,7 +256,7 @@ def test_chat_request_ids_match_the_js_tokenizer(name: str) -> None:
     ref = _run_node(TOKENIZE_REFERENCE, [str(MODULES), str(_models(name))], lines)
     for (label, r), expected in zip(ours, ref):
         assert r["ids"] == expected["ids"], f"{name} / {label}"
-    assert len(ours) >= 8
+    assert len(ours) >= 12
 
 
 def test_apply_chat_template_is_tokenize_request() -> None:
@@ -351,3 +320,72 @@ def test_eppctl_tokenize_renders_chat_requests(tmp_path: Path) -> None:
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}}))
     r = run("-r", str(image))
     assert r.returncode != 0 and "$.messages[0].content[0]" in r.stderr and "text-only" in r.stderr
+
+
+def _eppctl() -> str:
+    eppctl = os.environ.get("EPPCTL") or str(Path(os.environ.get("EPP_BUILD_DIR", SOURCE_DIR / "build")) / "cli" / "eppctl")
+    if not Path(eppctl).exists():
+        pytest.skip(f"no eppctl at {eppctl}")
+    return eppctl
+
+
+@pytest.mark.parametrize("name", ["llama3_1", "qwen3"])
+def test_eppctl_tokenize_gives_the_references_text_and_ids_for_every_request(name: str, tmp_path: Path) -> None:
+    """The issue's acceptance: `eppctl tokenize -o json` on every chat and completions body of the
+    fixtures and of our corpus gives the reference's rendered text (Python Jinja2 on the variables
+    `--variables` prints) and the JS tokenizer's ids for it."""
+    _need_jinja2()
+    _need_package(name, tokenizer=True)
+    eppctl = _eppctl()
+    template = _jinja2_env().from_string(_reference_source(name))
+    files, expected_text = [], []
+    for kind, path in (("chat", "/v1/chat/completions"), ("completions", "/v1/completions")):
+        for label, body in _request_corpus(kind):
+            if kind == "chat" and any(isinstance(m.get("content"), list) and
+                                      any(p.get("type") == "image_url" for p in m["content"]) for m in body["messages"]):
+                continue  # refused (text-only): checked in test_eppctl_tokenize_renders_chat_requests
+            if kind == "completions" and isinstance(body.get("prompt"), list) and len(body["prompt"]) > 1 and \
+                    all(isinstance(x, str) for x in body["prompt"]):
+                continue  # a batch of prompts: one request goes to one server
+            f = tmp_path / f"{kind}-{len(files)}.json"
+            f.write_text(json.dumps({"path": path, "body": {"model": "m", **body}}, ensure_ascii=False))
+            files.append((kind, label, f, body))
+    args = [eppctl, "tokenize", "--tokenizer", str(_models(name)), "--now", str(NOW)]
+    chat_files = [str(f) for kind, _, f, _ in files if kind == "chat"]
+    v = subprocess.run(args + ["--variables", "-r", *chat_files], capture_output=True, text=True, timeout=300, check=False)
+    assert v.returncode == 0, v.stderr
+    variables = iter(json.loads(line) for line in v.stdout.splitlines())
+    r = subprocess.run(args + ["-o", "json", "-r", *[str(f) for _, _, f, _ in files]], capture_output=True, text=True,
+                       timeout=300, check=False)
+    assert r.returncode == 0, r.stderr
+    outs = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(outs) == len(files)
+    to_encode = []
+    for (kind, label, _, body), out in zip(files, outs):
+        if kind == "chat":
+            text = template.render(**next(variables))
+            if body.get("continue_final_message"):
+                assert text.startswith(out["text"]) and "Autumn moonlight -" in out["text"], label
+                text = out["text"]
+            assert out["text"] == text, f"{name} / {label}"
+            to_encode.append((out["text"], bool(body.get("add_special_tokens", False))))
+        else:
+            prompt = body["prompt"]
+            if isinstance(prompt, list) and prompt and all(isinstance(x, int) for x in prompt):
+                assert out["ids"] == prompt and out["text"] == "", label
+                to_encode.append(None)
+                continue
+            text = prompt if isinstance(prompt, str) else prompt[0]
+            assert out["text"] == text, label
+            to_encode.append((text, bool(body.get("add_special_tokens", True))))
+    lines = [json.dumps({"text": t, "add_special_tokens": special}, ensure_ascii=False) for t, special in
+             (x for x in to_encode if x is not None)]
+    ref = iter(_run_node(TOKENIZE_REFERENCE, [str(MODULES), str(_models(name))], lines))
+    checked = 0
+    for (kind, label, _, _), out, enc in zip(files, outs, to_encode):
+        if enc is None:
+            continue
+        want = next(ref)["ids"]
+        assert out["ids"] == want and out["tokens"] == len(want), f"{name} / {kind} {label}"
+        checked += 1
+    assert checked >= 20

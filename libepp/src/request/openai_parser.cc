@@ -397,13 +397,11 @@ absl::Status AppendContentPart(const element& part, const JsonPath& at, std::str
   if (!obj.has_value()) return TypeError(at, "an object", part);
   EPP_ASSIGN_OR_RETURN(std::string_view type, RequiredString(*obj, "type", at));
 
-  if (type == "text" || type == "input_text" || type == "output_text") {
-    EPP_ASSIGN_OR_RETURN(std::string_view text, RequiredString(*obj, "text", at));
-    out.append(text);
-    return absl::OkStatus();
-  }
-  if (type == "refusal") {
-    EPP_ASSIGN_OR_RETURN(std::string_view text, RequiredString(*obj, "refusal", at));
+  if (type == "text" || type == "input_text" || type == "output_text" || type == "refusal") {
+    const std::string_view key = type == "refusal" ? "refusal" : "text";
+    // A null text is skipped, as vLLM skips it (with a warning).
+    if (std::optional<element> v = Member(*obj, key); v.has_value() && v->is_null()) return absl::OkStatus();
+    EPP_ASSIGN_OR_RETURN(std::string_view text, RequiredString(*obj, key, at));
     out.append(text);
     return absl::OkStatus();
   }

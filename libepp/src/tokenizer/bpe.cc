@@ -60,6 +60,44 @@ std::atomic<uint64_t> next_owner{1};
 
 Bpe::Bpe() : cache_owner(next_owner.fetch_add(1)) {}
 
+uint32_t Bpe::Initial(std::string_view word, uint32_t* sym) const {
+  const uint32_t n = static_cast<uint32_t>(word.size());
+  if (!char_level) {
+    for (uint32_t i = 0; i < n; ++i) sym[i] = *byte_id[static_cast<unsigned char>(word[i])];
+    return n;
+  }
+  uint32_t k = 0;
+  bool last_unk = false;
+  for (uint32_t i = 0; i < n;) {
+    const unsigned char c = static_cast<unsigned char>(word[i]);
+    const uint32_t len = std::min<uint32_t>(n - i, c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4);
+    const std::string_view ch = word.substr(i, len);
+    i += len;
+    std::optional<uint32_t> id;
+    if (len <= 7) {
+      if (auto it = short_vocab.find(ShortKey(ch)); it != short_vocab.end()) id = it->second;
+    }
+    if (id) {
+      sym[k++] = *id;
+      last_unk = false;
+      continue;
+    }
+    if (byte_fallback) {
+      bool all = true;
+      for (char b : ch) all = all && fallback_id[static_cast<unsigned char>(b)].has_value();
+      if (all) {
+        for (char b : ch) sym[k++] = *fallback_id[static_cast<unsigned char>(b)];
+        last_unk = false;
+        continue;
+      }
+    }
+    if (fuse_unk && last_unk) continue;
+    sym[k++] = *unk_id;  // the loader requires an unknown token where a character can miss
+    last_unk = true;
+  }
+  return k;
+}
+
 // Keeps the ids `out` gained since `before` under `key`, when they fit an entry.
 template <typename Map, typename Key>
 void Remember(Map& map, Key&& key, const std::vector<uint32_t>& out, size_t before) {
@@ -80,7 +118,7 @@ bool Recall(const Map& map, const Key& key, std::vector<uint32_t>& out) {
 }
 
 void Bpe::EncodeCached(std::string_view word, std::vector<uint32_t>& out) const {
-  if (word.size() > kCachedWordBytes || word.size() == 1) {
+  if (word.size() > kCachedWordBytes || (word.size() == 1 && !char_level)) {
     Encode(word, out);
     return;
   }
@@ -134,8 +172,7 @@ void Bpe::EncodeSmall(std::string_view word, std::vector<uint32_t>& out) const {
   uint32_t sym[kSmallWord];
   uint64_t pair[kSmallWord];  // (rank << 32 | merged id) of (sym[i], sym[i+1]); kNoMerge when none
   constexpr uint64_t kNoMerge = ~uint64_t{0};
-  uint32_t n = static_cast<uint32_t>(word.size());
-  for (uint32_t i = 0; i < n; ++i) sym[i] = *byte_id[static_cast<unsigned char>(word[i])];
+  uint32_t n = Initial(word, sym);
   auto lookup = [&](uint32_t i) {
     auto it = merges.find(Key(sym[i], sym[i + 1]));
     return it == merges.end() ? kNoMerge : it->second;
@@ -158,7 +195,7 @@ void Bpe::EncodeSmall(std::string_view word, std::vector<uint32_t>& out) const {
 }
 
 void Bpe::Encode(std::string_view word, std::vector<uint32_t>& out) const {
-  if (word.size() == 1) {
+  if (word.size() == 1 && !char_level) {
     out.push_back(*byte_id[static_cast<unsigned char>(word[0])]);
     return;
   }
@@ -172,15 +209,15 @@ void Bpe::Encode(std::string_view word, std::vector<uint32_t>& out) const {
 }
 
 void Bpe::Merge(std::string_view word, std::vector<uint32_t>& out) const {
-  const uint32_t n = static_cast<uint32_t>(word.size());
-  if (n <= kSmallWord) {
+  if (word.size() <= kSmallWord) {
     EncodeSmall(word, out);
     return;
   }
-  std::vector<uint32_t> sym(n);
+  std::vector<uint32_t> sym(word.size());
+  const uint32_t n = Initial(word, sym.data());
+  if (n == 0) return;
   std::vector<int32_t> next(n), prev(n);
   for (uint32_t i = 0; i < n; ++i) {
-    sym[i] = *byte_id[static_cast<unsigned char>(word[i])];
     next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
     prev[i] = static_cast<int32_t>(i) - 1;
   }

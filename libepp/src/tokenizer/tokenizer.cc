@@ -40,11 +40,30 @@ absl::Status ParseNormalizer(const Json& j, const std::string& path, std::vector
       EPP_RETURN_IF_ERROR(ParseNormalizer(j["normalizers"][i], absl::StrCat(path, ".normalizers[", i, "]"), out));
     return absl::OkStatus();
   }
-  if (type == "NFC") out.push_back(NormalizerStep::kNfc);
-  else if (type == "NFD") out.push_back(NormalizerStep::kNfd);
-  else if (type == "NFKC") out.push_back(NormalizerStep::kNfkc);
-  else if (type == "NFKD") out.push_back(NormalizerStep::kNfkd);
-  else return Unsupported(path + ".type", "normalizer '" + type + "'");
+  NormalizerStep step;
+  if (type == "NFC") step.kind = NormalizerStep::kNfc;
+  else if (type == "NFD") step.kind = NormalizerStep::kNfd;
+  else if (type == "NFKC") step.kind = NormalizerStep::kNfkc;
+  else if (type == "NFKD") step.kind = NormalizerStep::kNfkd;
+  else if (type == "Prepend") {
+    if (!j.contains("prepend") || !j["prepend"].is_string()) return absl::InvalidArgumentError(path + ".prepend: expected a string");
+    step.kind = NormalizerStep::kPrepend;
+    step.text = j["prepend"].get<std::string>();
+  } else if (type == "Replace") {
+    const Json& pattern = j.value("pattern", Json());
+    if (!pattern.is_object() || !pattern.contains("String") || !pattern["String"].is_string()) {
+      if (pattern.is_object() && pattern.contains("Regex")) return Unsupported(path + ".pattern", "a Replace normalizer with a regex");
+      return absl::InvalidArgumentError(path + ".pattern: expected {\"String\": ...}");
+    }
+    if (!j.contains("content") || !j["content"].is_string()) return absl::InvalidArgumentError(path + ".content: expected a string");
+    step.kind = NormalizerStep::kReplace;
+    step.text = pattern["String"].get<std::string>();
+    step.with = j["content"].get<std::string>();
+    if (step.text.empty()) return absl::InvalidArgumentError(path + ".pattern.String: empty");
+  } else {
+    return Unsupported(path + ".type", "normalizer '" + type + "'");
+  }
+  out.push_back(std::move(step));
   return absl::OkStatus();
 }
 
@@ -91,6 +110,18 @@ absl::Status ParsePreTokenizer(const Json& j, const std::string& path, std::vect
       if (!re.ok()) return re.status();
       step.regex = std::move(*re);
     }
+  } else if (type == "Metaspace") {
+    step.kind = PreTokenizerStep::kMetaspace;
+    step.replacement = j.value("replacement", std::string("\xE2\x96\x81"));  // U+2581
+    if (step.replacement.empty()) return absl::InvalidArgumentError(path + ".replacement: empty");
+    const std::string scheme = j.contains("prepend_scheme") && j["prepend_scheme"].is_string()
+                                   ? j["prepend_scheme"].get<std::string>()
+                                   : (j.value("add_prefix_space", true) ? "always" : "never");
+    if (scheme == "always") step.prepend = PreTokenizerStep::kAlways;
+    else if (scheme == "first") step.prepend = PreTokenizerStep::kFirst;
+    else if (scheme == "never") step.prepend = PreTokenizerStep::kNever;
+    else return Unsupported(path + ".prepend_scheme", "prepend_scheme '" + scheme + "'");
+    step.metaspace_split = j.value("split", true);
   } else {
     return Unsupported(path + ".type", "pre-tokenizer '" + type + "'");
   }
@@ -143,7 +174,7 @@ absl::Status ParsePostProcessor(const Json& j, const std::string& path, const Im
 absl::Status ParseAddedTokens(const Json& j, Impl& impl) {
   if (j.is_null()) return absl::OkStatus();
   if (!j.is_array()) return absl::InvalidArgumentError("added_tokens: expected a list");
-  bool any_normalized = false;
+  std::vector<size_t> with_flag, without_flag;  // indexes of normalized: true / false tokens
   for (size_t i = 0; i < j.size(); ++i) {
     const Json& t = j[i];
     const std::string at = absl::StrCat("added_tokens[", i, "]");
@@ -166,11 +197,24 @@ absl::Status ParseAddedTokens(const Json& j, Impl& impl) {
     const bool normalized = t.value("normalized", !a.special);
     if (normalized && !impl.normalizers.empty())
       return Unsupported(at + ".normalized", "a normalized added token with a normalizer");
-    if (i > 0 && normalized != any_normalized)
-      return Unsupported(at + ".normalized", "added tokens with both normalized: true and false");
-    any_normalized = normalized;
+    (normalized ? with_flag : without_flag).push_back(impl.added.size());
     impl.added.push_back(std::move(a));
   }
+  // Both kinds, with no normalizer (DeepSeek V3): the reference's two passes (normalized: false
+  // tokens first, then normalized: true ones in what is left) equal one leftmost-longest pass
+  // unless a token of one kind can overlap one of the other. Refuse only that.
+  auto overlaps = [](const std::string& x, const std::string& y) {
+    if (x.find(y) != std::string::npos || y.find(x) != std::string::npos) return true;
+    for (size_t k = 1; k < x.size() && k < y.size(); ++k)
+      if (x.compare(x.size() - k, k, y, 0, k) == 0 || y.compare(y.size() - k, k, x, 0, k) == 0) return true;
+    return false;
+  };
+  for (size_t a : with_flag)
+    for (size_t b : without_flag)
+      if (overlaps(impl.added[a].content, impl.added[b].content))
+        return Unsupported(absl::StrCat("added_tokens[", a, "].normalized"),
+                           absl::StrCat("a normalized: true token that can overlap the normalized: false token '",
+                                        impl.added[b].content, "'"));
   return absl::OkStatus();
 }
 
@@ -219,8 +263,13 @@ absl::Status ParseModel(const Json& j, Impl& impl) {
   if (type != "BPE" && !(type.empty() && j.contains("merges")))
     return Unsupported("model.type", "model '" + type + "' (only BPE is implemented)");
   if (j.contains("dropout") && !j["dropout"].is_null()) return Unsupported("model.dropout", "BPE dropout");
-  if (j.contains("unk_token") && !j["unk_token"].is_null()) return Unsupported("model.unk_token", "an unknown token");
-  if (j.value("byte_fallback", false)) return Unsupported("model.byte_fallback", "byte_fallback (SentencePiece-style BPE)");
+  const bool chars = impl.bpe.char_level;
+  if (j.contains("unk_token") && !j["unk_token"].is_null() && !chars)
+    return Unsupported("model.unk_token", "an unknown token with a byte-level vocabulary");
+  if (j.value("byte_fallback", false) && !chars)
+    return Unsupported("model.byte_fallback", "byte_fallback with a ByteLevel pre-tokenizer");
+  impl.bpe.byte_fallback = j.value("byte_fallback", false);
+  impl.bpe.fuse_unk = j.value("fuse_unk", false);
   for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (j.contains(affix) && j[affix].is_string() && !j[affix].get<std::string>().empty())
       return Unsupported(std::string("model.") + affix, "a subword affix");
@@ -228,17 +277,43 @@ absl::Status ParseModel(const Json& j, Impl& impl) {
   if (!j.contains("vocab") || !j["vocab"].is_object()) return absl::InvalidArgumentError("model.vocab: expected an object");
   for (auto it = j["vocab"].begin(); it != j["vocab"].end(); ++it) {
     if (!it.value().is_number_unsigned()) return absl::InvalidArgumentError("model.vocab." + it.key() + ": expected an id");
-    auto bytes = ByteLevelToBytes(it.key());
-    if (!bytes) return Unsupported("model.vocab." + it.key(), "a token outside the byte-level alphabet");
+    auto bytes = chars ? std::optional<std::string>(it.key()) : ByteLevelToBytes(it.key());
+    if (!bytes) {
+      // An added token written in the vocabulary too (DeepSeek's special tokens): reachable only
+      // as that added token, which is matched before the model runs, so the model needs no entry.
+      const bool added = std::any_of(impl.added.begin(), impl.added.end(), [&](const AddedToken& a) {
+        return a.content == it.key() && a.id == it.value().get<uint32_t>();
+      });
+      if (added) continue;
+      return Unsupported("model.vocab." + it.key(), "a token outside the byte-level alphabet");
+    }
     if (it.value().get<uint64_t>() > (1u << 24))
       return absl::InvalidArgumentError("model.vocab." + it.key() + ": id " + std::to_string(it.value().get<uint64_t>()) + " is too large");
     const uint32_t id = it.value().get<uint32_t>();
     if (id > (1u << 24)) return absl::InvalidArgumentError("model.vocab." + it.key() + ": id " + std::to_string(id) + " is too large");
     impl.bpe.AddToken(*bytes, id);
+    // <0xAB>: byte_fallback's token for the byte 0xAB.
+    const std::string& k = it.key();
+    if (chars && k.size() == 6 && k.compare(0, 3, "<0x") == 0 && k[5] == '>' && std::isxdigit(static_cast<unsigned char>(k[3])) &&
+        std::isxdigit(static_cast<unsigned char>(k[4])))
+      impl.bpe.fallback_id[std::stoi(k.substr(3, 2), nullptr, 16)] = id;
   }
-  for (int b = 0; b < 256; ++b)
-    if (!impl.bpe.byte_id[b])
-      return absl::InvalidArgumentError(absl::StrCat("model.vocab: no token for byte 0x", absl::Hex(b), " (not a byte-level vocabulary)"));
+  if (chars) {
+    if (j.contains("unk_token") && j["unk_token"].is_string()) {
+      auto unk = impl.bpe.vocab.find(j["unk_token"].get<std::string>());
+      if (unk == impl.bpe.vocab.end()) return absl::InvalidArgumentError("model.unk_token: not in the vocabulary");
+      impl.bpe.unk_id = unk->second;
+    }
+    bool all_bytes = impl.bpe.byte_fallback;
+    for (int b = 0; b < 256 && all_bytes; ++b) all_bytes = impl.bpe.fallback_id[b].has_value();
+    if (!impl.bpe.unk_id && !all_bytes)
+      return Unsupported("model", "a character-level BPE where a character can miss the vocabulary with no unk_token "
+                                  "(and no <0x00>..<0xFF> byte_fallback tokens)");
+  } else {
+    for (int b = 0; b < 256; ++b)
+      if (!impl.bpe.byte_id[b])
+        return absl::InvalidArgumentError(absl::StrCat("model.vocab: no token for byte 0x", absl::Hex(b), " (not a byte-level vocabulary)"));
+  }
   if (!j.contains("merges") || !j["merges"].is_array()) return absl::InvalidArgumentError("model.merges: expected a list");
   const Json& merges = j["merges"];
   for (size_t i = 0; i < merges.size(); ++i) {
@@ -256,7 +331,8 @@ absl::Status ParseModel(const Json& j, Impl& impl) {
     } else {
       return absl::InvalidArgumentError(absl::StrCat("model.merges[", i, "]: expected \"a b\" or [\"a\", \"b\"]"));
     }
-    auto ab = ByteLevelToBytes(a), bb = ByteLevelToBytes(b);
+    auto ab = chars ? std::optional<std::string>(a) : ByteLevelToBytes(a);
+    auto bb = chars ? std::optional<std::string>(b) : ByteLevelToBytes(b);
     if (!ab || !bb) return Unsupported(absl::StrCat("model.merges[", i, "]"), "a merge outside the byte-level alphabet");
     if (absl::Status s = impl.bpe.AddMerge(*ab, *bb, static_cast<uint32_t>(i)); !s.ok())
       return absl::InvalidArgumentError(absl::StrCat("model.merges[", i, "]: ", s.message()));
@@ -401,19 +477,45 @@ const AddedToken* Impl::AddedAt(std::string_view text, size_t pos, size_t* skip)
   return nullptr;
 }
 
-absl::Status Impl::EncodeSection(std::string_view text, std::vector<uint32_t>& out, const CheckpointSink* sink) const {
+absl::Status Impl::EncodeSection(std::string_view text, std::vector<uint32_t>& out, const CheckpointSink* sink,
+                                 bool first) const {
   if (text.empty()) return absl::OkStatus();
   // Normalizers.
   std::string normalized;
   std::string_view current = text;
-  for (NormalizerStep step : normalizers) {
+  for (const NormalizerStep& step : normalizers) {
+    if (step.kind == NormalizerStep::kPrepend) {
+      if (!current.empty()) {
+        std::string s = step.text;
+        s += current;
+        normalized = std::move(s);
+        current = normalized;
+      }
+      continue;
+    }
+    if (step.kind == NormalizerStep::kReplace) {
+      if (current.find(step.text) == std::string_view::npos) continue;
+      std::string s;
+      s.reserve(current.size());
+      for (size_t from = 0;;) {
+        const size_t at = current.find(step.text, from);
+        s.append(current.substr(from, at == std::string_view::npos ? std::string_view::npos : at - from));
+        if (at == std::string_view::npos) break;
+        s += step.with;
+        from = at + step.text.size();
+      }
+      normalized = std::move(s);
+      current = normalized;
+      continue;
+    }
     if (IsAscii(current)) continue;  // every normal form of ASCII is itself
     int options = UTF8PROC_STABLE;
-    switch (step) {
+    switch (step.kind) {
       case NormalizerStep::kNfc: options |= UTF8PROC_COMPOSE; break;
       case NormalizerStep::kNfd: options |= UTF8PROC_DECOMPOSE; break;
       case NormalizerStep::kNfkc: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
       case NormalizerStep::kNfkd: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+      default: break;
     }
     utf8proc_uint8_t* result = nullptr;
     const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(current.data()),
@@ -430,11 +532,11 @@ absl::Status Impl::EncodeSection(std::string_view text, std::vector<uint32_t>& o
     }
     std::free(result);
   }
-  return PreTokenize(0, current, out, sink);
+  return PreTokenize(0, current, out, sink, first);
 }
 
 absl::Status Impl::PreTokenize(size_t step_index, std::string_view piece, std::vector<uint32_t>& out,
-                               const CheckpointSink* sink) const {
+                               const CheckpointSink* sink, bool first) const {
   if (step_index == pre_tokenizers.size()) {
     if (!piece.empty()) bpe.EncodeCached(piece, out);
     if (sink && piece.data() >= sink->origin.data() && piece.data() + piece.size() <= sink->origin.data() + sink->origin.size())
@@ -442,18 +544,74 @@ absl::Status Impl::PreTokenize(size_t step_index, std::string_view piece, std::v
     return absl::OkStatus();
   }
   const PreTokenizerStep& step = pre_tokenizers[step_index];
+  if (step.kind == PreTokenizerStep::kMetaspace) {
+    // Spaces become the replacement, which is prepended (unless the piece starts with it) and,
+    // with split, begins each piece (the replacement merged with what follows it).
+    std::string m;
+    const bool prepend = step.prepend == PreTokenizerStep::kAlways || (step.prepend == PreTokenizerStep::kFirst && first);
+    if (prepend && piece.substr(0, step.replacement.size()) != step.replacement && !piece.empty()) m = step.replacement;
+    for (char c : piece) {
+      if (c == ' ') m += step.replacement;
+      else m += c;
+    }
+    const std::string_view all = m;
+    if (!step.metaspace_split) return PreTokenize(step_index + 1, all, out, sink);
+    size_t start = 0;
+    for (size_t at = all.find(step.replacement, 1); start < all.size(); at = all.find(step.replacement, at + 1)) {
+      if (at == std::string_view::npos) at = all.size();
+      if (at > start) EPP_RETURN_IF_ERROR(PreTokenize(step_index + 1, all.substr(start, at - start), out, sink));
+      start = at;
+      if (at == all.size()) break;
+    }
+    return absl::OkStatus();
+  }
   std::string spaced;  // ByteLevel's add_prefix_space rewrites the piece
   if (step.kind == PreTokenizerStep::kByteLevel && step.add_prefix_space && !piece.empty() && piece.front() != ' ') {
     spaced = " " + std::string(piece);
     piece = spaced;
   }
-  if (!step.regex) return PreTokenize(step_index + 1, piece, out, sink);
+  if (!step.regex) return PreTokenize(step_index + 1, piece, out, sink, first);
   absl::Status status;
   EPP_RETURN_IF_ERROR(step.regex->Split(piece, step.kind == PreTokenizerStep::kSplit && step.split_behavior == PreTokenizerStep::kRemoved,
                                         [&](std::string_view sub) {
                                           if (status.ok()) status = PreTokenize(step_index + 1, sub, out, sink);
                                         }));
   return status;
+}
+
+// The decoder of a SentencePiece-style vocabulary: Sequence of Replace (a string), ByteFallback,
+// Fuse and Strip (leading spaces), or Metaspace. Anything else leaves Decode unimplemented (the
+// ids, which are what routing needs, do not depend on it).
+absl::Status ParseDecoder(const Json& j, const std::string& path, Impl& impl) {
+  if (j.is_null()) return absl::OkStatus();
+  if (!j.is_object()) return absl::InvalidArgumentError(path + ": expected an object");
+  const std::string type = TypeOf(j);
+  if (type == "Sequence") {
+    if (!j.contains("decoders") || !j["decoders"].is_array()) return absl::InvalidArgumentError(path + ".decoders: expected a list");
+    for (size_t i = 0; i < j["decoders"].size(); ++i)
+      EPP_RETURN_IF_ERROR(ParseDecoder(j["decoders"][i], absl::StrCat(path, ".decoders[", i, "]"), impl));
+    return absl::OkStatus();
+  }
+  if (type == "ByteFallback" || type == "Fuse") return absl::OkStatus();  // Decode joins bytes already
+  if (type == "Replace" && j.contains("pattern") && j["pattern"].is_object() && j["pattern"].contains("String") &&
+      j["pattern"]["String"].is_string() && j.contains("content") && j["content"].is_string()) {
+    impl.decode_replace.emplace_back(j["pattern"]["String"].get<std::string>(), j["content"].get<std::string>());
+    return absl::OkStatus();
+  }
+  if (type == "Strip" && j.value("content", std::string(" ")) == " " && j.value("stop", 0) == 0) {
+    impl.decode_strip = j.value("start", static_cast<size_t>(0));
+    return absl::OkStatus();
+  }
+  if (type == "Metaspace") {
+    impl.decode_replace.emplace_back(j.value("replacement", std::string("\xE2\x96\x81")), " ");
+    const std::string scheme = j.contains("prepend_scheme") && j["prepend_scheme"].is_string()
+                                   ? j["prepend_scheme"].get<std::string>()
+                                   : (j.value("add_prefix_space", true) ? "always" : "never");
+    impl.decode_strip = scheme == "never" ? 0 : 1;
+    return absl::OkStatus();
+  }
+  if (impl.decoder_unsupported.empty()) impl.decoder_unsupported = absl::StrCat(path, ": decoder '", type, "' is not implemented");
+  return absl::OkStatus();
 }
 
 // ---- Tokenizer
@@ -476,10 +634,12 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(std::string
     return located(s);
   const bool byte_level = std::any_of(impl->pre_tokenizers.begin(), impl->pre_tokenizers.end(),
                                       [](const PreTokenizerStep& s) { return s.kind == PreTokenizerStep::kByteLevel; });
-  if (!byte_level) return located(Unsupported("pre_tokenizer", "a BPE without a ByteLevel pre-tokenizer (Metaspace / SentencePiece style)"));
+  // Without a ByteLevel step the vocabulary is of characters (SentencePiece-style BPE: Llama 2,
+  // Mistral, Gemma), usually with byte_fallback. Prefix reuse is off for those.
+  impl->bpe.char_level = !byte_level;
   if (!j.contains("model")) return located(absl::InvalidArgumentError("model: missing"));
-  if (absl::Status s = ParseModel(j["model"], *impl); !s.ok()) return located(s);
   if (absl::Status s = ParseAddedTokens(j.value("added_tokens", Json()), *impl); !s.ok()) return located(s);
+  if (absl::Status s = ParseModel(j["model"], *impl); !s.ok()) return located(s);
   bool has_template = false;
   if (absl::Status s = ParsePostProcessor(j.value("post_processor", Json()), "post_processor", *impl, impl->single, has_template); !s.ok())
     return located(s);
@@ -493,6 +653,18 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(std::string
     if (st.kind == PreTokenizerStep::kSplit && st.split_behavior == PreTokenizerStep::kRemoved) impl->restartable = false;
   }
   for (const AddedToken& a : impl->added) impl->max_added_bytes = std::max(impl->max_added_bytes, a.content.size());
+  // Prepend, Replace and Metaspace rewrite every piece: no restart points in the original text.
+  if (impl->bpe.char_level) impl->restartable = false;
+  for (const NormalizerStep& n : impl->normalizers)
+    if (n.kind == NormalizerStep::kPrepend || n.kind == NormalizerStep::kReplace) impl->restartable = false;
+  for (const PreTokenizerStep& st : impl->pre_tokenizers)
+    if (st.kind == PreTokenizerStep::kMetaspace) impl->restartable = false;
+  if (impl->bpe.char_level) {
+    for (int b = 0; b < 256; ++b)
+      if (impl->bpe.fallback_id[b] && *impl->bpe.fallback_id[b] < impl->id_to_bytes.size())
+        impl->id_to_bytes[*impl->bpe.fallback_id[b]] = std::string(1, static_cast<char>(b));
+    if (absl::Status s = ParseDecoder(j.value("decoder", Json()), "decoder", *impl); !s.ok()) return located(s);
+  }
   return std::shared_ptr<const Tokenizer>(new Tokenizer(std::move(impl)));
 }
 
@@ -547,12 +719,12 @@ absl::Status Impl::EncodeBody(std::string_view text, std::vector<uint32_t>& targ
     size_t begin = pos, end = pos + a->content.size();
     if (a->lstrip) begin -= WhitespaceBefore(text.substr(section), begin - section);
     if (a->rstrip) end += WhitespaceAfter(text, end);
-    EPP_RETURN_IF_ERROR(m.EncodeSection(text.substr(section, begin - section), target, sink));
+    EPP_RETURN_IF_ERROR(m.EncodeSection(text.substr(section, begin - section), target, sink, section == 0));
     target.push_back(a->id);
     if (sink) sink->out->push_back({static_cast<uint32_t>(end), static_cast<uint32_t>(target.size())});
     section = pos = end;
   }
-  return m.EncodeSection(text.substr(section), target, sink);
+  return m.EncodeSection(text.substr(section), target, sink, section == 0);
 }
 
 absl::StatusOr<std::vector<uint32_t>> Tokenizer::Encode(std::string_view text, bool add_special_tokens) const {
@@ -568,13 +740,28 @@ absl::StatusOr<std::string> Tokenizer::Decode(std::span<const uint32_t> ids) con
       return absl::InvalidArgumentError(absl::StrCat("ids[", i, "]: unknown id ", ids[i]));
     out += *impl_->id_to_bytes[ids[i]];
   }
+  if (!impl_->bpe.char_level) return out;
+  if (!impl_->decoder_unsupported.empty())
+    return absl::UnimplementedError(absl::StrCat(impl_->source, ": cannot decode: ", impl_->decoder_unsupported));
+  for (const auto& [from, to] : impl_->decode_replace) {
+    std::string r;
+    for (size_t at = 0;;) {
+      const size_t hit = out.find(from, at);
+      r.append(out, at, hit == std::string::npos ? std::string::npos : hit - at);
+      if (hit == std::string::npos) break;
+      r += to;
+      at = hit + from.size();
+    }
+    out = std::move(r);
+  }
+  for (size_t k = 0; k < impl_->decode_strip && !out.empty() && out[0] == ' '; ++k) out.erase(0, 1);
   return out;
 }
 
 std::optional<uint32_t> Tokenizer::TokenId(std::string_view token) const {
   for (const AddedToken& a : impl_->added)
     if (a.content == token) return a.id;
-  auto bytes = ByteLevelToBytes(token);
+  auto bytes = impl_->bpe.char_level ? std::optional<std::string>(token) : ByteLevelToBytes(token);
   if (!bytes) return std::nullopt;
   auto it = impl_->bpe.vocab.find(absl::string_view(*bytes));
   if (it == impl_->bpe.vocab.end()) return std::nullopt;

@@ -56,10 +56,18 @@ class SplitRegex {
   KnownPattern known_ = KnownPattern::kNone;
 };
 
-enum class NormalizerStep { kNfc, kNfd, kNfkc, kNfkd };
+struct NormalizerStep {
+  enum Kind { kNfc, kNfd, kNfkc, kNfkd, kPrepend, kReplace } kind = kNfc;
+  std::string text, with;  // Prepend: text; Replace: every `text` becomes `with`
+};
 
 struct PreTokenizerStep {
-  enum Kind { kSplit, kByteLevel } kind = kSplit;
+  enum Kind { kSplit, kByteLevel, kMetaspace } kind = kSplit;
+  // Metaspace: spaces become `replacement`, which is prepended (always, or only to the text's
+  // first section) and, with split, starts each piece.
+  std::string replacement;
+  enum Prepend { kAlways, kFirst, kNever } prepend = kAlways;
+  bool metaspace_split = true;
   enum SplitBehavior { kIsolated, kRemoved } split_behavior = kIsolated;
   bool add_prefix_space = false;              // ByteLevel
   std::shared_ptr<const SplitRegex> regex;    // Split, or ByteLevel with use_regex
@@ -92,6 +100,15 @@ struct Bpe {
   absl::flat_hash_map<uint64_t, uint64_t> merges;
   bool ignore_merges = false;
   uint32_t max_id = 0;
+  // SentencePiece-style BPE (no ByteLevel step): symbols start as characters (the vocabulary
+  // holds UTF-8 strings); a character the vocabulary lacks becomes its bytes' <0xXX> tokens
+  // (byte_fallback), else the unknown token, consecutive unknowns fused into one (fuse_unk).
+  bool char_level = false;
+  bool byte_fallback = false, fuse_unk = false;
+  std::optional<uint32_t> unk_id;
+  std::optional<uint32_t> fallback_id[256];
+  // The first symbols of `word` into `sym` (room for word.size()); returns how many.
+  uint32_t Initial(std::string_view word, uint32_t* sym) const;
   const uint64_t cache_owner;  // this model's key in the per-thread word caches
 
   Bpe();
@@ -140,6 +157,12 @@ struct Tokenizer::Impl {
   int single_first = -1;  // the byte every added token starts with, or -1
   std::vector<size_t> order;
   std::vector<std::optional<std::string>> id_to_bytes;  // Decode
+  // Decoding a SentencePiece-style vocabulary: replacements (▁ to a space) on the joined text,
+  // then up to `decode_strip` leading spaces removed. An unsupported decoder is kept as the
+  // reason Decode fails.
+  std::vector<std::pair<std::string, std::string>> decode_replace;
+  size_t decode_strip = 0;
+  std::string decoder_unsupported;
 
   void IndexAddedTokens();
   const tokenizer_internal::AddedToken* AddedAt(std::string_view text, size_t pos, size_t* skip) const;
@@ -148,11 +171,12 @@ struct Tokenizer::Impl {
   absl::Status EncodeBody(std::string_view text, std::vector<uint32_t>& out,
                           const tokenizer_internal::CheckpointSink* sink = nullptr) const;
   void ApplyTemplate(const std::vector<uint32_t>& body, std::vector<uint32_t>& out) const;
+  // `first`: the section starts the text (Metaspace's prepend_scheme "first").
   absl::Status EncodeSection(std::string_view text, std::vector<uint32_t>& out,
-                             const tokenizer_internal::CheckpointSink* sink) const;
+                             const tokenizer_internal::CheckpointSink* sink, bool first = false) const;
   // Pre-tokenizer steps from `step` on, over one piece; the last step's pieces go to BPE.
   absl::Status PreTokenize(size_t step, std::string_view piece, std::vector<uint32_t>& out,
-                           const tokenizer_internal::CheckpointSink* sink) const;
+                           const tokenizer_internal::CheckpointSink* sink, bool first = false) const;
   bool prefix_space = false;  // a ByteLevel step adds a prefix space: no prefix reuse
   bool restartable = true;    // every split step is a known pattern: piece ends are restart points
   size_t max_added_bytes = 0;

@@ -10,6 +10,7 @@
 
 #include <fstream>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -166,7 +167,8 @@ TEST(TokenizerTest, MatchesTheReferenceOnEdgeCases) {
   auto overlap = Load(o);
   ASSERT_NE(overlap, nullptr);
   EXPECT_EQ(Enc(*overlap, "hel"), (Ids{'h', 500})) << "'h e' is rank 2 now, after 'e l' (rank 1)";
-  // Ids beyond 2^24 and mixed normalized flags are refused at load, naming the token.
+  // Ids beyond 2^24, and mixed normalized flags where tokens of the two kinds could overlap,
+  // are refused at load, naming the token.
   Json big = TinyTokenizer();
   big["added_tokens"][0]["id"] = 4294967295u;
   auto bad = Tokenizer::FromJson(big.dump(), "big.json");
@@ -174,9 +176,14 @@ TEST(TokenizerTest, MatchesTheReferenceOnEdgeCases) {
   EXPECT_NE(bad.status().message().find("added_tokens[0].id: 4294967295 is too large"), std::string::npos) << bad.status();
   Json mixed = TinyTokenizer();
   mixed["added_tokens"][1]["normalized"] = true;
+  EXPECT_TRUE(Tokenizer::FromJson(mixed.dump(), "mixed.json").ok()) << "<pad> cannot overlap <s> or tok";
+  mixed["added_tokens"][1]["content"] = "s>x";
   auto mix = Tokenizer::FromJson(mixed.dump(), "mixed.json");
   ASSERT_FALSE(mix.ok());
-  EXPECT_NE(mix.status().message().find("added_tokens[1].normalized"), std::string::npos) << mix.status();
+  EXPECT_NE(mix.status().message().find("added_tokens[1].normalized: a normalized: true token that can overlap the "
+                                        "normalized: false token '<s>'"),
+            std::string::npos)
+      << mix.status();
   // Characters new in Unicode 15 (U+31350, a CJK ideograph) are letters to the scanners, as to
   // the reference's tables; PCRE2 10.42's tables do not know them.
   auto llama_like = tokenizer_internal::SplitRegex::Compile(
@@ -218,8 +225,14 @@ TEST(TokenizerTest, UnsupportedPartsFailAtLoadNamingTheJsonPath) {
     std::function<void(Json&)> edit;
     std::string want;
   } cases[] = {
-      {[](Json& j) { j["normalizer"] = {{"type", "Replace"}}; }, "normalizer.type: normalizer 'Replace' is not supported"},
-      {[](Json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; }, "pre_tokenizer.type: pre-tokenizer 'Metaspace'"},
+      {[](Json& j) { j["normalizer"] = {{"type", "Lowercase"}}; }, "normalizer.type: normalizer 'Lowercase' is not supported"},
+      {[](Json& j) { j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", "_"}}; },
+       "normalizer.pattern: a Replace normalizer with a regex is not supported"},
+      {[](Json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}, {"prepend_scheme", "sometimes"}}; },
+       "pre_tokenizer.prepend_scheme: prepend_scheme 'sometimes'"},
+      {[](Json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; },
+       "model: a character-level BPE where a character can miss the vocabulary with no unk_token"},
+      {[](Json& j) { j["model"]["byte_fallback"] = true; }, "model.byte_fallback: byte_fallback with a ByteLevel pre-tokenizer"},
       {[](Json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Contiguous"; },
        "pre_tokenizer.pretokenizers[0].behavior: split behavior 'Contiguous'"},
       {[](Json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "(a"}}; },
@@ -364,6 +377,78 @@ TEST(TokenizerTest, KnownPatternScannersEqualPcre2) {
       ASSERT_EQ(fast, slow) << "pattern " << static_cast<int>(kind) << " text '" << text << "'";
     }
   }
+}
+
+// SentencePiece-style BPE (Llama 2, Mistral, Gemma): a vocabulary of characters with ▁ for the
+// space, normalizers or Metaspace producing it, byte fallback for characters it lacks, an
+// unknown token otherwise.
+Json TinySentencePiece() {
+  const std::string sp = "\xE2\x96\x81";  // U+2581
+  Json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    vocab[name] = 3 + b;
+  }
+  const std::vector<std::string> symbols = {sp, "h", "e", "l", "o", sp + "h", "ll", sp + "he", sp + "hell", sp + "hello"};
+  for (size_t i = 0; i < symbols.size(); ++i) vocab[symbols[i]] = 259 + static_cast<int>(i);
+  Json j;
+  j["added_tokens"] = Json::array({{{"id", 0}, {"content", "<unk>"}, {"special", true}, {"normalized", false}},
+                                   {{"id", 1}, {"content", "<s>"}, {"special", true}, {"normalized", false}}});
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers", Json::array({{{"type", "Prepend"}, {"prepend", sp}},
+                                                  {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", sp}}})}};
+  j["pre_tokenizer"] = nullptr;
+  j["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"unk_token", "<unk>"}, {"byte_fallback", true}, {"fuse_unk", true},
+                {"merges", Json::array({sp + " h", "l l", sp + "h e", sp + "he ll", sp + "hell o"})}};
+  j["post_processor"] = {{"type", "TemplateProcessing"},
+                         {"single", Json::array({{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}})},
+                         {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}}}}}};
+  j["decoder"] = {{"type", "Sequence"},
+                  {"decoders", Json::array({{{"type", "Replace"}, {"pattern", {{"String", sp}}}, {"content", " "}},
+                                            {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
+                                            {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
+  return j;
+}
+
+TEST(TokenizerTest, SentencePieceStyleBpe) {
+  auto t = Load(TinySentencePiece());
+  ASSERT_NE(t, nullptr);
+  constexpr uint32_t kSp = 259, kH = 260, kE = 261, kO = 263, kLl = 265, kHello = 268;
+  EXPECT_EQ(Enc(*t, "hello"), (Ids{kHello}));
+  // "é" is not in the vocabulary: its two UTF-8 bytes' <0xC3> <0xA9> tokens.
+  EXPECT_EQ(Enc(*t, "hello \xC3\xA9"), (Ids{kHello, kSp, 3 + 0xC3, 3 + 0xA9}));
+  EXPECT_EQ(*t->Encode("hello", true), (Ids{1, kHello}));
+  // Added tokens split first; the Prepend normalizer applies to each stretch between them.
+  EXPECT_EQ(Enc(*t, "<s>hello"), (Ids{1, kHello}));
+  auto back = t->Decode(Ids{kHello, kSp, 3 + 0xC3, 3 + 0xA9});
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, "hello \xC3\xA9");
+  EXPECT_EQ(t->TokenId("\xE2\x96\x81" "hello"), kHello);
+
+  // Metaspace instead of the normalizers: prepend_scheme first prepends ▁ only to the text's start.
+  Json m = TinySentencePiece();
+  m["normalizer"] = nullptr;
+  m["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", "first"}, {"split", false}};
+  auto first = Load(m);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(Enc(*first, "hello hello"), (Ids{kHello, kHello}));
+  EXPECT_EQ(Enc(*first, "<s>hello"), (Ids{1, kH, kE, kLl, kO})) << "not the text's first section: no ▁";
+  m["pre_tokenizer"]["prepend_scheme"] = "always";
+  auto always = Load(m);
+  ASSERT_NE(always, nullptr);
+  EXPECT_EQ(Enc(*always, "<s>hello"), (Ids{1, kHello}));
+
+  // Without byte fallback an unknown character is <unk>, consecutive ones fused.
+  Json u = TinySentencePiece();
+  u["model"]["byte_fallback"] = false;
+  auto unk = Load(u);
+  ASSERT_NE(unk, nullptr);
+  EXPECT_EQ(Enc(*unk, "h\xC3\xA9\xE2\x82\xAC"), (Ids{kSp + 5, 0})) << "\u2581h, then one <unk> for \u00e9\u20ac";
+  u["model"].erase("unk_token");
+  auto none = Tokenizer::FromJson(u.dump(), "tiny.json");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("model: a character-level BPE where a character can miss"), std::string::npos);
 }
 
 // token-producer's local backend: the tiny tokenizer from a file, by model; chat requests and
