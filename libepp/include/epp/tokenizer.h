@@ -6,13 +6,17 @@
 // pre-tokenized and run through the model; with add_special_tokens the post-processor's template
 // adds BOS / EOS. What is implemented (anything else in a tokenizer.json fails at load, naming
 // the JSON path, never a silently different answer):
-//   normalizer      null, NFC, NFD, NFKC, NFKD (utf8proc), Lowercase, Sequence of those
+//   normalizer      null, NFC, NFD, NFKC, NFKD (utf8proc), Prepend, Replace (a string),
+//                   Sequence of those
 //   pre_tokenizer   null, Split (Regex or String pattern; behavior Isolated or Removed; invert
 //                   false), ByteLevel (add_prefix_space, use_regex with GPT-2's pattern),
-//                   Sequence of those
-//   model           BPE over byte-level symbols: merges (both "a b" and ["a", "b"] forms),
-//                   ignore_merges, no dropout, no unk / byte_fallback / subword affixes
+//                   Metaspace (replacement, prepend_scheme, split), Sequence of those
+//   model           BPE: over byte-level symbols with a ByteLevel step; otherwise over
+//                   characters (SentencePiece-style) with byte_fallback, unk_token, fuse_unk.
+//                   Merges in both "a b" and ["a", "b"] forms, ignore_merges; no dropout, no
+//                   subword affixes
 //   post_processor  null, ByteLevel (ids unchanged), TemplateProcessing (single), Sequence
+//   decoder         (character vocabularies) Replace, ByteFallback, Fuse, Strip, Metaspace
 // Split regexes run on PCRE2 (JIT, UTF + UCP). `\s` / `\S` are rewritten to the White_Space set
 // Oniguruma (the Rust reference's engine) uses, which PCRE2 10.42's `\s` does not fully match.
 //

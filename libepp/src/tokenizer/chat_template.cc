@@ -4,6 +4,8 @@
 // docs/tokenizer.md ("Chat templates") for the list and where epp differs.
 #include "epp/chat_template.h"
 
+#include <simdjson.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -129,6 +131,46 @@ absl::StatusOr<std::string> ReadText(const std::filesystem::path& p) {
 }
 
 absl::Status Bad(std::string_view path, std::string_view what) { return absl::InvalidArgumentError(Cat(path, ": ", what)); }
+
+// A request body as an ordered JSON tree (keys in the order sent, as Python's json keeps them),
+// parsed with simdjson: on a 220 KB prompt several times faster than nlohmann's parser, which
+// dominated the render.
+OJson FromSimdjson(simdjson::dom::element e) {
+  switch (e.type()) {
+    case simdjson::dom::element_type::ARRAY: {
+      OJson a = OJson::array();
+      for (simdjson::dom::element x : simdjson::dom::array(e)) a.push_back(FromSimdjson(x));
+      return a;
+    }
+    case simdjson::dom::element_type::OBJECT: {
+      OJson o = OJson::object();
+      for (simdjson::dom::key_value_pair kv : simdjson::dom::object(e)) o[std::string(kv.key)] = FromSimdjson(kv.value);
+      return o;
+    }
+    case simdjson::dom::element_type::INT64: return OJson(int64_t(e));
+    case simdjson::dom::element_type::UINT64: return OJson(uint64_t(e));
+    case simdjson::dom::element_type::DOUBLE: return OJson(double(e));
+    case simdjson::dom::element_type::STRING: return OJson(std::string(std::string_view(e)));
+    case simdjson::dom::element_type::BOOL: return OJson(bool(e));
+    case simdjson::dom::element_type::NULL_VALUE: return OJson(nullptr);
+  }
+  return OJson(nullptr);
+}
+
+absl::StatusOr<OJson> ParseBody(std::string_view body) {
+  thread_local simdjson::dom::parser reused;
+  std::unique_ptr<simdjson::dom::parser> own;
+  simdjson::dom::parser* parser = &reused;
+  if (body.size() > (size_t{1} << 20)) {  // do not pin a large parser's buffers to the thread
+    own = std::make_unique<simdjson::dom::parser>();
+    parser = own.get();
+  }
+  if (body.data() == nullptr) body = std::string_view("", 0);
+  simdjson::dom::element root;
+  const simdjson::error_code err = parser->parse(body.data(), body.size(), true).get(root);
+  if (err != simdjson::SUCCESS) return absl::InvalidArgumentError(Cat("$: the body is not valid JSON (", simdjson::error_message(err), ")"));
+  return FromSimdjson(root);
+}
 
 // A special token as tokenizer_config.json writes it: a string, or an AddedToken object.
 const OJson* TokenContent(const OJson& v) {
@@ -515,8 +557,7 @@ absl::StatusOr<OJson> ChatTemplate::Impl::Variables(const OJson& body, const Nam
 }
 
 absl::StatusOr<std::string> ChatTemplate::RequestVariables(std::string_view body) const {
-  OJson b = OJson::parse(body.begin(), body.end(), nullptr, false);
-  if (b.is_discarded()) return absl::InvalidArgumentError("$: the body is not valid JSON");
+  EPP_ASSIGN_OR_RETURN(OJson b, ParseBody(body));
   const Named* n = nullptr;
   EPP_ASSIGN_OR_RETURN(OJson vars, impl_->Variables(b, &n));
   vars.erase(" continue_final_message");
@@ -524,8 +565,7 @@ absl::StatusOr<std::string> ChatTemplate::RequestVariables(std::string_view body
 }
 
 absl::StatusOr<std::string> ChatTemplate::RenderRequest(std::string_view body, bool* add_special_tokens) const {
-  OJson b = OJson::parse(body.begin(), body.end(), nullptr, false);
-  if (b.is_discarded()) return absl::InvalidArgumentError("$: the body is not valid JSON");
+  EPP_ASSIGN_OR_RETURN(OJson b, ParseBody(body));
   if (add_special_tokens != nullptr && b.is_object()) {
     *add_special_tokens = false;
     if (auto it = b.find("add_special_tokens"); it != b.end() && !it->is_null()) {
