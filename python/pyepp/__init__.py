@@ -38,6 +38,7 @@ from .scheduling import Endpoint, PickResult, PluginRegistry, Request, Scheduler
 from .extproc import ServeHandle, serve
 from .routing import SharedPrefix, gie_workloads, named_policies, replay, replay_html, replay_text
 from .sim import SimServer, Simulator
+from .lint import lint, lint_text
 from .tokenizer import ChatTemplate, Tokenizer
 
 __version__: str = _lib.__version__
@@ -58,6 +59,8 @@ __all__ = [
     "builtin_engines",
     "Simulator",
     "ChatTemplate",
+    "lint",
+    "lint_text",
     "Tokenizer",
     "SimServer",
     "Request",

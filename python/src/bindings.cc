@@ -18,6 +18,7 @@
 #include "epp/scheduler.h"
 #include "epp/sim.h"
 #include "epp/chat_template.h"
+#include "epp/lint.h"
 #include "epp/version.h"
 #include "epp/tokenizer.h"
 #include "shims.h"
@@ -262,6 +263,20 @@ void BindTokenizer(py::module_& m) {
       .def_property_readonly("variables", &epp::ChatTemplate::variables);
 }
 
+void BindLint(py::module_& m) {
+  m.def(
+      "lint_paths",
+      [](const std::vector<std::string>& paths, const std::string& format) {
+        epp::LintReport r = Unwrap(epp::LintPaths(paths));
+        return format == "sarif" ? epp::FormatLintSarif(r) : format == "text" ? epp::FormatLintText(r) : epp::FormatLintJson(r);
+      },
+      py::arg("paths"), py::arg("format") = "json", py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "lint_text",
+      [](const std::string& yaml, const std::string& file) { return epp::FormatLintJson(epp::LintText(yaml, file)); },
+      py::arg("yaml"), py::arg("file"), py::call_guard<py::gil_scoped_release>());
+}
+
 void BindSim(py::module_& m) {
   py::class_<epp::SimParams>(m, "SimParams")
       .def(py::init<>())
@@ -491,6 +506,7 @@ PYBIND11_MODULE(_pyepp, m) {
   pyepp::BindPrefix(m);
   pyepp::BindSim(m);
   pyepp::BindTokenizer(m);
+  pyepp::BindLint(m);
   pyepp::BindEndpoints(m);
   pyepp::BindRequest(m);
   pyepp::BindConfig(m);

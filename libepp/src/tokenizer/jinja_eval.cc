@@ -565,9 +565,9 @@ class Renderer {
     if (a.is_mapping() && b.is_mapping() && a.kind != Value::kNamespace && b.kind != Value::kNamespace) {
       std::vector<std::pair<std::string, Value>> ma = MapItems(a), mb = MapItems(b);
       if (ma.size() != mb.size()) return false;
-      for (const auto& [k, v] : ma) {
-        auto it = std::find_if(mb.begin(), mb.end(), [&](const auto& p) { return p.first == k; });
-        if (it == mb.end() || !Equal(v, it->second)) return false;
+      for (const auto& kv : ma) {
+        auto it = std::find_if(mb.begin(), mb.end(), [&](const auto& p) { return p.first == kv.first; });
+        if (it == mb.end() || !Equal(kv.second, it->second)) return false;
       }
       return true;
     }

@@ -1,0 +1,34 @@
+"""pyepp.lint: the same linter as `eppctl lint` (tests/cli/test_eppctl_lint.py has the rules)."""
+import json
+
+import pytest
+
+import pyepp
+from conftest import SOURCE_DIR
+
+
+def test_lint_deploy_has_no_findings() -> None:
+    r = pyepp.lint(str(SOURCE_DIR / "deploy"))
+    assert r["summary"] == {"errors": 0, "warnings": 0, "notes": 0}
+    assert r["objects"] >= 6 and any(f.endswith("inferencepool.yaml") for f in r["files"])
+
+
+def test_lint_text_names_file_line_and_fix() -> None:
+    r = pyepp.lint_text("apiVersion: inference.networking.k8s.io/v1\nkind: InferencePool\nmetadata: {name: p}\n"
+                        "spec:\n  selector: {matchLabels: {app: m}}\n  targetPorts: [{number: 8000}]\n"
+                        "  endpointPickerRef: {name: epp, failureMode: FailClose}\n", file="pool.yaml")
+    (f,) = [x for x in r["findings"] if x["rule"] == "IP004"]
+    assert f["file"] == "pool.yaml" and f["line"] == 7 and "port.number is missing" in f["message"] and f["fix"]
+    assert r["summary"]["errors"] == 1
+
+
+def test_lint_formats_and_errors(tmp_path) -> None:
+    sarif = json.loads(pyepp.lint(str(SOURCE_DIR / "deploy"), format="sarif"))
+    assert sarif["version"] == "2.1.0" and sarif["runs"][0]["results"] == []
+    assert "0 error(s)" in pyepp.lint(str(SOURCE_DIR / "deploy"), format="text")
+    with pytest.raises(pyepp.NotFoundError):
+        pyepp.lint(str(tmp_path / "absent"))
+    with pytest.raises(ValueError):
+        pyepp.lint(str(tmp_path), format="xml")
+    broken = pyepp.lint_text("a: [1,\n", file="b.yaml")
+    assert broken["findings"][0]["rule"] == "LINT001"
