@@ -438,6 +438,18 @@ class Renderer {
       case Value::kJson:
       case Value::kDict:
       case Value::kNamespace: {
+        // A container that holds itself prints as Python prints it: [...] / {...}.
+        const void* id = v.kind == Value::kJson ? static_cast<const void*>(v.j) : v.hold.get();
+        if (std::find(printing_.begin(), printing_.end(), id) != printing_.end()) {
+          out += v.kind == Value::kNamespace ? "<Namespace {...}>" : v.is_mapping() ? "{...}" : v.tuple ? "(...)" : "[...]";
+          return absl::OkStatus();
+        }
+        if (printing_.size() > 200) return Error(line, "a value nested too deeply to print");
+        printing_.push_back(id);
+        struct Pop {
+          std::vector<const void*>& s;
+          ~Pop() { s.pop_back(); }
+        } pop{printing_};
         if (v.kind == Value::kNamespace) out += "<Namespace ";
         const bool map = v.is_mapping();
         out += map ? "{" : v.tuple ? "(" : "[";
@@ -1864,6 +1876,7 @@ class Renderer {
   const Template& t_;
   const OJson& vars_;
   RenderOptions o_;
+  mutable std::vector<const void*> printing_;  // containers being printed (AppendRepr)
   std::vector<Frame> frames_;
   size_t base_ = 0;
   int macro_depth_ = 0;
