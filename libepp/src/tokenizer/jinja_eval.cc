@@ -1147,7 +1147,9 @@ class Renderer {
       for (const auto& [k, v] : a.kw) d.Set(k, v);
       Value out;
       out.kind = name == "dict" ? Value::kDict : Value::kNamespace;
-      out.hold = std::make_shared<Dict>(std::move(d));
+      auto held = std::make_shared<Dict>(std::move(d));
+      if (name == "namespace") namespaces_.push_back(held);
+      out.hold = std::move(held);
       return out;
     }
     return Error(line, Cat("'", name, "' is undefined"));
@@ -1877,6 +1879,14 @@ class Renderer {
   const OJson& vars_;
   RenderOptions o_;
   mutable std::vector<const void*> printing_;  // containers being printed (AppendRepr)
+  // Namespaces are the only mutable values, so the only way to a reference cycle
+  // ({% set ns.self = ns %}): emptied when the render ends, which frees such cycles.
+  std::vector<std::shared_ptr<Dict>> namespaces_;
+
+ public:
+  ~Renderer() {
+    for (const std::shared_ptr<Dict>& n : namespaces_) n->items.clear();
+  }
   std::vector<Frame> frames_;
   size_t base_ = 0;
   int macro_depth_ = 0;
