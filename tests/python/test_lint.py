@@ -32,3 +32,14 @@ def test_lint_formats_and_errors(tmp_path) -> None:
         pyepp.lint(str(tmp_path), format="xml")
     broken = pyepp.lint_text("a: [1,\n", file="b.yaml")
     assert broken["findings"][0]["rule"] == "LINT001"
+
+
+def test_alias_expansion_is_reported_not_walked() -> None:
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 8):
+        levels.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    bomb = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: laughs}\ndata:\n" + "\n".join("  " + x for x in levels) + "\n"
+    r = pyepp.lint_text(bomb, file="bomb.yaml")
+    (f,) = r["findings"]
+    assert f["rule"] == "LINT001" and "expands to more than" in f["message"]
+    assert r["objects"] == 0

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/yaml_limits.h"
 #include "epp/config.h"
 #include "epp/registry.h"
 #include "epp/scheduler.h"
@@ -165,7 +166,15 @@ class Linter {
            "fix the YAML syntax (`kubectl apply --dry-run=client -f FILE` shows the same error)");
       return;
     }
-    for (const YAML::Node& d : docs) AddDoc(d, file);
+    for (const YAML::Node& d : docs) {
+      // Aliases are shared, not copied: a few hundred bytes can stand for millions of nodes
+      // (or a cycle). Such a document is reported, not walked.
+      if (absl::Status s = internal::CheckYamlExpansion(d, file); !s.ok()) {
+        Emit("LINT001", LintSeverity::kError, file, LineOf(d), "", std::string(s.message()), "remove the alias expansion");
+        continue;
+      }
+      AddDoc(d, file);
+    }
   }
 
   void Run() {
