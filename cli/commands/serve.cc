@@ -309,6 +309,9 @@ int RunServe(const ServeOptions& o) {
   while (sig == 0) sig = WaitSignal(stop, std::chrono::hours(24));
   log.Info(std::string("received ") + SignalName(sig) + ": readiness NOT_SERVING; draining open streams for up to " +
            o.drain_timeout + " (a second signal exits at once)");
+  // Without a shutdown delay, new streams are refused from the moment readiness turns
+  // NOT_SERVING (before it, so none slips in between); with one, they are accepted until it ends.
+  if (shutdown_delay->count() == 0) server.BeginDrain();
   server.SetReady(false);
   auto quit_now = [&log](int s) {
     log.Warn(std::string("received ") + SignalName(s) + " again: exiting without waiting for open streams");

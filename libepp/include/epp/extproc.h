@@ -235,6 +235,9 @@ class ExtProcServer {
   ~ExtProcServer();
   int port() const;
   ExtProcStats& stats();
+  // From now on a new stream is refused with UNAVAILABLE; open ones go on. Shutdown does this
+  // too; call it first where something else (readiness) announces the drain.
+  void BeginDrain();
   // Stops accepting streams, lets open ones finish for up to `drain`, then cancels the rest.
   void Shutdown(std::chrono::milliseconds drain);
 

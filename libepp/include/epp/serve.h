@@ -247,6 +247,10 @@ class EppServer {
   int health_port() const;   // -1 without a health server
   int metrics_port() const;  // -1 without a metrics server
   void SetReady(bool ready);
+  // New ext_proc streams are refused (UNAVAILABLE) from now on; open ones go on. Shutdown does
+  // this first; serve calls it when readiness turns NOT_SERVING with no --shutdown-delay, so no
+  // stream can slip in between the two.
+  void BeginDrain();
   // Stops accepting streams, lets open ones finish for up to `drain`, cancels the rest, then stops
   // the config watch, the pool, the metrics and health servers. Idempotent.
   void Shutdown(std::chrono::milliseconds drain);

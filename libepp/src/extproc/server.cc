@@ -68,6 +68,7 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   std::atomic<int64_t> next_id{0};
+  std::atomic<bool> draining{false};  // BeginDrain: new streams are refused
 
   class Reactor;
   std::mutex registry_mu;
@@ -198,7 +199,17 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
     std::atomic<bool> request_done_{false};
   };
 
+  // A stream that arrives once the drain began: UNAVAILABLE at once, so the gateway retries on
+  // another replica (gRPC's own Shutdown refuses them too, but only from the moment it is called,
+  // after readiness has already turned NOT_SERVING).
+  class Refused final : public grpc::ServerBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse> {
+   public:
+    Refused() { Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the endpoint picker is shutting down (draining)")); }
+    void OnDone() override { delete this; }
+  };
+
   grpc::ServerBidiReactor<pb::ProcessingRequest, pb::ProcessingResponse>* Process(grpc::CallbackServerContext* ctx) override {
+    if (draining.load()) return new Refused();
     return new Reactor(this, ctx);
   }
 
@@ -316,8 +327,13 @@ absl::StatusOr<std::unique_ptr<ExtProcServer>> ExtProcServer::StartWith(const Sc
 int ExtProcServer::port() const { return impl_->port; }
 ExtProcStats& ExtProcServer::stats() { return impl_->stats; }
 
+void ExtProcServer::BeginDrain() {
+  if (impl_) impl_->draining.store(true);
+}
+
 void ExtProcServer::Shutdown(std::chrono::milliseconds drain) {
   if (!impl_ || !impl_->server) return;
+  impl_->draining.store(true);
   // The watchdog goes on during the drain (a stream past its limit still ends); the server then
   // cancels what is left, and no stream remains for it to look at.
   impl_->server->Shutdown(std::chrono::system_clock::now() + drain);

@@ -344,6 +344,10 @@ void EppServer::SetReady(bool ready) {
   if (impl_->health) impl_->health->SetReady(ready);
 }
 
+void EppServer::BeginDrain() {
+  if (impl_->server) impl_->server->BeginDrain();
+}
+
 void EppServer::Shutdown(std::chrono::milliseconds drain) {
   Impl& m = *impl_;
   {
@@ -353,6 +357,7 @@ void EppServer::Shutdown(std::chrono::milliseconds drain) {
     m.stop = true;
   }
   m.cv.notify_all();
+  if (m.server) m.server->BeginDrain();
   if (m.health) m.health->SetReady(false);
   if (m.server) m.server->Shutdown(drain);
   if (m.watch_thread.joinable()) m.watch_thread.join();
