@@ -9,6 +9,7 @@
 #include "commands/serve.h"
 #include "commands/sim.h"
 #include "commands/tokenize.h"
+#include "commands/conformance.h"
 #include "commands/lint.h"
 #include "epp/version.h"
 #include "output.h"
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   eppctl::SetupServeCommand(app, exit_code);
   eppctl::SetupTokenizeCommand(app, exit_code);
   eppctl::SetupLintCommand(app, exit_code);
+  eppctl::SetupConformanceCommand(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -39,6 +39,7 @@ from .extproc import ServeHandle, serve
 from .routing import SharedPrefix, gie_workloads, named_policies, replay, replay_html, replay_text
 from .sim import SimServer, Simulator
 from .lint import lint, lint_text
+from .conformance import conformance, conformance_checks
 from .tokenizer import ChatTemplate, Tokenizer
 
 __version__: str = _lib.__version__
@@ -61,6 +62,8 @@ __all__ = [
     "ChatTemplate",
     "lint",
     "lint_text",
+    "conformance",
+    "conformance_checks",
     "Tokenizer",
     "SimServer",
     "Request",

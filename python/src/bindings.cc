@@ -18,6 +18,7 @@
 #include "epp/scheduler.h"
 #include "epp/sim.h"
 #include "epp/chat_template.h"
+#include "epp/conformance.h"
 #include "epp/lint.h"
 #include "epp/version.h"
 #include "epp/tokenizer.h"
@@ -277,6 +278,40 @@ void BindLint(py::module_& m) {
       py::arg("yaml"), py::arg("file"), py::call_guard<py::gil_scoped_release>());
 }
 
+void BindConformance(py::module_& m) {
+  m.def(
+      "conformance_run",
+      [](const std::string& launch, const std::string& target, const std::string& endpoints_out, const std::string& health,
+         bool tls, int simulators, const std::string& sheddable_objective, const std::vector<std::string>& only,
+         const std::vector<std::string>& skip, double startup_timeout_s, double stream_timeout_s, const std::string& work_dir) {
+        epp::ConformanceOptions o;
+        o.launch = launch;
+        o.target = target;
+        o.endpoints_out = endpoints_out;
+        o.health_target = health;
+        o.tls = tls;
+        o.simulators = simulators;
+        o.sheddable_objective = sheddable_objective;
+        o.only = only;
+        o.skip = skip;
+        o.startup_timeout = std::chrono::milliseconds(static_cast<int64_t>(startup_timeout_s * 1000));
+        o.stream_timeout = std::chrono::milliseconds(static_cast<int64_t>(stream_timeout_s * 1000));
+        o.work_dir = work_dir;
+        epp::ConformanceReport r = Unwrap(epp::RunConformance(o));
+        return std::vector<std::string>{epp::FormatConformanceJson(r), epp::FormatConformanceText(r),
+                                        epp::FormatConformanceJUnit(r)};
+      },
+      py::arg("launch"), py::arg("target"), py::arg("endpoints_out"), py::arg("health"), py::arg("tls"),
+      py::arg("simulators"), py::arg("sheddable_objective"), py::arg("only"), py::arg("skip"),
+      py::arg("startup_timeout_s"), py::arg("stream_timeout_s"), py::arg("work_dir"),
+      py::call_guard<py::gil_scoped_release>());
+  m.def("conformance_checks", [] {
+    std::vector<std::vector<std::string>> out;
+    for (const auto& c : epp::ConformanceChecks()) out.push_back({c.id, c.title, c.cites});
+    return out;
+  });
+}
+
 void BindSim(py::module_& m) {
   py::class_<epp::SimParams>(m, "SimParams")
       .def(py::init<>())
@@ -507,6 +542,7 @@ PYBIND11_MODULE(_pyepp, m) {
   pyepp::BindSim(m);
   pyepp::BindTokenizer(m);
   pyepp::BindLint(m);
+  pyepp::BindConformance(m);
   pyepp::BindEndpoints(m);
   pyepp::BindRequest(m);
   pyepp::BindConfig(m);

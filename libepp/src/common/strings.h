@@ -9,6 +9,29 @@
 
 namespace epp::internal {
 
+// `s` with &, <, > and both quotes written as entities (HTML and XML text and attribute values).
+// `quote` and `apostrophe` are the spellings (Jinja's markupsafe writes "&#34;", HTML "&quot;");
+// with `controls_to_space`, control characters other than tab and LF become spaces (XML 1.0
+// allows none of them).
+inline std::string EscapeMarkup(std::string_view s, std::string_view quote = "&quot;", std::string_view apostrophe = "&#39;",
+                                bool controls_to_space = false) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += quote; break;
+      case '\'': out += apostrophe; break;
+      default:
+        if (controls_to_space && static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') out += ' ';
+        else out += c;
+    }
+  }
+  return out;
+}
+
 // `s` without leading and trailing spaces, tabs, CR and LF.
 inline std::string_view TrimSpace(std::string_view s) {
   auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };

@@ -19,21 +19,7 @@ using internal::Num;
 constexpr const char* kPalette[] = {"#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"};
 const char* Color(size_t i) { return kPalette[i % (sizeof kPalette / sizeof kPalette[0])]; }
 
-std::string Escape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
+std::string Escape(std::string_view s) { return internal::EscapeMarkup(s); }
 
 std::string F(double v) {  // SVG coordinates
   char buf[32];

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "jinja_ast.h"
+#include "common/strings.h"
 
 namespace epp::jinja {
 
@@ -1743,18 +1744,7 @@ class Renderer {
     }
     if (f == "escape" || f == "e") {
       EPP_ASSIGN_OR_RETURN(std::string s, Str(v, line));
-      std::string out;
-      for (char c : s) {
-        switch (c) {
-          case '&': out += "&amp;"; break;
-          case '<': out += "&lt;"; break;
-          case '>': out += "&gt;"; break;
-          case '"': out += "&#34;"; break;
-          case '\'': out += "&#39;"; break;
-          default: out += c;
-        }
-      }
-      return Value::Str(std::move(out));
+      return Value::Str(epp::internal::EscapeMarkup(s, "&#34;", "&#39;"));
     }
     return bad("is not supported by epp");
   }
