@@ -11,6 +11,7 @@
 #include "commands/tokenize.h"
 #include "commands/conformance.h"
 #include "commands/lint.h"
+#include "commands/top.h"
 #include "epp/version.h"
 #include "output.h"
 
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   eppctl::SetupTokenizeCommand(app, exit_code);
   eppctl::SetupLintCommand(app, exit_code);
   eppctl::SetupConformanceCommand(app, exit_code);
+  eppctl::SetupTopCommand(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

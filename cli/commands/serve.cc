@@ -140,6 +140,13 @@ absl::StatusOr<epp::ServeConfig> ToServeConfig(const ServeOptions& o, const epp:
     if (ec) return absl::InvalidArgumentError("--capture " + o.capture_dir + ": " + ec.message());
     c.capture_dir = o.capture_dir;
   }
+  if (o.decision_log < 0 || o.decision_log > 1000000)
+    return absl::InvalidArgumentError("--decision-log must be in [0, 1000000], got " + std::to_string(o.decision_log));
+  if (o.decision_log_rate < 1)
+    return absl::InvalidArgumentError("--decision-log-rate must be >= 1, got " + std::to_string(o.decision_log_rate));
+  c.decision_log.capacity = static_cast<size_t>(o.decision_log);
+  c.decision_log.max_per_second = o.decision_log_rate;
+  c.decision_log.include_prompt = o.decision_log_prompts;
   c.pool_name = o.pool_name;
   return c;
 }
@@ -219,6 +226,14 @@ void SetupServeCommand(CLI::App& app, int& exit_code) {
                   "Close an ext_proc connection whose TLS/HTTP2 handshake has not completed this long after it was accepted")
       ->capture_default_str();
   cmd->add_option("--capture", o->capture_dir, "Write every stream's messages as protobuf JSON lines into DIR");
+  cmd->add_option("--decision-log", o->decision_log,
+                  "Keep the last N decisions with their explain trace, served at /debug/decisions on the metrics "
+                  "port (request metadata: sensitive; 0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--decision-log-rate", o->decision_log_rate, "Decisions kept per second at most (the rest are counted)")
+      ->capture_default_str();
+  cmd->add_flag("--decision-log-prompts", o->decision_log_prompts,
+                "Also keep each logged request's prompt text (first 4 KiB): off by default");
   cmd->add_option("--log-level", o->log_level, "error, warn, info or debug")
       ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
       ->capture_default_str();

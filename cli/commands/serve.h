@@ -39,6 +39,9 @@ struct ServeOptions {
   std::string stream_idle_timeout = "15m";     // ExtProcOptions::idle_timeout; 0 disables
   std::string handshake_timeout = "10s";       // ExtProcOptions::handshake_timeout
   std::string capture_dir;
+  int decision_log = 0;
+  int decision_log_rate = 50;
+  bool decision_log_prompts = false;
   std::string log_level = "info";
   std::vector<std::string> objectives;  // NAME=PRIORITY
   bool disable_subset_filter = false;

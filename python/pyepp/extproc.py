@@ -358,6 +358,19 @@ class ServeHandle:
         success)."""
         return self._native.config_reloads()
 
+    def decisions(self, limit: int = 50, after: int = 0) -> Dict[str, Any]:
+        """The decision log (``serve(..., decision_log=N)``), as ``/debug/decisions`` serves it:
+        ``{"capacity", "max_per_second", "seen", "kept", "decisions": [...]}``, up to ``limit`` of
+        the newest decisions with an id above ``after``, oldest first. Raises :class:`EppError`
+        when the log is off."""
+        return json.loads(self._native.decisions(int(limit), int(after), 0))
+
+    def decision(self, id: int) -> Optional[Dict[str, Any]]:
+        """One logged decision with its ``explain`` trace and ``explain_text``; None when it is
+        not (or no longer) in the log."""
+        text = self._native.decisions(0, 0, int(id))
+        return json.loads(text)["decision"] if text else None
+
     def describe(self) -> str:
         """The start-up line of ``eppctl serve``: ports, endpoints and where they come from,
         the configuration."""
@@ -408,7 +421,8 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
           metrics_port: Optional[int] = None, max_request_bytes: Optional[int] = None,
           objective_priorities: Optional[Mapping[str, int]] = None, ignore_subset_hint: bool = False,
           emit_endpoint_scores: bool = False, request_timeout_s: float = 60.0,
-          idle_timeout_s: float = 900.0, handshake_timeout_s: float = 10.0) -> ServeHandle:
+          idle_timeout_s: float = 900.0, handshake_timeout_s: float = 10.0, decision_log: int = 0,
+          decision_log_rate: int = 50, decision_log_prompts: bool = False) -> ServeHandle:
     """Runs the Endpoint Picker in this process: libepp's ``EppServer``, what ``eppctl serve``
     runs, with its ext_proc server, grpc.health.v1 server and Prometheus ``/metrics``.
 
@@ -439,6 +453,12 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     its load released (``eppctl serve --stream-request-timeout / --stream-idle-timeout``; 0
     disables a limit). A connection whose TLS / HTTP/2 handshake is not done ``handshake_timeout_s``
     after it was accepted is closed.
+
+    ``decision_log=N`` (the configuration form) keeps the last N decisions with their explain
+    trace, at most ``decision_log_rate`` a second, as ``eppctl serve --decision-log``: read them
+    with :meth:`ServeHandle.decisions` and :meth:`ServeHandle.decision`, or from
+    ``/debug/decisions`` on the metrics port. They hold request metadata, never prompt text
+    unless ``decision_log_prompts``.
     """
     if not isinstance(host, str) or not host:
         raise TypeError("host must be a non-empty str")
@@ -490,5 +510,11 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
         raise ConfigError(f"seed must be an int >= 0, got {seed!r}")
     args.seed = seed
     args.log_level = log_level
+    for name, v in (("decision_log", decision_log), ("decision_log_rate", decision_log_rate)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "decision_log" else 1):
+            raise ConfigError(f"{name} must be an int >= {0 if name == 'decision_log' else 1}, got {v!r}")
+    args.decision_log = decision_log
+    args.decision_log_rate = decision_log_rate
+    args.decision_log_prompts = bool(decision_log_prompts)
     native = lib.ExtProcServer.start_runtime(args, host, port, bool(tls), health_port, metrics_port, options)
     return ServeHandle(native, None)

@@ -413,7 +413,10 @@ void BindExtProc(py::module_& m) {
       .def_readwrite("detector_staleness_s", &ServeArgs::detector_staleness_s)
       .def_readwrite("metrics_pool_name", &ServeArgs::metrics_pool_name)
       .def_readwrite("seed", &ServeArgs::seed)
-      .def_readwrite("log_level", &ServeArgs::log_level);
+      .def_readwrite("log_level", &ServeArgs::log_level)
+      .def_readwrite("decision_log", &ServeArgs::decision_log)
+      .def_readwrite("decision_log_rate", &ServeArgs::decision_log_rate)
+      .def_readwrite("decision_log_prompts", &ServeArgs::decision_log_prompts);
   py::class_<ServeHolder, std::shared_ptr<ServeHolder>>(m, "ExtProcServer")
       .def(py::init(&ExtProcServer_StartShim), py::arg("scheduler"), py::arg("endpoints"), py::arg("host"),
            py::arg("port"), py::arg("tls"), py::arg("health_port"), py::arg("metrics_port"), py::arg("options"),
@@ -433,7 +436,8 @@ void BindExtProc(py::module_& m) {
       .def("reload_config", &ExtProcServer_ReloadConfigShim)
       .def("config_reloads", &ExtProcServer_ConfigReloadsShim)
       .def("endpoints", &ExtProcServer_EndpointsShim)
-      .def("describe", &ExtProcServer_DescribeShim);
+      .def("describe", &ExtProcServer_DescribeShim)
+      .def("decisions", &ExtProcServer_DecisionsShim, py::arg("limit"), py::arg("after"), py::arg("id"));
 }
 
 void BindReplay(py::module_& m) {

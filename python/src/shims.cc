@@ -789,7 +789,17 @@ std::shared_ptr<ServeHolder> EppServer_StartShim(const ServeArgs& a, const std::
   c.staleness = Seconds(a.staleness_s, "staleness_s");
   if (a.detector_staleness_s) c.detector_staleness = Seconds(*a.detector_staleness_s, "detector_staleness_s");
   c.pool_name = a.metrics_pool_name;
+  if (a.decision_log < 0) ThrowIfError(absl::InvalidArgumentError("decision_log must be >= 0"));
+  if (a.decision_log_rate < 1) ThrowIfError(absl::InvalidArgumentError("decision_log_rate must be >= 1"));
+  c.decision_log = {static_cast<size_t>(a.decision_log), a.decision_log_rate, a.decision_log_prompts};
   return Run(std::move(holder), std::move(c));
+}
+
+std::string ExtProcServer_DecisionsShim(ServeHolder& holder, size_t limit, uint64_t after, uint64_t id) {
+  const epp::DecisionLog* log = holder.server->decision_log();
+  if (!log) ThrowIfError(absl::FailedPreconditionError("the decision log is off: serve(..., decision_log=N)"));
+  if (id > 0) return log->DecisionJson(id).value_or("");
+  return log->ListJson(limit, after);
 }
 
 int ExtProcServer_PortShim(const ServeHolder& holder) { return holder.server->grpc_port(); }

@@ -288,6 +288,10 @@ struct ServeArgs {
   std::string metrics_pool_name = "default";
   uint64_t seed = 0;
   std::string log_level = "warn";
+  // The live decision log (ServeConfig::decision_log): 0 = off.
+  int decision_log = 0;
+  int decision_log_rate = 50;
+  bool decision_log_prompts = false;
 };
 
 // Static mode. Ports: 0 picks a free one; a health or metrics port of None means no such server.
@@ -320,6 +324,9 @@ py::dict ExtProcServer_ConfigReloadsShim(ServeHolder& holder);
 // The pool as the server sees it now.
 std::vector<epp::Endpoint> ExtProcServer_EndpointsShim(ServeHolder& holder);
 std::string ExtProcServer_DescribeShim(ServeHolder& holder);
+// /debug/decisions' JSON: the list (limit, after) or, with id > 0, one decision ("" when not held).
+// kFailedPrecondition without a decision log.
+std::string ExtProcServer_DecisionsShim(ServeHolder& holder, size_t limit, uint64_t after, uint64_t id);
 
 // --- Replay ----------------------------------------------------------------------------------
 

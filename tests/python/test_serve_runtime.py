@@ -188,3 +188,23 @@ def test_stream_time_limits(runtime: Any) -> None:
     for bad in (-1, float("nan"), "1"):
         with pytest.raises(pyepp.ConfigError):
             pyepp.serve(endpoint=[f"{A}=none"], idle_timeout_s=bad)
+
+
+def test_decision_log(runtime: Any) -> None:
+    h = runtime.start(endpoint=[f"{A}=none", f"{B}=none"], decision_log=3, decision_log_rate=1000)
+    picks = [runtime.pick(h) for _ in range(4)]
+    d = h.decisions()
+    assert d["seen"] == 4 and d["kept"] == 4 and d["capacity"] == 3
+    assert [x["id"] for x in d["decisions"]] == [2, 3, 4]
+    assert [x["endpoint"] for x in d["decisions"]] == picks[1:]
+    assert [x["id"] for x in h.decisions(limit=1)["decisions"]] == [4]
+    assert [x["id"] for x in h.decisions(after=3)["decisions"]] == [4]
+    one = h.decision(4)
+    assert one is not None and one["explain"]["result"]["endpoint"] == picks[-1] and "winner" in one["explain_text"]
+    assert h.decision(1) is None  # evicted
+    assert "prompt" not in one
+    off = runtime.start(endpoint=[f"{A}=none"])
+    with pytest.raises(pyepp.EppError, match="decision log is off"):
+        off.decisions()
+    with pytest.raises(pyepp.ConfigError, match="decision_log"):
+        pyepp.serve(endpoint=[f"{A}=none"], decision_log=-1)

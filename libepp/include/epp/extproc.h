@@ -59,6 +59,8 @@ inline constexpr std::string_view kExtProcServiceName = "envoy.service.ext_proc.
 inline constexpr size_t kBodyChunkBytes = 62000;
 inline constexpr size_t kDefaultMaxRequestBytes = size_t{16} << 20;
 
+class DecisionLog;  // epp/decision_log.h
+
 // The pool as of now. Implementations return an immutable snapshot; readers keep it alive for as
 // long as they use it.
 class EndpointSource {
@@ -108,6 +110,17 @@ struct ExtProcStats {
 
   void RecordOutcome(int status);
   void RecordLatencyMicros(int64_t us);
+  // Per endpoint: requests picked with it as the primary, and their prefix blocks (hashed, and
+  // placed on it by the index). For /metrics' epp_endpoint_picks_total and eppctl top.
+  struct EndpointPicks {
+    int64_t picks = 0, prefix_blocks = 0, prefix_match_blocks = 0;
+  };
+  void RecordPick(const std::string& endpoint, int prefix_blocks, int prefix_match_blocks);
+  std::map<std::string, EndpointPicks> PicksByEndpoint() const;
+
+ private:
+  mutable std::mutex picks_mu_;
+  std::map<std::string, EndpointPicks, std::less<>> picks_;
 };
 
 struct ExtProcOptions {
@@ -132,6 +145,8 @@ struct ExtProcOptions {
   // accepted is closed (gRPC's server handshake timeout; its own default is 120 s). Bounds the
   // descriptors and memory that clients stalling in the handshake can hold.
   std::chrono::milliseconds handshake_timeout{10000};
+  // When set (serve --decision-log): decisions the log admits are made with a trace and kept.
+  std::shared_ptr<DecisionLog> decision_log;
 };
 
 // The per-stream state machine over serialized messages (see the file comment).

@@ -287,6 +287,21 @@ class Scheduler {
 // bare "ip" (IPv6 in brackets or not) matching any port.
 bool SubsetEntryMatches(std::string_view entry, std::string_view address);
 
+// A decision in a few names, from the primary profile's trace: the winner (the primary endpoint)
+// and its total, the best other scored candidate (runner-up), and the scorer whose weighted
+// difference between the two was largest (what decided it). `kind`: "margin" (a scorer decided),
+// "tie" (equal totals: the picker's tie-break), "picker" (a lower total won: not a max-score
+// picker), "alone" (one candidate scored) or "" (no trace, or no pick).
+struct DecisionSummary {
+  std::string kind;
+  std::string winner, runner_up;
+  double winner_score = 0, runner_up_score = 0;
+  std::string deciding_scorer;  // plugin name, with kind "margin"
+  double deciding_winner = 0, deciding_runner_up = 0;  // its weighted scores on both
+  double deciding_winner_raw = 0, deciding_runner_up_raw = 0, deciding_weight = 0;
+};
+DecisionSummary SummarizeDecision(const PickResult& result);
+
 // The explain JSON of one decision (docs/cli.md): {"request": {...}, "profiles": [...],
 // "result": {...}, "decision": {...}}. `request` may be null (a request that did not parse).
 std::string PickResultToJson(const InferenceRequest* request, const PickResult& result, int indent = 2);

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "epp/endpoints.h"
+#include "epp/decision_log.h"
 #include "epp/extproc.h"
 #include "epp/kube.h"
 #include "epp/scheduler.h"
@@ -222,6 +223,9 @@ struct ServeConfig {
   std::string tls_source;         // how the certificate came, for the start-up line
   ExtProcOptions session;         // request limits, objectives, subset hint handling
   std::string capture_dir;
+  // The live decision log (epp/decision_log.h): decision_log.capacity > 0 keeps that many recent
+  // decisions with their explain trace, served on the metrics port at /debug/decisions.
+  DecisionLogOptions decision_log{0, 50, false};
   std::string pool_name = "default";  // `name` label of the inference_pool_* metrics
 
   const Logger* log = nullptr;  // nullptr: NullLogger
@@ -267,6 +271,8 @@ class EppServer {
   // TLS: what a client pins to trust the server.
   const std::string& certificate_pem() const;
   ExtProcStats& stats();
+  // The decision log, nullptr unless ServeConfig::decision_log.capacity > 0.
+  const DecisionLog* decision_log() const;
   std::string RenderMetrics() const;  // the /metrics exposition now
   // "ext_proc 0.0.0.0:9002 (TLS, self-signed certificate), health ..., metrics ...; 3 endpoints
   // from ...; config ...": the start-up line.

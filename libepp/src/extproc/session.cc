@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
 #include "common/strings.h"
+#include "epp/decision_log.h"
 #include "extproc/session_impl.h"
 
 namespace epp {
@@ -98,6 +99,20 @@ void ExtProcStats::RecordOutcome(int status) {
     case 503: outcome_503++; break;
     default: outcome_500++; break;
   }
+}
+
+void ExtProcStats::RecordPick(const std::string& endpoint, int prefix_blocks, int prefix_match_blocks) {
+  std::lock_guard<std::mutex> lock(picks_mu_);
+  auto it = picks_.find(endpoint);
+  if (it == picks_.end()) it = picks_.emplace(endpoint, EndpointPicks{}).first;
+  it->second.picks++;
+  it->second.prefix_blocks += prefix_blocks;
+  it->second.prefix_match_blocks += prefix_match_blocks;
+}
+
+std::map<std::string, ExtProcStats::EndpointPicks> ExtProcStats::PicksByEndpoint() const {
+  std::lock_guard<std::mutex> lock(picks_mu_);
+  return {picks_.begin(), picks_.end()};
 }
 
 void ExtProcStats::RecordLatencyMicros(int64_t us) {
@@ -271,17 +286,19 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
     if (it != options.objective_priorities.end()) request->priority = it->second;
     break;
   }
+  const bool logged = options.decision_log && options.decision_log->Admit();
   PickOptions po;
   po.subset = subset;
-  po.trace = options.trace;
+  po.trace = options.trace || logged;
   po.record = true;
   po.scores = options.emit_endpoint_scores;
   request->body = changed ? std::string_view(new_body) : std::string_view(body);  // for the pick only
   result = scheduler.Pick(*request, *pool, po);
   request->body = {};
-  if (stats) {
-    stats->RecordLatencyMicros(std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
-  }
+  const int64_t pick_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+  if (stats) stats->RecordLatencyMicros(pick_us);
+  if (logged)
+    options.decision_log->Add(MakeDecisionRecord(*request, *result, headers, pick_us, options.decision_log->options().include_prompt));
   if (result->status != 200) {
     Immediate(result->status, result->reason, out);
     return;
@@ -292,6 +309,7 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
     stats->requests_in_flight++;
     stats->prefix_blocks += result->prefix_blocks;
     stats->prefix_match_blocks += result->prefix_match_blocks;
+    stats->RecordPick(result->endpoints.front(), result->prefix_blocks, result->prefix_match_blocks);
   }
   if (changed) {
     EmitPick(new_body, true, false, out);

@@ -56,6 +56,46 @@ const ProfileTrace* PrimaryTrace(const PickResult& r) {
 
 }  // namespace
 
+DecisionSummary SummarizeDecision(const PickResult& r) {
+  DecisionSummary d;
+  const ProfileTrace* p = PrimaryTrace(r);
+  if (!p || r.status != 200 || p->scores.empty() || r.endpoints.empty()) return d;
+  const EndpointScoreTrace* win = nullptr;
+  for (const auto& s : p->scores)
+    if (s.endpoint == r.endpoints.front()) win = &s;
+  if (!win) return d;
+  const EndpointScoreTrace* second = nullptr;
+  for (const auto& s : p->scores)
+    if (&s != win) {
+      second = &s;  // scores are sorted by total, highest first
+      break;
+    }
+  d.winner = win->endpoint;
+  d.winner_score = win->total;
+  if (!second) {
+    d.kind = "alone";
+    return d;
+  }
+  d.runner_up = second->endpoint;
+  d.runner_up_score = second->total;
+  const double gap = win->total - second->total;
+  if (gap > 1e-12) {
+    const Margin m = DecidingScorer(*win, *second);
+    d.kind = m.win ? "margin" : "tie";
+    if (m.win) {
+      d.deciding_scorer = m.win->plugin;
+      d.deciding_winner = m.win->weighted;
+      d.deciding_runner_up = m.lose->weighted;
+      d.deciding_winner_raw = m.win->raw;
+      d.deciding_runner_up_raw = m.lose->raw;
+      d.deciding_weight = m.win->weight;
+    }
+  } else {
+    d.kind = gap > -1e-12 ? "tie" : "picker";
+  }
+  return d;
+}
+
 std::string PickResultToJson(const InferenceRequest* request, const PickResult& r, int indent) {
   json j;
   if (request) {
@@ -223,35 +263,22 @@ std::string PickResultToText(const InferenceRequest* request, const PickResult& 
   }
 
   // Winner vs runner-up.
-  if (const ProfileTrace* p = PrimaryTrace(r); p && r.status == 200 && !p->scores.empty()) {
-    const EndpointScoreTrace* win = nullptr;
-    for (const auto& s : p->scores)
-      if (s.endpoint == r.endpoints.front()) win = &s;
-    const EndpointScoreTrace* second = nullptr;
-    for (const auto& s : p->scores)
-      if (&s != win) {
-        second = &s;
-        break;
+  if (const DecisionSummary d = SummarizeDecision(r); !d.kind.empty()) {
+    absl::StrAppend(&out, "\n", bold, "winner", reset, "     ", d.winner, " total ", Num(d.winner_score));
+    if (d.kind != "alone") {
+      absl::StrAppend(&out, " vs runner-up ", d.runner_up, " ", Num(d.runner_up_score));
+      if (d.kind == "margin") {
+        absl::StrAppend(&out, "\n           won on ", d.deciding_scorer, ": ", Num(d.deciding_winner_raw), " x ",
+                        Num(d.deciding_weight), " = ", Num(d.deciding_winner), " vs ", Num(d.deciding_runner_up_raw), " x ",
+                        Num(d.deciding_weight), " = ", Num(d.deciding_runner_up), " (margin ",
+                        Num(d.winner_score - d.runner_up_score), ")");
+      } else if (d.kind == "tie") {
+        absl::StrAppend(&out, "\n           tie on total score: broken at random by the picker (seed decides)");
+      } else {
+        absl::StrAppend(&out, "\n           a lower total won: the picker (", PrimaryTrace(r)->picker, ") is not max-score");
       }
-    if (win) {
-      absl::StrAppend(&out, "\n", bold, "winner", reset, "     ", win->endpoint, " total ", Num(win->total));
-      if (second) {
-        absl::StrAppend(&out, " vs runner-up ", second->endpoint, " ", Num(second->total));
-        const double gap = win->total - second->total;
-        if (gap > 1e-12) {
-          const Margin m = DecidingScorer(*win, *second);
-          if (m.win)
-            absl::StrAppend(&out, "\n           won on ", m.win->plugin, ": ", Num(m.win->raw), " x ", Num(m.win->weight), " = ",
-                            Num(m.win->weighted), " vs ", Num(m.lose->raw), " x ", Num(m.lose->weight), " = ",
-                            Num(m.lose->weighted), " (margin ", Num(gap), ")");
-        } else if (gap > -1e-12) {
-          absl::StrAppend(&out, "\n           tie on total score: broken at random by the picker (seed decides)");
-        } else {
-          absl::StrAppend(&out, "\n           a lower total won: the picker (", p->picker, ") is not max-score");
-        }
-      }
-      out += "\n";
     }
+    out += "\n";
   }
 
   absl::StrAppend(&out, out.empty() ? "" : "\n", bold, "result", reset, "     ", r.status == 200 ? green : red, r.status, " ",

@@ -81,6 +81,7 @@ struct EppServer::Impl {
   std::unique_ptr<ExtProcServer> server;
   std::unique_ptr<HealthServer> health;
   std::unique_ptr<internal::MetricsHttpServer> metrics;
+  std::shared_ptr<DecisionLog> decisions;
   std::string tls_mode = "plaintext h2c";
 
   std::mutex reload_mu;   // one reload at a time (the watch thread, ReloadConfig callers)
@@ -304,6 +305,10 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
   // Servers: ext_proc (TLS material first), health, metrics.
   ExtProcServerOptions so;
   so.session = c.session;
+  if (c.decision_log.capacity > 0) {
+    m.decisions = std::make_shared<DecisionLog>(c.decision_log);
+    so.session.decision_log = m.decisions;
+  }
   so.capture_dir = c.capture_dir;
   so.listen = JoinHostPort(c.listen_address, c.grpc_port);
   if (c.tls) {
@@ -327,8 +332,12 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     EPP_ASSIGN_OR_RETURN(m.health, HealthServer::Start(JoinHostPort(c.listen_address, c.health_port)));
   }
   if (c.metrics_port >= 0) {
+    internal::MetricsHttpServer::DebugHandler decisions;
+    if (m.decisions) decisions = [log = m.decisions](const std::map<std::string, std::string>& q, std::string* body) {
+      return internal::ServeDecisions(*log, q, body);
+    };
     EPP_ASSIGN_OR_RETURN(m.metrics, internal::MetricsHttpServer::Start(c.listen_address, c.metrics_port,
-                                                                       [raw] { return raw->Render(); }));
+                                                                       [raw] { return raw->Render(); }, decisions));
   }
   if (m.pool) m.pool->Start();
   if (m.config_watch) m.watch_thread = std::thread([raw] { raw->Watch(); });
@@ -387,6 +396,7 @@ const EndpointPool* EppServer::pool() const { return impl_->pool.get(); }
 const EndpointSource& EppServer::endpoints() const { return *impl_->endpoints; }
 const std::string& EppServer::certificate_pem() const { return impl_->cert_pem; }
 ExtProcStats& EppServer::stats() { return impl_->server->stats(); }
+const DecisionLog* EppServer::decision_log() const { return impl_->decisions.get(); }
 std::string EppServer::RenderMetrics() const { return impl_->Render(); }
 
 std::string EppServer::Describe() const {

@@ -1,12 +1,16 @@
 #include "serve/serve_metrics.h"
 
+#include <map>
+
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -202,6 +206,29 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
     x.Sample("epp_endpoint_scrape_errors_total", {{"endpoint", e.address}},
              it == counters.scrape_errors.end() ? 0 : it->second);
   }
+  {
+    const std::map<std::string, ExtProcStats::EndpointPicks> picks =
+        src.stats ? src.stats->PicksByEndpoint() : std::map<std::string, ExtProcStats::EndpointPicks>{};
+    const struct {
+      const char* name;
+      const char* help;
+      int64_t ExtProcStats::EndpointPicks::*field;
+    } pick_counters[] = {
+        {"epp_endpoint_picks_total", "Requests picked with the endpoint as the primary destination.",
+         &ExtProcStats::EndpointPicks::picks},
+        {"epp_endpoint_prefix_blocks_total", "Prompt blocks hashed for the requests picked for the endpoint.",
+         &ExtProcStats::EndpointPicks::prefix_blocks},
+        {"epp_endpoint_prefix_match_blocks_total", "Of those, blocks the prefix index placed on the endpoint.",
+         &ExtProcStats::EndpointPicks::prefix_match_blocks},
+    };
+    for (const auto& c : pick_counters) {
+      x.Family(c.name, "counter", c.help);
+      for (const Endpoint& e : *pool) {
+        auto it = picks.find(e.address);
+        x.Sample(c.name, {{"endpoint", e.address}}, it == picks.end() ? int64_t{0} : it->second.*(c.field));
+      }
+    }
+  }
   x.Family("epp_endpoint_inflight_requests", "gauge", "Requests picked for the endpoint and not finished.");
   std::vector<std::pair<int64_t, int64_t>> inflight;
   for (const Endpoint& e : *pool) inflight.push_back(src.scheduler->Inflight(e.address));
@@ -268,9 +295,55 @@ MetricsHttpServer::MetricsHttpServer(std::unique_ptr<Impl> impl) : impl_(std::mo
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 int MetricsHttpServer::port() const { return impl_->port; }
 
+int ServeDecisions(const DecisionLog& log, const std::map<std::string, std::string>& query, std::string* body) {
+  auto number = [&](const char* key, uint64_t fallback, uint64_t* out) -> bool {
+    auto it = query.find(key);
+    if (it == query.end() || it->second.empty()) {
+      *out = fallback;
+      return true;
+    }
+    const char* end = it->second.data() + it->second.size();
+    auto [p, ec] = std::from_chars(it->second.data(), end, *out);
+    return ec == std::errc() && p == end;
+  };
+  uint64_t id = 0, limit = 0, after = 0;
+  for (const auto& [key, fallback, out] : {std::tuple{"id", uint64_t{0}, &id}, std::tuple{"limit", uint64_t{50}, &limit},
+                                           std::tuple{"after", uint64_t{0}, &after}}) {
+    if (!number(key, fallback, out)) {
+      *body = std::string("{\"error\": \"") + key + ": expected a whole number\"}\n";
+      return 400;
+    }
+  }
+  if (id > 0) {
+    std::optional<std::string> d = log.DecisionJson(id);
+    if (!d) {
+      *body = "{\"error\": \"decision " + std::to_string(id) + " is not (or no longer) in the log\"}\n";
+      return 404;
+    }
+    *body = *d + "\n";
+    return 200;
+  }
+  *body = log.ListJson(static_cast<size_t>(std::min<uint64_t>(limit, log.options().capacity)), after) + "\n";
+  return 200;
+}
+
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host, int port,
-                                                                            std::function<std::string()> render) {
+                                                                            std::function<std::string()> render,
+                                                                            DebugHandler decisions) {
   auto impl = std::make_unique<Impl>();
+  impl->http.Get("/debug/decisions", [decisions](const httplib::Request& req, httplib::Response& res) {
+    if (!decisions) {
+      res.status = 404;
+      res.set_content("{\"error\": \"the decision log is off: start eppctl serve with --decision-log N\"}\n",
+                      "application/json");
+      return;
+    }
+    std::map<std::string, std::string> query;
+    for (const auto& [k, v] : req.params) query.emplace(k, v);
+    std::string body;
+    res.status = decisions(query, &body);
+    res.set_content(body, "application/json");
+  });
   impl->http.Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
     res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
   });

@@ -7,9 +7,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
+#include "epp/decision_log.h"
 #include "epp/extproc.h"
 #include "epp/scheduler.h"
 #include "epp/serve.h"
@@ -35,12 +37,21 @@ struct ServeMetricsSources {
 // The exposition at `now_us` (the clock the pool stamps metrics with).
 std::string RenderServeMetrics(const ServeMetricsSources& sources, int64_t now_us);
 
+// /debug/decisions over `log`: ?limit=N (default 50, at most the capacity) &after=ID (only newer
+// ones) lists summaries; ?id=N one decision with its explain trace (404 when no longer held).
+// 400 naming the parameter for a value that is not a whole number.
+int ServeDecisions(const DecisionLog& log, const std::map<std::string, std::string>& query, std::string* body);
+
 class MetricsHttpServer {
  public:
-  // Serves GET /metrics (render()) and GET /healthz ("ok") on host:port; port 0 picks a free one.
-  // Returns once the server accepts connections.
+  // GET /debug/decisions: the query parameters in, the HTTP status out and the JSON body.
+  using DebugHandler = std::function<int(const std::map<std::string, std::string>& query, std::string* body)>;
+  // Serves GET /metrics (render()), GET /healthz ("ok") and GET /debug/decisions (`decisions`;
+  // 404 naming the flag without one) on host:port; port 0 picks a free one. Returns once the
+  // server accepts connections.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
-                                                                  std::function<std::string()> render);
+                                                                  std::function<std::string()> render,
+                                                                  DebugHandler decisions = {});
   ~MetricsHttpServer();
   int port() const;
   void Stop();
