@@ -92,11 +92,11 @@ void SetupReplayCommand(CLI::App& app, int& exit_code) {
   epp::SharedPrefixWorkload& w = o->shared;
   CLI::App* cmd = app.add_subcommand(
       "replay", "Replay a trace or a generated workload through routing policies over simulated servers (virtual time)");
-  auto* trace = cmd->add_option("--trace", o->trace, "Trace file (JSONL)");
+  auto* trace = cmd->add_option("--trace", o->trace, "Trace file (JSONL or CSV)");
   cmd->add_option("--trace-format", o->trace_format,
-                  "auto (mooncake when the first line has hash_ids), mooncake (timestamp, input_length, output_length, "
-                  "hash_ids) or openai (captured requests)")
-      ->check(CLI::IsMember({"auto", "mooncake", "openai"}))->capture_default_str();
+                  "auto (from the first line), mooncake (timestamp, input_length, output_length, hash_ids), openai "
+                  "(captured requests), azure (CSV TIMESTAMP,ContextTokens,GeneratedTokens) or burstgpt (CSV)")
+      ->check(CLI::IsMember({"auto", "mooncake", "openai", "azure", "burstgpt"}))->capture_default_str();
   auto* workload = cmd->add_option("--workload", o->workload, "Generated workload: shared-prefix")
       ->check(CLI::IsMember({"shared-prefix"}));
   auto* gie = cmd->add_option("--gie-workload", o->gie_workload,

@@ -121,8 +121,8 @@ def _trace(trace: Any, trace_format: Optional[str], time_scale: float, seed: int
         if not os.path.exists(path) and os.sep not in path and not path.endswith((".jsonl", ".json")):
             raise NotFoundError(f"trace '{path}' is neither a file nor a GIE workload "
                                 f"(known: {', '.join(_GIE_WORKLOADS)})")
-        if trace_format is not None and trace_format not in ("mooncake", "openai"):
-            raise ConfigError(f"trace_format must be 'mooncake', 'openai' or None, got {trace_format!r}")
+        if trace_format is not None and trace_format not in ("mooncake", "openai", "azure", "burstgpt"):
+            raise ConfigError(f"trace_format must be 'mooncake', 'openai', 'azure', 'burstgpt' or None, got {trace_format!r}")
         # None: libepp detects the format from the first line, as eppctl replay does.
         return lib.load_replay_trace(trace_format or "auto", path, time_scale)
     raise TypeError("trace must be a file path, a GIE workload name, a pyepp.SharedPrefix or a dict of its fields, "
@@ -229,7 +229,7 @@ def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Un
 
     ``trace``: a JSONL file (Mooncake lines with ``hash_ids``, or captured OpenAI requests with
     ``timestamp`` / ``arrival_s``; the format is read from the first line unless
-    ``trace_format`` says ``"mooncake"`` or ``"openai"``), a GIE benchmark workload name
+    ``trace_format`` says ``"mooncake"``, ``"openai"``, ``"azure"`` or ``"burstgpt"``), a GIE benchmark workload name
     (:func:`gie_workloads`), or a :class:`SharedPrefix` (or a dict of its fields).
     ``time_scale`` multiplies arrival times of files (0.5 = twice as fast).
 

@@ -913,7 +913,7 @@ std::shared_ptr<ReplayTrace> ReplayTrace_LoadShim(const std::string& format, con
   auto trace = std::make_shared<ReplayTrace>();
   const absl::StatusOr<epp::TraceFormat> parsed = epp::ParseTraceFormat(format);
   if (!parsed.ok())
-    ThrowIfError(absl::InvalidArgumentError("trace_format must be 'mooncake', 'openai' or None, got '" + format + "'"));
+    ThrowIfError(absl::InvalidArgumentError("trace_format must be 'mooncake', 'openai', 'azure', 'burstgpt' or None, got '" + format + "'"));
   trace->requests = Unwrap(epp::LoadReplayTrace(path, *parsed, time_scale));
   return trace;
 }

@@ -1,5 +1,5 @@
 // Replay traces (`eppctl replay --trace`, pyepp.replay) through LoadMooncakeTrace,
-// LoadOpenAITrace and LoadReplayTrace (format detection). Both loaders read a path, so the input is written to a memory file
+// LoadOpenAITrace, LoadAzureTrace, LoadBurstGptTrace and LoadReplayTrace (format detection). Both loaders read a path, so the input is written to a memory file
 // (memfd_create) read back through /proc/self/fd; an optional first line "scale=X" sets the
 // time scale. Small traces are also rendered and analysed as replay does. Invariants: requests
 // come sorted by arrival, with arrival >= 0 and at least one prompt and one output token.
@@ -50,7 +50,7 @@ void Check(const absl::StatusOr<std::vector<epp::ReplayRequest>>& trace, const c
   // Rendering costs 4 bytes per token: only small traces.
   if (tokens > (int64_t{1} << 16)) return;
   for (const epp::ReplayRequest& r : *trace) (void)epp::RenderReplayPrompt(r);
-  (void)epp::AnalyzeTrace(*trace, /*pooled_capacity_blocks=*/64);
+  (void)epp::AnalyzeTrace(*trace, /*pooled_capacity_blocks=*/64, 16, {epp::SimParams()});
 }
 
 }  // namespace
@@ -67,6 +67,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string& path = WriteTrace(text);
   Check(epp::LoadMooncakeTrace(path, scale), "mooncake");
   Check(epp::LoadOpenAITrace(path, scale), "openai");
+  Check(epp::LoadAzureTrace(path, scale), "azure");
+  Check(epp::LoadBurstGptTrace(path, scale), "burstgpt");
   Check(epp::LoadReplayTrace(path, epp::TraceFormat::kAuto, scale), "auto");
   return 0;
 }

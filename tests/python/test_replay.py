@@ -24,10 +24,10 @@ import pyepp
 TINY = pyepp.SharedPrefix(groups=3, prompts_per_group=4, system_len=200, question_len=20, output_len=8, rate=50)
 
 TRACE_KEYS = ["requests", "blocks", "prompt_tokens", "duration_s", "upper_bound_block_hit_rate",
-              "pooled_cache_bound_block_hit_rate"]
-POLICY_KEYS = ["name", "completed", "failed", "shed", "block_hit_rate", "token_hit_rate", "ttft_s", "e2e_s", "queue_s",
+              "pooled_cache_bound_block_hit_rate", "ttft_bound_s"]
+POLICY_KEYS = ["name", "completed", "failed", "shed", "block_hit_rate", "token_hit_rate", "ttft_s", "ttft_over_bound", "e2e_s", "queue_s",
                "itl_s", "disaggregated_pool", "disaggregated", "kv_transfer_s_mean", "server_roles", "throughput_rps", "load_max_over_mean", "prediction_error_rate", "precise", "requests_per_server",
-               "kv_usage_mean_per_server", "hit_rate_timeline", "ttft_samples_s", "wall_s"]
+               "kv_usage_mean_per_server", "hit_rate_timeline", "ttft_samples_s", "flags", "wall_s"]
 
 CONFIG = """\
 apiVersion: inference.networking.x-k8s.io/v1alpha1

@@ -76,14 +76,25 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadMooncakeTrace(const std::string& 
 // max_tokens of the body, else 128).
 absl::StatusOr<std::vector<ReplayRequest>> LoadOpenAITrace(const std::string& path, double time_scale = 1.0);
 
+// Azure's LLM inference traces (AzurePublicDataset): CSV with the header
+// TIMESTAMP,ContextTokens,GeneratedTokens and wall-clock timestamps (2023-11-16 18:15:46.6805900,
+// UTC, up to 9 fractional digits). Arrivals start at 0 at the earliest row, times time_scale. No
+// prefix information: each prompt is unique. Errors name file:line and the column.
+absl::StatusOr<std::vector<ReplayRequest>> LoadAzureTrace(const std::string& path, double time_scale = 1.0);
+// BurstGPT's CSV: columns by header name, Timestamp (seconds), Model (optional, becomes the
+// request's model), Request tokens, Response tokens (0 for a failed request: one token is
+// replayed); others ignored. Arrivals start at 0, times time_scale; each prompt is unique.
+absl::StatusOr<std::vector<ReplayRequest>> LoadBurstGptTrace(const std::string& path, double time_scale = 1.0);
+
 // A trace file's format, as `eppctl replay --trace-format` and pyepp.replay(trace_format=) name it.
-enum class TraceFormat { kAuto, kMooncake, kOpenAI };
-// "auto", "mooncake" or "openai"; kInvalidArgument otherwise.
+enum class TraceFormat { kAuto, kMooncake, kOpenAI, kAzure, kBurstGpt };
+// "auto", "mooncake", "openai", "azure" or "burstgpt"; kInvalidArgument otherwise.
 absl::StatusOr<TraceFormat> ParseTraceFormat(std::string_view name);
-// Mooncake when the first non-blank line is a JSON object with `hash_ids`, else OpenAI captures
-// (a first line that is not JSON is left for the loader to report). kNotFound when unreadable.
+// From the first non-blank line: a CSV header with ContextTokens (Azure) or "Request tokens"
+// (BurstGPT); a JSON object with `hash_ids` (Mooncake); else OpenAI captures (a first line that
+// is not JSON is left for the loader to report). kNotFound when unreadable.
 absl::StatusOr<TraceFormat> DetectTraceFormat(const std::string& path);
-// LoadMooncakeTrace or LoadOpenAITrace, the format detected when kAuto.
+// The loader of `format`, the format detected when kAuto.
 absl::StatusOr<std::vector<ReplayRequest>> LoadReplayTrace(const std::string& path, TraceFormat format = TraceFormat::kAuto,
                                                            double time_scale = 1.0);
 
@@ -148,6 +159,18 @@ struct ReplayTraceInfo {
   double duration_s = 0;      // last arrival - first arrival
   double upper_bound_block_hit_rate = 0;         // one infinite cache
   double pooled_cache_bound_block_hit_rate = 0;  // one LRU as large as all servers together
+  // The zero-queue TTFT bound: each request alone on the fastest server with an infinite cache
+  // (every block an earlier request of the trace sent is cached), i.e. the cost model's first
+  // step for it: decode_step_ms + decode_ms_per_seq + uncached tokens / prefill_tokens_per_s.
+  // No policy on these servers can beat it for any request. Zero without server parameters.
+  Percentiles ttft_bound_s;
+  std::vector<double> ttft_bound_samples_s;  // at most 2000, evenly subsampled, sorted
+};
+
+// Something in a policy's run that a table of averages hides.
+struct ReplayFlag {
+  std::string code;     // idle-servers, hot-servers, starvation, hit-rate-gap
+  std::string message;  // one line, with the figures
 };
 
 struct ReplayPolicyReport {
@@ -158,6 +181,8 @@ struct ReplayPolicyReport {
   double block_hit_rate = 0;
   double token_hit_rate = 0;
   Percentiles ttft_s, e2e_s, queue_s;
+  // ttft_s's p50, p90, p99 and mean each divided by the trace's TTFT bound's (0 without a bound).
+  Percentiles ttft_over_bound;
   Percentiles itl_s;          // inter-token latency: (finish - first token) / (output tokens - 1)
   bool disaggregated_pool = false;  // ran on the P/D pool (ReplayOptions::prefill_servers > 0)
   bool precise = false;             // its prefix producer read the servers' KV events
@@ -171,6 +196,11 @@ struct ReplayPolicyReport {
   std::vector<double> kv_usage_mean_per_server;  // mean over scrapes
   std::vector<double> ttft_samples_s;            // at most 2000, evenly subsampled, sorted
   std::vector<double> hit_rate_timeline;         // block hit rate per arrival-time bucket
+  // Pathologies found in this run (docs/routing.md): servers that got no request or more than
+  // twice the mean, a server left without requests for two or more consecutive timeline buckets
+  // while the pool averaged at least 4 requests per server in each, a block hit rate below half
+  // of another policy's.
+  std::vector<ReplayFlag> flags;
   double wall_s = 0;                             // real time this policy took to replay
 };
 
@@ -183,8 +213,10 @@ struct ReplayReport {
 // server parameters, or a policy whose config does not build.
 absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, const std::vector<ReplayPolicy>& policies,
                                        const ReplayOptions& options);
-// The two bounds alone (also part of RunReplay's report).
-ReplayTraceInfo AnalyzeTrace(const std::vector<ReplayRequest>& trace, int64_t pooled_capacity_blocks, int block_size_tokens = 16);
+// The bounds alone (also part of RunReplay's report): the block hit-rate bounds, and with
+// `servers` (their parameters; the fastest counts for each request) the TTFT bound.
+ReplayTraceInfo AnalyzeTrace(const std::vector<ReplayRequest>& trace, int64_t pooled_capacity_blocks, int block_size_tokens = 16,
+                             const std::vector<SimParams>& servers = {});
 
 // JSON as documented in docs/routing.md.
 std::string ReplayReportToJson(const ReplayReport& report, int indent = 2);

@@ -159,6 +159,8 @@ std::string TtftChart(const ReplayReport& r) {
       hi = std::max(hi, v);
     }
   if (!(hi > 0)) return "<p>No completed requests: no TTFT distribution.</p>\n";
+  for (double v : r.trace.ttft_bound_samples_s)
+    if (v > 0) lo = std::min(lo, v);
   Axes a;
   a.title = "Time to first token: cumulative distribution";
   a.y_label = "fraction of requests";
@@ -179,6 +181,16 @@ std::string TtftChart(const ReplayReport& r) {
     if (!v.empty()) s.points.push_back({a.log_x ? std::max(v.front(), a.x_min) : 0.0, 0.0});
     for (size_t k = 0; k < v.size(); ++k) s.points.push_back({std::max(v[k], a.log_x ? a.x_min : 0.0), static_cast<double>(k + 1) / v.size()});
     series.push_back(std::move(s));
+  }
+  if (!r.trace.ttft_bound_samples_s.empty()) {
+    // The zero-queue bound's distribution: no policy's curve can lie to the left of it.
+    Series b{"TTFT bound (no queueing, infinite cache)", {}, "#222"};
+    b.step = true;
+    b.dashed = true;
+    const std::vector<double>& v = r.trace.ttft_bound_samples_s;
+    b.points.push_back({a.log_x ? std::max(v.front(), a.x_min) : 0.0, 0.0});
+    for (size_t k = 0; k < v.size(); ++k) b.points.push_back({std::max(v[k], a.log_x ? a.x_min : 0.0), static_cast<double>(k + 1) / v.size()});
+    series.push_back(std::move(b));
   }
   return absl::StrCat(plot.Begin(), plot.Lines(series), Plot::Legend(series), "</svg>\n");
 }
@@ -260,19 +272,25 @@ std::string BarChart(const ReplayReport& r, const std::string& title, const std:
 std::string Table(const ReplayReport& r) {
   std::string s =
       "<table>\n<thead><tr><th>policy</th><th>blocks hit</th><th>tokens hit</th><th>TTFT p50</th><th>TTFT p90</th>"
-      "<th>TTFT p99</th><th>E2E p50</th><th>E2E p99</th><th>queue p99</th><th>req/s</th><th>load max/mean</th>"
+      "<th>TTFT p99</th><th>TTFT p90 / bound</th><th>E2E p50</th><th>E2E p99</th><th>queue p99</th><th>req/s</th><th>load max/mean</th>"
       "<th>mispredicted</th><th>completed</th><th>failed</th><th>shed</th><th>wall s</th></tr></thead>\n<tbody>\n";
   for (const ReplayPolicyReport& p : r.policies) {
     absl::StrAppend(&s, "<tr><td>", Escape(p.name), "</td>");
     for (double v : {p.block_hit_rate, p.token_hit_rate}) absl::StrAppend(&s, "<td>", Num(v * 100), "%</td>");
-    for (double v : {p.ttft_s.p50, p.ttft_s.p90, p.ttft_s.p99, p.e2e_s.p50, p.e2e_s.p99, p.queue_s.p99, p.throughput_rps,
-                     p.load_max_over_mean})
+    for (double v : {p.ttft_s.p50, p.ttft_s.p90, p.ttft_s.p99}) absl::StrAppend(&s, "<td>", Num(v), "</td>");
+    absl::StrAppend(&s, "<td>", p.ttft_over_bound.p90 > 0 ? Num(p.ttft_over_bound.p90) + "x" : std::string("-"), "</td>");
+    for (double v : {p.e2e_s.p50, p.e2e_s.p99, p.queue_s.p99, p.throughput_rps, p.load_max_over_mean})
       absl::StrAppend(&s, "<td>", Num(v), "</td>");
     absl::StrAppend(&s, "<td>", std::isnan(p.prediction_error_rate) ? "n/a" : absl::StrCat(Num(p.prediction_error_rate * 100), "%"),
                     "</td><td>", p.completed, "</td><td>", p.failed, "</td><td>",
                     p.shed, "</td><td>", Num(p.wall_s), "</td></tr>\n");
   }
   s += "</tbody>\n</table>\n";
+  std::string flags;
+  for (const ReplayPolicyReport& p : r.policies)
+    for (const ReplayFlag& f : p.flags)
+      absl::StrAppend(&flags, "<li><b>", Escape(p.name), "</b>: <code>", Escape(f.code), "</code> ", Escape(f.message), "</li>\n");
+  if (!flags.empty()) absl::StrAppend(&s, "<h3>Flags</h3>\n<ul class=\"flags\">\n", flags, "</ul>\n");
   return s;
 }
 
@@ -293,7 +311,12 @@ std::string ReplayReportToHtml(const ReplayReport& r, const std::string& title) 
   absl::StrAppend(&s, "<p>", r.trace.requests, " requests over ", Num(r.trace.duration_s), " s of simulated time; ", r.trace.blocks,
                   " prompt blocks of 16 tokens (", r.trace.prompt_tokens, " prompt tokens). Block hit-rate bounds: <b>upper ",
                   Num(r.trace.upper_bound_block_hit_rate * 100), "%</b> (one infinite cache), <b>pooled cache ",
-                  Num(r.trace.pooled_cache_bound_block_hit_rate * 100), "%</b> (one LRU as large as all servers together).</p>\n");
+                  Num(r.trace.pooled_cache_bound_block_hit_rate * 100), "%</b> (one LRU as large as all servers together).");
+  if (r.trace.ttft_bound_s.p50 > 0)
+    absl::StrAppend(&s, " TTFT bound (each request alone on the fastest server, every earlier prefix cached): <b>p50 ",
+                    Num(r.trace.ttft_bound_s.p50), " s, p90 ", Num(r.trace.ttft_bound_s.p90), " s, p99 ",
+                    Num(r.trace.ttft_bound_s.p99), " s</b>.");
+  s += "</p>\n";
   absl::StrAppend(&s, "<h2>Results</h2>\n", Table(r),
                   "<p class=\"note\">Times in seconds of simulated time. &quot;mispredicted&quot;: requests whose prefix match the "
                   "EPP predicted differed from what the server had cached by at least one block. &quot;wall s&quot;: real time "

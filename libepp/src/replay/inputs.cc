@@ -1,6 +1,7 @@
 // What a replay is given, resolved once for `eppctl replay` and pyepp.replay alike: trace files
 // (format detection) and policy arguments (baseline names, YAML text, config files).
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 
@@ -15,7 +16,10 @@ absl::StatusOr<TraceFormat> ParseTraceFormat(std::string_view name) {
   if (name == "auto" || name.empty()) return TraceFormat::kAuto;
   if (name == "mooncake") return TraceFormat::kMooncake;
   if (name == "openai") return TraceFormat::kOpenAI;
-  return absl::InvalidArgumentError("trace format '" + std::string(name) + "': expected auto, mooncake or openai");
+  if (name == "azure") return TraceFormat::kAzure;
+  if (name == "burstgpt") return TraceFormat::kBurstGpt;
+  return absl::InvalidArgumentError("trace format '" + std::string(name) +
+                                    "': expected auto, mooncake, openai, azure or burstgpt");
 }
 
 absl::StatusOr<TraceFormat> DetectTraceFormat(const std::string& path) {
@@ -24,6 +28,12 @@ absl::StatusOr<TraceFormat> DetectTraceFormat(const std::string& path) {
   std::string line;
   while (std::getline(in, line)) {
     if (internal::TrimSpace(line).empty()) continue;
+    std::string lower = line;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower.find("contexttokens") != std::string::npos && lower.find("timestamp") != std::string::npos)
+      return TraceFormat::kAzure;
+    if (lower.find("request tokens") != std::string::npos && lower.find("timestamp") != std::string::npos)
+      return TraceFormat::kBurstGpt;
     const nlohmann::json first = internal::ParseJsonOrDiscarded(line);
     return first.is_object() && first.contains("hash_ids") ? TraceFormat::kMooncake : TraceFormat::kOpenAI;
   }
@@ -35,7 +45,12 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadReplayTrace(const std::string& pa
   if (format == TraceFormat::kAuto) {
     EPP_ASSIGN_OR_RETURN(format, DetectTraceFormat(path));
   }
-  return format == TraceFormat::kMooncake ? LoadMooncakeTrace(path, time_scale) : LoadOpenAITrace(path, time_scale);
+  switch (format) {
+    case TraceFormat::kMooncake: return LoadMooncakeTrace(path, time_scale);
+    case TraceFormat::kAzure: return LoadAzureTrace(path, time_scale);
+    case TraceFormat::kBurstGpt: return LoadBurstGptTrace(path, time_scale);
+    default: return LoadOpenAITrace(path, time_scale);
+  }
 }
 
 absl::StatusOr<ReplayPolicy> ResolveReplayPolicy(std::string_view spec, size_t index) {

@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/strings.h"
 #include "epp/prefix_cache.h"
 #include "epp/registry.h"
@@ -146,8 +147,84 @@ struct Deferred {
 
 namespace {
 
+// The cost model's first step for a request alone on a server (sim_server.cc's PlanStep with one
+// running request): in microseconds, as the simulator rounds it.
+int64_t LoneFirstStepMicros(const SimParams& p, int64_t prefill_tokens) {
+  return std::llround((p.decode_step_ms + p.decode_ms_per_seq) * 1000.0) +
+         std::llround(static_cast<double>(prefill_tokens) * 1e6 / p.prefill_tokens_per_s);
+}
+
+// Idle and hot servers, and starvation windows (ReplayPolicyReport::flags).
+void AddLoadFlags(ReplayPolicyReport& rep, const std::vector<int64_t>& bucket_server, size_t buckets, double span_s) {
+  const size_t n = rep.requests_per_server.size();
+  int64_t total = 0;
+  for (int64_t c : rep.requests_per_server) total += c;
+  if (n < 2 || total < static_cast<int64_t>(n)) return;
+  const double mean = static_cast<double>(total) / static_cast<double>(n);
+  std::vector<std::string> idle, hot;
+  for (size_t i = 0; i < n; ++i) {
+    if (rep.requests_per_server[i] == 0) idle.push_back(std::to_string(i));
+    if (static_cast<double>(rep.requests_per_server[i]) > 2 * mean)
+      hot.push_back(absl::StrCat(i, " (", rep.requests_per_server[i], ")"));
+  }
+  if (!idle.empty())
+    rep.flags.push_back({"idle-servers", absl::StrCat(idle.size(), " of ", n, " servers received no request: ", absl::StrJoin(idle, ", "))});
+  if (!hot.empty())
+    rep.flags.push_back({"hot-servers", absl::StrCat("servers with more than twice the mean of ", Num(mean),
+                                                     " requests: ", absl::StrJoin(hot, ", "))});
+  // A server that got nothing for 2+ consecutive buckets while the pool averaged >= 4 requests
+  // per server in each (random routing leaves one idle that long with odds of about 3 in 10,000).
+  const double bucket_s = span_s / static_cast<double>(buckets);
+  int starved = 0;
+  std::string worst;
+  size_t worst_len = 0;
+  for (size_t i = 0; i < n; ++i) {
+    size_t run = 0, run_start = 0;
+    for (size_t b = 0; b <= buckets; ++b) {
+      bool busy_pool = false, got_none = false;
+      if (b < buckets) {
+        int64_t in_bucket = 0;
+        for (size_t k = 0; k < n; ++k) in_bucket += bucket_server[b * n + k];
+        busy_pool = static_cast<double>(in_bucket) >= 4.0 * static_cast<double>(n);
+        got_none = bucket_server[b * n + i] == 0;
+      }
+      if (busy_pool && got_none) {
+        if (run == 0) run_start = b;
+        ++run;
+        continue;
+      }
+      if (run >= 2) {
+        ++starved;
+        if (run > worst_len) {
+          worst_len = run;
+          worst = absl::StrCat("server ", i, " from ", Num(static_cast<double>(run_start) * bucket_s), " s to ",
+                               Num(static_cast<double>(run_start + run) * bucket_s), " s");
+        }
+      }
+      run = 0;
+    }
+  }
+  if (starved > 0)
+    rep.flags.push_back({"starvation", absl::StrCat(starved, " windows where a server received nothing while the pool "
+                                                    "averaged 4 or more requests per server; longest: ", worst)});
+}
+
+// A policy whose block hit rate is below half of the best one's (when the best reaches 0.1).
+void AddHitRateGapFlags(ReplayReport& report) {
+  const ReplayPolicyReport* best = nullptr;
+  for (const ReplayPolicyReport& p : report.policies)
+    if (!best || p.block_hit_rate > best->block_hit_rate) best = &p;
+  if (!best || best->block_hit_rate < 0.1) return;
+  const std::string best_name = best->name;
+  const double best_rate = best->block_hit_rate;
+  for (ReplayPolicyReport& p : report.policies)
+    if (p.block_hit_rate < 0.5 * best_rate)
+      p.flags.push_back({"hit-rate-gap", absl::StrCat("block hit rate ", Num(p.block_hit_rate), " is less than half of ",
+                                                      best_name, "'s ", Num(best_rate))});
+}
+
 ReplayTraceInfo Analyze(const std::vector<ReplayRequest>& trace, int64_t pooled_capacity_blocks, int block_size_tokens,
-                        replay_internal::PromptRenderer& renderer) {
+                        replay_internal::PromptRenderer& renderer, const std::vector<SimParams>& servers) {
   ReplayTraceInfo info;
   info.requests = static_cast<int64_t>(trace.size());
   if (trace.empty()) return info;
@@ -155,10 +232,28 @@ ReplayTraceInfo Analyze(const std::vector<ReplayRequest>& trace, int64_t pooled_
   absl::flat_hash_set<uint64_t> seen;
   BlockLru pooled(pooled_capacity_blocks);
   int64_t upper_hits = 0, pooled_hits = 0;
-  std::vector<uint64_t> h;
+  std::vector<uint64_t> h, hs;
+  // The TTFT bound hashes at the servers' block size, as the simulator's cache does.
+  const int sim_block = servers.empty() ? block_size_tokens : servers.front().block_size;
+  absl::flat_hash_set<uint64_t> seen_sim;
+  std::vector<double> bounds;
+  if (!servers.empty()) bounds.reserve(trace.size());
   for (const ReplayRequest& r : trace) {
     info.prompt_tokens += r.prompt_tokens;
-    h = ChainedBlockHashes(renderer.Render(r), static_cast<size_t>(block_size_tokens) * kCharsPerToken, PrefixSeed(r.model));
+    const std::string_view text = renderer.Render(r);
+    h = ChainedBlockHashes(text, static_cast<size_t>(block_size_tokens) * kCharsPerToken, PrefixSeed(r.model));
+    if (!servers.empty()) {
+      if (sim_block != block_size_tokens) hs = ChainedBlockHashes(text, static_cast<size_t>(sim_block) * kCharsPerToken, PrefixSeed(r.model));
+      const std::vector<uint64_t>& b = sim_block != block_size_tokens ? hs : h;
+      size_t hit = 0;
+      while (hit < b.size() && seen_sim.count(b[hit])) ++hit;
+      const int64_t prompt = std::max<int64_t>(1, r.prompt_tokens);
+      const int64_t cached = std::min<int64_t>(static_cast<int64_t>(hit) * sim_block, prompt - 1);
+      int64_t best = std::numeric_limits<int64_t>::max();
+      for (const SimParams& p : servers) best = std::min(best, LoneFirstStepMicros(p, prompt - cached));
+      bounds.push_back(static_cast<double>(best) / 1e6);
+      seen_sim.insert(b.begin(), b.end());
+    }
     info.blocks += static_cast<int64_t>(h.size());
     // The pooled cache serves the longest leading run it holds, as a server's prefix cache does.
     size_t run = 0;
@@ -171,14 +266,20 @@ ReplayTraceInfo Analyze(const std::vector<ReplayRequest>& trace, int64_t pooled_
     info.upper_bound_block_hit_rate = static_cast<double>(upper_hits) / static_cast<double>(info.blocks);
     info.pooled_cache_bound_block_hit_rate = static_cast<double>(pooled_hits) / static_cast<double>(info.blocks);
   }
+  if (!bounds.empty()) {
+    info.ttft_bound_s = Summarize(bounds);
+    const size_t keep = std::min<size_t>(2000, bounds.size());
+    for (size_t k = 0; k < keep; ++k) info.ttft_bound_samples_s.push_back(bounds[k * bounds.size() / keep]);
+  }
   return info;
 }
 
 }  // namespace
 
-ReplayTraceInfo AnalyzeTrace(const std::vector<ReplayRequest>& trace, int64_t pooled_capacity_blocks, int block_size_tokens) {
+ReplayTraceInfo AnalyzeTrace(const std::vector<ReplayRequest>& trace, int64_t pooled_capacity_blocks, int block_size_tokens,
+                             const std::vector<SimParams>& servers) {
   replay_internal::PromptRenderer renderer;
-  return Analyze(trace, pooled_capacity_blocks, block_size_tokens, renderer);
+  return Analyze(trace, pooled_capacity_blocks, block_size_tokens, renderer, servers);
 }
 
 absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, const std::vector<ReplayPolicy>& policies,
@@ -218,7 +319,7 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
   }
   ReplayReport report;
   replay_internal::PromptRenderer renderer;  // shared by the analysis and every policy's run
-  report.trace = Analyze(trace, total_kv, 16, renderer);
+  report.trace = Analyze(trace, total_kv, 16, renderer, params);
   const PluginRegistry registry = BuiltinRegistry();
   const int64_t t0 = trace.empty() ? 0 : trace.front().arrival_us;
   const int64_t span = trace.empty() ? 1 : std::max<int64_t>(1, trace.back().arrival_us - t0 + 1);
@@ -287,6 +388,7 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
     int64_t hit_blocks = 0, all_blocks = 0, hit_tokens = 0, all_tokens = 0, wrong = 0, judged = 0;
     int64_t first_arrival = INT64_MAX, last_finish = 0;
     std::vector<int64_t> bucket_hits(buckets, 0), bucket_blocks(buckets, 0);
+    std::vector<int64_t> bucket_server(buckets * params.size(), 0);  // requests per (bucket, server)
     std::vector<SimEvent> events;
 
     auto account_hits = [&](const Pending& pd, const SimRequestResult& res) {
@@ -481,6 +583,7 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
         pending.emplace(sr.id, pd);
         rep.requests_per_server[target]++;
         if (target != s) rep.requests_per_server[s]++;
+        bucket_server[pd.bucket * params.size() + s]++;
         dirty[target] = 1;
         absl::Status st = servers[target]->Submit(sr, r.arrival_us, &events);
         if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("policy ", policy.name, ": ", st.message()));
@@ -525,9 +628,15 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
     for (double& k : rep.kv_usage_mean_per_server) k = scrapes ? k / static_cast<double>(scrapes) : 0;
     for (size_t b = 0; b < buckets; ++b)
       rep.hit_rate_timeline.push_back(bucket_blocks[b] ? static_cast<double>(bucket_hits[b]) / static_cast<double>(bucket_blocks[b]) : 0);
+    const Percentiles& b = report.trace.ttft_bound_s;
+    auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
+    rep.ttft_over_bound = {ratio(rep.ttft_s.p50, b.p50), ratio(rep.ttft_s.p90, b.p90), ratio(rep.ttft_s.p99, b.p99),
+                           ratio(rep.ttft_s.mean, b.mean)};
+    AddLoadFlags(rep, bucket_server, buckets, static_cast<double>(span) / 1e6);
     rep.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
     report.policies.push_back(std::move(rep));
   }
+  AddHitRateGapFlags(report);
   if (options.progress) options.progress(1.0);
   return report;
 }
@@ -541,7 +650,8 @@ std::string ReplayReportToJson(const ReplayReport& report, int indent) {
                 {"prompt_tokens", report.trace.prompt_tokens},
                 {"duration_s", report.trace.duration_s},
                 {"upper_bound_block_hit_rate", report.trace.upper_bound_block_hit_rate},
-                {"pooled_cache_bound_block_hit_rate", report.trace.pooled_cache_bound_block_hit_rate}};
+                {"pooled_cache_bound_block_hit_rate", report.trace.pooled_cache_bound_block_hit_rate},
+                {"ttft_bound_s", pct(report.trace.ttft_bound_s)}};
   json ps = json::array();
   for (const ReplayPolicyReport& p : report.policies) {
     ps.push_back({{"name", p.name},
@@ -551,6 +661,7 @@ std::string ReplayReportToJson(const ReplayReport& report, int indent) {
                   {"block_hit_rate", p.block_hit_rate},
                   {"token_hit_rate", p.token_hit_rate},
                   {"ttft_s", pct(p.ttft_s)},
+                  {"ttft_over_bound", pct(p.ttft_over_bound)},
                   {"e2e_s", pct(p.e2e_s)},
                   {"queue_s", pct(p.queue_s)},
                   {"itl_s", pct(p.itl_s)},
@@ -566,6 +677,11 @@ std::string ReplayReportToJson(const ReplayReport& report, int indent) {
                   {"kv_usage_mean_per_server", p.kv_usage_mean_per_server},
                   {"hit_rate_timeline", p.hit_rate_timeline},
                   {"ttft_samples_s", p.ttft_samples_s},
+                  {"flags", [&] {
+                     json f = json::array();
+                     for (const ReplayFlag& x : p.flags) f.push_back({{"code", x.code}, {"message", x.message}});
+                     return f;
+                   }()},
                   {"wall_s", p.wall_s}});
   }
   j["policies"] = ps;
@@ -575,13 +691,17 @@ std::string ReplayReportToJson(const ReplayReport& report, int indent) {
 std::string ReplayReportToText(const ReplayReport& r) {
   std::string out = absl::StrCat("trace: ", r.trace.requests, " requests over ", Num(r.trace.duration_s), " s, ", r.trace.blocks,
                                  " prompt blocks; block hit-rate bounds: upper ", Num(r.trace.upper_bound_block_hit_rate),
-                                 ", pooled cache ", Num(r.trace.pooled_cache_bound_block_hit_rate), "\n\n");
-  const std::vector<std::string> header = {"policy", "blocks hit", "tokens hit", "TTFT p50", "p90", "p99", "E2E p50", "p99",
+                                 ", pooled cache ", Num(r.trace.pooled_cache_bound_block_hit_rate), "\n");
+  if (r.trace.ttft_bound_s.p50 > 0)
+    absl::StrAppend(&out, "TTFT bound (no queueing, infinite cache): p50 ", Num(r.trace.ttft_bound_s.p50), " p90 ",
+                    Num(r.trace.ttft_bound_s.p90), " p99 ", Num(r.trace.ttft_bound_s.p99), " s\n");
+  out += "\n";
+  const std::vector<std::string> header = {"policy", "blocks hit", "tokens hit", "TTFT p50", "p90", "p99", "p90/bound", "E2E p50", "p99",
                                            "req/s", "load max/mean", "mispredicted", "failed", "shed"};
   std::vector<std::vector<std::string>> rows;
   for (const ReplayPolicyReport& p : r.policies) {
     rows.push_back({p.name, Num(p.block_hit_rate), Num(p.token_hit_rate), Num(p.ttft_s.p50), Num(p.ttft_s.p90), Num(p.ttft_s.p99),
-                    Num(p.e2e_s.p50), Num(p.e2e_s.p99), Num(p.throughput_rps), Num(p.load_max_over_mean),
+                    p.ttft_over_bound.p90 > 0 ? Num(p.ttft_over_bound.p90) + "x" : std::string("-"), Num(p.e2e_s.p50), Num(p.e2e_s.p99), Num(p.throughput_rps), Num(p.load_max_over_mean),
                     std::isnan(p.prediction_error_rate) ? "n/a" : Num(p.prediction_error_rate), std::to_string(p.failed), std::to_string(p.shed)});
   }
   std::vector<size_t> w(header.size());
@@ -595,6 +715,13 @@ std::string ReplayReportToText(const ReplayReport& r) {
   };
   line(header);
   for (const auto& row : rows) line(row);
+  bool any_flag = false;
+  for (const ReplayPolicyReport& p : r.policies)
+    for (const ReplayFlag& f : p.flags) {
+      if (!any_flag) out += "\nflags:\n";
+      any_flag = true;
+      absl::StrAppend(&out, "  ", p.name, ": ", f.code, ": ", f.message, "\n");
+    }
   for (const ReplayPolicyReport& p : r.policies) {
     if (!p.disaggregated_pool) continue;
     int prefill = 0, decode = 0;

@@ -559,3 +559,157 @@ TEST(ReplayReportTest, JsonTextAndHtml) {
 
 }  // namespace
 }  // namespace epp
+
+// --- TTFT bound, flags, CSV traces ----------------------------------------------------------------
+
+namespace epp {
+namespace {
+
+std::vector<std::string> FlagCodes(const ReplayPolicyReport& p) {
+  std::vector<std::string> out;
+  for (const ReplayFlag& f : p.flags) out.push_back(f.code);
+  return out;
+}
+
+TEST(TtftBoundTest, LoneRequestsMeetTheBoundExactly) {
+  // Far apart on one server: no queueing, and the server keeps every block, so each request's TTFT
+  // is the bound: 6,050 us + uncached tokens x 50 us. A: 400 uncached (26,050 us); B shares A's
+  // 320-token system prompt (20 blocks): 80 uncached (10,050 us); C: 160 unique (14,050 us).
+  const std::vector<ReplayRequest> trace = {Req(0, {{1, 320}, {2, 80}}, 1), Req(10'000'000, {{1, 320}, {3, 80}}, 1),
+                                            Req(20'000'000, {{4, 160}}, 1)};
+  const ReplayReport r = Replay(trace, {"round-robin"}, 1);
+  ASSERT_EQ(r.trace.ttft_bound_samples_s.size(), 3u);
+  EXPECT_DOUBLE_EQ(r.trace.ttft_bound_samples_s[0], 0.01005);
+  EXPECT_DOUBLE_EQ(r.trace.ttft_bound_samples_s[1], 0.01405);
+  EXPECT_DOUBLE_EQ(r.trace.ttft_bound_samples_s[2], 0.02605);
+  EXPECT_DOUBLE_EQ(r.trace.ttft_bound_s.p50, 0.01405);
+  const ReplayPolicyReport& p = r.policies[0];
+  EXPECT_DOUBLE_EQ(p.ttft_s.p50, r.trace.ttft_bound_s.p50);
+  EXPECT_DOUBLE_EQ(p.ttft_s.p90, r.trace.ttft_bound_s.p90);
+  EXPECT_DOUBLE_EQ(p.ttft_over_bound.p50, 1.0);
+  EXPECT_DOUBLE_EQ(p.ttft_over_bound.p99, 1.0);
+  // The bound takes the fastest server: one twice as fast at prefill halves the prefill part.
+  std::vector<SimParams> servers(2);
+  servers[1].prefill_tokens_per_s = 40000;
+  const ReplayTraceInfo info = AnalyzeTrace(trace, 1 << 20, 16, servers);
+  EXPECT_DOUBLE_EQ(info.ttft_bound_samples_s[2], 0.01605);  // 6,050 + 400 x 25 us
+  EXPECT_EQ(AnalyzeTrace(trace, 1 << 20).ttft_bound_samples_s.size(), 0u);  // no servers, no bound
+  // In every output.
+  const nlohmann::json j = nlohmann::json::parse(ReplayReportToJson(r));
+  EXPECT_DOUBLE_EQ(j["trace"]["ttft_bound_s"]["p50"].get<double>(), 0.01405);
+  EXPECT_DOUBLE_EQ(j["policies"][0]["ttft_over_bound"]["p90"].get<double>(), 1.0);
+  EXPECT_NE(ReplayReportToText(r).find("TTFT bound (no queueing, infinite cache): p50 0.01405"), std::string::npos)
+      << ReplayReportToText(r);
+  const std::string html = ReplayReportToHtml(r, "t");
+  EXPECT_NE(html.find("TTFT bound (no queueing, infinite cache)"), std::string::npos);
+  EXPECT_NE(html.find("TTFT p90 / bound"), std::string::npos);
+}
+
+TEST(ReplayFlagsTest, AffinityWithoutLoadPilesOntoOneServerAndRoundRobinLosesTheCache) {
+  // 800 requests over 8 s sharing one 640-token system prompt, 4 servers. A prefix-only policy
+  // sends every request after the first to the server that holds the prefix: three servers idle
+  // and starved for the whole trace, one hot. Round robin spreads them evenly.
+  std::vector<ReplayRequest> trace;
+  for (int i = 0; i < 800; ++i) trace.push_back(Req(i * 10'000, {{1, 640}, {static_cast<uint64_t>(100 + i), 16}}, 1));
+  std::vector<ReplayPolicy> ps = {Policy("round-robin")};
+  ReplayPolicy prefix;
+  prefix.name = "prefix-only";
+  auto cfg = ParseConfig(
+      "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
+      "plugins:\n- type: prefix-cache-scorer\n- type: max-score-picker\n",
+      "<test>");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  prefix.config = *cfg;
+  ps.push_back(prefix);
+  ReplayOptions o;
+  o.servers = 4;
+  auto r = RunReplay(trace, ps, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->policies[0].flags.empty()) << r->policies[0].flags.front().message;
+  const ReplayPolicyReport& p = r->policies[1];
+  EXPECT_EQ(FlagCodes(p), (std::vector<std::string>{"idle-servers", "hot-servers", "starvation"}));
+  EXPECT_NE(p.flags[0].message.find("3 of 4 servers received no request"), std::string::npos) << p.flags[0].message;
+  EXPECT_NE(p.flags[2].message.find("3 windows"), std::string::npos) << p.flags[2].message;  // one run per idle server
+  const std::string text = ReplayReportToText(*r);
+  EXPECT_NE(text.find("prefix-only: idle-servers: 3 of 4 servers"), std::string::npos) << text;
+  const nlohmann::json j = nlohmann::json::parse(ReplayReportToJson(*r));
+  EXPECT_EQ(j["policies"][1]["flags"][0]["code"], "idle-servers");
+  EXPECT_NE(ReplayReportToHtml(*r, "t").find("<code>starvation</code>"), std::string::npos);
+}
+
+TEST(ReplayFlagsTest, HitRateFarBelowAnotherPolicysIsFlagged) {
+  // 8 system prompts asked 8 times each, group after group, on 8 servers: round robin sends each
+  // group's 8 requests to 8 different servers (no server ever sees a prefix twice: hit rate 0);
+  // prefix affinity keeps each group on one server.
+  std::vector<ReplayRequest> trace;
+  for (int g = 0; g < 8; ++g)
+    for (int q = 0; q < 8; ++q)
+      trace.push_back(Req((g * 8 + q) * 100'000, {{static_cast<uint64_t>(10 + g), 640}, {static_cast<uint64_t>(1000 + g * 8 + q), 16}}, 1));
+  const ReplayReport r = Replay(trace, {"round-robin", "gie-default"}, 8);
+  EXPECT_DOUBLE_EQ(r.policies[0].block_hit_rate, 0);
+  EXPECT_GT(r.policies[1].block_hit_rate, 0.5);
+  const std::vector<std::string> codes = FlagCodes(r.policies[0]);
+  ASSERT_EQ(std::count(codes.begin(), codes.end(), "hit-rate-gap"), 1);
+  for (const ReplayFlag& f : r.policies[0].flags)
+    if (f.code == "hit-rate-gap") EXPECT_NE(f.message.find("less than half of gie-default's"), std::string::npos) << f.message;
+  const std::vector<std::string> gie = FlagCodes(r.policies[1]);
+  EXPECT_EQ(std::count(gie.begin(), gie.end(), "hit-rate-gap"), 0);
+}
+
+TEST(CsvTraceTest, AzureWallClockTimesStartAtZeroAndScale) {
+  const std::string path = WriteTemp("azure.csv",
+                                     "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                     "2023-11-16 18:15:46.6805900,4808,10\n"
+                                     "2023-11-16 18:15:46.1805900,3180,8\n"
+                                     "\n"
+                                     "2023-11-16 18:15:47.6805901,0,0\r\n");
+  auto t = LoadAzureTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->size(), 3u);
+  EXPECT_EQ((*t)[0].arrival_us, 0);
+  EXPECT_EQ((*t)[0].prompt_tokens, 3180);
+  EXPECT_EQ((*t)[0].output_tokens, 8);
+  EXPECT_EQ((*t)[1].arrival_us, 500000);
+  EXPECT_EQ((*t)[2].arrival_us, 1500000);  // the 100 ns digit is below a microsecond
+  EXPECT_EQ((*t)[2].prompt_tokens, 1);      // at least one token each way
+  EXPECT_EQ((*t)[2].output_tokens, 1);
+  EXPECT_NE((*t)[0].segments.front().id, (*t)[1].segments.front().id);  // no prefix shared
+  auto half = LoadReplayTrace(path, TraceFormat::kAuto, 0.5);
+  ASSERT_TRUE(half.ok()) << half.status();
+  EXPECT_EQ((*half)[2].arrival_us, 750000);
+  EXPECT_EQ(*DetectTraceFormat(path), TraceFormat::kAzure);
+  auto bad = LoadAzureTrace(WriteTemp("azure_bad.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-02-30 10:00:00,1,1\n"));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("azure_bad.csv:2: TIMESTAMP"), std::string_view::npos) << bad.status();
+  bad = LoadAzureTrace(WriteTemp("azure_bad2.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,x,1\n"));
+  EXPECT_NE(bad.status().message().find(":2: ContextTokens"), std::string_view::npos) << bad.status();
+  bad = LoadAzureTrace(WriteTemp("azure_bad3.csv", "TIME,Tokens\n1,2\n"));
+  EXPECT_NE(bad.status().message().find("no column 'timestamp'"), std::string_view::npos) << bad.status();
+  EXPECT_EQ(LoadAzureTrace(path, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CsvTraceTest, BurstGptColumnsByNameWithModels) {
+  const std::string path = WriteTemp("burst.csv",
+                                     "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                                     "5,ChatGPT,472,18,490,Conversation log\n"
+                                     "45.5,GPT-4,1087,0,1087,API log\n");
+  auto t = LoadReplayTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->size(), 2u);
+  EXPECT_EQ((*t)[0].arrival_us, 0);
+  EXPECT_EQ((*t)[1].arrival_us, 40500000);
+  EXPECT_EQ((*t)[0].model, "ChatGPT");
+  EXPECT_EQ((*t)[1].output_tokens, 1);  // a failed request (0 response tokens)
+  EXPECT_EQ(*DetectTraceFormat(path), TraceFormat::kBurstGpt);
+  EXPECT_EQ(*ParseTraceFormat("burstgpt"), TraceFormat::kBurstGpt);
+  EXPECT_EQ(*ParseTraceFormat("azure"), TraceFormat::kAzure);
+  auto bad = LoadBurstGptTrace(WriteTemp("burst_bad.csv", "Timestamp,Request tokens,Response tokens\n-1,3,3\n"));
+  EXPECT_NE(bad.status().message().find("burst_bad.csv:2: Timestamp"), std::string_view::npos) << bad.status();
+  // A trace of either kind replays (every request unique, so nothing to hit).
+  const ReplayReport r = Replay(*t, {"round-robin"}, 2);
+  EXPECT_EQ(r.policies[0].completed, 2);
+  EXPECT_DOUBLE_EQ(r.policies[0].block_hit_rate, 0);
+}
+
+}  // namespace
+}  // namespace epp
