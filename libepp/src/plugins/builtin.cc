@@ -19,6 +19,7 @@ void RegisterBuiltinPlugins(PluginRegistry& registry) {
       {kNoHitLruScorerType, CreateNoHitLruScorer},
       {kLoadAwareScorerType, CreateLoadAwareScorer},
       {kActiveRequestScorerType, CreateActiveRequestScorer},
+      {kEstimatedTtftScorerType, CreateEstimatedTtftScorer},
       {kProbabilisticAdmitterType, CreateProbabilisticAdmitter},
       {kLabelSelectorFilterType, CreateLabelSelectorFilter},
       {kByLabelSelectorFilterType, CreateLabelSelectorFilter},

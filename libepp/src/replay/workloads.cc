@@ -323,6 +323,27 @@ const std::vector<std::pair<std::string, std::string>>& Baselines() {
       // endpoint it chose until that server's events confirm them (or 2 s pass).
       {"gie-precise-speculative", GiePreciseYaml(true)},
       {"sglang-cache-aware", "plugins:\n- type: cache-aware-scorer\n"},
+      // llm-d Router's default since 2026-08, "sticky until saturated" (llm-d blog 2026-08-17):
+      // keep the endpoints whose prefix match reaches affinityThreshold unless their estimated
+      // TTFT is maxTTFTPenaltyMs worse than the best other's, then the least token load.
+      {"llm-d-default",
+       "plugins:\n- type: prefix-cache-affinity-filter\n- type: token-load-scorer\n- type: max-score-picker\n"
+       "schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: prefix-cache-affinity-filter\n"
+       "  - pluginRef: token-load-scorer\n  - pluginRef: max-score-picker\n"},
+      // llm-d's earlier default blend: prefix 3, queue 2, KV 2, no-hit-lru 2.
+      {"llm-d-legacy-blend",
+       "plugins:\n- type: prefix-cache-scorer\n- type: queue-scorer\n- type: kv-cache-utilization-scorer\n"
+       "- type: no-hit-lru-scorer\n- type: max-score-picker\nschedulingProfiles:\n- name: default\n  plugins:\n"
+       "  - {pluginRef: prefix-cache-scorer, weight: 3}\n  - {pluginRef: queue-scorer, weight: 2}\n"
+       "  - {pluginRef: kv-cache-utilization-scorer, weight: 2}\n  - {pluginRef: no-hit-lru-scorer, weight: 2}\n"
+       "  - pluginRef: max-score-picker\n"},
+      // epp's own (examples/configs/epp.yaml, the same configuration).
+      {"epp",
+       "plugins:\n- type: approx-prefix-cache-producer\n- type: estimated-ttft-scorer\n"
+       "  parameters: {prefillTokensPerSecond: 20000, stepOverheadMs: 6, missPenalty: 3}\n- type: active-request-scorer\n"
+       "- type: max-score-picker\nschedulingProfiles:\n- name: default\n  plugins:\n"
+       "  - {pluginRef: estimated-ttft-scorer, weight: 1}\n  - {pluginRef: active-request-scorer, weight: 0.02}\n"
+       "  - pluginRef: max-score-picker\n"},
   };
   return *kBaselines;
 }

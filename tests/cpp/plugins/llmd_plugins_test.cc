@@ -87,6 +87,69 @@ TEST(LlmdScorersTest, ActiveRequestScoresAgainstTheBusiestCandidate) {
       << "outside [0, 1] is ignored";
 }
 
+// epp's estimated-ttft-scorer (ttft_scorer.cc), numbers by hand: rate 1000 tokens/s, overhead 10 ms.
+TEST(EstimatedTtftScorerTest, QueuedPrefillAndUncachedTokensAtTheRateWithTheMissPenalty) {
+  auto p = Make("estimated-ttft-scorer", "    prefillTokensPerSecond: 1000\n    stepOverheadMs: 10\n    missPenalty: 0\n");
+  ASSERT_NE(p, nullptr);
+  Cycle c(Three());
+  c.request.prompt_tokens = 100;
+  c.ctx.prefix.computed = true;
+  c.ctx.prefix.block_size_tokens = 16;
+  c.ctx.prefix.match_blocks = {0, 5, 0};  // b holds 80 of the 100 tokens
+  // a, c: 10 ms + 100 / 1000 s = 110 ms; b: 10 + 20 = 30 ms. Scores: 30 / cost.
+  std::vector<double> s = c.Scores(*p);
+  EXPECT_NEAR(s[0], 30.0 / 110.0, 1e-12);
+  EXPECT_DOUBLE_EQ(s[1], 1.0);
+  EXPECT_NEAR(s[2], 30.0 / 110.0, 1e-12);
+  EXPECT_NE(p->AsScorer()->Explain(c.ctx, c.endpoints[1]).find("est. TTFT 30 ms: 0 tokens queued + 20 uncached of 100"),
+            std::string::npos)
+      << p->AsScorer()->Explain(c.ctx, c.endpoints[1]);
+  // Two picks of b at once: 40 tokens queued there. Same instant: b costs 10 + (40 + 20) = 70 ms,
+  // still below a's 110; a third pick makes it 90, a fourth 110 (a tie), a fifth 130 (a wins).
+  p->AsRequestObserver()->PreRequest(c.ctx, c.endpoints[1]);
+  p->AsRequestObserver()->PreRequest(c.ctx, c.endpoints[1]);
+  s = c.Scores(*p);
+  EXPECT_NEAR(s[1], 1.0, 1e-12);
+  EXPECT_NEAR(s[0], 70.0 / 110.0, 1e-12);
+  for (int i = 0; i < 3; ++i) p->AsRequestObserver()->PreRequest(c.ctx, c.endpoints[1]);
+  s = c.Scores(*p);
+  EXPECT_NEAR(s[0], 1.0, 1e-12);
+  EXPECT_NEAR(s[1], 110.0 / 130.0, 1e-12);
+  // The queue drains at the rate: 50 ms later 100 - 50 = 50 tokens remain on b (80 ms there).
+  c.Finish(testing::kNowUs + 50000);
+  c.ctx.prefix.computed = true;
+  c.ctx.prefix.block_size_tokens = 16;
+  c.ctx.prefix.match_blocks = {0, 5, 0};
+  s = c.Scores(*p);
+  EXPECT_NEAR(s[1], 1.0, 1e-12);
+  EXPECT_NEAR(s[0], 80.0 / 110.0, 1e-12);
+}
+
+TEST(EstimatedTtftScorerTest, TheMissPenaltyChargesTheExtraPrefillAndParametersAreChecked) {
+  auto p = Make("estimated-ttft-scorer", "    prefillTokensPerSecond: 1000\n    stepOverheadMs: 10\n    missPenalty: 2\n");
+  Cycle c(Three());
+  c.request.prompt_tokens = 100;
+  c.ctx.prefix.computed = true;
+  c.ctx.prefix.block_size_tokens = 16;
+  c.ctx.prefix.match_blocks = {0, 5, 0};
+  // a: 110 ms + 2 x (100 - 20) / 1000 s = 270 ms; b: 30 ms.
+  std::vector<double> s = c.Scores(*p);
+  EXPECT_NEAR(s[0], 30.0 / 270.0, 1e-12);
+  // A fully cached prompt still computes one token.
+  c.ctx.prefix.match_blocks = {0, 7, 0};  // 112 >= 100 tokens
+  EXPECT_NE(p->AsScorer()->Explain(c.ctx, c.endpoints[1]).find("1 uncached of 100"), std::string::npos);
+  for (const char* bad : {"    prefillTokensPerSecond: 0\n", "    missPenalty: -1\n", "    stepOverheadMs: -2\n", "    nope: 1\n"}) {
+    std::string yaml = std::string("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: estimated-ttft-scorer\n  parameters:\n") + bad;
+    auto cfg = ParseConfig(yaml, "t.yaml");
+    ASSERT_TRUE(cfg.ok()) << cfg.status();
+    Params params = cfg->plugins[0].parameters;
+    params.SetPath("plugins[0].parameters");
+    SeededRng rng(1);
+    EXPECT_EQ(BuiltinRegistry().Create("estimated-ttft-scorer", "x", params, PluginContext{&SteadyClock::Get(), &rng}).status().code(),
+              absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(ProbabilisticAdmitterTest, ShedsOnlySheddableRequestsWithTheSaturationProbability) {
   auto p = Make("probabilistic-admitter");
   ASSERT_NE(p->AsAdmitter(), nullptr);

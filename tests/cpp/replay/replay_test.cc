@@ -713,3 +713,34 @@ TEST(CsvTraceTest, BurstGptColumnsByNameWithModels) {
 
 }  // namespace
 }  // namespace epp
+
+namespace epp {
+namespace {
+
+TEST(EppPolicyTest, NamedPolicyIsTheExampleConfigAndSpreadsSameInstantArrivals) {
+  // examples/configs/epp.yaml and `--policy epp` are one configuration: identical runs.
+  auto file = ResolveReplayPolicy(std::string(EPP_SOURCE_DIR) + "/examples/configs/epp.yaml", 0);
+  ASSERT_TRUE(file.ok()) << file.status();
+  SharedPrefixWorkload w;
+  w.groups = 4;
+  w.prompts_per_group = 6;
+  w.system_len = 400;
+  w.rate = 50;
+  auto trace = GenerateSharedPrefix(w);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ReplayOptions o;
+  o.servers = 4;
+  auto r = RunReplay(*trace, {Policy("epp"), *file}, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->policies[0].ttft_samples_s, r->policies[1].ttft_samples_s);
+  EXPECT_EQ(r->policies[0].requests_per_server, r->policies[1].requests_per_server);
+  // Eight identical-length cold requests in the same microsecond on four servers: each pick adds
+  // its prefill to that server's queue at once, so they land two per server, not all on one.
+  std::vector<ReplayRequest> burst;
+  for (int i = 0; i < 8; ++i) burst.push_back(Req(0, {{static_cast<uint64_t>(500 + i), 800}}, 1));
+  const ReplayReport b = Replay(burst, {"epp"}, 4);
+  EXPECT_EQ(b.policies[0].requests_per_server, (std::vector<int64_t>{2, 2, 2, 2}));
+}
+
+}  // namespace
+}  // namespace epp

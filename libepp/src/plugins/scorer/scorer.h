@@ -19,6 +19,7 @@ inline constexpr std::string_view kCacheAwareScorerType = "cache-aware-scorer"; 
 inline constexpr std::string_view kNoHitLruScorerType = "no-hit-lru-scorer";
 inline constexpr std::string_view kLoadAwareScorerType = "load-aware-scorer";
 inline constexpr std::string_view kActiveRequestScorerType = "active-request-scorer";
+inline constexpr std::string_view kEstimatedTtftScorerType = "estimated-ttft-scorer";  // epp's own (ttft_scorer.cc)
 // session_affinity.cc: the scorer and the filter share the session logic.
 inline constexpr std::string_view kSessionAffinityScorerType = "session-affinity-scorer";
 inline constexpr std::string_view kSessionAffinityFilterType = "session-affinity-filter";
@@ -33,6 +34,7 @@ PluginOr CreateCacheAwareScorer(const std::string& name, const Params& params, c
 PluginOr CreateNoHitLruScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateLoadAwareScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateActiveRequestScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateEstimatedTtftScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateSessionAffinityScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateSessionAffinityFilter(const std::string& name, const Params& params, const PluginContext& ctx);
 

@@ -1,0 +1,171 @@
+// estimated-ttft-scorer (epp's own): scores each candidate by the time to first token the request
+// would see there, from the prefill work queued on it and this request's uncached tokens.
+//
+//   backlog_e  = fluid_e (and, with useWaitingQueue, at least waiting_e x mean_uncached): tokens of
+//                prefill ahead of the request
+//     fluid_e  : uncached tokens of the requests this scorer placed on e, drained at the prefill
+//                rate since (a fluid queue: updated at each pick, read at each score)
+//     waiting_e: e's scraped waiting queue (fresh metrics only), for work this replica did not
+//                place (other EPP replicas, a restart); mean_uncached: the running mean of the
+//                uncached tokens of the requests placed so far
+//   uncached_e = prompt tokens - min(matched blocks x block tokens, prompt - 1)   (the prefix
+//                producer's match on e; a server always computes at least one token)
+//   ttft_e     = stepOverheadMs + (backlog_e + uncached_e) / prefillTokensPerSecond
+//   cost_e     = ttft_e + missPenalty x (uncached_e - min over candidates of uncached) / rate
+//   score_e    = min over candidates of cost / cost_e          (1 for the cheapest, in (0, 1])
+//
+// The miss penalty charges a pick for the prefill work it adds beyond the best-cached candidate's:
+// that work delays every request queued behind it on that server, and the recomputed prefix takes
+// KV blocks a second time, so a greedy "lowest TTFT for this request" alone moves work off a
+// cached server too early (docs/routing.md measures 0, 1, 2 and 3; 3 is the default).
+//
+// A pick adds the request's uncached tokens to the picked endpoint's fluid queue at once, so
+// requests arriving in the same instant see each other and do not herd onto one endpoint; and an
+// idle endpoint wins as soon as the queue ahead of a cached prefix costs more than recomputing
+// the prefix there, so no endpoint is starved while work waits elsewhere.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <vector>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "common/strings.h"
+#include "plugins/scorer/scorer.h"
+
+namespace epp::plugins {
+namespace {
+
+using internal::Num;
+
+class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver, public EndpointState {
+ public:
+  EstimatedTtftScorer(TypedName tn, double rate, double overhead_ms, double miss_penalty, bool use_waiting,
+                      int64_t staleness_us)
+      : Plugin(std::move(tn)),
+        rate_(rate),
+        overhead_ms_(overhead_ms),
+        miss_penalty_(miss_penalty),
+        use_waiting_(use_waiting),
+        staleness_us_(staleness_us) {}
+  const Scorer* AsScorer() const override { return this; }
+  const RequestObserver* AsRequestObserver() const override { return this; }
+  PluginInputs Consumes() const override { return {PluginInput::kPrefixMatch, PluginInput::kWaitingQueue}; }
+  ScorerCategory category() const override { return ScorerCategory::kDistribution; }
+  Params EffectiveParams() const override {
+    return Params::Map()
+        .Set("prefillTokensPerSecond", Params::Number(rate_))
+        .Set("stepOverheadMs", Params::Number(overhead_ms_))
+        .Set("missPenalty", Params::Number(miss_penalty_))
+        .Set("useWaitingQueue", Params::Bool(use_waiting_))
+        .Set("metricsStalenessMs", Params::Number(static_cast<double>(staleness_us_) / 1000.0));
+  }
+
+  void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    double best = INFINITY;
+    int64_t min_uncached = INT64_MAX;
+    std::vector<Estimate> est(candidates.size());
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      est[i] = EstimateLocked(ctx, *candidates[i]);
+      min_uncached = std::min(min_uncached, est[i].uncached);
+    }
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      scores[i] = est[i].ttft_s + miss_penalty_ * static_cast<double>(est[i].uncached - min_uncached) / rate_;
+      best = std::min(best, scores[i]);
+    }
+    for (double& s : scores) s = s > 0 ? best / s : 1.0;
+  }
+
+  std::string Explain(const SchedulingContext& ctx, const Endpoint& e) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Estimate x = EstimateLocked(ctx, e);
+    return absl::StrCat("est. TTFT ", Num(x.ttft_s * 1000), " ms: ", Num(x.backlog), " tokens queued",
+                        x.from_metrics ? " (from its waiting queue)" : "", " + ", x.uncached, " uncached of ", x.prompt,
+                        " at ", Num(rate_), " tokens/s");
+  }
+
+  void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Estimate x = EstimateLocked(ctx, picked);
+    Queue& q = queues_[picked.address];
+    q.tokens = Drained(q, ctx.now_us) + static_cast<double>(x.uncached);
+    q.at_us = ctx.now_us;
+    placed_++;
+    mean_uncached_ += (static_cast<double>(x.uncached) - mean_uncached_) / static_cast<double>(std::min<int64_t>(placed_, 1000));
+  }
+
+  void ForgetEndpoint(std::string_view endpoint) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    queues_.erase(std::string(endpoint));
+  }
+
+ private:
+  struct Queue {
+    double tokens = 0;
+    int64_t at_us = 0;
+  };
+  struct Estimate {
+    double ttft_s = 0;
+    double backlog = 0;
+    bool from_metrics = false;
+    int64_t uncached = 0, prompt = 0;
+  };
+
+  double Drained(const Queue& q, int64_t now_us) const {
+    const double dt = static_cast<double>(std::max<int64_t>(0, now_us - q.at_us)) / 1e6;
+    return std::max(0.0, q.tokens - dt * rate_);
+  }
+
+  Estimate EstimateLocked(const SchedulingContext& ctx, const Endpoint& e) const {
+    Estimate x;
+    x.prompt = std::max<int64_t>(1, ctx.request ? ctx.request->prompt_tokens : 1);
+    const int64_t matched = ctx.prefix.computed ? static_cast<int64_t>(ctx.PrefixMatchBlocks(&e)) * ctx.prefix.block_size_tokens : 0;
+    x.uncached = x.prompt - std::min(matched, x.prompt - 1);
+    auto it = queues_.find(e.address);
+    x.backlog = it == queues_.end() ? 0.0 : Drained(it->second, ctx.now_us);
+    if (use_waiting_ && e.metrics.waiting_queue_size && !ctx.MetricsStale(e, staleness_us_)) {
+      const double from_metrics = *e.metrics.waiting_queue_size * mean_uncached_;
+      if (from_metrics > x.backlog) {
+        x.backlog = from_metrics;
+        x.from_metrics = true;
+      }
+    }
+    x.ttft_s = overhead_ms_ / 1000.0 + (x.backlog + static_cast<double>(x.uncached)) / rate_;
+    return x;
+  }
+
+  const double rate_;
+  const double overhead_ms_;
+  const double miss_penalty_;
+  const bool use_waiting_;
+  const int64_t staleness_us_;
+  mutable std::mutex mu_;
+  mutable std::map<std::string, Queue, std::less<>> queues_;
+  mutable int64_t placed_ = 0;
+  mutable double mean_uncached_ = 0;
+};
+
+}  // namespace
+
+PluginOr CreateEstimatedTtftScorer(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(
+      params.CheckKeys({"prefillTokensPerSecond", "stepOverheadMs", "missPenalty", "useWaitingQueue", "metricsStalenessMs"}));
+  EPP_ASSIGN_OR_RETURN(double rate, params.GetDouble("prefillTokensPerSecond", 20000));
+  EPP_ASSIGN_OR_RETURN(double overhead, params.GetDouble("stepOverheadMs", 6));
+  EPP_ASSIGN_OR_RETURN(double stale_ms, params.GetDouble("metricsStalenessMs", 200));
+  EPP_ASSIGN_OR_RETURN(double miss, params.GetDouble("missPenalty", 3));
+  EPP_ASSIGN_OR_RETURN(bool waiting, params.GetBool("useWaitingQueue", false));
+  if (!(miss >= 0) || !std::isfinite(miss) || miss > 1000)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".missPenalty: must be in [0, 1000]"));
+  if (!(rate > 0) || !std::isfinite(rate))
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".prefillTokensPerSecond: must be > 0"));
+  if (!(overhead >= 0) || !std::isfinite(overhead))
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".stepOverheadMs: must be >= 0"));
+  if (!(stale_ms > 0) || !std::isfinite(stale_ms) || stale_ms > 1e9)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".metricsStalenessMs: must be > 0"));
+  return std::make_unique<EstimatedTtftScorer>(TN(kEstimatedTtftScorerType, name), rate, overhead, miss, waiting,
+                                               static_cast<int64_t>(stale_ms * 1000));
+}
+
+}  // namespace epp::plugins
