@@ -20,6 +20,8 @@ void RegisterBuiltinPlugins(PluginRegistry& registry) {
       {kLoadAwareScorerType, CreateLoadAwareScorer},
       {kActiveRequestScorerType, CreateActiveRequestScorer},
       {kEstimatedTtftScorerType, CreateEstimatedTtftScorer},
+      {kVllmLoadAwareScorerType, CreateVllmLoadAwareScorer},
+      {kDynamoKvCostScorerType, CreateDynamoKvCostScorer},
       {kProbabilisticAdmitterType, CreateProbabilisticAdmitter},
       {kLabelSelectorFilterType, CreateLabelSelectorFilter},
       {kByLabelSelectorFilterType, CreateLabelSelectorFilter},

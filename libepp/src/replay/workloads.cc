@@ -337,6 +337,10 @@ const std::vector<std::pair<std::string, std::string>>& Baselines() {
        "  - {pluginRef: prefix-cache-scorer, weight: 3}\n  - {pluginRef: queue-scorer, weight: 2}\n"
        "  - {pluginRef: kv-cache-utilization-scorer, weight: 2}\n  - {pluginRef: no-hit-lru-scorer, weight: 2}\n"
        "  - pluginRef: max-score-picker\n"},
+      // vLLM production-stack's loadaware routing: matched/prompt - beta x relative load.
+      {"vllm-loadaware", "plugins:\n- type: vllm-loadaware-scorer\n- type: max-score-picker\n"},
+      // NVIDIA Dynamo's KV router cost (temperature 0: the lowest cost).
+      {"dynamo-kv", "plugins:\n- type: dynamo-kv-cost-scorer\n- type: max-score-picker\n"},
       // epp's own (examples/configs/epp.yaml, the same configuration).
       {"epp",
        "plugins:\n- type: approx-prefix-cache-producer\n- type: estimated-ttft-scorer\n"

@@ -150,6 +150,53 @@ TEST(EstimatedTtftScorerTest, TheMissPenaltyChargesTheExtraPrefillAndParametersA
   }
 }
 
+// Peers' costs (peer_scorers.cc), by hand.
+TEST(PeerScorersTest, VllmLoadAwareIsMatchedShareMinusRelativeLoadNormalised) {
+  auto p = Make("vllm-loadaware-scorer", "    beta: 1\n");
+  ASSERT_NE(p, nullptr);
+  Cycle c(Three());
+  c.request.prompt_tokens = 160;
+  c.ctx.prefix.computed = true;
+  c.ctx.prefix.block_size_tokens = 16;
+  c.ctx.prefix.match_blocks = {10, 5, 0};   // matched shares 1, 0.5, 0
+  c.ctx.inflight_requests = {4, 1, 1};      // mean 2: relative loads 1, -0.5, -0.5
+  // values 1 - 1 = 0, 0.5 + 0.5 = 1, 0 + 0.5 = 0.5; normalised 0, 1, 0.5.
+  EXPECT_EQ(c.Scores(*p), (std::vector<double>{0.0, 1.0, 0.5}));
+  c.ctx.inflight_requests = {0, 0, 0};      // mean 0 (divided by 1): the matched shares alone
+  EXPECT_EQ(c.Scores(*p), (std::vector<double>{1.0, 0.5, 0.0}));
+}
+
+TEST(PeerScorersTest, DynamoCostIsScaledPrefillPlusDecodeLowestWins) {
+  auto p = Make("dynamo-kv-cost-scorer", "    prefillLoadScale: 1\n    blockSize: 16\n    prefillTokensPerSecond: 16000\n");
+  ASSERT_NE(p, nullptr);
+  Cycle c(Three());
+  c.request.prompt_tokens = 160;             // 10 blocks
+  c.ctx.prefix.computed = true;
+  c.ctx.prefix.block_size_tokens = 16;
+  c.ctx.prefix.match_blocks = {8, 0, 0};
+  c.ctx.inflight_tokens = {320, 0, 160};    // 20, 0, 10 decode blocks
+  // a: prefill 10 - 8 = 2, decode 20 + 10 = 30: 32. b: 10 + 10 = 20. c: 10 + 20 = 30.
+  // Normalised (max - cost) / (max - min): a 0, b 1, c 2/12.
+  std::vector<double> s = c.Scores(*p);
+  EXPECT_DOUBLE_EQ(s[0], 0.0);
+  EXPECT_DOUBLE_EQ(s[1], 1.0);
+  EXPECT_NEAR(s[2], 2.0 / 12.0, 1e-12);
+  // A pick of b queues its 160 prompt tokens (10 blocks) as active prefill there: b 30, now tied with c.
+  p->AsRequestObserver()->PreRequest(c.ctx, c.endpoints[1]);
+  s = c.Scores(*p);
+  EXPECT_DOUBLE_EQ(s[1], s[2]);
+  EXPECT_NE(p->AsScorer()->Explain(c.ctx, c.endpoints[1]).find("cost 30 = 1 x prefill 20 blocks + decode 10 blocks"),
+            std::string::npos)
+      << p->AsScorer()->Explain(c.ctx, c.endpoints[1]);
+  // It drains at the prefill rate: 10 ms later 160 - 160 = 0 tokens are left.
+  c.Finish(testing::kNowUs + 10000);
+  c.ctx.prefix.computed = true;
+  c.ctx.prefix.block_size_tokens = 16;
+  c.ctx.prefix.match_blocks = {8, 0, 0};
+  c.ctx.inflight_tokens = {320, 0, 160};
+  EXPECT_DOUBLE_EQ(c.Scores(*p)[1], 1.0);
+}
+
 TEST(ProbabilisticAdmitterTest, ShedsOnlySheddableRequestsWithTheSaturationProbability) {
   auto p = Make("probabilistic-admitter");
   ASSERT_NE(p->AsAdmitter(), nullptr);

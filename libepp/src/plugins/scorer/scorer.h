@@ -20,6 +20,9 @@ inline constexpr std::string_view kNoHitLruScorerType = "no-hit-lru-scorer";
 inline constexpr std::string_view kLoadAwareScorerType = "load-aware-scorer";
 inline constexpr std::string_view kActiveRequestScorerType = "active-request-scorer";
 inline constexpr std::string_view kEstimatedTtftScorerType = "estimated-ttft-scorer";  // epp's own (ttft_scorer.cc)
+// peer_scorers.cc: peers' routing costs for replay baselines.
+inline constexpr std::string_view kVllmLoadAwareScorerType = "vllm-loadaware-scorer";
+inline constexpr std::string_view kDynamoKvCostScorerType = "dynamo-kv-cost-scorer";
 // session_affinity.cc: the scorer and the filter share the session logic.
 inline constexpr std::string_view kSessionAffinityScorerType = "session-affinity-scorer";
 inline constexpr std::string_view kSessionAffinityFilterType = "session-affinity-filter";
@@ -35,6 +38,8 @@ PluginOr CreateNoHitLruScorer(const std::string& name, const Params& params, con
 PluginOr CreateLoadAwareScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateActiveRequestScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateEstimatedTtftScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateVllmLoadAwareScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateDynamoKvCostScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateSessionAffinityScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateSessionAffinityFilter(const std::string& name, const Params& params, const PluginContext& ctx);
 
