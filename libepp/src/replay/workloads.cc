@@ -327,12 +327,15 @@ const std::vector<std::pair<std::string, std::string>>& Baselines() {
       // keep the endpoints whose prefix match reaches affinityThreshold unless their estimated
       // TTFT is maxTTFTPenaltyMs worse than the best other's, then the least token load.
       {"llm-d-default",
-       "plugins:\n- type: prefix-cache-affinity-filter\n- type: token-load-scorer\n- type: max-score-picker\n"
+       "plugins:\n- type: approx-prefix-cache-producer\n  parameters: {maxPrefixTokensToMatch: 131072}\n"
+       "- type: prefix-cache-affinity-filter\n- type: token-load-scorer\n- type: max-score-picker\n"
        "schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: prefix-cache-affinity-filter\n"
        "  - pluginRef: token-load-scorer\n  - pluginRef: max-score-picker\n"},
-      // llm-d's earlier default blend: prefix 3, queue 2, KV 2, no-hit-lru 2.
+      // llm-d's earlier default blend: prefix 3, queue 2, KV 2, no-hit-lru 2. Both llm-d policies
+      // with llm-d's producer default maxPrefixTokensToMatch 131072 (GIE's: 256 blocks).
       {"llm-d-legacy-blend",
-       "plugins:\n- type: prefix-cache-scorer\n- type: queue-scorer\n- type: kv-cache-utilization-scorer\n"
+       "plugins:\n- type: approx-prefix-cache-producer\n  parameters: {maxPrefixTokensToMatch: 131072}\n"
+       "- type: prefix-cache-scorer\n- type: queue-scorer\n- type: kv-cache-utilization-scorer\n"
        "- type: no-hit-lru-scorer\n- type: max-score-picker\nschedulingProfiles:\n- name: default\n  plugins:\n"
        "  - {pluginRef: prefix-cache-scorer, weight: 3}\n  - {pluginRef: queue-scorer, weight: 2}\n"
        "  - {pluginRef: kv-cache-utilization-scorer, weight: 2}\n  - {pluginRef: no-hit-lru-scorer, weight: 2}\n"
@@ -343,7 +346,8 @@ const std::vector<std::pair<std::string, std::string>>& Baselines() {
       {"dynamo-kv", "plugins:\n- type: dynamo-kv-cost-scorer\n- type: max-score-picker\n"},
       // epp's own (examples/configs/epp.yaml, the same configuration).
       {"epp",
-       "plugins:\n- type: approx-prefix-cache-producer\n- type: estimated-ttft-scorer\n"
+       "plugins:\n- type: approx-prefix-cache-producer\n  parameters: {maxPrefixTokensToMatch: 131072}\n"
+       "- type: estimated-ttft-scorer\n"
        "  parameters: {prefillTokensPerSecond: 20000, stepOverheadMs: 6, missPenalty: 3}\n- type: active-request-scorer\n"
        "- type: max-score-picker\nschedulingProfiles:\n- name: default\n  plugins:\n"
        "  - {pluginRef: estimated-ttft-scorer, weight: 1}\n  - {pluginRef: active-request-scorer, weight: 0.02}\n"
