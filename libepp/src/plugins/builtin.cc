@@ -34,6 +34,7 @@ void RegisterBuiltinPlugins(PluginRegistry& registry) {
       {kRandomPickerType, CreateRandomPicker},
       {kWeightedRandomPickerType, CreateWeightedRandomPicker},
       {kRoundRobinPickerType, CreateRoundRobinPicker},
+      {kOrcaWrrPickerType, CreateOrcaWrrPicker},
       {kSingleProfileHandlerType, CreateSingleProfileHandler},
       {kDisaggProfileHandlerType, CreateDisaggProfileHandler},
       {kPdProfileHandlerType, CreatePdProfileHandler},

@@ -344,6 +344,8 @@ const std::vector<std::pair<std::string, std::string>>& Baselines() {
       {"vllm-loadaware", "plugins:\n- type: vllm-loadaware-scorer\n- type: max-score-picker\n"},
       // NVIDIA Dynamo's KV router cost (temperature 0: the lowest cost).
       {"dynamo-kv", "plugins:\n- type: dynamo-kv-cost-scorer\n- type: max-score-picker\n"},
+      // Envoy's client-side weighted round robin from ORCA load reports (no EPP affinity).
+      {"orca-wrr", "plugins:\n- type: orca-wrr-picker\n"},
       // epp's own (examples/configs/epp.yaml, the same configuration).
       {"epp",
        "plugins:\n- type: approx-prefix-cache-producer\n  parameters: {maxPrefixTokensToMatch: 131072}\n"

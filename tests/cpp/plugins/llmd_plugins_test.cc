@@ -2,6 +2,7 @@
 // active-request-scorer, probabilistic-admitter (formulas from llm-d, values computed by hand).
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -195,6 +196,29 @@ TEST(PeerScorersTest, DynamoCostIsScaledPrefillPlusDecodeLowestWins) {
   c.ctx.prefix.match_blocks = {8, 0, 0};
   c.ctx.inflight_tokens = {320, 0, 160};
   EXPECT_DOUBLE_EQ(c.Scores(*p)[1], 1.0);
+}
+
+TEST(PeerScorersTest, OrcaWrrWeightsAreQpsOverUtilizationAfterTheBlackout) {
+  auto p = Make("orca-wrr-picker", "    weightUpdatePeriodMs: 1000\n    blackoutPeriodMs: 0\n");
+  ASSERT_NE(p, nullptr);
+  std::vector<Endpoint> eps = {EndpointBuilder("a:1").Kv(0.5), EndpointBuilder("b:1").Kv(0.25), EndpointBuilder("c:1")};
+  Cycle c(eps);
+  auto pick = [&](int64_t now) {
+    c.ctx.now_us = now;
+    std::vector<ScoredEndpoint> scored;
+    for (const Endpoint* e : c.candidates) scored.push_back({e, 0});
+    return p->AsPicker()->Pick(c.ctx, scored).front()->address;
+  };
+  // The first period: no valid weight, all at the median 1: plain round robin.
+  std::map<std::string, int> first;
+  for (int i = 0; i < 30; ++i) first[pick(testing::kNowUs + i)]++;
+  EXPECT_EQ(first, (std::map<std::string, int>{{"a:1", 10}, {"b:1", 10}, {"c:1", 10}}));
+  // After 1 s: qps 10 each (30 picks over 1 s... 10 per endpoint); weights a 10 / 0.5 = 20,
+  // b 10 / 0.25 = 40, c no utilization (no KV figure): the median of 20 and 40, 30. Smooth WRR
+  // over 20 : 40 : 30 gives 2 : 4 : 3 in every 9 picks.
+  std::map<std::string, int> second;
+  for (int i = 0; i < 90; ++i) second[pick(testing::kNowUs + 1'000'000 + i)]++;
+  EXPECT_EQ(second, (std::map<std::string, int>{{"a:1", 20}, {"b:1", 40}, {"c:1", 30}}));
 }
 
 TEST(ProbabilisticAdmitterTest, ShedsOnlySheddableRequestsWithTheSaturationProbability) {
