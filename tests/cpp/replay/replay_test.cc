@@ -650,8 +650,11 @@ TEST(ReplayFlagsTest, HitRateFarBelowAnotherPolicysIsFlagged) {
   EXPECT_GT(r.policies[1].block_hit_rate, 0.5);
   const std::vector<std::string> codes = FlagCodes(r.policies[0]);
   ASSERT_EQ(std::count(codes.begin(), codes.end(), "hit-rate-gap"), 1);
-  for (const ReplayFlag& f : r.policies[0].flags)
-    if (f.code == "hit-rate-gap") EXPECT_NE(f.message.find("less than half of gie-default's"), std::string::npos) << f.message;
+  for (const ReplayFlag& f : r.policies[0].flags) {
+    if (f.code == "hit-rate-gap") {
+      EXPECT_NE(f.message.find("less than half of gie-default's"), std::string::npos) << f.message;
+    }
+  }
   const std::vector<std::string> gie = FlagCodes(r.policies[1]);
   EXPECT_EQ(std::count(gie.begin(), gie.end(), "hit-rate-gap"), 0);
 }
