@@ -25,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/strings.h"
+#include "plugins/scorer/prefill_queue.h"
 #include "plugins/scorer/scorer.h"
 
 namespace epp::plugins {
@@ -82,7 +83,7 @@ class VllmLoadAwareScorer : public Plugin, public Scorer {
 class DynamoKvCostScorer : public Plugin, public Scorer, public RequestObserver, public EndpointState {
  public:
   DynamoKvCostScorer(TypedName tn, double scale, double rate, int block)
-      : Plugin(std::move(tn)), scale_(scale), rate_(rate), block_(block) {}
+      : Plugin(std::move(tn)), scale_(scale), rate_(rate), block_(block), queues_(rate) {}
   const Scorer* AsScorer() const override { return this; }
   const RequestObserver* AsRequestObserver() const override { return this; }
   PluginInputs Consumes() const override { return {PluginInput::kPrefixMatch, PluginInput::kInflightLoad}; }
@@ -106,35 +107,24 @@ class DynamoKvCostScorer : public Plugin, public Scorer, public RequestObserver,
   }
   void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const override {
     std::lock_guard<std::mutex> lock(mu_);
-    Queue& q = queues_[picked.address];
-    const Cost c = CostLocked(ctx, picked);
-    q.tokens = Drained(q, ctx.now_us) + c.uncached_tokens;
-    q.at_us = ctx.now_us;
+    queues_.Add(picked.address, CostLocked(ctx, picked).uncached_tokens, ctx.now_us);
   }
   void ForgetEndpoint(std::string_view endpoint) const override {
     std::lock_guard<std::mutex> lock(mu_);
-    queues_.erase(std::string(endpoint));
+    queues_.Forget(endpoint);
   }
 
  private:
-  struct Queue {
-    double tokens = 0;
-    int64_t at_us = 0;
-  };
   struct Cost {
     double cost = 0, prefill = 0, decode = 0, uncached_tokens = 0;
   };
-  double Drained(const Queue& q, int64_t now_us) const {
-    return std::max(0.0, q.tokens - static_cast<double>(std::max<int64_t>(0, now_us - q.at_us)) / 1e6 * rate_);
-  }
   Cost CostLocked(const SchedulingContext& ctx, const Endpoint& e) const {
     Cost c;
     const int64_t prompt = std::max<int64_t>(1, ctx.request ? ctx.request->prompt_tokens : 1);
     const double bs = static_cast<double>(block_);
     const double request_blocks = std::ceil(static_cast<double>(prompt) / bs);
     const double overlap = std::floor(static_cast<double>(MatchedTokens(ctx, e, prompt)) / bs);
-    auto it = queues_.find(e.address);
-    const double active_prefill = it == queues_.end() ? 0.0 : Drained(it->second, ctx.now_us) / bs;
+    const double active_prefill = queues_.Backlog(e.address, ctx.now_us) / bs;
     c.prefill = std::max(0.0, active_prefill + request_blocks - overlap);
     c.decode = static_cast<double>(ctx.InflightTokens(&e)) / bs + request_blocks;
     c.cost = scale_ * c.prefill + c.decode;
@@ -144,7 +134,7 @@ class DynamoKvCostScorer : public Plugin, public Scorer, public RequestObserver,
   const double scale_, rate_;
   const int block_;
   mutable std::mutex mu_;
-  mutable std::map<std::string, Queue, std::less<>> queues_;
+  mutable PrefillQueues queues_;
 };
 
 }  // namespace

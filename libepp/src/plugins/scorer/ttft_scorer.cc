@@ -31,6 +31,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/strings.h"
+#include "plugins/scorer/prefill_queue.h"
 #include "plugins/scorer/scorer.h"
 
 namespace epp::plugins {
@@ -47,7 +48,8 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
         overhead_ms_(overhead_ms),
         miss_penalty_(miss_penalty),
         use_waiting_(use_waiting),
-        staleness_us_(staleness_us) {}
+        staleness_us_(staleness_us),
+        queues_(rate) {}
   const Scorer* AsScorer() const override { return this; }
   const RequestObserver* AsRequestObserver() const override { return this; }
   PluginInputs Consumes() const override { return {PluginInput::kPrefixMatch, PluginInput::kWaitingQueue}; }
@@ -88,23 +90,17 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
   void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const override {
     std::lock_guard<std::mutex> lock(mu_);
     const Estimate x = EstimateLocked(ctx, picked);
-    Queue& q = queues_[picked.address];
-    q.tokens = Drained(q, ctx.now_us) + static_cast<double>(x.uncached);
-    q.at_us = ctx.now_us;
+    queues_.Add(picked.address, static_cast<double>(x.uncached), ctx.now_us);
     placed_++;
     mean_uncached_ += (static_cast<double>(x.uncached) - mean_uncached_) / static_cast<double>(std::min<int64_t>(placed_, 1000));
   }
 
   void ForgetEndpoint(std::string_view endpoint) const override {
     std::lock_guard<std::mutex> lock(mu_);
-    queues_.erase(std::string(endpoint));
+    queues_.Forget(endpoint);
   }
 
  private:
-  struct Queue {
-    double tokens = 0;
-    int64_t at_us = 0;
-  };
   struct Estimate {
     double ttft_s = 0;
     double backlog = 0;
@@ -112,18 +108,12 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
     int64_t uncached = 0, prompt = 0;
   };
 
-  double Drained(const Queue& q, int64_t now_us) const {
-    const double dt = static_cast<double>(std::max<int64_t>(0, now_us - q.at_us)) / 1e6;
-    return std::max(0.0, q.tokens - dt * rate_);
-  }
-
   Estimate EstimateLocked(const SchedulingContext& ctx, const Endpoint& e) const {
     Estimate x;
     x.prompt = std::max<int64_t>(1, ctx.request ? ctx.request->prompt_tokens : 1);
     const int64_t matched = ctx.prefix.computed ? static_cast<int64_t>(ctx.PrefixMatchBlocks(&e)) * ctx.prefix.block_size_tokens : 0;
     x.uncached = x.prompt - std::min(matched, x.prompt - 1);
-    auto it = queues_.find(e.address);
-    x.backlog = it == queues_.end() ? 0.0 : Drained(it->second, ctx.now_us);
+    x.backlog = queues_.Backlog(e.address, ctx.now_us);
     if (use_waiting_ && e.metrics.waiting_queue_size && !ctx.MetricsStale(e, staleness_us_)) {
       const double from_metrics = *e.metrics.waiting_queue_size * mean_uncached_;
       if (from_metrics > x.backlog) {
@@ -141,7 +131,7 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
   const bool use_waiting_;
   const int64_t staleness_us_;
   mutable std::mutex mu_;
-  mutable std::map<std::string, Queue, std::less<>> queues_;
+  mutable PrefillQueues queues_;
   mutable int64_t placed_ = 0;
   mutable double mean_uncached_ = 0;
 };
