@@ -18,7 +18,8 @@ namespace {
 
 // Workload flags that only make sense with a generated workload.
 constexpr const char* kWorkloadFlags[] = {"--groups",     "--prompts-per-group", "--system-len", "--question-len",
-                                          "--output-len", "--multi-turn",        "--rate",       "--arrivals"};
+                                          "--output-len", "--multi-turn",        "--rate",       "--arrivals",
+                                          "--shared-system-prompt"};
 
 // A one-line progress bar on stderr, redrawn when the shown percentage changes.
 class ProgressBar {
@@ -73,6 +74,7 @@ absl::StatusOr<std::vector<epp::ReplayRequest>> LoadInput(const ReplayCommandOpt
   if (o.gie_workload.empty() || given("--question-len")) w.question_len = o.shared.question_len;
   if (o.gie_workload.empty() || given("--output-len")) w.output_len = o.shared.output_len;
   if (o.gie_workload.empty() || given("--multi-turn")) w.multi_turn = o.shared.multi_turn;
+  if (o.gie_workload.empty() || given("--shared-system-prompt")) w.shared_system_prompt = o.shared.shared_system_prompt;
   w.rate = o.shared.rate;
   w.poisson = o.arrivals == "poisson";
   w.duration_s = o.duration_s;
@@ -111,6 +113,9 @@ void SetupReplayCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--question-len", w.question_len, "shared-prefix: question tokens")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--output-len", w.output_len, "shared-prefix: output tokens")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_flag("--multi-turn", w.multi_turn, "shared-prefix: each group is a conversation whose turns accumulate");
+  cmd->add_flag("--shared-system-prompt", w.shared_system_prompt,
+                "shared-prefix: every group starts with the same system prompt (with --multi-turn: many conversations "
+                "behind one system prompt)");
   cmd->add_option("--rate", w.rate, "Workload arrivals per second")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--arrivals", o->arrivals, "poisson or constant")->check(CLI::IsMember({"poisson", "constant"}))->capture_default_str();
   cmd->add_option("--duration", o->duration_s,

@@ -36,7 +36,8 @@ class SharedPrefix:
     """inference-perf's shared_prefix workload: ``groups`` system prompts of ``system_len``
     tokens, each with ``prompts_per_group`` questions of ``question_len`` tokens, answers of
     ``output_len`` tokens; with ``multi_turn`` each group is one conversation whose turns
-    accumulate. Arrivals: ``rate`` per second, ``arrivals`` ``"poisson"`` or ``"constant"``;
+    accumulate; with ``shared_system_prompt`` every group starts with the same system prompt.
+    Arrivals: ``rate`` per second, ``arrivals`` ``"poisson"`` or ``"constant"``;
     ``duration_s`` 0 sends every (group, prompt) once, else ``rate * duration_s`` requests.
     ``seed`` defaults to the replay's seed. A field left at None takes libepp's default
     (docs/routing.md).
@@ -48,6 +49,7 @@ class SharedPrefix:
     question_len: Optional[int] = None
     output_len: Optional[int] = None
     multi_turn: Optional[bool] = None
+    shared_system_prompt: Optional[bool] = None
     rate: Optional[float] = None
     arrivals: Optional[str] = None
     duration_s: Optional[float] = None
@@ -77,6 +79,8 @@ class SharedPrefix:
                 setattr(w, field, float(value))
         if self.multi_turn is not None:
             w.multi_turn = bool(self.multi_turn)
+        if self.shared_system_prompt is not None:
+            w.shared_system_prompt = bool(self.shared_system_prompt)
         if self.arrivals is not None:
             if self.arrivals not in ("poisson", "constant"):
                 raise ConfigError(f"shared-prefix: arrivals must be 'poisson' or 'constant', got {self.arrivals!r}")

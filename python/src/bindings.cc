@@ -449,6 +449,7 @@ void BindReplay(py::module_& m) {
       .def_readwrite("question_len", &epp::SharedPrefixWorkload::question_len)
       .def_readwrite("output_len", &epp::SharedPrefixWorkload::output_len)
       .def_readwrite("multi_turn", &epp::SharedPrefixWorkload::multi_turn)
+      .def_readwrite("shared_system_prompt", &epp::SharedPrefixWorkload::shared_system_prompt)
       .def_readwrite("rate", &epp::SharedPrefixWorkload::rate)
       .def_readwrite("poisson", &epp::SharedPrefixWorkload::poisson)
       .def_readwrite("duration_s", &epp::SharedPrefixWorkload::duration_s)

@@ -53,6 +53,9 @@ struct SharedPrefixWorkload {
   int64_t question_len = 50;       // tokens
   int64_t output_len = 50;         // tokens
   bool multi_turn = false;         // each group is one conversation whose turns accumulate
+  // Every group starts with the same system prompt (one segment), so groups differ only from
+  // their questions on: with multi_turn, many conversations behind one shared system prompt.
+  bool shared_system_prompt = false;
   double rate = 10;                // requests per second
   bool poisson = true;             // else constant spacing
   double duration_s = 0;           // 0: every (group, prompt) once; else rate * duration requests

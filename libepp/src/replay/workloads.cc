@@ -150,7 +150,8 @@ absl::StatusOr<std::vector<ReplayRequest>> GenerateSharedPrefix(const SharedPref
       q = static_cast<int>(pair % w.prompts_per_group);
     }
     r.segments.reserve(w.multi_turn ? static_cast<size_t>(2 * q + 2) : 2);
-    if (w.system_len > 0) r.segments.push_back({kSystemBase + static_cast<uint64_t>(g), static_cast<int32_t>(w.system_len)});
+    if (w.system_len > 0)
+      r.segments.push_back({kSystemBase + (w.shared_system_prompt ? 0 : static_cast<uint64_t>(g)), static_cast<int32_t>(w.system_len)});
     const uint64_t key = (conv * static_cast<uint64_t>(w.groups) + static_cast<uint64_t>(g)) * 1'000'003ULL;
     if (w.multi_turn) {
       for (int k = 0; k < q; ++k) {  // earlier turns and their answers
@@ -350,7 +351,8 @@ const std::vector<std::pair<std::string, std::string>>& Baselines() {
       {"epp",
        "plugins:\n- type: approx-prefix-cache-producer\n  parameters: {maxPrefixTokensToMatch: 131072}\n"
        "- type: estimated-ttft-scorer\n"
-       "  parameters: {prefillTokensPerSecond: 20000, stepOverheadMs: 6, missPenalty: 3}\n- type: active-request-scorer\n"
+       "  parameters: {prefillTokensPerSecond: 20000, stepOverheadMs: 6, missPenalty: 3, decodeMsPerSequence: 0.05,\n"
+       "               expectedOutputTokens: 128}\n- type: active-request-scorer\n"
        "- type: max-score-picker\nschedulingProfiles:\n- name: default\n  plugins:\n"
        "  - {pluginRef: estimated-ttft-scorer, weight: 1}\n  - {pluginRef: active-request-scorer, weight: 0.02}\n"
        "  - pluginRef: max-score-picker\n"},

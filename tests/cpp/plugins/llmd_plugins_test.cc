@@ -126,6 +126,23 @@ TEST(EstimatedTtftScorerTest, QueuedPrefillAndUncachedTokensAtTheRateWithTheMiss
   EXPECT_NEAR(s[0], 80.0 / 110.0, 1e-12);
 }
 
+TEST(EstimatedTtftScorerTest, SequencesInFlightSlowTheRequestsDecode) {
+  auto p = Make("estimated-ttft-scorer",
+                "    prefillTokensPerSecond: 1000\n    stepOverheadMs: 10\n    missPenalty: 0\n"
+                "    decodeMsPerSequence: 0.5\n    expectedOutputTokens: 100\n");
+  ASSERT_NE(p, nullptr);
+  Cycle c(Three());
+  c.request.prompt_tokens = 100;
+  c.ctx.inflight_requests = {2, 0, 1};
+  // Each: 10 + 100 ms to the first token; decode: 0.5 ms x 100 tokens x in flight: 100, 0, 50 ms.
+  std::vector<double> s = c.Scores(*p);
+  EXPECT_NEAR(s[0], 110.0 / 210.0, 1e-12);
+  EXPECT_DOUBLE_EQ(s[1], 1.0);
+  EXPECT_NEAR(s[2], 110.0 / 160.0, 1e-12);
+  EXPECT_NE(p->AsScorer()->Explain(c.ctx, c.endpoints[0]).find("decode slowdown 100 ms (2 in flight)"), std::string::npos)
+      << p->AsScorer()->Explain(c.ctx, c.endpoints[0]);
+}
+
 TEST(EstimatedTtftScorerTest, TheMissPenaltyChargesTheExtraPrefillAndParametersAreChecked) {
   auto p = Make("estimated-ttft-scorer", "    prefillTokensPerSecond: 1000\n    stepOverheadMs: 10\n    missPenalty: 2\n");
   Cycle c(Three());
@@ -139,7 +156,8 @@ TEST(EstimatedTtftScorerTest, TheMissPenaltyChargesTheExtraPrefillAndParametersA
   // A fully cached prompt still computes one token.
   c.ctx.prefix.match_blocks = {0, 7, 0};  // 112 >= 100 tokens
   EXPECT_NE(p->AsScorer()->Explain(c.ctx, c.endpoints[1]).find("1 uncached of 100"), std::string::npos);
-  for (const char* bad : {"    prefillTokensPerSecond: 0\n", "    missPenalty: -1\n", "    stepOverheadMs: -2\n", "    nope: 1\n"}) {
+  for (const char* bad : {"    prefillTokensPerSecond: 0\n", "    missPenalty: -1\n", "    stepOverheadMs: -2\n", "    nope: 1\n",
+                          "    decodeMsPerSequence: -1\n", "    expectedOutputTokens: -5\n"}) {
     std::string yaml = std::string("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: estimated-ttft-scorer\n  parameters:\n") + bad;
     auto cfg = ParseConfig(yaml, "t.yaml");
     ASSERT_TRUE(cfg.ok()) << cfg.status();

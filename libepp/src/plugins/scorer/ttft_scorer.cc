@@ -11,7 +11,10 @@
 //   uncached_e = prompt tokens - min(matched blocks x block tokens, prompt - 1)   (the prefix
 //                producer's match on e; a server always computes at least one token)
 //   ttft_e     = stepOverheadMs + (backlog_e + uncached_e) / prefillTokensPerSecond
-//   cost_e     = ttft_e + missPenalty x (uncached_e - min over candidates of uncached) / rate
+//   decode_e   = decodeMsPerSequence x expectedOutputTokens x in-flight requests on e: how much
+//                longer this request's decode steps take beside the sequences already there (and
+//                theirs beside it), in the cost model's per-sequence step cost
+//   cost_e     = ttft_e + decode_e + missPenalty x (uncached_e - min over candidates of uncached) / rate
 //   score_e    = min over candidates of cost / cost_e          (1 for the cheapest, in (0, 1])
 //
 // The miss penalty charges a pick for the prefill work it adds beyond the best-cached candidate's:
@@ -41,24 +44,30 @@ using internal::Num;
 
 class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver, public EndpointState {
  public:
-  EstimatedTtftScorer(TypedName tn, double rate, double overhead_ms, double miss_penalty, bool use_waiting,
-                      int64_t staleness_us)
+  EstimatedTtftScorer(TypedName tn, double rate, double overhead_ms, double miss_penalty, double decode_ms_per_seq,
+                      double expected_output, bool use_waiting, int64_t staleness_us)
       : Plugin(std::move(tn)),
         rate_(rate),
         overhead_ms_(overhead_ms),
         miss_penalty_(miss_penalty),
+        decode_ms_per_seq_(decode_ms_per_seq),
+        expected_output_(expected_output),
         use_waiting_(use_waiting),
         staleness_us_(staleness_us),
         queues_(rate) {}
   const Scorer* AsScorer() const override { return this; }
   const RequestObserver* AsRequestObserver() const override { return this; }
-  PluginInputs Consumes() const override { return {PluginInput::kPrefixMatch, PluginInput::kWaitingQueue}; }
+  PluginInputs Consumes() const override {
+    return {PluginInput::kPrefixMatch, PluginInput::kWaitingQueue, PluginInput::kInflightLoad};
+  }
   ScorerCategory category() const override { return ScorerCategory::kDistribution; }
   Params EffectiveParams() const override {
     return Params::Map()
         .Set("prefillTokensPerSecond", Params::Number(rate_))
         .Set("stepOverheadMs", Params::Number(overhead_ms_))
         .Set("missPenalty", Params::Number(miss_penalty_))
+        .Set("decodeMsPerSequence", Params::Number(decode_ms_per_seq_))
+        .Set("expectedOutputTokens", Params::Number(expected_output_))
         .Set("useWaitingQueue", Params::Bool(use_waiting_))
         .Set("metricsStalenessMs", Params::Number(static_cast<double>(staleness_us_) / 1000.0));
   }
@@ -73,7 +82,7 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
       min_uncached = std::min(min_uncached, est[i].uncached);
     }
     for (size_t i = 0; i < candidates.size(); ++i) {
-      scores[i] = est[i].ttft_s + miss_penalty_ * static_cast<double>(est[i].uncached - min_uncached) / rate_;
+      scores[i] = est[i].ttft_s + est[i].decode_s + miss_penalty_ * static_cast<double>(est[i].uncached - min_uncached) / rate_;
       best = std::min(best, scores[i]);
     }
     for (double& s : scores) s = s > 0 ? best / s : 1.0;
@@ -84,7 +93,8 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
     const Estimate x = EstimateLocked(ctx, e);
     return absl::StrCat("est. TTFT ", Num(x.ttft_s * 1000), " ms: ", Num(x.backlog), " tokens queued",
                         x.from_metrics ? " (from its waiting queue)" : "", " + ", x.uncached, " uncached of ", x.prompt,
-                        " at ", Num(rate_), " tokens/s");
+                        " at ", Num(rate_), " tokens/s; decode slowdown ", Num(x.decode_s * 1000), " ms (",
+                        ctx.InflightRequests(&e), " in flight)");
   }
 
   void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const override {
@@ -103,6 +113,7 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
  private:
   struct Estimate {
     double ttft_s = 0;
+    double decode_s = 0;
     double backlog = 0;
     bool from_metrics = false;
     int64_t uncached = 0, prompt = 0;
@@ -122,12 +133,15 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
       }
     }
     x.ttft_s = overhead_ms_ / 1000.0 + (x.backlog + static_cast<double>(x.uncached)) / rate_;
+    x.decode_s = decode_ms_per_seq_ / 1000.0 * expected_output_ * static_cast<double>(ctx.InflightRequests(&e));
     return x;
   }
 
   const double rate_;
   const double overhead_ms_;
   const double miss_penalty_;
+  const double decode_ms_per_seq_;
+  const double expected_output_;
   const bool use_waiting_;
   const int64_t staleness_us_;
   mutable std::mutex mu_;
@@ -139,13 +153,19 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
 }  // namespace
 
 PluginOr CreateEstimatedTtftScorer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(
-      params.CheckKeys({"prefillTokensPerSecond", "stepOverheadMs", "missPenalty", "useWaitingQueue", "metricsStalenessMs"}));
+  EPP_RETURN_IF_ERROR(params.CheckKeys({"prefillTokensPerSecond", "stepOverheadMs", "missPenalty", "decodeMsPerSequence",
+                                        "expectedOutputTokens", "useWaitingQueue", "metricsStalenessMs"}));
   EPP_ASSIGN_OR_RETURN(double rate, params.GetDouble("prefillTokensPerSecond", 20000));
   EPP_ASSIGN_OR_RETURN(double overhead, params.GetDouble("stepOverheadMs", 6));
   EPP_ASSIGN_OR_RETURN(double stale_ms, params.GetDouble("metricsStalenessMs", 200));
   EPP_ASSIGN_OR_RETURN(double miss, params.GetDouble("missPenalty", 3));
   EPP_ASSIGN_OR_RETURN(bool waiting, params.GetBool("useWaitingQueue", false));
+  EPP_ASSIGN_OR_RETURN(double decode_ms, params.GetDouble("decodeMsPerSequence", 0.05));
+  EPP_ASSIGN_OR_RETURN(double output, params.GetDouble("expectedOutputTokens", 128));
+  if (!(decode_ms >= 0) || !std::isfinite(decode_ms) || decode_ms > 1000)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".decodeMsPerSequence: must be in [0, 1000]"));
+  if (!(output >= 0) || !std::isfinite(output) || output > 1e7)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".expectedOutputTokens: must be in [0, 10000000]"));
   if (!(miss >= 0) || !std::isfinite(miss) || miss > 1000)
     return absl::InvalidArgumentError(absl::StrCat(params.path(), ".missPenalty: must be in [0, 1000]"));
   if (!(rate > 0) || !std::isfinite(rate))
@@ -154,8 +174,8 @@ PluginOr CreateEstimatedTtftScorer(const std::string& name, const Params& params
     return absl::InvalidArgumentError(absl::StrCat(params.path(), ".stepOverheadMs: must be >= 0"));
   if (!(stale_ms > 0) || !std::isfinite(stale_ms) || stale_ms > 1e9)
     return absl::InvalidArgumentError(absl::StrCat(params.path(), ".metricsStalenessMs: must be > 0"));
-  return std::make_unique<EstimatedTtftScorer>(TN(kEstimatedTtftScorerType, name), rate, overhead, miss, waiting,
-                                               static_cast<int64_t>(stale_ms * 1000));
+  return std::make_unique<EstimatedTtftScorer>(TN(kEstimatedTtftScorerType, name), rate, overhead, miss, decode_ms, output,
+                                               waiting, static_cast<int64_t>(stale_ms * 1000));
 }
 
 }  // namespace epp::plugins
