@@ -193,3 +193,19 @@ def test_speculative_entries_cover_the_event_delay(eppctl):
     # Events in time: speculation changes nothing there.
     prompt = {p["name"]: p for p in replay_json(eppctl, *args[:-2], "--kv-event-delay", "0s")["policies"]}
     assert abs(prompt["gie-precise-speculative"]["block_hit_rate"] - prompt["gie-precise"]["block_hit_rate"]) < 0.02
+
+
+def test_shared_system_prompt_conversations_flag_gie_defaults_idle_servers_and_epp_spreads(eppctl):
+    # The pathology the TTFT bound and the flags were built to show: behind one shared system
+    # prompt GIE's default never sends a first request to an idle server; epp's policy does.
+    r = eppctl("replay", "--workload", "shared-prefix", "--multi-turn", "--shared-system-prompt", "--groups", "32",
+               "--prompts-per-group", "8", "--system-len", "300", "--question-len", "100", "--output-len", "200",
+               "--rate", "40", "--duration", "20", "--policy", "gie-default", "--policy", "epp", "--no-progress",
+               "-o", "json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    gie, epp = d["policies"]
+    assert "idle-servers" in [f["code"] for f in gie["flags"]]
+    assert epp["flags"] == [] and epp["load_max_over_mean"] < 1.5
+    assert epp["ttft_s"]["p90"] < gie["ttft_s"]["p90"]
+    assert epp["ttft_over_bound"]["p90"] >= 1.0

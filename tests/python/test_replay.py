@@ -318,3 +318,15 @@ def test_precise_policy_and_epp_replicas() -> None:
     for bad in ({"epp_replicas": 0}, {"epp_replicas": 65}, {"kv_event_delay_s": -1}):
         with pytest.raises(pyepp.ConfigError):
             pyepp.replay(TINY, "gie-precise", servers=2, **bad)
+
+
+def test_shared_system_prompt_conversations_and_the_epp_policy() -> None:
+    # Conversations behind one system prompt: the TTFT bound, the flags and epp's policy from Python.
+    w = pyepp.SharedPrefix(groups=8, prompts_per_group=4, system_len=160, question_len=32, output_len=16,
+                           multi_turn=True, shared_system_prompt=True, rate=40, duration_s=4)
+    report = pyepp.replay(w, ["gie-default", "epp"], servers=4)
+    assert report["trace"]["ttft_bound_s"]["p50"] > 0
+    for p in report["policies"]:
+        assert p["completed"] == report["trace"]["requests"]
+        assert p["ttft_over_bound"]["p50"] >= 1.0 - 1e-9  # no policy beats the bound
+        assert all(set(f) == {"code", "message"} for f in p["flags"])

@@ -310,6 +310,36 @@ TEST(SharedPrefixTest, EveryPairOnceInArrivalOrder) {
   for (size_t i = 1; i < trace->size(); ++i) EXPECT_LE((*trace)[i - 1].arrival_us, (*trace)[i].arrival_us);
 }
 
+TEST(SharedPrefixTest, SharedSystemPromptStartsEveryConversationTheSame) {
+  SharedPrefixWorkload w;
+  w.groups = 5;
+  w.prompts_per_group = 3;
+  w.system_len = 32;
+  w.question_len = 16;
+  w.output_len = 16;
+  w.multi_turn = true;
+  w.shared_system_prompt = true;
+  w.duration_s = 10;
+  w.rate = 3;
+  auto trace = GenerateSharedPrefix(w);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  std::set<uint64_t> systems, firsts;
+  for (const ReplayRequest& r : *trace) {
+    systems.insert(r.segments[0].id);
+    firsts.insert(r.segments[1].id);
+  }
+  EXPECT_EQ(systems.size(), 1u);   // one system prompt for every conversation
+  EXPECT_GT(firsts.size(), 1u);    // the conversations differ from their first question on
+  // Every request shares the first 2 blocks (32 tokens): the upper bound counts them as hits.
+  const ReplayTraceInfo info = AnalyzeTrace(*trace, 1 << 20);
+  EXPECT_GT(info.upper_bound_block_hit_rate, 0.0);
+  w.shared_system_prompt = false;
+  auto distinct = GenerateSharedPrefix(w);
+  std::set<uint64_t> distinct_systems;
+  for (const ReplayRequest& r : *distinct) distinct_systems.insert(r.segments[0].id);
+  EXPECT_EQ(distinct_systems.size(), 5u);
+}
+
 TEST(SharedPrefixTest, MultiTurnPromptsGrowByEachTurn) {
   SharedPrefixWorkload w;
   w.groups = 2;
