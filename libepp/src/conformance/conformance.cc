@@ -454,6 +454,9 @@ class Suite {
   Outcome BadBody();
   Outcome MissingModel();
   Outcome EnvoyFields();
+  // Sends a request and, once picked, response headers of `content_type`; "" when both were
+  // answered as they should be, else what went wrong.
+  std::string StartResponse(Stream& s, std::string_view content_type);
   Outcome ResponseEcho();
   Outcome ResponseStreaming();
   Outcome Concurrent();
@@ -584,8 +587,8 @@ absl::Status Suite::WaitReady() {
 
 // ---- Checks ----------------------------------------------------------------------------------
 
-int HealthCheck(grpc::Channel& ch, const std::string& service, std::string* error) {
-  grpc::GenericStub stub(std::shared_ptr<grpc::Channel>(&ch, [](grpc::Channel*) {}));
+int HealthCheck(const std::shared_ptr<grpc::Channel>& ch, const std::string& service, std::string* error) {
+  grpc::GenericStub stub(ch);
   if (service.size() > 127) {
     *error = "service name too long";
     return -1;
@@ -621,7 +624,7 @@ Outcome Suite::HealthServices() {
   std::vector<std::string> bad;
   for (const std::string& svc : std::vector<std::string>{"liveness", "readiness", std::string(kExtProcServiceName)}) {
     std::string err;
-    int st = HealthCheck(*ch, svc, &err);
+    int st = HealthCheck(ch, svc, &err);
     if (st != 1) {
       static const char* names[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
       bad.push_back(absl::StrCat("'", svc, "': ", st < 0 ? err : (st <= 3 ? names[st] : std::to_string(st))));
@@ -827,18 +830,22 @@ std::string ReadResponseBody(Stream& s, std::string* body, size_t* chunks, bool 
                       ") before the response body was echoed");
 }
 
+std::string Suite::StartResponse(Stream& s, std::string_view content_type) {
+  RequestAnswer a = SendRequest(s, BuildProcessingRequests(Basic()), true);
+  std::string why = CheckPick(a, pool_set_);
+  if (!why.empty()) return "request path: " + why;
+  if (!s.Write(ResponseHeaders(content_type, Primary(*a.Destination())))) return "the stream ended before the response headers";
+  pb::ProcessingResponse r;
+  if (!s.Read(&r)) return "no answer to the response headers (stream ended)";
+  if (!r.has_response_headers())
+    return absl::StrCat("the answer to response headers is field ", r.response_case(), ", not response_headers");
+  return "";
+}
+
 Outcome Suite::ResponseEcho() {
   Stream s(*stub_, o_.stream_timeout);
-  HttpRequestCapture c = Basic();
-  RequestAnswer a = SendRequest(s, BuildProcessingRequests(c), true);
-  std::string why = CheckPick(a, pool_set_);
-  if (!why.empty()) return Fail("request path: " + why);
-  const std::string served = Primary(*a.Destination());
-  if (!s.Write(ResponseHeaders("application/json", served))) return Fail("the stream ended before the response headers");
-  pb::ProcessingResponse r;
-  if (!s.Read(&r)) return Fail("no answer to the response headers (stream ended)");
-  if (!r.has_response_headers())
-    return Fail(absl::StrCat("the answer to response headers is field ", r.response_case(), ", not response_headers"));
+  std::string why = StartResponse(s, "application/json");
+  if (!why.empty()) return Fail(why);
   // A JSON completion of ~100 KiB in three chunks, the last with end_of_stream.
   std::string text;
   while (text.size() < 100 * 1024) text += "All work and no play makes the model a dull model. ";
@@ -867,14 +874,8 @@ Outcome Suite::ResponseEcho() {
 
 Outcome Suite::ResponseStreaming() {
   Stream s(*stub_, o_.stream_timeout);
-  HttpRequestCapture c = Basic();
-  RequestAnswer a = SendRequest(s, BuildProcessingRequests(c), true);
-  std::string why = CheckPick(a, pool_set_);
-  if (!why.empty()) return Fail("request path: " + why);
-  if (!s.Write(ResponseHeaders("text/event-stream", Primary(*a.Destination()))))
-    return Fail("the stream ended before the response headers");
-  pb::ProcessingResponse r;
-  if (!s.Read(&r) || !r.has_response_headers()) return Fail("no response_headers answer");
+  std::string why = StartResponse(s, "text/event-stream");
+  if (!why.empty()) return Fail(why);
   const std::string events[] = {
       R"(data: {"id":"c1","object":"text_completion","choices":[{"index":0,"text":"Hello"}]})" "\n\n",
       R"(data: {"id":"c1","object":"text_completion","choices":[{"index":0,"text":" world"}]})" "\n\n",

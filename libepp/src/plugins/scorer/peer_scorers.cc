@@ -18,6 +18,7 @@
 //   producer's matched blocks. Scores: (max cost - cost) / (max - min) (Dynamo's temperature-0
 //   argmin; all equal: 1).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -61,15 +62,16 @@ class VllmLoadAwareScorer : public Plugin, public Scorer {
   std::string Explain(const SchedulingContext& ctx, const Endpoint& e) const override {
     const int64_t prompt = std::max<int64_t>(1, ctx.request ? ctx.request->prompt_tokens : 1);
     return absl::StrCat("matched ", MatchedTokens(ctx, e, prompt), "/", prompt, " - ", Num(beta_), " x relative load (",
-                        ctx.InflightRequests(&e), " in flight) = ", Num(Value(ctx, e, last_mean_)), " before normalising");
+                        ctx.InflightRequests(&e), " in flight) = ", Num(Value(ctx, e, last_mean_.load(std::memory_order_relaxed))), " before normalising");
   }
 
  private:
   double MeanLoad(const SchedulingContext& ctx, Candidates candidates) const {
     double sum = 0;
     for (const Endpoint* e : candidates) sum += static_cast<double>(ctx.InflightRequests(e));
-    last_mean_ = candidates.empty() ? 0 : sum / static_cast<double>(candidates.size());
-    return last_mean_;
+    const double mean = candidates.empty() ? 0 : sum / static_cast<double>(candidates.size());
+    last_mean_.store(mean, std::memory_order_relaxed);
+    return mean;
   }
   double Value(const SchedulingContext& ctx, const Endpoint& e, double mean) const {
     const int64_t prompt = std::max<int64_t>(1, ctx.request ? ctx.request->prompt_tokens : 1);
@@ -77,7 +79,7 @@ class VllmLoadAwareScorer : public Plugin, public Scorer {
     return ratio - beta_ * (static_cast<double>(ctx.InflightRequests(&e)) - mean) / std::max(1.0, mean);
   }
   const double beta_;
-  mutable double last_mean_ = 0;  // for Explain only (a diagnostic; racy reads are harmless)
+  mutable std::atomic<double> last_mean_{0};  // the last cycle's mean, for Explain (which sees no candidates)
 };
 
 class DynamoKvCostScorer : public Plugin, public Scorer, public RequestObserver, public EndpointState {
