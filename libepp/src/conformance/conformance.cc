@@ -407,6 +407,7 @@ class Suite {
  private:
   absl::Status Setup(ConformanceReport& report);
   absl::Status WaitReady();
+  void Connect();  // a new channel and stub to target_
   Outcome RunCheck(const std::string& id);
 
   RequestAnswer Request(const HttpRequestCapture& c) {
@@ -550,16 +551,22 @@ absl::Status Suite::Setup(ConformanceReport& report) {
     health_target_ = o_.health_target;
   }
   report.target = target_;
+  Connect();
+  return WaitReady();
+}
+
+void Suite::Connect() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   // The launched EPP is not listening yet on the first attempts: retry connecting quickly. (Not
   // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC also takes it as the connect timeout, which a TLS
-  // handshake on a busy machine can exceed.)
+  // handshake on a busy machine can exceed.) A channel of its own subchannels, so a new one
+  // really makes a new connection.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   channel_ = grpc::CreateCustomChannel(target_, Credentials(o_.tls), args);
   stub_ = pb::ExternalProcessor::NewStub(channel_);
-  return WaitReady();
 }
 
 absl::Status Suite::WaitReady() {
@@ -571,12 +578,18 @@ absl::Status Suite::WaitReady() {
     if (auto exited = launched_.Exited())
       return absl::UnavailableError(absl::StrCat("the EPP under test ", *exited, " before answering a pick; its output:\n",
                                                  launched_.LogTail()));
+    bool reconnect = false;
     {
       Stream s(*stub_, std::chrono::milliseconds(2000));
       RequestAnswer a = SendRequest(s, BuildProcessingRequests(Basic()), true);
       last = CheckPick(a, pool_set_);
       if (last.empty()) return absl::OkStatus();
+      reconnect = !a.status.ok() && a.status.error_code() == grpc::StatusCode::UNAVAILABLE;
     }
+    // A connection that failed while the EPP was starting can stay broken (seen once under CI
+    // load with TLS: "Broken pipe" for 30 s): start over with a fresh channel, once the stream
+    // on the old one is gone.
+    if (reconnect) Connect();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   std::string msg = absl::StrCat("the EPP at ", target_, " answered no pick within this run's pool in ",
