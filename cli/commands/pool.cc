@@ -18,6 +18,8 @@ void AddPoolFlags(CLI::App* cmd, PoolOptions& o) {
       ->capture_default_str();
   cmd->add_option("--timeout", o.timeout_s, "Scrape timeout in seconds")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_flag("--insecure", o.insecure, "Skip TLS verification when scraping");
+  cmd->add_option("--region", o.region, "Region the EPP runs in (home region of the locality plugins), as serve's");
+  cmd->add_option("--zone", o.zone, "Zone of the gateway (zone-preference-scorer's default), as serve's");
 }
 
 std::vector<std::string> SplitList(const std::string& s) {
@@ -41,8 +43,10 @@ absl::StatusOr<std::unique_ptr<Pool>> BuildPool(const PoolOptions& o) {
   if (!o.config.empty()) {
     EPP_ASSIGN_OR_RETURN(config, epp::LoadConfigFile(o.config));
   }
-  EPP_ASSIGN_OR_RETURN(pool->scheduler,
-                       epp::BuildScheduler(config, epp::BuiltinRegistry(), epp::PluginContext{&pool->clock, pool->rng.get()}));
+  epp::PluginContext context{&pool->clock, pool->rng.get()};
+  context.region = o.region;
+  context.zone = o.zone;
+  EPP_ASSIGN_OR_RETURN(pool->scheduler, epp::BuildScheduler(config, epp::BuiltinRegistry(), context));
   for (const std::string& w : pool->scheduler->warnings()) std::cerr << "warning: " << w << "\n";
 
   std::vector<epp::EndpointSpec> specs;

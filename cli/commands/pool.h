@@ -24,6 +24,7 @@ struct PoolOptions {
   std::string engine = "auto";
   double timeout_s = 2.0;
   bool insecure = false;
+  std::string region, zone;  // PluginContext: where the EPP runs (locality plugins)
 };
 
 void AddPoolFlags(CLI::App* cmd, PoolOptions& o);

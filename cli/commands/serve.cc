@@ -148,6 +148,8 @@ absl::StatusOr<epp::ServeConfig> ToServeConfig(const ServeOptions& o, const epp:
   c.decision_log.max_per_second = o.decision_log_rate;
   c.decision_log.include_prompt = o.decision_log_prompts;
   c.pool_name = o.pool_name;
+  c.region = o.region;
+  c.zone = o.zone;
   return c;
 }
 
@@ -248,6 +250,12 @@ void SetupServeCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--seed", o->seed, "Seed for tie-breaks and random pickers")->capture_default_str();
   cmd->add_option("--ready-file", o->ready_file,
                   "Once serving, write the bound ports here as JSON {\"grpc\":..,\"health\":..,\"metrics\":..}");
+  cmd->add_option("--region", o->region,
+                  "Region this EPP runs in: the home region of region-spillover-filter and region-rtt-scorer "
+                  "when their homeRegion is not set (docs/multicluster.md)");
+  cmd->add_option("--zone", o->zone,
+                  "Zone of the gateway this EPP serves: zone-preference-scorer's default when the request "
+                  "carries no zone header");
   CLI::Option* pool_name =
       cmd->add_option("--pool-name", o->pool_name,
                       "InferencePool whose Ready Pods are the endpoints (not with --endpoints: then only the "

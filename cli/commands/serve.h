@@ -51,6 +51,7 @@ struct ServeOptions {
   // --pool-name: the InferencePool whose Ready Pods are the endpoints (unless --endpoints is
   // given) and the `name` label of the inference_pool_* metrics.
   std::string pool_name = "default";
+  std::string region, zone;      // --region / --zone: PluginContext of the plugins
   bool pool_name_given = false;  // set by the command: discovery only when the flag is given
   std::string pool_namespace;    // empty: $NAMESPACE, the Pod's namespace, else "default"
   std::string pool_group = "inference.networking.k8s.io";

@@ -29,6 +29,13 @@ class Endpoint:
     # pyepp's convention (python/src/shims.h): relative to the pick, 0 = fresh, None = no metrics.
     metrics_time_us: Optional[int]
     metrics_error: str
+    unreachable: bool
+    capacity: EndpointCapacity
+    def __init__(self) -> None: ...
+
+class EndpointCapacity:
+    requests_per_second: Optional[float]
+    tokens_per_second: Optional[float]
     def __init__(self) -> None: ...
 
 class CheckResult:
@@ -202,7 +209,8 @@ class PickOutcome:
     def to_text(self, color: bool) -> str: ...
 
 class Scheduler:
-    def __init__(self, config: EppConfig, registry: PluginRegistry, seed: int) -> None: ...
+    def __init__(self, config: EppConfig, registry: PluginRegistry, seed: int, region: str = "",
+                 zone: str = "") -> None: ...
     def pick(self, request: InferenceRequest, endpoints: List[Endpoint], subset: Optional[List[str]], record: bool,
              trace: bool) -> PickOutcome: ...
     def release(self, outcome: PickOutcome) -> None: ...
@@ -280,6 +288,8 @@ class ServeArgs:
     staleness_s: float
     detector_staleness_s: Optional[float]
     metrics_pool_name: str
+    region: str
+    zone: str
     seed: int
     log_level: str
     def __init__(self) -> None: ...

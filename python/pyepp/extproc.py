@@ -422,7 +422,8 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
           objective_priorities: Optional[Mapping[str, int]] = None, ignore_subset_hint: bool = False,
           emit_endpoint_scores: bool = False, request_timeout_s: float = 60.0,
           idle_timeout_s: float = 900.0, handshake_timeout_s: float = 10.0, decision_log: int = 0,
-          decision_log_rate: int = 50, decision_log_prompts: bool = False) -> ServeHandle:
+          decision_log_rate: int = 50, decision_log_prompts: bool = False, region: str = "",
+          zone: str = "") -> ServeHandle:
     """Runs the Endpoint Picker in this process: libepp's ``EppServer``, what ``eppctl serve``
     runs, with its ext_proc server, grpc.health.v1 server and Prometheus ``/metrics``.
 
@@ -459,6 +460,9 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     with :meth:`ServeHandle.decisions` and :meth:`ServeHandle.decision`, or from
     ``/debug/decisions`` on the metrics port. They hold request metadata, never prompt text
     unless ``decision_log_prompts``.
+
+    ``region`` and ``zone`` (the configuration form) are ``eppctl serve --region / --zone``: where
+    the EPP runs, for the locality plugins (docs/multicluster.md).
     """
     if not isinstance(host, str) or not host:
         raise TypeError("host must be a non-empty str")
@@ -516,5 +520,10 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     args.decision_log = decision_log
     args.decision_log_rate = decision_log_rate
     args.decision_log_prompts = bool(decision_log_prompts)
+    for name, v in (("region", region), ("zone", zone)):
+        if not isinstance(v, str):
+            raise TypeError(f"{name} must be a str, not {type(v).__name__}")
+    args.region = region
+    args.zone = zone
     native = lib.ExtProcServer.start_runtime(args, host, port, bool(tls), health_port, metrics_port, options)
     return ServeHandle(native, None)

@@ -156,7 +156,7 @@ class Endpoint:
 
     def __init__(self, address: str, metrics: Union[EndpointMetrics, Mapping[str, Any], None] = None,
                  labels: Optional[Mapping[str, str]] = None, engine: str = "", *, metrics_age_s: float = 0.0,
-                 unreachable: bool = False) -> None:
+                 unreachable: bool = False, capacity: Optional[Mapping[str, float]] = None) -> None:
         if not isinstance(address, str):
             raise TypeError(f"address must be a str, not {type(address).__name__}")
         lib.validate_endpoint_address(address)
@@ -186,6 +186,8 @@ class Endpoint:
             engine = engine or metrics.engine
         native.engine = engine
         native.unreachable = bool(unreachable)
+        if capacity is not None:
+            native.capacity = _capacity(capacity)
         self._native = native
         self._metrics = metrics
 
@@ -208,6 +210,18 @@ class Endpoint:
     @property
     def engine(self) -> str:
         return self._native.engine
+
+    @property
+    def capacity(self) -> Mapping[str, float]:
+        """The configured ceilings, as given: ``{"requests_per_second": N, "tokens_per_second": M}``
+        (absent keys are unlimited)."""
+        c = self._native.capacity
+        out = {}
+        if c.requests_per_second is not None:
+            out["requests_per_second"] = c.requests_per_second
+        if c.tokens_per_second is not None:
+            out["tokens_per_second"] = c.tokens_per_second
+        return types.MappingProxyType(out)
 
     @property
     def metrics(self) -> Optional[EndpointMetrics]:
@@ -494,6 +508,26 @@ def _seed(seed: int) -> int:
     return seed
 
 
+def _capacity(capacity: Mapping[str, float]) -> Any:
+    if not isinstance(capacity, Mapping):
+        raise TypeError("capacity must be a mapping with requests_per_second and/or tokens_per_second")
+    native = lib.EndpointCapacity()
+    for key, value in capacity.items():
+        if key not in ("requests_per_second", "tokens_per_second"):
+            raise ConfigError(f"capacity.{key}: unknown key (expected requests_per_second or tokens_per_second)")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
+            raise ConfigError(f"capacity.{key}: must be a finite number > 0, got {value!r}")
+        setattr(native, key, float(value))
+    return native
+
+
+def _where(region: str, zone: str) -> Tuple[str, str]:
+    for name, v in (("region", region), ("zone", zone)):
+        if not isinstance(v, str):
+            raise TypeError(f"{name} must be a str, not {type(v).__name__}")
+    return region, zone
+
+
 class Scheduler:
     """libepp's scheduler: filters, weighted scorers and a picker per profile, as configured by a
     GIE EndpointPickerConfig (docs/scheduling.md).
@@ -519,17 +553,20 @@ class Scheduler:
 
     @classmethod
     def from_yaml(cls, text: Text, *, seed: int = 0, registry: Optional[PluginRegistry] = None,
-                  source: str = "<yaml>") -> "Scheduler":
-        """A scheduler from EndpointPickerConfig YAML text; ``source`` names it in errors."""
+                  source: str = "<yaml>", region: str = "", zone: str = "") -> "Scheduler":
+        """A scheduler from EndpointPickerConfig YAML text; ``source`` names it in errors.
+        ``region`` and ``zone`` say where the EPP runs (``eppctl serve --region / --zone``): the
+        home region and gateway zone of the locality plugins."""
         config = lib.parse_config(_text(text, "text"), source)
-        return cls(lib.Scheduler(config, _registry(registry), _seed(seed)))
+        return cls(lib.Scheduler(config, _registry(registry), _seed(seed), *_where(region, zone)))
 
     @classmethod
-    def from_file(cls, path: PathLike, *, seed: int = 0, registry: Optional[PluginRegistry] = None) -> "Scheduler":
+    def from_file(cls, path: PathLike, *, seed: int = 0, registry: Optional[PluginRegistry] = None, region: str = "",
+                  zone: str = "") -> "Scheduler":
         """A scheduler from an EndpointPickerConfig file (or a Helm values file / ConfigMap that
         embeds one). Raises :class:`pyepp.NotFoundError` when the file cannot be read."""
         config = lib.load_config_file(os.fspath(path))
-        return cls(lib.Scheduler(config, _registry(registry), _seed(seed)))
+        return cls(lib.Scheduler(config, _registry(registry), _seed(seed), *_where(region, zone)))
 
     @classmethod
     def default(cls, *, seed: int = 0, registry: Optional[PluginRegistry] = None) -> "Scheduler":

@@ -50,7 +50,12 @@ void BindEndpoint(py::module_& m) {
       .def_readwrite("metrics", &epp::Endpoint::metrics)
       .def_readwrite("metrics_time_us", &epp::Endpoint::metrics_time_us)
       .def_readwrite("metrics_error", &epp::Endpoint::metrics_error)
-      .def_readwrite("unreachable", &epp::Endpoint::unreachable);
+      .def_readwrite("unreachable", &epp::Endpoint::unreachable)
+      .def_readwrite("capacity", &epp::Endpoint::capacity);
+  py::class_<epp::EndpointCapacity>(m, "EndpointCapacity")
+      .def(py::init<>())
+      .def_readwrite("requests_per_second", &epp::EndpointCapacity::requests_per_second)
+      .def_readwrite("tokens_per_second", &epp::EndpointCapacity::tokens_per_second);
 }
 
 void BindEndpoints(py::module_& m) {
@@ -141,7 +146,8 @@ void BindScheduler(py::module_& m) {
       .def_readonly("bucket_counts", &epp::PluginTiming::bucket_counts);
   m.attr("timing_bucket_bounds_seconds") = py::cast(epp::kTimingBucketBoundsSeconds);
   py::class_<SchedulerHolder, std::shared_ptr<SchedulerHolder>>(m, "Scheduler")
-      .def(py::init(&Scheduler_BuildShim), py::arg("config"), py::arg("registry"), py::arg("seed"))
+      .def(py::init(&Scheduler_BuildShim), py::arg("config"), py::arg("registry"), py::arg("seed"), py::arg("region") = "",
+           py::arg("zone") = "")
       .def("pick", &Scheduler_PickShim, py::arg("request"), py::arg("endpoints"), py::arg("subset"), py::arg("record"),
            py::arg("trace"), py::arg("body") = "", py::call_guard<py::gil_scoped_release>())
       .def("release", &Scheduler_ReleaseShim, py::arg("outcome"), py::call_guard<py::gil_scoped_release>())
@@ -412,6 +418,8 @@ void BindExtProc(py::module_& m) {
       .def_readwrite("staleness_s", &ServeArgs::staleness_s)
       .def_readwrite("detector_staleness_s", &ServeArgs::detector_staleness_s)
       .def_readwrite("metrics_pool_name", &ServeArgs::metrics_pool_name)
+      .def_readwrite("region", &ServeArgs::region)
+      .def_readwrite("zone", &ServeArgs::zone)
       .def_readwrite("seed", &ServeArgs::seed)
       .def_readwrite("log_level", &ServeArgs::log_level)
       .def_readwrite("decision_log", &ServeArgs::decision_log)

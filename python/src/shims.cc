@@ -514,11 +514,14 @@ void PluginRegistry_RegisterPythonShim(epp::PluginRegistry& registry, const std:
 }
 
 std::shared_ptr<SchedulerHolder> Scheduler_BuildShim(const epp::EppConfig& config, const epp::PluginRegistry& registry,
-                                                     uint64_t seed) {
+                                                     uint64_t seed, const std::string& region, const std::string& zone) {
   auto holder = std::make_shared<SchedulerHolder>();
   holder->rng = std::make_unique<epp::SeededRng>(seed);
   holder->clock = &epp::SteadyClock::Get();
-  holder->scheduler = Unwrap(epp::BuildScheduler(config, registry, epp::PluginContext{holder->clock, holder->rng.get()}));
+  epp::PluginContext context{holder->clock, holder->rng.get()};
+  context.region = region;
+  context.zone = zone;
+  holder->scheduler = Unwrap(epp::BuildScheduler(config, registry, context));
   return holder;
 }
 
@@ -789,6 +792,8 @@ std::shared_ptr<ServeHolder> EppServer_StartShim(const ServeArgs& a, const std::
   c.staleness = Seconds(a.staleness_s, "staleness_s");
   if (a.detector_staleness_s) c.detector_staleness = Seconds(*a.detector_staleness_s, "detector_staleness_s");
   c.pool_name = a.metrics_pool_name;
+  c.region = a.region;
+  c.zone = a.zone;
   if (a.decision_log < 0) ThrowIfError(absl::InvalidArgumentError("decision_log must be >= 0"));
   if (a.decision_log_rate < 1) ThrowIfError(absl::InvalidArgumentError("decision_log_rate must be >= 1"));
   c.decision_log = {static_cast<size_t>(a.decision_log), a.decision_log_rate, a.decision_log_prompts};

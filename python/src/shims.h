@@ -173,7 +173,7 @@ struct SchedulerHolder {
 // BuildScheduler() on a steady clock and SeededRng(seed), errors as exceptions. Runs with the GIL
 // (Python plugin factories are called).
 std::shared_ptr<SchedulerHolder> Scheduler_BuildShim(const epp::EppConfig& config, const epp::PluginRegistry& registry,
-                                                     uint64_t seed);
+                                                     uint64_t seed, const std::string& region, const std::string& zone);
 
 // One decision and the request it was made for (a copy, for the explain output).
 struct PickOutcome {
@@ -286,6 +286,7 @@ struct ServeArgs {
   double refresh_interval_s = 0.05, scrape_timeout_s = 0.1, staleness_s = 0.2;
   std::optional<double> detector_staleness_s;
   std::string metrics_pool_name = "default";
+  std::string region, zone;  // --region / --zone
   uint64_t seed = 0;
   std::string log_level = "warn";
   // The live decision log (ServeConfig::decision_log): 0 = off.

@@ -48,6 +48,17 @@ struct EndpointMetrics {
   }
 };
 
+// A configured ceiling on what the scheduler sends to one endpoint (endpoints file `capacity:`),
+// for endpoints that are whole pools behind a gateway (a region-level EPP, docs/multicluster.md).
+// capacity-filter keeps picks within it over a sliding window; capacity-scorer prefers headroom.
+// Absent fields are unlimited.
+struct EndpointCapacity {
+  std::optional<double> requests_per_second;  // picks per second, > 0
+  std::optional<double> tokens_per_second;    // prompt tokens (the request's estimate) per second, > 0
+  bool limited() const { return requests_per_second.has_value() || tokens_per_second.has_value(); }
+  bool operator==(const EndpointCapacity&) const = default;
+};
+
 // One model server as the scheduler sees it: its address (the identity the gateway receives in
 // x-gateway-destination-endpoint), its labels (label-selector-filter, P/D roles), the engine its
 // metrics follow, and the latest metrics snapshot with the time it was taken.
@@ -66,6 +77,7 @@ struct Endpoint {
   // the next successful scrape clears it. A slow or timing-out server is not unreachable: its
   // metrics age into staleness instead.
   bool unreachable = false;
+  EndpointCapacity capacity;  // from the endpoints file; unlimited by default
 };
 
 // Checks what a scrape cannot produce but a hand-written snapshot can (pyepp, tests): every

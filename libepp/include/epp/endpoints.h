@@ -12,6 +12,12 @@
 //       labels: {role: prefill}    # optional, string -> string
 //       engine: vllm               # optional; absent or "auto": detect from the metrics
 //     - 10.0.0.2:8000              # shorthand for {address: 10.0.0.2:8000}
+//     - address: gw-east.example:443   # a whole pool behind its gateway (docs/multicluster.md)
+//       metrics: https://epp-east.example:9090/metrics   # the remote EPP's own /metrics
+//       engine: epp                # read its pool aggregates
+//       labels: {region: us-east, zone: us-east-1a}
+//       capacity: {requestsPerSecond: 50, tokensPerSecond: 200000}   # optional ceilings
+//       tls: {caFile: ca.pem, insecureSkipVerify: false}            # for an https metrics URL
 // Unknown keys, duplicate keys, duplicate addresses and an empty list are errors.
 //
 // Thread-safety: the functions share no state; independent calls may run concurrently. A
@@ -58,6 +64,12 @@ struct EndpointSpec {
   // (kvEventsConfig.podDiscoveryConfig.socketPort on the endpoint's host), if any.
   std::string kv_events;
   std::string kv_events_replay;
+  // Ceilings capacity-filter enforces (endpoints file `capacity:`); unlimited when empty.
+  EndpointCapacity capacity;
+  // TLS for an https metrics URL (endpoints file `tls:`): a PEM CA bundle (relative to the file)
+  // instead of the system store, or no verification at all. Empty = ScrapeOptions' settings.
+  std::string tls_ca_file;
+  bool tls_insecure_skip_verify = false;
 
   bool operator==(const EndpointSpec&) const = default;
 };

@@ -114,8 +114,10 @@ struct ExtProcStats {
   // placed on it by the index). For /metrics' epp_endpoint_picks_total and eppctl top.
   struct EndpointPicks {
     int64_t picks = 0, prefix_blocks = 0, prefix_match_blocks = 0;
+    int64_t unreachable_skips = 0;  // picks that passed the endpoint over as unreachable
   };
   void RecordPick(const std::string& endpoint, int prefix_blocks, int prefix_match_blocks);
+  void RecordUnreachableSkips(const std::vector<std::string>& endpoints);
   std::map<std::string, EndpointPicks> PicksByEndpoint() const;
 
  private:

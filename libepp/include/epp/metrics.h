@@ -111,6 +111,14 @@ struct MetricSpec {
   bool operator==(const MetricSpec&) const = default;
 };
 
+// The engine of an endpoint that is a whole pool behind its gateway: its metrics are the pool
+// aggregates that pool's own EPP publishes (GIE's inference_pool_average_queue_size and
+// _kv_cache_utilization, llm-d's llm_d_epp_average_* names, inference_pool_ready_pods as the
+// custom attribute kReadyPodsAttribute). queue-scorer, kv-cache-utilization-scorer and the
+// saturation checks then read pool averages unchanged (docs/multicluster.md).
+inline constexpr std::string_view kPoolEngine = "epp";
+inline constexpr std::string_view kReadyPodsAttribute = "ready_pods";
+
 // Which metrics carry the Model Server Protocol values for one engine. Each field lists
 // candidate specs in order of preference: the first one present in a scrape is used (so vLLM's
 // `vllm:kv_cache_usage_perc` falls back to the older `vllm:gpu_cache_usage_perc`).

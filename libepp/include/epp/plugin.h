@@ -93,6 +93,11 @@ struct PluginContext {
   // Config-time notes a factory reports (a deprecated parameter and what it maps to); the
   // scheduler's warnings. May be null.
   std::vector<std::string>* warnings = nullptr;
+  // Where this EPP runs (serve's --region and --zone): the default home region and gateway zone of
+  // the locality plugins (region-spillover-filter, region-rtt-scorer, zone-preference-scorer);
+  // empty when not given.
+  std::string region;
+  std::string zone;
 };
 
 class Plugin;

@@ -227,6 +227,9 @@ struct ServeConfig {
   // decisions with their explain trace, served on the metrics port at /debug/decisions.
   DecisionLogOptions decision_log{0, 50, false};
   std::string pool_name = "default";  // `name` label of the inference_pool_* metrics
+  // Where this EPP runs (--region, --zone): PluginContext::region / zone of its plugins, the home
+  // region and gateway zone of the locality plugins (docs/multicluster.md).
+  std::string region, zone;
 
   const Logger* log = nullptr;  // nullptr: NullLogger
 };

@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -128,6 +129,66 @@ absl::StatusOr<std::string> ScalarAt(std::string_view source, const YAML::Node& 
   return YamlError(source, node, path, "expected a string");
 }
 
+// A positive finite number at `path`.
+absl::StatusOr<double> PositiveAt(std::string_view source, const YAML::Node& key, const YAML::Node& node,
+                                  const std::string& path) {
+  EPP_ASSIGN_OR_RETURN(std::string text, ScalarAt(source, key, node, path));
+  double v = 0;
+  size_t used = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || !std::isfinite(v) || !(v > 0))
+    return YamlError(source, node, path, "expected a number > 0, got '" + text + "'");
+  return v;
+}
+
+// capacity: {requestsPerSecond: N, tokensPerSecond: M}; at least one of them.
+absl::Status ParseCapacity(std::string_view source, const YAML::Node& node, const std::string& path,
+                           EndpointCapacity& out) {
+  if (!node.IsMap() || node.size() == 0)
+    return YamlError(source, node, path, "expected a map with requestsPerSecond and/or tokensPerSecond");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+    const std::string kpath = path + "." + key;
+    std::optional<double>* target = key == "requestsPerSecond" ? &out.requests_per_second
+                                    : key == "tokensPerSecond" ? &out.tokens_per_second
+                                                               : nullptr;
+    if (target == nullptr) return YamlError(source, kv.first, kpath, "unknown key (expected requestsPerSecond or tokensPerSecond)");
+    if (target->has_value()) return YamlError(source, kv.first, kpath, "duplicate key");
+    EPP_ASSIGN_OR_RETURN(double v, PositiveAt(source, kv.first, kv.second, kpath));
+    *target = v;
+  }
+  return absl::OkStatus();
+}
+
+// tls: {caFile: PATH, insecureSkipVerify: BOOL}.
+absl::Status ParseTls(std::string_view source, const YAML::Node& node, const std::string& path, const std::string& base_dir,
+                      EndpointSpec& spec) {
+  if (!node.IsMap()) return YamlError(source, node, path, "expected a map with caFile and/or insecureSkipVerify");
+  std::set<std::string> keys;
+  for (const auto& kv : node) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+    const std::string kpath = path + "." + key;
+    if (!keys.insert(key).second) return YamlError(source, kv.first, kpath, "duplicate key");
+    EPP_ASSIGN_OR_RETURN(std::string text, ScalarAt(source, kv.first, kv.second, kpath));
+    if (key == "caFile") {
+      if (text.empty()) return YamlError(source, kv.second, kpath, "expected a file path");
+      spec.tls_ca_file = (!base_dir.empty() && std::filesystem::path(text).is_relative())
+                             ? (std::filesystem::path(base_dir) / text).lexically_normal().string()
+                             : text;
+    } else if (key == "insecureSkipVerify") {
+      if (text != "true" && text != "false") return YamlError(source, kv.second, kpath, "expected true or false");
+      spec.tls_insecure_skip_verify = text == "true";
+    } else {
+      return YamlError(source, kv.first, kpath, "unknown key (expected caFile or insecureSkipVerify)");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseEntry(std::string_view source, const YAML::Node& entry, const std::string& path,
                         const std::string& base_dir, EndpointSpec& spec, YAML::Node& address_node) {
   spec.origin = LineOf(source, entry);
@@ -168,9 +229,14 @@ absl::Status ParseEntry(std::string_view source, const YAML::Node& entry, const 
             return YamlError(source, label.first, kpath + "." + name, "duplicate key");
           }
         }
+      } else if (key == "capacity") {
+        EPP_RETURN_IF_ERROR(ParseCapacity(source, kv.second, kpath, spec.capacity));
+      } else if (key == "tls") {
+        EPP_RETURN_IF_ERROR(ParseTls(source, kv.second, kpath, base_dir, spec));
       } else {
         return YamlError(source, kv.first, kpath,
-                         "unknown key (expected address, metrics, labels, engine, kvEvents or kvEventsReplay)");
+                         "unknown key (expected address, metrics, labels, engine, kvEvents, kvEventsReplay, capacity "
+                         "or tls)");
       }
     }
     if (!keys.contains("address")) return YamlError(source, entry, path, "missing 'address'");
@@ -360,6 +426,8 @@ std::vector<Outcome> Collect(std::span<const EndpointSpec> specs, const Plan& pl
       }
       case SourceKind::kUrl:
         requests.push_back(MakeRequest(plan.scrape, spec.metrics));
+        if (!spec.tls_ca_file.empty()) requests.back().ca_file = spec.tls_ca_file;
+        if (spec.tls_insecure_skip_verify) requests.back().insecure = true;
         owner.push_back(i);
         break;
       case SourceKind::kDefault:
@@ -376,8 +444,10 @@ std::vector<Outcome> Collect(std::span<const EndpointSpec> specs, const Plan& pl
     const auto& r = responses[k];
     if (!r.ok()) {
       // Refused at the endpoint's own address (not at a separate metrics host): the server is gone.
+      // A pool behind a gateway (engine epp) is gone when its own EPP refuses the scrape.
       out[i].unreachable = IsConnectionRefused(r.status()) &&
-                           requests[k].url.find("//" + specs[i].address + "/") != std::string::npos;
+                           (requests[k].url.find("//" + specs[i].address + "/") != std::string::npos ||
+                            specs[i].engine == kPoolEngine);
       out[i].error = absl::Status(r.status().code(), Who(specs[i], i) + std::string(r.status().message()));
     } else if (r->status < 200 || r->status > 299) {
       out[i].error = absl::UnavailableError(Who(specs[i], i) + "GET " + requests[k].url + ": HTTP " +
@@ -530,6 +600,7 @@ absl::StatusOr<std::vector<Endpoint>> ResolveEndpoints(std::span<const EndpointS
     }
     ep.metrics_error = std::string(o.error.message());
     ep.unreachable = o.unreachable;
+    ep.capacity = specs[i].capacity;
   }
   return endpoints;
 }
@@ -562,6 +633,7 @@ absl::Status RefreshEndpointMetrics(std::span<const EndpointSpec> specs, std::sp
     }
     ep.metrics_error = std::string(o.error.message());
     ep.unreachable = o.unreachable;
+    ep.capacity = specs[i].capacity;
     if (options.fail_on_metrics_error && first.ok()) first = o.error;
   }
   return first;

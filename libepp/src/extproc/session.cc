@@ -110,6 +110,16 @@ void ExtProcStats::RecordPick(const std::string& endpoint, int prefix_blocks, in
   it->second.prefix_match_blocks += prefix_match_blocks;
 }
 
+void ExtProcStats::RecordUnreachableSkips(const std::vector<std::string>& endpoints) {
+  if (endpoints.empty()) return;
+  std::lock_guard<std::mutex> lock(picks_mu_);
+  for (const std::string& e : endpoints) {
+    auto it = picks_.find(e);
+    if (it == picks_.end()) it = picks_.emplace(e, EndpointPicks{}).first;
+    it->second.unreachable_skips++;
+  }
+}
+
 std::map<std::string, ExtProcStats::EndpointPicks> ExtProcStats::PicksByEndpoint() const {
   std::lock_guard<std::mutex> lock(picks_mu_);
   return {picks_.begin(), picks_.end()};
@@ -299,6 +309,7 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
   if (stats) stats->RecordLatencyMicros(pick_us);
   if (logged)
     options.decision_log->Add(MakeDecisionRecord(*request, *result, headers, pick_us, options.decision_log->options().include_prompt));
+  if (stats) stats->RecordUnreachableSkips(result->unreachable);
   if (result->status != 200) {
     Immediate(result->status, result->reason, out);
     return;

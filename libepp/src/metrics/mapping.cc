@@ -62,6 +62,17 @@ std::vector<MetricMapping> MakeBuiltIns() {
     m.cache_num_blocks = Specs({"nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max}"});
     out.push_back(std::move(m));
   }
+  {
+    // A pool behind its gateway, read from that pool's EPP. llm-d's names first (the ones it
+    // keeps), GIE's deprecated ones second; epp's serve publishes both.
+    MetricMapping m;
+    m.engine = std::string(kPoolEngine);
+    m.queue = Specs({"llm_d_epp_average_queue_size", "inference_pool_average_queue_size"});
+    m.running = Specs({"inference_pool_average_running_requests"});
+    m.kv_usage = Specs({"llm_d_epp_average_kv_cache_utilization", "inference_pool_average_kv_cache_utilization"});
+    m.custom.emplace_back(std::string(kReadyPodsAttribute), *MetricSpec::Parse("inference_pool_ready_pods"));
+    out.push_back(std::move(m));
+  }
   return out;
 }
 

@@ -65,6 +65,11 @@ void RegisterBuiltinPlugins(PluginRegistry& registry) {
       {kTopologyAffinityScorerType, CreateTopologyAffinityScorer},
       {kInflightLoadProducerType, CreateInflightLoadProducer},
       {kRequestAttributeReporterType, CreateRequestAttributeReporter},
+      {kCapacityFilterType, CreateCapacityFilter},
+      {kCapacityScorerType, CreateCapacityScorer},
+      {kRegionSpilloverFilterType, CreateRegionSpilloverFilter},
+      {kRegionRttScorerType, CreateRegionRttScorer},
+      {kZonePreferenceScorerType, CreateZonePreferenceScorer},
   };
   for (const auto& [type, factory] : builtins) {
     // Registering into a fresh registry cannot collide; a user registry that already has the

@@ -6,6 +6,7 @@
 #include "plugins/admitter/admitter.h"
 #include "plugins/datalayer/datalayer.h"
 #include "plugins/filter/filter.h"
+#include "plugins/locality/locality.h"
 #include "plugins/picker/picker.h"
 #include "plugins/plugin_util.h"
 #include "plugins/producer/producer.h"

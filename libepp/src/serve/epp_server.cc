@@ -143,7 +143,12 @@ struct EppServer::Impl {
     }
   }
 
-  PluginContext Context() { return PluginContext{&SteadyClock::Get(), &rng}; }
+  PluginContext Context() {
+    PluginContext c{&SteadyClock::Get(), &rng};
+    c.region = config.region;
+    c.zone = config.zone;
+    return c;
+  }
 
   // The configuration as the server builds it: loaded, with the detector staleness applied.
   absl::StatusOr<EppConfig> LoadConfig(std::string* note) const {

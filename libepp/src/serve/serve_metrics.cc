@@ -220,6 +220,8 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
          &ExtProcStats::EndpointPicks::prefix_blocks},
         {"epp_endpoint_prefix_match_blocks_total", "Of those, blocks the prefix index placed on the endpoint.",
          &ExtProcStats::EndpointPicks::prefix_match_blocks},
+        {"epp_endpoint_unreachable_skips_total", "Picks that passed the endpoint over because its last scrape was refused.",
+         &ExtProcStats::EndpointPicks::unreachable_skips},
     };
     for (const auto& c : pick_counters) {
       x.Family(c.name, "counter", c.help);
@@ -242,26 +244,40 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   const Labels name{{"name", src.pool_name}};
   x.Single("inference_extension_prefix_indexer_size", "gauge", "Entries in the prefix-cache index (GIE name).",
            prefix_entries);
-  x.Family("inference_pool_ready_pods", "gauge", "Endpoints in the pool (GIE name).");
-  x.Sample("inference_pool_ready_pods", name, static_cast<int64_t>(pool->size()));
-  // Averages over endpoints with fresh metrics, as GIE computes them.
+  // Averages over endpoints with fresh metrics, as GIE computes them; ready = those endpoints
+  // (GIE counts the pods whose metrics are fresh). A region-level EPP reads these (engine epp).
   double q = 0, r = 0, kv = 0;
   int nq = 0, nr = 0, nkv = 0;
+  int64_t ready = 0;
   for (const Endpoint& e : *pool) {
-    if (MetricsStale(e, now_us, src.staleness_us)) continue;
+    if (MetricsStale(e, now_us, src.staleness_us) || e.unreachable) continue;
+    ++ready;
     if (e.metrics.waiting_queue_size) q += *e.metrics.waiting_queue_size, ++nq;
     if (e.metrics.running_requests) r += *e.metrics.running_requests, ++nr;
     if (e.metrics.kv_cache_usage) kv += *e.metrics.kv_cache_usage, ++nkv;
   }
-  x.Family("inference_pool_average_queue_size", "gauge",
-           "Mean waiting queue over endpoints with fresh metrics (GIE name).");
-  x.Sample("inference_pool_average_queue_size", name, nq ? q / nq : 0.0);
-  x.Family("inference_pool_average_running_requests", "gauge",
-           "Mean running requests over endpoints with fresh metrics (GIE name).");
-  x.Sample("inference_pool_average_running_requests", name, nr ? r / nr : 0.0);
-  x.Family("inference_pool_average_kv_cache_utilization", "gauge",
-           "Mean KV-cache use over endpoints with fresh metrics (GIE name).");
-  x.Sample("inference_pool_average_kv_cache_utilization", name, nkv ? kv / nkv : 0.0);
+  const struct {
+    const char* name;
+    const char* help;
+    double value;
+  } pool_gauges[] = {
+      {"inference_pool_ready_pods", "Endpoints with fresh metrics (GIE name).", static_cast<double>(ready)},
+      {"inference_pool_average_queue_size", "Mean waiting queue over endpoints with fresh metrics (GIE name).",
+       nq ? q / nq : 0.0},
+      {"inference_pool_average_running_requests", "Mean running requests over endpoints with fresh metrics (GIE name).",
+       nr ? r / nr : 0.0},
+      {"inference_pool_average_kv_cache_utilization", "Mean KV-cache use over endpoints with fresh metrics (GIE name).",
+       nkv ? kv / nkv : 0.0},
+      {"llm_d_epp_ready_endpoints", "Endpoints with fresh metrics (llm-d name).", static_cast<double>(ready)},
+      {"llm_d_epp_average_queue_size", "Mean waiting queue over endpoints with fresh metrics (llm-d name).",
+       nq ? q / nq : 0.0},
+      {"llm_d_epp_average_kv_cache_utilization", "Mean KV-cache use over endpoints with fresh metrics (llm-d name).",
+       nkv ? kv / nkv : 0.0},
+  };
+  for (const auto& g : pool_gauges) {
+    x.Family(g.name, "gauge", g.help);
+    x.Sample(g.name, name, g.value);
+  }
   x.Family("inference_pool_per_pod_queue_size", "gauge", "Waiting queue per endpoint with fresh metrics (GIE name).");
   for (const Endpoint& e : *pool) {
     if (MetricsStale(e, now_us, src.staleness_us) || !e.metrics.waiting_queue_size) continue;
