@@ -98,6 +98,25 @@ absl::StatusOr<epp::ServeConfig> ToServeConfig(const ServeOptions& o, const epp:
     EPP_ASSIGN_OR_RETURN(epp::EndpointSpec spec, epp::ParseEndpointFlag(o.endpoints[i], static_cast<int>(i + 1)));
     c.endpoints.push_back(std::move(spec));
   }
+  if (!o.pool_import.empty()) {
+    if (!o.endpoints_file.empty()) return absl::InvalidArgumentError("--pool-import and --endpoints cannot be combined");
+    if (o.pool_name_given) return absl::InvalidArgumentError("--pool-import and --pool-name cannot be combined");
+    if (o.clusters_file.empty())
+      return absl::InvalidArgumentError("--pool-import needs --clusters FILE: the gateway and EPP metrics URL of each cluster");
+    epp::PoolImportDiscoveryOptions d;
+    d.name = o.pool_import;
+    d.ns = epp::PoolNamespace(o.pool_namespace);
+    EPP_ASSIGN_OR_RETURN(d.clusters, epp::LoadEndpointsFile(o.clusters_file));
+    d.cluster_label = o.cluster_label;
+    EPP_ASSIGN_OR_RETURN(d.interval, FlagDuration("--pool-resync-interval", o.pool_resync_interval, false));
+    d.kube.api_server = o.kube_api_server;
+    d.kube.token_file = o.kube_token_file;
+    d.kube.ca_file = o.kube_ca_file;
+    d.kube.insecure_skip_verify = o.kube_insecure_skip_verify;
+    c.import_discovery = std::move(d);
+  } else if (!o.clusters_file.empty()) {
+    return absl::InvalidArgumentError("--clusters is the cluster directory of --pool-import; give --pool-import NAME");
+  }
   if (o.pool_name_given && o.endpoints_file.empty()) {
     // --pool-name without --endpoints: the pool's Ready Pods, read through the Kubernetes API.
     epp::PoolDiscoveryOptions d;
@@ -261,6 +280,13 @@ void SetupServeCommand(CLI::App& app, int& exit_code) {
                       "InferencePool whose Ready Pods are the endpoints (not with --endpoints: then only the "
                       "metrics label); `name` label of the inference_pool_* metrics")
           ->capture_default_str();
+  cmd->add_option("--pool-import", o->pool_import,
+                  "InferencePoolImport (inference.networking.x-k8s.io/v1alpha1) whose exporting clusters are the "
+                  "endpoints: a region-level EPP in Parent Mode (docs/multicluster.md); needs --clusters");
+  cmd->add_option("--clusters", o->clusters_file,
+                  "Cluster directory for --pool-import: an endpoints file with one entry per cluster (its gateway "
+                  "address, its EPP's metrics URL with engine: epp, labels with --cluster-label naming the cluster)");
+  cmd->add_option("--cluster-label", o->cluster_label, "Label of a --clusters entry naming its cluster")->capture_default_str();
   cmd->add_option("--pool-namespace", o->pool_namespace,
                   "Namespace of the InferencePool (default: $NAMESPACE, else this Pod's namespace, else default)");
   cmd->add_option("--pool-group", o->pool_group,

@@ -52,6 +52,9 @@ struct ServeOptions {
   // given) and the `name` label of the inference_pool_* metrics.
   std::string pool_name = "default";
   std::string region, zone;      // --region / --zone: PluginContext of the plugins
+  std::string pool_import;       // --pool-import NAME: cluster-level endpoints from an InferencePoolImport
+  std::string clusters_file;     // --clusters FILE: the cluster directory
+  std::string cluster_label = "cluster";
   bool pool_name_given = false;  // set by the command: discovery only when the flag is given
   std::string pool_namespace;    // empty: $NAMESPACE, the Pod's namespace, else "default"
   std::string pool_group = "inference.networking.k8s.io";

@@ -132,3 +132,52 @@ def test_pool_gauges_follow_the_pool(serve, sim):
         assert m[(n, (("name", "default"),))] == 0
     s1.stop()
     wait_for(lambda: s.metrics().get(ready) == 0, "0 ready pods", log=s.log)  # refused: no longer ready
+
+
+def test_cluster_endpoints_from_an_inference_pool_import(serve, sim, tmp_path):
+    """--pool-import against a loopback Kubernetes API server: the exporting clusters of the import,
+    looked up in the cluster directory, are the endpoints; the set follows the import's status."""
+    from fake_kube import NS, V1, FakeApiServer, inference_pool_import
+    pools = {}
+    for name in ("east", "west", "eu"):
+        s = sim()
+        pools[name] = serve("--endpoint", s.url.split("//", 1)[1], "--scrape-timeout", "1s")
+    directory = tmp_path / "clusters.yaml"
+    directory.write_text("endpoints:\n" + "".join(
+        "- address: gw-%s.test:8443\n  metrics: http://127.0.0.1:%d/metrics\n  engine: epp\n"
+        "  labels: {cluster: %s-1, region: %s}\n" % (n, p.metrics_port, n, n) for n, p in pools.items()))
+    api = FakeApiServer(V1, 1)
+    try:
+        api.imports["llama"] = inference_pool_import("llama", {"example.net/mcs": ["east-1", "west-1", "mars-1"]})
+        top = serve("--pool-import", "llama", "--pool-namespace", NS, "--clusters", directory,
+                    "--kube-api-server", api.url, "--pool-resync-interval", "100ms", "--region", "east",
+                    "--scrape-timeout", "1s")
+        assert top.metric("epp_endpoints") == 2
+        for gw in ("gw-east.test:8443", "gw-west.test:8443"):
+            top.wait_metric("epp_endpoint_metrics_fresh", lambda v: v == 1, endpoint=gw)
+        assert "mars-1 have no entry with label cluster" in top.log()
+        first, _ = pick(top.channel(), chat_body("to a cluster"))
+        assert destination(first) in ("gw-east.test:8443", "gw-west.test:8443")
+        # A second controller exports it from eu too; east stops exporting.
+        with api.lock:
+            api.imports["llama"] = inference_pool_import("llama", {"example.net/mcs": ["west-1"],
+                                                                   "example.org/other": ["eu-1"]})
+        wait_for(lambda: top.metric("epp_endpoint_metrics_fresh", endpoint="gw-eu.test:8443") == 1
+                 and top.metric("epp_endpoints") == 2, "west and eu only", log=top.log)
+        assert top.metric("epp_endpoint_metrics_fresh", endpoint="gw-east.test:8443") is None
+        with api.lock:
+            paths = [p for p, _, _ in api.requests]
+        assert "/apis/inference.networking.x-k8s.io/v1alpha1/namespaces/%s/inferencepoolimports/llama" % NS in paths
+    finally:
+        api.close()
+
+
+def test_pool_import_flag_errors(eppctl, tmp_path):
+    d = tmp_path / "clusters.yaml"
+    d.write_text("endpoints:\n- address: gw.test:443\n  labels: {region: x}\n")
+    r = eppctl("serve", "--pool-import", "llama", "--kube-api-server", "http://127.0.0.1:1")
+    assert r.returncode == 2 and "--pool-import needs --clusters FILE" in r.stderr, r.stderr
+    r = eppctl("serve", "--pool-import", "llama", "--clusters", d, "--kube-api-server", "http://127.0.0.1:1")
+    assert r.returncode == 2 and "no entry of the cluster directory has the label 'cluster'" in r.stderr, r.stderr
+    r = eppctl("serve", "--clusters", d)
+    assert r.returncode == 2 and "give --pool-import NAME" in r.stderr, r.stderr

@@ -1,8 +1,12 @@
 // Kubernetes API answers (`eppctl serve --pool-name`): the text before a line "---" is an
 // InferencePool object, parsed as both API versions (ParseInferencePool); the text after it is a
 // PodList, converted to endpoints (ParsePodListEndpoints) for the first version that parsed, or
-// for a fixed pool when neither did. Invariants: a parsed pool has 1..8 ports in range and a
-// valid API path; the endpoints of a PodList validate as an endpoints file would.
+// for a fixed pool when neither did. The text before "---" is also parsed as an
+// InferencePoolImport and looked up in a fixed cluster directory. Invariants: a parsed pool has
+// 1..8 ports in range and a valid API path; the endpoints of a PodList validate as an endpoints
+// file would; an import's exporting clusters are sorted, unique and non-empty, and its endpoints
+// are exactly the directory entries of exporting clusters.
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -27,8 +31,34 @@ epp::InferencePool FixedPool() {
 
 }  // namespace
 
+void CheckImport(std::string_view json) {
+  absl::StatusOr<epp::InferencePoolImport> imp = epp::ParseInferencePoolImport(json, "GET import");
+  if (!imp.ok()) {
+    EPP_FUZZ_CHECK(imp.status().code() == absl::StatusCode::kInvalidArgument, imp.status().ToString());
+    return;
+  }
+  for (size_t i = 0; i < imp->exporting_clusters.size(); ++i) {
+    EPP_FUZZ_CHECK(!imp->exporting_clusters[i].empty(), "empty cluster");
+    EPP_FUZZ_CHECK(i == 0 || imp->exporting_clusters[i - 1] < imp->exporting_clusters[i], "not sorted and unique");
+  }
+  std::vector<epp::EndpointSpec> directory(3);
+  const char* names[] = {"east-1", "west-1", "a"};
+  for (size_t i = 0; i < directory.size(); ++i) {
+    directory[i].address = "gw" + std::to_string(i) + ".test:443";
+    directory[i].labels["cluster"] = names[i];
+  }
+  std::vector<std::string> missing;
+  const std::vector<epp::EndpointSpec> out = epp::ImportEndpoints(*imp, directory, "cluster", &missing);
+  EPP_FUZZ_CHECK(out.size() + missing.size() >= imp->exporting_clusters.size(), "lost a cluster");
+  for (const epp::EndpointSpec& s : out) {
+    const std::string& c = s.labels.at("cluster");
+    EPP_FUZZ_CHECK(std::binary_search(imp->exporting_clusters.begin(), imp->exporting_clusters.end(), c), c);
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto [pool_json, pods_json] = epp::fuzz::SplitOnce(epp::fuzz::Text(data, size), "\n---\n");
+  CheckImport(pool_json);
   std::optional<epp::InferencePool> pool;
   for (std::string_view group : {epp::kInferencePoolGroupV1, epp::kInferencePoolGroupV1Alpha2}) {
     absl::StatusOr<epp::InferencePool> p = epp::ParseInferencePool(pool_json, group, "GET pool");

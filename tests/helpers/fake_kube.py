@@ -1,6 +1,6 @@
 """A Kubernetes API server on 127.0.0.1 for discovery tests (eppctl serve --pool-name, pyepp.serve
 pool_name=): it answers GET of one InferencePool (v1 or v1alpha2) and the PodList of namespace
-`NS`, records every request, and can be told to fail every answer or to delay the pool GET.
+`NS`, records every request, and can be told to fail every answer or to delay the pool GET; `imports` holds InferencePoolImport objects by name (inference_pool_import()).
 Shared by tests/cli and tests/python (both conftests put tests/helpers on sys.path)."""
 import http.server
 import json
@@ -35,6 +35,19 @@ def pool_object(group, port):
             "metadata": {"name": POOL, "namespace": NS, "resourceVersion": "1"}, "spec": spec}
 
 
+def inference_pool_import(name, clusters_by_controller):
+    """An InferencePoolImport as GIE's v1alpha1 CRD has it: status only, per controller the
+    exporting clusters and (here, one) local parent Gateway."""
+    controllers = [{"name": controller, "exportingClusters": [{"name": c} for c in clusters],
+                    "parents": [{"parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                               "name": "inference-gateway", "namespace": NS}}],
+                    "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted",
+                                    "lastTransitionTime": "2026-11-30T00:00:00Z", "message": ""}]}
+                   for controller, clusters in clusters_by_controller.items()]
+    return {"apiVersion": "inference.networking.x-k8s.io/v1alpha1", "kind": "InferencePoolImport",
+            "metadata": {"name": name, "namespace": NS, "resourceVersion": "7"}, "status": {"controllers": controllers}}
+
+
 class FakeApiServer:
     """Answers GET for one InferencePool and the Pods of NS; `fail` makes every answer that status."""
 
@@ -43,6 +56,7 @@ class FakeApiServer:
         self.group = group
         self.pool = pool_object(group, port)
         self.pods = []
+        self.imports = {}  # name -> InferencePoolImport object
         self.fail = None
         self.garbage = None  # bytes: every answer is 200 with this body (not JSON)
         self.pool_delay = 0  # seconds the pool GET waits before answering
@@ -68,6 +82,9 @@ class FakeApiServer:
                         status, body = 200, outer.pool
                         if delay:
                             outer.pool_get.set()
+                    elif url.path.startswith("/apis/inference.networking.x-k8s.io/v1alpha1/namespaces/%s/"
+                                             "inferencepoolimports/" % NS) and url.path.rsplit("/", 1)[1] in outer.imports:
+                        status, body = 200, outer.imports[url.path.rsplit("/", 1)[1]]
                     elif url.path == "/api/v1/namespaces/%s/pods" % NS:
                         status, body = 200, {"kind": "PodList", "apiVersion": "v1", "items": list(outer.pods)}
                     else:

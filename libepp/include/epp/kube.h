@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -120,6 +121,43 @@ std::string PodListPath(const InferencePool& pool);
 absl::StatusOr<std::vector<EndpointSpec>> ParsePodListEndpoints(std::string_view json, const InferencePool& pool,
                                                                 std::string_view source);
 
+// ---- InferencePoolImport (multi-cluster, GIE proposal 1374) -----------------------------------
+//
+// inference.networking.x-k8s.io/v1alpha1 InferencePoolImport, namespaced, status only: the import
+// of the same name as the exported InferencePool lists, per controller, the clusters exporting it
+// (status.controllers[].exportingClusters[].name) and the local parents that route to it. It
+// carries no addresses: which gateway and which EPP /metrics stand for a cluster comes from a
+// cluster directory (an endpoints file whose entries carry the cluster's name in a label), and
+// the import says which of those clusters serve the pool now (Parent Mode: the endpoints are the
+// exporting clusters' gateways; docs/multicluster.md).
+inline constexpr std::string_view kInferencePoolImportGroup = "inference.networking.x-k8s.io";
+inline constexpr std::string_view kInferencePoolImportVersion = "v1alpha1";
+inline constexpr std::string_view kClusterLabel = "cluster";  // the directory's default label
+
+struct InferencePoolImport {
+  std::string ns;
+  std::string name;
+  std::vector<std::string> controllers;         // status.controllers[].name, in order
+  std::vector<std::string> exporting_clusters;  // union over controllers, sorted, unique
+  std::string resource_version;
+};
+
+// "/apis/inference.networking.x-k8s.io/v1alpha1/namespaces/NS/inferencepoolimports/NAME"; names
+// are checked as InferencePoolPath checks them.
+absl::StatusOr<std::string> InferencePoolImportPath(std::string_view ns, std::string_view name);
+
+// Parses an InferencePoolImport; errors name the JSON path ("SOURCE: status.controllers[0].
+// exportingClusters[1].name: expected a string, got number"). An import without status (not yet
+// reconciled) has no exporting clusters.
+absl::StatusOr<InferencePoolImport> ParseInferencePoolImport(std::string_view json, std::string_view source);
+
+// The cluster-level endpoints an import stands for: the entries of `directory` whose label
+// `cluster_label` names one of its exporting clusters, in directory order, each with origin
+// "inferencepoolimport NS/NAME, cluster C". Exporting clusters without an entry go to `missing`
+// (sorted), when given.
+std::vector<EndpointSpec> ImportEndpoints(const InferencePoolImport& import, std::span<const EndpointSpec> directory,
+                                          std::string_view cluster_label, std::vector<std::string>* missing = nullptr);
+
 class KubeClient {
  public:
   // Resolves `options` (ResolveKubeClientOptions) and checks the server URL.
@@ -133,6 +171,7 @@ class KubeClient {
   absl::StatusOr<InferencePool> GetInferencePool(std::string_view group, std::string_view ns, std::string_view name);
   // Lists the pool's Pods (PodListPath) and converts them (ParsePodListEndpoints).
   absl::StatusOr<std::vector<EndpointSpec>> ListPoolEndpoints(const InferencePool& pool);
+  absl::StatusOr<InferencePoolImport> GetInferencePoolImport(std::string_view ns, std::string_view name);
 
   const KubeClientOptions& options() const { return options_; }
 

@@ -120,6 +120,25 @@ class EndpointLister {
 // may change). Fails when the options do not make a client (no cluster, bad URL).
 absl::StatusOr<std::unique_ptr<EndpointLister>> NewInferencePoolLister(const PoolDiscoveryOptions& options);
 
+// Where discovery finds an InferencePoolImport (serve's --pool-import, --clusters, --kube-*): the
+// endpoints are the entries of the cluster directory (`clusters`, an endpoints file's specs whose
+// `cluster_label` names a cluster) for the clusters the import lists as exporting, re-read every
+// `interval`. An exporting cluster the directory lacks is logged (Warn) each time the set of such
+// clusters changes; `log` may be null.
+struct PoolImportDiscoveryOptions {
+  std::string ns;  // required
+  std::string name;
+  KubeClientOptions kube;
+  std::vector<EndpointSpec> clusters;
+  std::string cluster_label = std::string(kClusterLabel);
+  std::chrono::microseconds interval{2000000};
+  const Logger* log = nullptr;
+};
+
+// Lists the cluster-level endpoints of an InferencePoolImport. Fails when the options do not make
+// a client, the names are not DNS-1123, or no directory entry has the cluster label.
+absl::StatusOr<std::unique_ptr<EndpointLister>> NewInferencePoolImportLister(const PoolImportDiscoveryOptions& options);
+
 struct EndpointPoolOptions {
   std::string endpoints_file;            // empty: nothing to watch
   std::vector<EndpointSpec> flag_specs;  // appended after the file's (or the lister's) endpoints
@@ -203,6 +222,8 @@ struct ServeConfig {
   std::string endpoints_file;
   std::vector<EndpointSpec> endpoints;
   std::optional<PoolDiscoveryOptions> discovery;  // not with endpoints_file
+  // Cluster-level endpoints from an InferencePoolImport (not with endpoints_file or discovery).
+  std::optional<PoolImportDiscoveryOptions> import_discovery;
   std::shared_ptr<EndpointLister> lister;         // instead of discovery (tests, embedders)
   // Instead of all of the above: endpoints the caller keeps current (pyepp's static pools). No
   // scrape runs; /metrics shows what the source holds.

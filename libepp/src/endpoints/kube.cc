@@ -264,6 +264,76 @@ absl::StatusOr<std::string> InferencePoolPath(std::string_view group, std::strin
          std::string(name);
 }
 
+absl::StatusOr<std::string> InferencePoolImportPath(std::string_view ns, std::string_view name) {
+  // The same name rules as the pool's (the import is named after the exported pool).
+  EPP_RETURN_IF_ERROR(InferencePoolPath(kInferencePoolGroupV1, ns, name).status());
+  return "/apis/" + std::string(kInferencePoolImportGroup) + "/" + std::string(kInferencePoolImportVersion) +
+         "/namespaces/" + std::string(ns) + "/inferencepoolimports/" + std::string(name);
+}
+
+absl::StatusOr<InferencePoolImport> ParseInferencePoolImport(std::string_view text, std::string_view source) {
+  Reader r(source);
+  EPP_ASSIGN_OR_RETURN(json doc, r.Parse(text));
+  if (!doc.is_object()) return r.WrongType("(root)", "an object", doc);
+  InferencePoolImport imp;
+  EPP_ASSIGN_OR_RETURN(std::string kind, r.String(doc, "kind", "kind", false));
+  if (!kind.empty() && kind != "InferencePoolImport") return r.Error("kind", "expected InferencePoolImport, got " + kind);
+  EPP_ASSIGN_OR_RETURN(std::string api_version, r.String(doc, "apiVersion", "apiVersion", false));
+  const std::string want = std::string(kInferencePoolImportGroup) + "/" + std::string(kInferencePoolImportVersion);
+  if (!api_version.empty() && api_version != want) return r.Error("apiVersion", "expected " + want + ", got " + api_version);
+  EPP_ASSIGN_OR_RETURN(const json* meta, r.Object(doc, "metadata", "metadata", true));
+  EPP_ASSIGN_OR_RETURN(imp.name, r.String(*meta, "name", "metadata.name", false));
+  EPP_ASSIGN_OR_RETURN(imp.ns, r.String(*meta, "namespace", "metadata.namespace", false));
+  EPP_ASSIGN_OR_RETURN(imp.resource_version, r.String(*meta, "resourceVersion", "metadata.resourceVersion", false));
+  EPP_ASSIGN_OR_RETURN(const json* status, r.Object(doc, "status", "status", false));
+  if (status == nullptr) return imp;
+  const json* controllers = Reader::Member(*status, "controllers");
+  if (controllers == nullptr || controllers->is_null()) return imp;
+  if (!controllers->is_array()) return r.WrongType("status.controllers", "an array", *controllers);
+  std::set<std::string> clusters;
+  for (size_t i = 0; i < controllers->size(); ++i) {
+    const std::string path = "status.controllers[" + std::to_string(i) + "]";
+    const json& c = (*controllers)[i];
+    if (!c.is_object()) return r.WrongType(path, "an object", c);
+    EPP_ASSIGN_OR_RETURN(std::string name, r.String(c, "name", path + ".name", true));
+    imp.controllers.push_back(std::move(name));
+    const json* exporting = Reader::Member(c, "exportingClusters");
+    if (exporting == nullptr || exporting->is_null()) continue;
+    if (!exporting->is_array()) return r.WrongType(path + ".exportingClusters", "an array", *exporting);
+    for (size_t k = 0; k < exporting->size(); ++k) {
+      const std::string epath = path + ".exportingClusters[" + std::to_string(k) + "]";
+      const json& e = (*exporting)[k];
+      if (!e.is_object()) return r.WrongType(epath, "an object", e);
+      EPP_ASSIGN_OR_RETURN(std::string cluster, r.String(e, "name", epath + ".name", true));
+      if (cluster.empty()) return r.Error(epath + ".name", "empty cluster name");
+      clusters.insert(std::move(cluster));
+    }
+  }
+  imp.exporting_clusters.assign(clusters.begin(), clusters.end());
+  return imp;
+}
+
+std::vector<EndpointSpec> ImportEndpoints(const InferencePoolImport& import, std::span<const EndpointSpec> directory,
+                                          std::string_view cluster_label, std::vector<std::string>* missing) {
+  std::vector<EndpointSpec> out;
+  std::set<std::string> found;
+  const std::set<std::string> exporting(import.exporting_clusters.begin(), import.exporting_clusters.end());
+  for (const EndpointSpec& spec : directory) {
+    auto it = spec.labels.find(std::string(cluster_label));
+    if (it == spec.labels.end() || !exporting.contains(it->second)) continue;
+    EndpointSpec s = spec;
+    s.origin = "inferencepoolimport " + import.ns + "/" + import.name + ", cluster " + it->second;
+    found.insert(it->second);
+    out.push_back(std::move(s));
+  }
+  if (missing != nullptr) {
+    missing->clear();
+    for (const std::string& c : import.exporting_clusters)
+      if (!found.contains(c)) missing->push_back(c);
+  }
+  return out;
+}
+
 absl::StatusOr<InferencePool> ParseInferencePool(std::string_view text, std::string_view group,
                                                  std::string_view source) {
   EPP_ASSIGN_OR_RETURN(std::string version, InferencePoolVersion(group));
@@ -487,6 +557,15 @@ absl::StatusOr<InferencePool> KubeClient::GetInferencePool(std::string_view grou
   pool.ns = std::string(ns);
   if (pool.name.empty()) pool.name = std::string(name);
   return pool;
+}
+
+absl::StatusOr<InferencePoolImport> KubeClient::GetInferencePoolImport(std::string_view ns, std::string_view name) {
+  EPP_ASSIGN_OR_RETURN(std::string path, InferencePoolImportPath(ns, name));
+  EPP_ASSIGN_OR_RETURN(std::string body, Get(path));
+  EPP_ASSIGN_OR_RETURN(InferencePoolImport imp, ParseInferencePoolImport(body, "GET " + options_.api_server + path));
+  imp.ns = std::string(ns);
+  if (imp.name.empty()) imp.name = std::string(name);
+  return imp;
 }
 
 absl::StatusOr<std::vector<EndpointSpec>> KubeClient::ListPoolEndpoints(const InferencePool& pool) {

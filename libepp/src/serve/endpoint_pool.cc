@@ -37,7 +37,46 @@ class InferencePoolLister final : public EndpointLister {
   std::unique_ptr<KubeClient> kube_;  // one thread at a time (the discovery thread, or Create)
 };
 
+// An InferencePoolImport's exporting clusters, looked up in the cluster directory.
+class InferencePoolImportLister final : public EndpointLister {
+ public:
+  InferencePoolImportLister(PoolImportDiscoveryOptions options, std::unique_ptr<KubeClient> kube)
+      : options_(std::move(options)), kube_(std::move(kube)) {}
+
+  absl::StatusOr<std::vector<EndpointSpec>> List(const std::atomic<bool>&) override {
+    EPP_ASSIGN_OR_RETURN(InferencePoolImport imp, kube_->GetInferencePoolImport(options_.ns, options_.name));
+    std::vector<std::string> missing;
+    std::vector<EndpointSpec> out = ImportEndpoints(imp, options_.clusters, options_.cluster_label, &missing);
+    if (missing != missing_ && options_.log != nullptr && !missing.empty()) {
+      std::string names;
+      for (const std::string& c : missing) names += (names.empty() ? "" : ", ") + c;
+      options_.log->Warn(Describe() + ": exporting cluster(s) " + names + " have no entry with label " +
+                         options_.cluster_label + " in the cluster directory; they get no requests");
+    }
+    missing_ = std::move(missing);
+    return out;
+  }
+  std::string Describe() const override { return "inferencepoolimport " + options_.ns + "/" + options_.name; }
+
+ private:
+  PoolImportDiscoveryOptions options_;
+  std::unique_ptr<KubeClient> kube_;
+  std::vector<std::string> missing_;  // the discovery thread's
+};
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<EndpointLister>> NewInferencePoolImportLister(const PoolImportDiscoveryOptions& options) {
+  EPP_RETURN_IF_ERROR(InferencePoolImportPath(options.ns, options.name).status());
+  bool labelled = false;
+  for (const EndpointSpec& s : options.clusters) labelled = labelled || s.labels.contains(options.cluster_label);
+  if (!labelled)
+    return absl::InvalidArgumentError("pool import discovery: no entry of the cluster directory has the label '" +
+                                      options.cluster_label + "' naming its cluster");
+  auto kube = KubeClient::Create(options.kube);
+  if (!kube.ok()) return absl::Status(kube.status().code(), "pool import discovery: " + std::string(kube.status().message()));
+  return std::unique_ptr<EndpointLister>(new InferencePoolImportLister(options, *std::move(kube)));
+}
 
 absl::StatusOr<std::unique_ptr<EndpointLister>> NewInferencePoolLister(const PoolDiscoveryOptions& options) {
   EPP_RETURN_IF_ERROR(InferencePoolPath(options.group, options.ns, options.name).status());

@@ -240,8 +240,10 @@ EppServer::EppServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 EppServer::~EppServer() { Shutdown(std::chrono::milliseconds(0)); }
 
 absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) {
-  if (!config.endpoints_file.empty() && (config.discovery || config.lister))
+  if (!config.endpoints_file.empty() && (config.discovery || config.import_discovery || config.lister))
     return absl::InvalidArgumentError("pool discovery and an endpoints file cannot be combined");
+  if (config.discovery && config.import_discovery)
+    return absl::InvalidArgumentError("InferencePool and InferencePoolImport discovery cannot be combined");
   const std::pair<const char*, std::chrono::microseconds> durations[] = {{"refresh interval", config.refresh_interval},
                                                                          {"scrape timeout", config.scrape_timeout},
                                                                          {"staleness threshold", config.staleness}};
@@ -279,7 +281,7 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
   // Endpoints: resolved once (every endpoint read or found unreadable) before serving.
   Impl* raw = &m;
   if (c.endpoint_source) {
-    if (!c.endpoints_file.empty() || !c.endpoints.empty() || c.discovery || c.lister)
+    if (!c.endpoints_file.empty() || !c.endpoints.empty() || c.discovery || c.import_discovery || c.lister)
       return absl::InvalidArgumentError("give an endpoint source or endpoints to read, not both");
     m.endpoints = c.endpoint_source.get();
   } else {
@@ -299,6 +301,13 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
       EPP_ASSIGN_OR_RETURN(std::unique_ptr<EndpointLister> lister, NewInferencePoolLister(*c.discovery));
       po.lister = std::move(lister);
       po.discovery_interval = c.discovery->interval;
+    }
+    if (!po.lister && c.import_discovery) {
+      PoolImportDiscoveryOptions d = *c.import_discovery;
+      if (d.log == nullptr) d.log = &m.log;
+      EPP_ASSIGN_OR_RETURN(std::unique_ptr<EndpointLister> lister, NewInferencePoolImportLister(d));
+      po.lister = std::move(lister);
+      po.discovery_interval = d.interval;
     }
     // Departed endpoints are forgotten by the scheduler new streams use; plugins carried over a
     // reload are shared, so their state is forgotten too.
