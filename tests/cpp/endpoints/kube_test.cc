@@ -478,3 +478,65 @@ TEST(KubeTest, InClusterOptionsFromEnvironmentAndServiceAccountDir) {
 
 }  // namespace
 }  // namespace epp
+
+namespace epp {
+namespace {
+
+TEST(InferencePoolImportTest, ExportingClustersAreTheUnionOverControllersAndPickDirectoryEntries) {
+  const std::string json = R"({"apiVersion":"inference.networking.x-k8s.io/v1alpha1","kind":"InferencePoolImport",
+    "metadata":{"name":"llama","namespace":"ns1","resourceVersion":"7"},
+    "status":{"controllers":[{"name":"a.example/mcs","exportingClusters":[{"name":"west"},{"name":"east"}]},
+                             {"name":"b.example/gw","exportingClusters":[{"name":"east"},{"name":"eu"}]},
+                             {"name":"c.example/none"}]}})";
+  auto imp = ParseInferencePoolImport(json, "GET x");
+  ASSERT_TRUE(imp.ok()) << imp.status();
+  EXPECT_EQ(imp->name, "llama");
+  EXPECT_EQ(imp->ns, "ns1");
+  EXPECT_EQ(imp->controllers, (std::vector<std::string>{"a.example/mcs", "b.example/gw", "c.example/none"}));
+  EXPECT_EQ(imp->exporting_clusters, (std::vector<std::string>{"east", "eu", "west"}));
+  std::vector<EndpointSpec> dir(3);
+  dir[0].address = "gw-west:443", dir[0].labels["cluster"] = "west";
+  dir[1].address = "gw-mars:443", dir[1].labels["cluster"] = "mars";
+  dir[2].address = "gw-east:443", dir[2].labels["cluster"] = "east";
+  std::vector<std::string> missing;
+  const std::vector<EndpointSpec> out = ImportEndpoints(*imp, dir, "cluster", &missing);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].address, "gw-west:443");  // directory order
+  EXPECT_EQ(out[1].address, "gw-east:443");
+  EXPECT_EQ(out[1].origin, "inferencepoolimport ns1/llama, cluster east");
+  EXPECT_EQ(missing, std::vector<std::string>{"eu"});
+  // Not reconciled yet: no status, no clusters.
+  auto bare = ParseInferencePoolImport(R"({"kind":"InferencePoolImport","metadata":{"name":"x"}})", "GET x");
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_TRUE(bare->exporting_clusters.empty());
+  EXPECT_EQ(*InferencePoolImportPath("ns1", "llama"),
+            "/apis/inference.networking.x-k8s.io/v1alpha1/namespaces/ns1/inferencepoolimports/llama");
+  EXPECT_FALSE(InferencePoolImportPath("NS", "llama").ok());
+}
+
+TEST(InferencePoolImportTest, ErrorsNameTheJsonPath) {
+  struct Case {
+    const char* json;
+    const char* want;
+  } cases[] = {
+      {R"({"kind":"InferencePool","metadata":{}})", "GET x: kind: expected InferencePoolImport, got InferencePool"},
+      {R"({"apiVersion":"inference.networking.x-k8s.io/v1","metadata":{}})",
+       "apiVersion: expected inference.networking.x-k8s.io/v1alpha1"},
+      {R"({"metadata":{},"status":{"controllers":{}}})", "status.controllers: expected an array"},
+      {R"({"metadata":{},"status":{"controllers":[{"exportingClusters":[]}]}})", "status.controllers[0].name"},
+      {R"({"metadata":{},"status":{"controllers":[{"name":"c","exportingClusters":[{"name":3}]}]}})",
+       "status.controllers[0].exportingClusters[0].name: expected a string, got number"},
+      {R"({"metadata":{},"status":{"controllers":[{"name":"c","exportingClusters":[{"name":""}]}]}})",
+       "status.controllers[0].exportingClusters[0].name: empty cluster name"},
+      {"[1]", "expected an object"},
+  };
+  for (const Case& c : cases) {
+    auto imp = ParseInferencePoolImport(c.json, "GET x");
+    ASSERT_FALSE(imp.ok()) << c.json;
+    EXPECT_EQ(imp.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(imp.status().message().find(c.want), std::string::npos) << imp.status();
+  }
+}
+
+}  // namespace
+}  // namespace epp
