@@ -448,3 +448,37 @@ def test_runtime_packages_exist_in_debian_12_names() -> None:
     for dev, runtime in pairs.items():
         if re.search(rf"(^|\s){re.escape(dev)}(\s|$)", setup):
             assert re.search(rf"(^|\s){re.escape(runtime)}(\s|$)", runs), f"{runtime} (for {dev}) not installed"
+
+
+# ---------------------------------------------------------------------------------------------
+# deploy/multicluster/
+
+
+@pytest.mark.parametrize("name", ["region-epp-import.yaml", "region-epp-file.yaml"])
+def test_multicluster_manifests_use_known_flags_and_valid_configs(name: str, tmp_path: Path) -> None:
+    eppctl = Path(os.environ.get("EPPCTL") or Path(os.environ.get("EPP_BUILD_DIR", SOURCE_DIR / "build")) / "cli" / "eppctl")
+    if not eppctl.is_file():
+        pytest.skip(f"{eppctl} not built")
+    docs = load_all(DEPLOY_DIR / "multicluster" / name)
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    help_text = subprocess.run([str(eppctl), "serve", "--help"], capture_output=True, text=True, timeout=60).stdout
+    for flag in sorted({a.split("=", 1)[0] for a in args if a.startswith("--")}):
+        assert re.search(rf"(^|[\s,]){re.escape(flag)}\b", help_text), f"eppctl serve has no {flag}"
+    # Every /etc/epp file an argument names is a key of the ConfigMap mounted there.
+    for a in args:
+        if a.startswith("--") and "=/etc/epp/" in a:
+            key = a.split("=/etc/epp/", 1)[1]
+            assert key in cm["data"], f"{a}: no key {key} in ConfigMap {cm['metadata']['name']}"
+    config = tmp_path / "config.yaml"
+    config.write_text(cm["data"]["config.yaml"])
+    r = subprocess.run([str(eppctl), "config", "validate", str(config)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # The cluster directory / pools file: pool gateways with engine epp, a region and a capacity.
+    listed = yaml.safe_load(cm["data"].get("clusters.yaml") or cm["data"]["pools.yaml"])["endpoints"]
+    for e in listed:
+        assert e["engine"] == "epp" and "region" in e["labels"] and e["capacity"]["requestsPerSecond"] > 0
+        if name == "region-epp-import.yaml":
+            assert "cluster" in e["labels"], "--pool-import looks clusters up by their cluster label"
