@@ -83,6 +83,16 @@ int WaitSignal(const sigset_t& set, std::chrono::milliseconds timeout) {
 const char* SignalName(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal"; }
 
 // The flags as a ServeConfig (everything except process policy).
+// The --kube-* flags, shared by --pool-name and --pool-import discovery.
+epp::KubeClientOptions KubeOptions(const ServeOptions& o) {
+  epp::KubeClientOptions k;
+  k.api_server = o.kube_api_server;
+  k.token_file = o.kube_token_file;
+  k.ca_file = o.kube_ca_file;
+  k.insecure_skip_verify = o.kube_insecure_skip_verify;
+  return k;
+}
+
 absl::StatusOr<epp::ServeConfig> ToServeConfig(const ServeOptions& o, const epp::Logger& log) {
   epp::ServeConfig c;
   c.log = &log;
@@ -109,10 +119,7 @@ absl::StatusOr<epp::ServeConfig> ToServeConfig(const ServeOptions& o, const epp:
     EPP_ASSIGN_OR_RETURN(d.clusters, epp::LoadEndpointsFile(o.clusters_file));
     d.cluster_label = o.cluster_label;
     EPP_ASSIGN_OR_RETURN(d.interval, FlagDuration("--pool-resync-interval", o.pool_resync_interval, false));
-    d.kube.api_server = o.kube_api_server;
-    d.kube.token_file = o.kube_token_file;
-    d.kube.ca_file = o.kube_ca_file;
-    d.kube.insecure_skip_verify = o.kube_insecure_skip_verify;
+    d.kube = KubeOptions(o);
     c.import_discovery = std::move(d);
   } else if (!o.clusters_file.empty()) {
     return absl::InvalidArgumentError("--clusters is the cluster directory of --pool-import; give --pool-import NAME");
@@ -124,10 +131,7 @@ absl::StatusOr<epp::ServeConfig> ToServeConfig(const ServeOptions& o, const epp:
     d.group = o.pool_group;
     d.ns = epp::PoolNamespace(o.pool_namespace);
     EPP_ASSIGN_OR_RETURN(d.interval, FlagDuration("--pool-resync-interval", o.pool_resync_interval, false));
-    d.kube.api_server = o.kube_api_server;
-    d.kube.token_file = o.kube_token_file;
-    d.kube.ca_file = o.kube_ca_file;
-    d.kube.insecure_skip_verify = o.kube_insecure_skip_verify;
+    d.kube = KubeOptions(o);
     c.discovery = std::move(d);
   }
   c.listen_address = o.listen_address;

@@ -14,20 +14,9 @@ import pytest
 
 grpc = pytest.importorskip("grpc")
 from test_eppctl_serve import MODEL, Serve, chat_body, destination, pick, serve  # noqa: E402,F401
-import extproc_wire as wire  # noqa: E402
+from test_drills import wait_until as wait_for  # noqa: E402
 
 EAST_GW, WEST_GW = "gw-east.test:8443", "gw-west.test:8443"
-
-
-def wait_for(pred, what, timeout=20, log=None):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for %s\n%s" % (what, log() if log else ""))
-        time.sleep(0.05)
 
 
 def load(sim_url, n):
