@@ -213,3 +213,19 @@ def test_failopen_warning_names_the_gateways(eppctl, tmp_path):
     _eref(docs)["failureMode"] = "FailOpen"
     f = [x for x in findings(eppctl, tmp_path, docs) if x["rule"] == "IP005"][0]
     assert f["severity"] == "warning" and "Envoy Gateway" in f["gateways"]
+
+
+def test_region_level_epp_rbac_is_for_inference_pool_imports(eppctl, tmp_path, root):
+    """deploy/multicluster: --pool-import needs inferencepoolimports, an endpoints file nothing."""
+    import yaml
+    docs = list(yaml.safe_load_all((root / "deploy/multicluster/region-epp-import.yaml").read_text()))
+    role = next(d for d in docs if d and d["kind"] == "Role")
+    role["rules"][0]["resources"] = ["inferencepools"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump_all([d for d in docs if d]))
+    r = eppctl("lint", bad)
+    assert r.returncode == 1, r.stdout
+    assert "RBAC001" in r.stdout and "inference.networking.x-k8s.io inferencepoolimports" in r.stdout, r.stdout
+    assert "EPP001" not in r.stdout, r.stdout
+    r = eppctl("lint", root / "deploy/multicluster/region-epp-file.yaml")
+    assert r.returncode == 0, r.stdout

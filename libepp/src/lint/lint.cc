@@ -507,9 +507,9 @@ class Linter {
                           "); the EPP finds no endpoints"),
              absl::StrCat("set --pool-name to the pool's metadata.name"));
       }
-    } else if (!e.flags.count("endpoint-selector")) {
-      Emit("EPP001", LintSeverity::kError, o.file, LineOf(e.container), o.Label(), "the EPP has no --pool-name (nor --endpoint-selector)",
-           "add --pool-name=POOL");
+    } else if (!e.flags.count("endpoint-selector") && !e.flags.count("endpoints") && !e.flags.count("pool-import")) {
+      Emit("EPP001", LintSeverity::kError, o.file, LineOf(e.container), o.Label(),
+           "the EPP has no --pool-name (nor --endpoint-selector, an endpoints file or --pool-import)", "add --pool-name=POOL");
     }
     const int grpc = e.Port("grpc-port", 9002), health = e.Port("grpc-health-port", 9003);
     // EPP002: the Service the pool names reaches the gRPC port.
@@ -664,8 +664,13 @@ class Linter {
     std::string sa = Str(Get(e.w->pod_spec, "serviceAccountName"));
     if (sa.empty()) sa = Str(Get(e.w->pod_spec, "serviceAccount"));
     if (sa.empty()) sa = "default";
-    const std::string group = pool ? pool->Group() : std::string(kGroupV1);
-    bool pods = false, pools = false;
+    // What the EPP reads through the API: a pool's Pods, an InferencePoolImport (region-level
+    // EPP), or nothing (an endpoints file without --pool-name).
+    const bool import = e.flags.count("pool-import") > 0;
+    if (!import && e.pool().empty() && !e.flags.count("endpoint-selector")) return;
+    const std::string group = import ? "inference.networking.x-k8s.io" : pool ? pool->Group() : std::string(kGroupV1);
+    const std::string resource = import ? "inferencepoolimports" : "inferencepools";
+    bool pods = import, pools = false;
     for (const Obj* b : bindings_) {
       bool subject = false;
       for (const YAML::Node& s : Get(b->node, "subjects").IsSequence() ? Get(b->node, "subjects") : YAML::Node())
@@ -679,17 +684,19 @@ class Linter {
         if (r->kind != role_kind || r->name != role_name || (r->kind == "Role" && !SameNs(r->ns, b->ns))) continue;
         for (const YAML::Node& rule : Get(r->node, "rules").IsSequence() ? Get(r->node, "rules") : YAML::Node()) {
           pods |= Grants(rule, "", "pods");
-          pools |= Grants(rule, group, "inferencepools");
+          pools |= Grants(rule, group, resource);
         }
       }
     }
     if (!pods || !pools)
       Emit("RBAC001", LintSeverity::kError, o.file, LineOf(e.w->pod_spec), o.Label(),
            absl::StrCat("ServiceAccount '", sa, "' may not get, list and watch ", !pods ? "pods" : "",
-                        !pods && !pools ? " and " : "", !pools ? absl::StrCat(group, " inferencepools") : "",
+                        !pods && !pools ? " and " : "", !pools ? absl::StrCat(group, " ", resource) : "",
                         " in the pool's namespace: the EPP fails at start (403 Forbidden)"),
-           absl::StrCat("bind a Role with rules {apiGroups: [\"\"], resources: [pods]} and {apiGroups: [", group,
-                        "], resources: [inferencepools]}, verbs [get, list, watch], to ServiceAccount ", sa));
+           import ? absl::StrCat("bind a Role with the rule {apiGroups: [", group, "], resources: [", resource,
+                                 "]}, verbs [get, list, watch], to ServiceAccount ", sa)
+                  : absl::StrCat("bind a Role with rules {apiGroups: [\"\"], resources: [pods]} and {apiGroups: [", group,
+                                 "], resources: [inferencepools]}, verbs [get, list, watch], to ServiceAccount ", sa));
   }
 
   // ---- HTTPRoute ----
