@@ -158,6 +158,16 @@ void SetupReplayCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--refresh-metrics-interval", o->refresh_metrics_interval, "How often the EPP scrapes the servers (Go duration)")
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed for the workload, tie-breaks and random pickers")->capture_default_str();
+  cmd->add_option("--regions", o->regions,
+                  "Several regions: NAME:SERVERS[:SHARE[:CAPACITY_RPS]],... compares a global EPP, region-level EPPs over "
+                  "pools and local EPPs with overflow, with one --policy as the local one (docs/routing.md)");
+  cmd->add_option("--rtt", o->rtt, "With --regions: round-trip times A/B=MS,... for every pair of regions");
+  cmd->add_option("--global-region", o->global_region, "With --regions: where the global EPP runs (default: the first region)");
+  cmd->add_option("--saturation-queue", o->saturation_queue,
+                  "With --regions: a server's queue at which it counts as saturated (spill-over and overflow)")
+      ->capture_default_str();
+  cmd->add_option("--saturation-kv", o->saturation_kv, "With --regions: the KV-cache use at which a server counts as saturated")
+      ->capture_default_str();
   cmd->add_option("--output,-o", o->output, "text or json")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
   cmd->add_option("--report", o->report, "Also write a self-contained HTML report (inline SVG charts) to this file");
   cmd->add_flag("!--no-progress", o->progress, "No progress bar (it is shown on stderr only when stderr is a terminal)");
@@ -220,6 +230,31 @@ int RunReplay(const ReplayCommandOptions& o) {
     report_file.open(o.report, std::ios::binary | std::ios::trunc);
     if (!report_file) return PrintError(absl::InvalidArgumentError("--report: cannot write '" + o.report + "'"));
   }
+
+  if (!o.regions.empty()) {
+    if (policies.size() != 1)
+      return PrintError(absl::InvalidArgumentError("--regions compares routing shapes with one local policy: give one --policy"));
+    if (!o.report.empty()) return PrintError(absl::InvalidArgumentError("--report is not available with --regions"));
+    epp::MultiRegionOptions mo;
+    absl::StatusOr<std::vector<epp::ReplayRegion>> regions = epp::ParseReplayRegions(o.regions);
+    if (!regions.ok()) return PrintError(regions.status());
+    mo.regions = *std::move(regions);
+    absl::StatusOr<std::map<std::pair<std::string, std::string>, double>> rtt = epp::ParseRttMatrix(o.rtt);
+    if (!rtt.ok()) return PrintError(rtt.status());
+    mo.rtt_ms = *std::move(rtt);
+    mo.server = ro.server;
+    mo.scrape_interval_us = ro.scrape_interval_us;
+    mo.seed = o.seed;
+    mo.global_region = o.global_region;
+    mo.saturation_queue = o.saturation_queue;
+    mo.saturation_kv = o.saturation_kv;
+    absl::StatusOr<epp::MultiRegionReport> mr = epp::RunMultiRegionReplay(*trace, policies.front(), mo);
+    if (!mr.ok()) return PrintError(mr.status());
+    std::cout << (o.output == "json" ? epp::MultiRegionReportToJson(*mr) + "\n" : epp::MultiRegionReportToText(*mr));
+    return kExitOk;
+  }
+  if (!o.rtt.empty() || !o.global_region.empty())
+    return PrintError(absl::InvalidArgumentError("--rtt and --global-region go with --regions"));
 
   ProgressBar bar;
   if (o.progress && isatty(fileno(stderr))) ro.progress = [&bar](double f) { bar.Update(f); };

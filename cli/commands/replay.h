@@ -33,6 +33,9 @@ struct ReplayCommandOptions {
   int epp_replicas = 1;                   // ReplayOptions::epp_replicas
   std::string kv_event_delay = "0s";      // ReplayOptions::kv_event_delay_us
   uint64_t seed = 0;
+  // Several regions (RunMultiRegionReplay): --regions NAME:SERVERS[:SHARE[:CAPACITY]],... with --rtt.
+  std::string regions, rtt, global_region;
+  double saturation_queue = 5, saturation_kv = 0.8;
   // Output.
   std::string output = "text";
   std::string report;                     // HTML file

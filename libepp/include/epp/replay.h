@@ -18,7 +18,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "epp/config.h"
@@ -220,6 +223,67 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
 // `servers` (their parameters; the fastest counts for each request) the TTFT bound.
 ReplayTraceInfo AnalyzeTrace(const std::vector<ReplayRequest>& trace, int64_t pooled_capacity_blocks, int block_size_tokens = 16,
                              const std::vector<SimParams>& servers = {});
+
+// ---- Multi-region replay (docs/routing.md, "Several regions") -----------------------------------
+//
+// Regions of simulated servers, a symmetric RTT matrix and one trace whose requests arrive in
+// the regions by share, replayed three ways with the same local policy (any ReplayPolicy):
+//   global        one request-level EPP in `global_region` over every server: each request pays
+//                 the callout RTT(origin, EPP), it sees a remote server's metrics as they were
+//                 one RTT(EPP, server's region) earlier, and a pick outside the origin region adds
+//                 RTT(origin, server's region) to the time to first token;
+//   hierarchical  in every region a region-level EPP (capacity-filter, region-spillover-filter,
+//                 region-rtt-scorer, queue and KV scorers over the regions' pools, remote pool
+//                 averages one RTT late, each pool's capacity_rps) picks a region, then that
+//                 region's own EPP (the local policy, fresh metrics) picks the server;
+//   local         every region's own EPP; when all of its servers are saturated (queue >=
+//                 saturation_queue or KV >= saturation_kv) a request overflows to the nearest
+//                 region by RTT, blindly (no remote metrics).
+// Network time is added to TTFT and E2E; the servers see each request at its arrival (their queue
+// order ignores network delays, a documented simplification). Deterministic for a seed.
+struct ReplayRegion {
+  std::string name;            // a label value: letters, digits, '-', '_', '.'
+  int servers = 4;
+  double arrival_share = 1;    // relative share of the trace's requests arriving here (> 0 total)
+  double capacity_rps = 0;     // hierarchical: the pool's ceiling in each region-level EPP (0: none)
+};
+struct MultiRegionOptions {
+  std::vector<ReplayRegion> regions;                  // at least 2
+  std::map<std::pair<std::string, std::string>, double> rtt_ms;  // symmetric; same region 0
+  SimParams server;                                   // every server
+  int64_t scrape_interval_us = 50000;
+  uint64_t seed = 0;
+  std::string global_region;                          // empty: the first region
+  double saturation_queue = 5;                        // region-spillover-filter's and local overflow's
+  double saturation_kv = 0.8;
+};
+struct MultiRegionModeReport {
+  std::string mode;  // global, hierarchical, local
+  int64_t completed = 0, shed = 0, failed = 0;
+  Percentiles ttft_s, e2e_s;                 // network time included
+  double block_hit_rate = 0;
+  double cross_region_share = 0;             // served outside the arrival region
+  std::vector<int64_t> arrivals_per_region;  // regions' order
+  std::vector<int64_t> served_per_region;
+  std::vector<double> ttft_p90_per_origin_s;  // by arrival region
+  double load_max_over_mean = 0;             // requests per server
+  double wall_s = 0;
+};
+struct MultiRegionReport {
+  std::string policy;                 // the local policy's name
+  std::vector<ReplayRegion> regions;
+  std::vector<MultiRegionModeReport> modes;  // global, hierarchical, local
+};
+// kInvalidArgument for fewer than two regions, a bad name or share, an unknown or negative RTT, or
+// a policy that does not build.
+absl::StatusOr<MultiRegionReport> RunMultiRegionReplay(const std::vector<ReplayRequest>& trace, const ReplayPolicy& policy,
+                                                       const MultiRegionOptions& options);
+// "us-east:4:0.5:120,us-west:4:0.5" (NAME:SERVERS[:SHARE[:CAPACITY_RPS]]) and
+// "us-east/us-west=65,..." (A/B=MS); kInvalidArgument naming the bad item.
+absl::StatusOr<std::vector<ReplayRegion>> ParseReplayRegions(std::string_view text);
+absl::StatusOr<std::map<std::pair<std::string, std::string>, double>> ParseRttMatrix(std::string_view text);
+std::string MultiRegionReportToJson(const MultiRegionReport& report, int indent = 2);
+std::string MultiRegionReportToText(const MultiRegionReport& report);
 
 // JSON as documented in docs/routing.md.
 std::string ReplayReportToJson(const ReplayReport& report, int indent = 2);

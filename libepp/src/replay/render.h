@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "epp/replay.h"
@@ -19,6 +20,10 @@ void RenderSegment(uint64_t id, size_t chars, char* out);
 // RenderReplayPrompt with a cache of rendered segments: system prompts, Mooncake blocks and
 // conversation turns recur across requests (and across policies), so most of a prompt is
 // copied rather than generated. Not thread-safe.
+// p50/p90/p99 (interpolated between nearest ranks) and mean of `v`, sorting it in place; zeros
+// when empty.
+Percentiles Summarize(std::vector<double>& v);
+
 class PromptRenderer {
  public:
   // The prompt of `request`; valid until the next call.

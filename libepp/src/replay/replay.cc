@@ -32,7 +32,10 @@ namespace {
 
 using internal::Num;
 
-Percentiles Summarize(std::vector<double>& v) {
+}  // namespace
+
+// Nearest-rank-interpolated p50/p90/p99 and the mean; sorts in place. Zeros when empty.
+Percentiles replay_internal::Summarize(std::vector<double>& v) {
   Percentiles p;
   if (v.empty()) return p;
   std::sort(v.begin(), v.end());
@@ -49,6 +52,10 @@ Percentiles Summarize(std::vector<double>& v) {
   p.mean = sum / static_cast<double>(v.size());
   return p;
 }
+
+namespace {
+
+using replay_internal::Summarize;
 
 // An LRU of block hashes (the pooled-cache bound): a doubly linked list threaded through a
 // node array (no allocation per block once full) and a map from hash to node.
