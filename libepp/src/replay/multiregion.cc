@@ -91,8 +91,8 @@ class Engine {
           if (std::find(p.models.begin(), p.models.end(), q.model) == p.models.end()) p.models.push_back(q.model);
         EPP_ASSIGN_OR_RETURN(auto s, SimServer::Create(p));
         members[r].push_back(servers_.size());
-        server_of[absl::StrCat("10.", r, ".", i / 250, ".", i % 250 + 1, ":8000")] = servers_.size();
         addresses_.push_back(absl::StrCat("10.", r, ".", i / 250, ".", i % 250 + 1, ":8000"));
+        server_of[addresses_.back()] = servers_.size();
         region_of_.push_back(r);
         servers_.push_back(std::move(s));
       }
