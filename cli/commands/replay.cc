@@ -160,7 +160,7 @@ void SetupReplayCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--seed", o->seed, "Seed for the workload, tie-breaks and random pickers")->capture_default_str();
   cmd->add_option("--regions", o->regions,
                   "Several regions: NAME:SERVERS[:SHARE[:CAPACITY_RPS]],... compares a global EPP, region-level EPPs over "
-                  "pools and local EPPs with overflow, with one --policy as the local one (docs/routing.md)");
+                  "pools and local EPPs with overflow, with one --policy as the local one (default gie-default; docs/routing.md)");
   cmd->add_option("--rtt", o->rtt, "With --regions: round-trip times A/B=MS,... for every pair of regions");
   cmd->add_option("--global-region", o->global_region, "With --regions: where the global EPP runs (default: the first region)");
   cmd->add_option("--saturation-queue", o->saturation_queue,
@@ -188,7 +188,10 @@ int RunReplay(const ReplayCommandOptions& o) {
   if (*interval <= 0) return PrintError(absl::InvalidArgumentError("--refresh-metrics-interval: must be > 0"));
 
   std::vector<epp::ReplayPolicy> policies;
-  const std::vector<std::string> args = o.policies.empty() ? std::vector<std::string>{"round-robin", "gie-default"} : o.policies;
+  // Default: round-robin and gie-default; with --regions one local policy, gie-default.
+  const std::vector<std::string> args = !o.policies.empty() ? o.policies
+                                        : o.regions.empty() ? std::vector<std::string>{"round-robin", "gie-default"}
+                                                            : std::vector<std::string>{"gie-default"};
   for (size_t i = 0; i < args.size(); ++i) {
     absl::StatusOr<epp::ReplayPolicy> p = epp::ResolveReplayPolicy(args[i], i);
     if (!p.ok()) return PrintError(p.status());
@@ -224,6 +227,14 @@ int RunReplay(const ReplayCommandOptions& o) {
   absl::StatusOr<std::vector<epp::ReplayRequest>> trace = LoadInput(o, title);
   if (!trace.ok()) return PrintError(trace.status());
 
+  if (!o.regions.empty()) {
+    if (policies.size() != 1)
+      return PrintError(absl::InvalidArgumentError("--regions compares routing shapes with one local policy: give one --policy"));
+    if (!o.report.empty()) return PrintError(absl::InvalidArgumentError("--report is not available with --regions"));
+    if (o.prefill_servers > 0 || o.decode_servers > 0 || o.epp_replicas != 1)
+      return PrintError(absl::InvalidArgumentError(
+          "--regions takes its servers from the regions: --prefill-servers, --decode-servers and --epp-replicas do not apply"));
+  }
   // Open the report file before the run so that a bad path fails fast.
   std::ofstream report_file;
   if (!o.report.empty()) {
@@ -232,9 +243,6 @@ int RunReplay(const ReplayCommandOptions& o) {
   }
 
   if (!o.regions.empty()) {
-    if (policies.size() != 1)
-      return PrintError(absl::InvalidArgumentError("--regions compares routing shapes with one local policy: give one --policy"));
-    if (!o.report.empty()) return PrintError(absl::InvalidArgumentError("--report is not available with --regions"));
     epp::MultiRegionOptions mo;
     absl::StatusOr<std::vector<epp::ReplayRegion>> regions = epp::ParseReplayRegions(o.regions);
     if (!regions.ok()) return PrintError(regions.status());

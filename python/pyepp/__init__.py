@@ -15,7 +15,8 @@
   calls): message streams from captures, a transport-free :class:`~pyepp.extproc.Session`, and
   an in-process gRPC server.
 - :func:`replay`: routing policies compared over simulated servers in virtual time, on a trace
-  or a :class:`SharedPrefix` workload (:func:`replay_html` renders the report).
+  or a :class:`SharedPrefix` workload (:func:`replay_html` renders the report);
+  :func:`replay_regions` compares a global, a hierarchical and local-only routing over regions.
 
 Errors are :class:`EppError` subclasses (see :mod:`pyepp.errors`).
 """
@@ -36,7 +37,8 @@ from .metrics import (
 )
 from .scheduling import Endpoint, PickResult, PluginRegistry, Request, Scheduler, load_endpoints
 from .extproc import ServeHandle, serve
-from .routing import SharedPrefix, gie_workloads, named_policies, replay, replay_html, replay_text
+from .routing import (SharedPrefix, gie_workloads, named_policies, replay, replay_html, replay_regions, replay_regions_text,
+                      replay_text)
 from .sim import SimServer, Simulator
 from .lint import lint, lint_text
 from .conformance import conformance, conformance_checks
@@ -78,6 +80,8 @@ __all__ = [
     "replay",
     "replay_text",
     "replay_html",
+    "replay_regions",
+    "replay_regions_text",
     "SharedPrefix",
     "named_policies",
     "gie_workloads",

@@ -19,7 +19,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from ._native import lib
 from .errors import ConfigError, NotFoundError
 
-__all__ = ["SharedPrefix", "replay", "replay_text", "replay_html", "named_policies", "gie_workloads"]
+__all__ = ["SharedPrefix", "replay", "replay_text", "replay_html", "replay_regions", "replay_regions_text", "named_policies",
+           "gie_workloads"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -342,3 +343,114 @@ def replay_html(*report_or_args: Any, title: str = "pyepp replay", **kwargs: Any
     if not isinstance(title, str):
         raise TypeError(f"title must be a str, not {type(title).__name__}")
     return lib.replay_report_to_html(_report(report_or_args, kwargs), title)
+
+
+def _regions(regions: Any) -> List[Any]:
+    if isinstance(regions, str):
+        return list(lib.parse_replay_regions(regions))  # libepp's --regions syntax
+    if not isinstance(regions, Sequence):
+        raise TypeError(f"regions must be 'NAME:SERVERS[:SHARE[:CAPACITY_RPS]],...' or a list of dicts, "
+                        f"not {type(regions).__name__}")
+    out = []
+    known = ("name", "servers", "share", "capacity_rps")
+    for i, r in enumerate(regions):
+        if not isinstance(r, Mapping):
+            raise TypeError(f"regions[{i}] must be a dict with {', '.join(known)}, not {type(r).__name__}")
+        unknown = sorted(set(r) - set(known))
+        if unknown:
+            raise ConfigError(f"regions[{i}]: unknown key(s) {', '.join(map(repr, unknown))} (known: {', '.join(known)})")
+        n = lib.ReplayRegion()
+        if not isinstance(r.get("name"), str):
+            raise ConfigError(f"regions[{i}].name: expected a string, got {r.get('name')!r}")
+        n.name = r["name"]
+        servers = r.get("servers", 4)
+        if isinstance(servers, bool) or not isinstance(servers, int):
+            raise ConfigError(f"regions[{i}].servers: expected an int, got {servers!r}")
+        n.servers = servers
+        for key, field in (("share", "arrival_share"), ("capacity_rps", "capacity_rps")):
+            v = r.get(key, getattr(n, field))
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ConfigError(f"regions[{i}].{key}: expected a number, got {v!r}")
+            setattr(n, field, float(v))
+        out.append(n)
+    return out
+
+
+def _rtt(rtt_ms: Any) -> Dict[Tuple[str, str], float]:
+    if isinstance(rtt_ms, str):
+        return dict(lib.parse_rtt_matrix(rtt_ms))  # libepp's --rtt syntax
+    if not isinstance(rtt_ms, Mapping):
+        raise TypeError(f"rtt_ms must be 'A/B=MS,...' or a dict, not {type(rtt_ms).__name__}")
+    out: Dict[Tuple[str, str], float] = {}
+    for key, ms in rtt_ms.items():
+        pair = tuple(key.split("/", 1)) if isinstance(key, str) else key
+        if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            raise ConfigError(f"rtt_ms key {key!r}: expected 'A/B' or a pair of region names")
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)):
+            raise ConfigError(f"rtt_ms[{key!r}]: expected a number of milliseconds, got {ms!r}")
+        out[(pair[0], pair[1])] = float(ms)
+    return out
+
+
+def _run_regions(trace: Any, policy: Any, regions: Any, rtt_ms: Any, global_region: Optional[str],
+                 saturation_queue: float, saturation_kv: float, server_kv_tokens: Optional[int],
+                 sim: Optional[Mapping[str, Any]], refresh_interval_s: float, seed: int, trace_format: Optional[str],
+                 time_scale: float) -> Any:
+    seed = _uint64(seed, "seed")
+    if isinstance(refresh_interval_s, bool) or not isinstance(refresh_interval_s, (int, float)) or not (
+            0 < refresh_interval_s < math.inf):
+        raise ConfigError(f"refresh_interval_s must be a number of seconds > 0, got {refresh_interval_s!r}")
+    if isinstance(time_scale, bool) or not isinstance(time_scale, (int, float)) or not 0 < time_scale < math.inf:
+        raise ConfigError(f"time_scale must be a number > 0, got {time_scale!r}")
+    if isinstance(policy, Sequence) and not isinstance(policy, (str, tuple)):
+        raise ConfigError("a multi-region replay compares routing shapes with one local policy: give one policy")
+    options = lib.MultiRegionOptions()
+    options.regions = _regions(regions)
+    options.rtt_ms = _rtt(rtt_ms)
+    options.server = _sim_params(sim, server_kv_tokens, seed)
+    options.scrape_interval_us = max(1, round(refresh_interval_s * 1e6))
+    options.seed = seed
+    if global_region is not None:
+        if not isinstance(global_region, str):
+            raise ConfigError(f"global_region must be a region name, got {global_region!r}")
+        options.global_region = global_region
+    for name, v in (("saturation_queue", saturation_queue), ("saturation_kv", saturation_kv)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
+            raise ConfigError(f"{name} must be a number >= 0, got {v!r}")
+        setattr(options, name, float(v))
+    native_policy = _policy(policy, 0)
+    native_trace = _trace(trace, trace_format, float(time_scale), seed)
+    return lib.run_multi_region_replay(native_trace, native_policy, options)
+
+
+def replay_regions(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policy: Any, regions: Any, rtt_ms: Any, *,
+                   global_region: Optional[str] = None, saturation_queue: float = 5, saturation_kv: float = 0.8,
+                   server_kv_tokens: Optional[int] = None, sim: Optional[Mapping[str, Any]] = None,
+                   refresh_interval_s: float = 0.05, seed: int = 0, trace_format: Optional[str] = None,
+                   time_scale: float = 1.0) -> Dict[str, Any]:
+    """The multi-region replay (``eppctl replay --regions ... --rtt ...``; docs/routing.md,
+    "Several regions"): ``trace`` routed three ways with one local ``policy`` over regions of
+    simulated servers, returned as the JSON report's dict: ``policy``, ``regions``,
+    ``arrivals_from_trace`` and ``modes`` (``global``, ``hierarchical``, ``local``; each with
+    completed, shed, failed, ``ttft_s`` / ``e2e_s`` percentiles including network time,
+    block_hit_rate, cross_region_share, arrivals_per_region, served_per_region,
+    ttft_p90_per_origin_s, load_max_over_mean, wall_s).
+
+    ``regions``: ``"NAME:SERVERS[:SHARE[:CAPACITY_RPS]],..."`` or a list of dicts with ``name``,
+    ``servers`` (4), ``share`` (1) and ``capacity_rps`` (0: none; the pool's ceiling in the
+    region-level EPPs). ``rtt_ms``: ``"A/B=MS,..."`` or a dict keyed ``"A/B"`` or ``(A, B)``, one
+    entry for every pair. Requests arrive in the region their trace line names (``"region"``),
+    else in one drawn by share. ``global_region`` (default: the first) hosts the global EPP; a
+    region counts as saturated when all its servers show ``saturation_queue`` waiting requests or
+    ``saturation_kv`` KV-cache use. The other arguments are :func:`replay`'s.
+    """
+    report = _run_regions(trace, policy, regions, rtt_ms, global_region, saturation_queue, saturation_kv,
+                          server_kv_tokens, sim, refresh_interval_s, seed, trace_format, time_scale)
+    return json.loads(lib.multi_region_report_to_json(report, -1))
+
+
+def replay_regions_text(*args: Any, **kwargs: Any) -> str:
+    """:func:`replay_regions` run with these arguments, as ``eppctl replay --regions`` prints it."""
+    bound = inspect.signature(replay_regions).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return lib.multi_region_report_to_text(_run_regions(*bound.arguments.values()))

@@ -539,6 +539,29 @@ void BindReplay(py::module_& m) {
   m.def("replay_report_to_json", &epp::ReplayReportToJson, py::arg("report"), py::arg("indent"));
   m.def("replay_report_to_text", &epp::ReplayReportToText, py::arg("report"));
   m.def("replay_report_to_html", &epp::ReplayReportToHtml, py::arg("report"), py::arg("title"));
+  py::class_<epp::ReplayRegion>(m, "ReplayRegion")
+      .def(py::init<>())
+      .def_readwrite("name", &epp::ReplayRegion::name)
+      .def_readwrite("servers", &epp::ReplayRegion::servers)
+      .def_readwrite("arrival_share", &epp::ReplayRegion::arrival_share)
+      .def_readwrite("capacity_rps", &epp::ReplayRegion::capacity_rps);
+  py::class_<epp::MultiRegionOptions>(m, "MultiRegionOptions")
+      .def(py::init<>())
+      .def_readwrite("regions", &epp::MultiRegionOptions::regions)
+      .def_readwrite("rtt_ms", &epp::MultiRegionOptions::rtt_ms)
+      .def_readwrite("server", &epp::MultiRegionOptions::server)
+      .def_readwrite("scrape_interval_us", &epp::MultiRegionOptions::scrape_interval_us)
+      .def_readwrite("seed", &epp::MultiRegionOptions::seed)
+      .def_readwrite("global_region", &epp::MultiRegionOptions::global_region)
+      .def_readwrite("saturation_queue", &epp::MultiRegionOptions::saturation_queue)
+      .def_readwrite("saturation_kv", &epp::MultiRegionOptions::saturation_kv);
+  py::class_<epp::MultiRegionReport>(m, "MultiRegionReport");
+  m.def("parse_replay_regions", &ReplayRegions_ParseShim, py::arg("text"));
+  m.def("parse_rtt_matrix", &RttMatrix_ParseShim, py::arg("text"));
+  m.def("run_multi_region_replay", &MultiRegion_RunShim, py::arg("trace"), py::arg("policy"), py::arg("options"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("multi_region_report_to_json", &epp::MultiRegionReportToJson, py::arg("report"), py::arg("indent"));
+  m.def("multi_region_report_to_text", &epp::MultiRegionReportToText, py::arg("report"));
 }
 
 }  // namespace

@@ -949,4 +949,15 @@ epp::ReplayReport ReplayReport_RunShim(const ReplayTrace& trace, const std::vect
   return Unwrap(epp::RunReplay(trace.requests, policies, options));
 }
 
+epp::MultiRegionReport MultiRegion_RunShim(const ReplayTrace& trace, const epp::ReplayPolicy& policy,
+                                           const epp::MultiRegionOptions& options) {
+  return Unwrap(epp::RunMultiRegionReplay(trace.requests, policy, options));
+}
+
+std::vector<epp::ReplayRegion> ReplayRegions_ParseShim(const std::string& text) { return Unwrap(epp::ParseReplayRegions(text)); }
+
+std::map<std::pair<std::string, std::string>, double> RttMatrix_ParseShim(const std::string& text) {
+  return Unwrap(epp::ParseRttMatrix(text));
+}
+
 }  // namespace pyepp

@@ -346,5 +346,10 @@ std::vector<epp::ReplayPolicy> ReplayPolicy_UniqueNamesShim(std::vector<epp::Rep
 // RunReplay(); kInvalidArgument for bad options. Call without the GIL.
 epp::ReplayReport ReplayReport_RunShim(const ReplayTrace& trace, const std::vector<epp::ReplayPolicy>& policies,
                                        const epp::ReplayOptions& options);
+// RunMultiRegionReplay() and the --regions / --rtt parsers; errors as exceptions. Run without the GIL.
+epp::MultiRegionReport MultiRegion_RunShim(const ReplayTrace& trace, const epp::ReplayPolicy& policy,
+                                           const epp::MultiRegionOptions& options);
+std::vector<epp::ReplayRegion> ReplayRegions_ParseShim(const std::string& text);
+std::map<std::pair<std::string, std::string>, double> RttMatrix_ParseShim(const std::string& text);
 
 }  // namespace pyepp

@@ -209,3 +209,48 @@ def test_shared_system_prompt_conversations_flag_gie_defaults_idle_servers_and_e
     assert epp["flags"] == [] and epp["load_max_over_mean"] < 1.5
     assert epp["ttft_s"]["p90"] < gie["ttft_s"]["p90"]
     assert epp["ttft_over_bound"]["p90"] >= 1.0
+
+
+REGIONS = ["--workload", "shared-prefix", "--groups", "4", "--prompts-per-group", "6", "--rate", "30"]
+
+
+def test_regions_compare_three_routing_shapes(eppctl, tmp_path):
+    d = replay_json(eppctl, *REGIONS, "--policy", "gie-default", "--regions", "east:2:0.7:10,west:2:0.3",
+                    "--rtt", "east/west=50", "--global-region", "west")
+    assert d["policy"] == "gie-default"
+    assert [r["name"] for r in d["regions"]] == ["east", "west"]
+    assert d["regions"][0]["capacity_rps"] == 10
+    assert [m["mode"] for m in d["modes"]] == ["global", "hierarchical", "local"]
+    for m in d["modes"]:
+        assert sum(m["arrivals_per_region"]) == 24
+        assert m["completed"] + m["shed"] + m["failed"] == 24
+        assert 0 <= m["cross_region_share"] <= 1
+        assert m["ttft_s"]["p50"] <= m["ttft_s"]["p90"] <= m["ttft_s"]["p99"]
+    # The global EPP sits in west: every east arrival pays the 50 ms callout, so no east request
+    # can be faster than 50 ms there; local EPPs add no network time to a request served at home.
+    east_p90 = d["modes"][0]["ttft_p90_per_origin_s"][0]
+    assert east_p90 >= 0.05
+    # The text table: one row per mode, per-origin p90s.
+    r = eppctl("replay", *REGIONS, "--policy", "gie-default", "--regions", "east:2:0.7:10,west:2:0.3", "--rtt",
+               "east/west=50")
+    assert r.returncode == 0, r.stderr
+    for mode in ("global", "hierarchical", "local"):
+        assert re.search(rf"^{mode}\s+\d+\s+\d+\s+[\d.]+s", r.stdout, re.M), r.stdout
+    assert "capacity 10 req/s" in r.stdout and "TTFT p90 by arrival region" in r.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--regions", "a:1,b:1"], "no RTT between a and b (give a/b=MS)"),
+    (["--regions", "a:1,b:1", "--rtt", "a/c=5"], "RTT a/c: unknown region"),
+    (["--regions", "a:1,b:1", "--rtt", "a/b=5", "--policy", "random", "--policy", "round-robin"], "give one --policy"),
+    (["--regions", "a:1,b:1", "--rtt", "a/b=5", "--epp-replicas", "2"], "--epp-replicas do not apply"),
+    (["--regions", "a:x", "--rtt", "a/b=5"], "--regions 'a:x': SERVERS must be a whole number >= 1"),
+    (["--rtt", "a/b=5"], "--rtt and --global-region go with --regions"),
+    (["--regions", "a:1,b:1", "--rtt", "a/b=5", "--report", "REPORT"], "--report is not available with --regions"),
+])
+def test_regions_usage_errors(eppctl, tmp_path, args, message):
+    report = tmp_path / "r.html"
+    r = eppctl("replay", *REGIONS, *[str(report) if a == "REPORT" else a for a in args])
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert message in r.stderr, r.stderr
+    assert not report.exists()  # refused before the report file is opened

@@ -78,6 +78,10 @@ struct Endpoint {
   // metrics age into staleness instead.
   bool unreachable = false;
   EndpointCapacity capacity;  // from the endpoints file; unlimited by default
+  // Extra age its metrics may reach before they count as stale (endpoints file
+  // `metricsStalenessAllowance`): a server scraped across regions (Endpoint Mode of a
+  // multi-cluster pool) is read one RTT late and less often. Added to every staleness threshold.
+  int64_t metrics_staleness_allowance_us = 0;
 };
 
 // Checks what a scrape cannot produce but a hand-written snapshot can (pyepp, tests): every
@@ -100,9 +104,10 @@ inline std::optional<int64_t> MetricsAgeMicros(const Endpoint& e, int64_t now_us
   return now_us - *e.metrics_time_us;
 }
 
-// True when the metrics were never read or are older than `staleness_us`.
+// True when the metrics were never read or are older than `staleness_us` plus the endpoint's
+// own allowance.
 inline bool MetricsStale(const Endpoint& e, int64_t now_us, int64_t staleness_us) {
-  return !e.metrics_time_us.has_value() || now_us - *e.metrics_time_us > staleness_us;
+  return !e.metrics_time_us.has_value() || now_us - *e.metrics_time_us > staleness_us + e.metrics_staleness_allowance_us;
 }
 
 }  // namespace epp

@@ -18,6 +18,9 @@
 //       labels: {region: us-east, zone: us-east-1a}
 //       capacity: {requestsPerSecond: 50, tokensPerSecond: 200000}   # optional ceilings
 //       tls: {caFile: ca.pem, insecureSkipVerify: false}            # for an https metrics URL
+//     - address: 10.8.3.4:8000     # a remote cluster's pod (Endpoint Mode, flat network)
+//       labels: {cluster: west-1}
+//       metricsStalenessAllowance: 300ms   # its metrics may be this much older before stale
 // Unknown keys, duplicate keys, duplicate addresses and an empty list are errors.
 //
 // Thread-safety: the functions share no state; independent calls may run concurrently. A
@@ -70,6 +73,9 @@ struct EndpointSpec {
   // instead of the system store, or no verification at all. Empty = ScrapeOptions' settings.
   std::string tls_ca_file;
   bool tls_insecure_skip_verify = false;
+  // Endpoint::metrics_staleness_allowance_us (endpoints file `metricsStalenessAllowance`, a Go
+  // duration up to 1h).
+  int64_t metrics_staleness_allowance_us = 0;
 
   bool operator==(const EndpointSpec&) const = default;
 };

@@ -43,6 +43,7 @@ struct ReplayRequest {
   int64_t prompt_tokens = 0;            // sum of segment tokens, or ApproxTokens(text)
   int64_t output_tokens = 1;
   int priority = 0;
+  std::string region;                   // where it arrived, if the trace says (multi-region replay)
 };
 
 // The prompt text of a request: `text`, or its segments rendered deterministically.
@@ -74,12 +75,13 @@ absl::StatusOr<std::vector<ReplayRequest>> GenerateSharedPrefix(const SharedPref
 absl::StatusOr<SharedPrefixWorkload> GieBenchmarkWorkload(std::string_view name);
 
 // Mooncake FAST'25 trace lines: {"timestamp": ms, "input_length", "output_length", "hash_ids":
-// [...]} where each hash id is one 512-token block (the last may be partial). `time_scale`
-// multiplies timestamps (0.5 = twice as fast). Errors name file:line.
+// [...]} where each hash id is one 512-token block (the last may be partial), and optionally
+// "region" (the arrival region for a multi-region replay). `time_scale` multiplies timestamps
+// (0.5 = twice as fast). Errors name file:line.
 absl::StatusOr<std::vector<ReplayRequest>> LoadMooncakeTrace(const std::string& path, double time_scale = 1.0);
 // Captured OpenAI requests, one per line as `eppctl pick` reads them, each with an arrival time
 // in a top-level "timestamp" (ms) or "arrival_s" member and optionally "output_tokens" (default
-// max_tokens of the body, else 128).
+// max_tokens of the body, else 128) and "region" (as in Mooncake lines).
 absl::StatusOr<std::vector<ReplayRequest>> LoadOpenAITrace(const std::string& path, double time_scale = 1.0);
 
 // Azure's LLM inference traces (AzurePublicDataset): CSV with the header
@@ -227,7 +229,8 @@ ReplayTraceInfo AnalyzeTrace(const std::vector<ReplayRequest>& trace, int64_t po
 // ---- Multi-region replay (docs/routing.md, "Several regions") -----------------------------------
 //
 // Regions of simulated servers, a symmetric RTT matrix and one trace whose requests arrive in
-// the regions by share, replayed three ways with the same local policy (any ReplayPolicy):
+// the region their `region` names, or when they name none, in a region drawn by share; replayed
+// three ways with the same local policy (any ReplayPolicy):
 //   global        one request-level EPP in `global_region` over every server: each request pays
 //                 the callout RTT(origin, EPP), it sees a remote server's metrics as they were
 //                 one RTT(EPP, server's region) earlier, and a pick outside the origin region adds
@@ -242,7 +245,7 @@ ReplayTraceInfo AnalyzeTrace(const std::vector<ReplayRequest>& trace, int64_t po
 // Network time is added to TTFT and E2E; the servers see each request at its arrival (their queue
 // order ignores network delays, a documented simplification). Deterministic for a seed.
 struct ReplayRegion {
-  std::string name;            // a label value: letters, digits, '-', '_', '.'
+  std::string name;            // lower-case letters, digits and '-' (a label value)
   int servers = 4;
   double arrival_share = 1;    // relative share of the trace's requests arriving here (> 0 total)
   double capacity_rps = 0;     // hierarchical: the pool's ceiling in each region-level EPP (0: none)
@@ -273,9 +276,10 @@ struct MultiRegionReport {
   std::string policy;                 // the local policy's name
   std::vector<ReplayRegion> regions;
   std::vector<MultiRegionModeReport> modes;  // global, hierarchical, local
+  int64_t arrivals_from_trace = 0;    // requests whose region the trace named (the rest: by share)
 };
-// kInvalidArgument for fewer than two regions, a bad name or share, an unknown or negative RTT, or
-// a policy that does not build.
+// kInvalidArgument for fewer than two regions, a bad name or share, an unknown or negative RTT, a
+// request naming a region that is not one of `regions`, or a policy that does not build.
 absl::StatusOr<MultiRegionReport> RunMultiRegionReplay(const std::vector<ReplayRequest>& trace, const ReplayPolicy& policy,
                                                        const MultiRegionOptions& options);
 // "us-east:4:0.5:120,us-west:4:0.5" (NAME:SERVERS[:SHARE[:CAPACITY_RPS]]) and

@@ -17,6 +17,7 @@
 
 #include "common/strings.h"
 #include "common/yaml_limits.h"
+#include "epp/params.h"
 
 namespace epp {
 namespace {
@@ -233,10 +234,16 @@ absl::Status ParseEntry(std::string_view source, const YAML::Node& entry, const 
         EPP_RETURN_IF_ERROR(ParseCapacity(source, kv.second, kpath, spec.capacity));
       } else if (key == "tls") {
         EPP_RETURN_IF_ERROR(ParseTls(source, kv.second, kpath, base_dir, spec));
+      } else if (key == "metricsStalenessAllowance") {
+        EPP_ASSIGN_OR_RETURN(std::string d, ScalarAt(source, kv.first, kv.second, kpath));
+        absl::StatusOr<int64_t> us = ParseDurationMicros(d);
+        if (!us.ok() || *us < 0 || *us > int64_t{3600} * 1000000)
+          return YamlError(source, kv.second, kpath, "expected a duration from 0s to 1h such as 300ms, got '" + d + "'");
+        spec.metrics_staleness_allowance_us = *us;
       } else {
         return YamlError(source, kv.first, kpath,
-                         "unknown key (expected address, metrics, labels, engine, kvEvents, kvEventsReplay, capacity "
-                         "or tls)");
+                         "unknown key (expected address, metrics, labels, engine, kvEvents, kvEventsReplay, capacity, "
+                         "tls or metricsStalenessAllowance)");
       }
     }
     if (!keys.contains("address")) return YamlError(source, entry, path, "missing 'address'");
@@ -601,6 +608,7 @@ absl::StatusOr<std::vector<Endpoint>> ResolveEndpoints(std::span<const EndpointS
     ep.metrics_error = std::string(o.error.message());
     ep.unreachable = o.unreachable;
     ep.capacity = specs[i].capacity;
+    ep.metrics_staleness_allowance_us = specs[i].metrics_staleness_allowance_us;
   }
   return endpoints;
 }
@@ -634,6 +642,7 @@ absl::Status RefreshEndpointMetrics(std::span<const EndpointSpec> specs, std::sp
     ep.metrics_error = std::string(o.error.message());
     ep.unreachable = o.unreachable;
     ep.capacity = specs[i].capacity;
+    ep.metrics_staleness_allowance_us = specs[i].metrics_staleness_allowance_us;
     if (options.fail_on_metrics_error && first.ok()) first = o.error;
   }
   return first;

@@ -417,10 +417,21 @@ absl::StatusOr<MultiRegionReport> RunMultiRegionReplay(const std::vector<ReplayR
   EPP_RETURN_IF_ERROR(o.server.Validate());
   for (size_t i = 1; i < trace.size(); ++i)
     if (trace[i].arrival_us < trace[i - 1].arrival_us) return absl::InvalidArgumentError("the trace is not sorted by arrival time");
-  // Arrival regions by share, the same for every mode.
+  // Arrival regions: the trace's, else by share; the same for every mode.
   std::vector<size_t> origin(trace.size());
   SeededRng rng(o.seed ^ 0x6d756c7469726567ULL);
+  int64_t from_trace = 0;
   for (size_t i = 0; i < trace.size(); ++i) {
+    if (!trace[i].region.empty()) {
+      size_t r = 0;
+      while (r < o.regions.size() && o.regions[r].name != trace[i].region) ++r;
+      if (r == o.regions.size())
+        return absl::InvalidArgumentError(absl::StrCat("trace request ", i + 1, " (by arrival) arrives in region '", trace[i].region,
+                                                       "', which is not one of the replay's regions"));
+      origin[i] = r;
+      ++from_trace;
+      continue;
+    }
     double u = rng.Uniform() * shares;
     size_t r = 0;
     while (r + 1 < o.regions.size() && u >= o.regions[r].arrival_share) u -= o.regions[r].arrival_share, ++r;
@@ -429,6 +440,7 @@ absl::StatusOr<MultiRegionReport> RunMultiRegionReplay(const std::vector<ReplayR
   MultiRegionReport report;
   report.policy = policy.name;
   report.regions = o.regions;
+  report.arrivals_from_trace = from_trace;
   for (const char* mode : {"global", "hierarchical", "local"}) {
     const auto wall0 = std::chrono::steady_clock::now();
     Engine engine(trace, policy, o, origin);
@@ -500,7 +512,8 @@ std::string MultiRegionReportToJson(const MultiRegionReport& report, int indent)
                      {"ttft_p90_per_origin_s", m.ttft_p90_per_origin_s},
                      {"load_max_over_mean", m.load_max_over_mean},
                      {"wall_s", m.wall_s}});
-  return json{{"policy", report.policy}, {"regions", regions}, {"modes", modes}}.dump(indent);
+  return json{{"policy", report.policy}, {"regions", regions}, {"arrivals_from_trace", report.arrivals_from_trace}, {"modes", modes}}
+      .dump(indent);
 }
 
 std::string MultiRegionReportToText(const MultiRegionReport& r) {
@@ -508,6 +521,7 @@ std::string MultiRegionReportToText(const MultiRegionReport& r) {
   for (const ReplayRegion& g : r.regions)
     absl::StrAppend(&out, " ", g.name, " (", g.servers, " servers, share ", Num(g.arrival_share),
                     g.capacity_rps > 0 ? absl::StrCat(", capacity ", Num(g.capacity_rps), " req/s") : "", ")");
+  if (r.arrivals_from_trace > 0) absl::StrAppend(&out, "; ", r.arrivals_from_trace, " arrival regions from the trace");
   absl::StrAppend(&out, "\n\n");
   char line[512];
   std::snprintf(line, sizeof line, "%-13s %9s %6s %9s %9s %9s %8s %8s %8s  %s\n", "mode", "completed", "shed", "TTFT p50", "TTFT p90",

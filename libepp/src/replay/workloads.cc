@@ -199,6 +199,16 @@ absl::StatusOr<int64_t> ArrivalMicros(double value, double unit_us, double time_
   return std::llround(us);
 }
 
+// The optional "region" member of a trace line: a string naming the arrival region.
+absl::Status ReadRegion(const nlohmann::json& j, const std::string& where, ReplayRequest& r) {
+  auto it = j.find("region");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_string() || it->get_ref<const std::string&>().empty() || it->get_ref<const std::string&>().size() > 63)
+    return Bad(where + "region: expected a region name (a string of 1 to 63 characters)");
+  r.region = it->get<std::string>();
+  return absl::OkStatus();
+}
+
 // One JSON object per line, blank lines skipped; `each(line_number, text, object, where)` turns a
 // line into a request (`where` is "path:line: " for its errors). The result is in arrival order.
 template <typename Each>
@@ -248,6 +258,7 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadMooncakeTrace(const std::string& 
     absl::StatusOr<int64_t> at = ArrivalMicros(static_cast<double>(*ts), 1000.0, time_scale, where + "timestamp");
     if (!at.ok()) return at.status();
     r.arrival_us = *at;
+    EPP_RETURN_IF_ERROR(ReadRegion(j, where, r));
     r.prompt_tokens = std::max<int64_t>(1, *il);
     r.output_tokens = std::max<int64_t>(1, *ol);
     int64_t left = r.prompt_tokens;
@@ -281,6 +292,7 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadOpenAITrace(const std::string& pa
     }
     if (!at.ok()) return at.status();
     r.arrival_us = *at;
+    EPP_RETURN_IF_ERROR(ReadRegion(j, where, r));
     r.model = req->model;
     r.text = req->prompt;
     r.prompt_tokens = std::max<int64_t>(1, req->prompt_tokens);

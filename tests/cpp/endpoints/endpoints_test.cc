@@ -296,7 +296,7 @@ TEST(LoadEndpointsFileTest, UnknownKeyNamesFileLineAndPath) {
   ASSERT_FALSE(specs.ok());
   EXPECT_EQ(specs.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(specs.status().message(),
-            path + ":5: endpoints[1].metric: unknown key (expected address, metrics, labels, engine, kvEvents, kvEventsReplay, capacity or tls)");
+            path + ":5: endpoints[1].metric: unknown key (expected address, metrics, labels, engine, kvEvents, kvEventsReplay, capacity, tls or metricsStalenessAllowance)");
 }
 
 TEST(LoadEndpointsFileTest, MissingFileIsNotFound) {
@@ -343,7 +343,7 @@ TEST(ParseEndpointsYamlTest, StrictErrorsCarryLineAndPath) {
       {"unknown top key", "pool:\n  - 10.0.0.1:8000\n", "t.yaml:1: pool: unknown key (expected 'endpoints')"},
       {"duplicate top key", "endpoints: ['a:1']\nendpoints: ['b:2']\n", "t.yaml:2: endpoints: duplicate key"},
       {"unknown entry key", "endpoints:\n  - address: 10.0.0.1:8000\n    engien: vllm\n",
-       "t.yaml:3: endpoints[0].engien: unknown key (expected address, metrics, labels, engine, kvEvents, kvEventsReplay, capacity or tls)"},
+       "t.yaml:3: endpoints[0].engien: unknown key (expected address, metrics, labels, engine, kvEvents, kvEventsReplay, capacity, tls or metricsStalenessAllowance)"},
       {"missing address", "endpoints:\n  - metrics: none\n", "t.yaml:2: endpoints[0]: missing 'address'"},
       {"no port",
        "endpoints:\n  - address: 10.0.0.1:8000\n  - address: 10.0.0.3:8000\n\n  - address: 10.0.0.1\n",
@@ -373,7 +373,7 @@ TEST(ParseEndpointsYamlTest, StrictErrorsCarryLineAndPath) {
       {"empty text", "", "t.yaml: expected a map with 'endpoints' or a list of endpoints"},
       {"syntax error", "endpoints: [\n", "t.yaml:2: ", true},
       {"json unknown key", "{\"endpoints\": [\n  {\"address\": \"a:1\",\n   \"bogus\": 1}]}\n",
-       "t.yaml:3: endpoints[0].bogus: unknown key (expected address, metrics, labels, engine, kvEvents, kvEventsReplay, capacity or tls)"},
+       "t.yaml:3: endpoints[0].bogus: unknown key (expected address, metrics, labels, engine, kvEvents, kvEventsReplay, capacity, tls or metricsStalenessAllowance)"},
       {"json bad port", "{\"endpoints\": [{\"address\": \"a:1\"},\n {\"address\": \"b:99999\"}]}",
        "t.yaml:2: endpoints[1].address: 'b:99999' has port 99999; expected 1..65535"},
   };

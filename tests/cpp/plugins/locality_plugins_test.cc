@@ -4,6 +4,7 @@
 // from the formulas in docs/scheduling.md.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "epp/config.h"
 #include "epp/endpoints.h"
+#include "epp/kube.h"
 #include "epp/metrics.h"
 #include "epp/registry.h"
 #include "epp/request.h"
@@ -335,6 +337,52 @@ TEST(PoolEndpointsTest, CapacityAndTlsKeysParseAndBadValuesNameTheirPlace) {
     ASSERT_FALSE(bad.ok()) << c.entry;
     EXPECT_NE(bad.status().message().find(c.want), std::string::npos) << bad.status();
   }
+}
+
+TEST(PoolEndpointsTest, EndpointModeRemotePodsCarryTheirStalenessAllowance) {
+  // Endpoint Mode: the cluster directory lists the exporting clusters' pods themselves (flat
+  // network); the import picks them by cluster, and a remote pod's metrics may be older.
+  auto dir = ParseEndpointsYaml(
+      "endpoints:\n"
+      "- {address: 10.1.0.5:8000, labels: {cluster: east, region: us-east}}\n"
+      "- {address: 10.2.0.7:8000, labels: {cluster: west, region: us-west}, metricsStalenessAllowance: 1s}\n"
+      "- {address: 10.3.0.9:8000, labels: {cluster: eu, region: eu}, metricsStalenessAllowance: 250ms}\n",
+      "clusters.yaml", "");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  auto imp = ParseInferencePoolImport(
+      R"({"metadata":{"name":"llama","namespace":"ns"},"status":{"controllers":[{"name":"c","exportingClusters":[{"name":"east"},{"name":"west"}]}]}})",
+      "GET x");
+  ASSERT_TRUE(imp.ok()) << imp.status();
+  const std::vector<EndpointSpec> specs = ImportEndpoints(*imp, *dir, "cluster");
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].metrics_staleness_allowance_us, 0);
+  EXPECT_EQ(specs[1].metrics_staleness_allowance_us, 1000000);
+  // ResolveEndpoints carries the allowance onto the endpoint.
+  const std::string prom = ::testing::TempDir() + "/endpoint-mode.prom";
+  { std::ofstream(prom) << "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n"
+                           "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n"
+                           "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0.2\n"; }
+  std::vector<EndpointSpec> with_metrics = specs;
+  for (EndpointSpec& s : with_metrics) s.metrics = prom;
+  auto eps = ResolveEndpoints(with_metrics, ResolveOptions{});
+  ASSERT_TRUE(eps.ok()) << eps.status();
+  EXPECT_EQ((*eps)[1].metrics_staleness_allowance_us, 1000000);
+  // Both read 800 ms ago; 500 ms is stale for the home pod, not for the remote one.
+  for (Endpoint& e : *eps) e.metrics_time_us = kNowUs - 800000;
+  EXPECT_TRUE(MetricsStale((*eps)[0], kNowUs, 500000));
+  EXPECT_FALSE(MetricsStale((*eps)[1], kNowUs, 500000));
+  EXPECT_TRUE(MetricsStale((*eps)[1], kNowUs + 800000, 500000));
+  Built b = MustBuild("- type: region-spillover-filter\n  parameters: {metricsStalenessMs: 500}\n- type: queue-scorer\n",
+                      "  - pluginRef: region-spillover-filter\n  - pluginRef: queue-scorer\n", "us-east");
+  const PickResult r = b.scheduler->Pick(Req(), *eps, {.trace = true});
+  ASSERT_EQ(r.status, 200) << r.reason;
+  EXPECT_EQ(r.endpoints.front(), "10.2.0.7:8000");
+  EXPECT_EQ(Removed(r, "10.1.0.5:8000"), "metrics stale (older than 500 ms)");
+
+  auto bad = ParseEndpointsYaml("endpoints:\n- address: a:1\n  metricsStalenessAllowance: soon\n", "eps.yaml", "");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "eps.yaml:3: endpoints[0].metricsStalenessAllowance: expected a duration from 0s to 1h such as 300ms, got 'soon'");
 }
 
 TEST(PoolEndpointsTest, TheEppEngineReadsPoolAggregatesInEitherDialect) {
