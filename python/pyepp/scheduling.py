@@ -607,6 +607,15 @@ class Scheduler:
             raise TypeError(f"result must be a pyepp.PickResult, not {type(result).__name__}")
         self._native.release(result._outcome)
 
+    def observe_first_token(self, result: PickResult) -> None:
+        """The first token of a recorded pick has arrived (call it when your response path sees
+        it, e.g. the first chunk of a streamed answer): plugins that learn from the response
+        path's timing use it, such as the ``estimated-ttft-scorer`` with
+        ``calibratePrefillRate``. Harmless for results that recorded nothing."""
+        if not isinstance(result, PickResult):
+            raise TypeError(f"result must be a pyepp.PickResult, not {type(result).__name__}")
+        self._native.observe_first_token(result._outcome)
+
     def effective_config(self) -> str:
         """The configuration after defaults, as YAML (``eppctl config effective``)."""
         return self._native.effective_config_yaml()

@@ -119,6 +119,7 @@ void BindScheduler(py::module_& m) {
       .def_readonly("profiles_reason", &epp::PickResult::profiles_reason)
       .def_readonly("saturation", &epp::PickResult::saturation)
       .def_readonly("load_tokens", &epp::PickResult::load_tokens)
+      .def_readonly("pick_id", &epp::PickResult::pick_id)
       .def_readonly("candidates", &epp::PickResult::candidates)
       .def_readonly("unreachable", &epp::PickResult::unreachable)
       .def_readonly("prefix_block_size_tokens", &epp::PickResult::prefix_block_size_tokens)
@@ -151,6 +152,8 @@ void BindScheduler(py::module_& m) {
       .def("pick", &Scheduler_PickShim, py::arg("request"), py::arg("endpoints"), py::arg("subset"), py::arg("record"),
            py::arg("trace"), py::arg("body") = "", py::call_guard<py::gil_scoped_release>())
       .def("release", &Scheduler_ReleaseShim, py::arg("outcome"), py::call_guard<py::gil_scoped_release>())
+      .def("observe_first_token", &Scheduler_ObserveFirstTokenShim, py::arg("outcome"),
+           py::call_guard<py::gil_scoped_release>())
       .def("effective_config_yaml", &Scheduler_EffectiveConfigShim)
       .def_property_readonly("warnings", &Scheduler_WarningsShim)
       .def_property_readonly("profile_names", &Scheduler_ProfileNamesShim)

@@ -544,6 +544,11 @@ void Scheduler_ReleaseShim(const SchedulerHolder& holder, const PickOutcome& out
   holder.scheduler->Release(outcome.result);
 }
 
+void Scheduler_ObserveFirstTokenShim(const SchedulerHolder& holder, const PickOutcome& outcome) {
+  const epp::PickResult& r = outcome.result;
+  if (r.status == 200 && !r.endpoints.empty()) holder.scheduler->ObserveFirstToken(r.pick_id, r.endpoints.front());
+}
+
 std::string Scheduler_EffectiveConfigShim(const SchedulerHolder& holder) {
   return holder.scheduler->EffectiveConfigYaml();
 }

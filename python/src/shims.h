@@ -187,6 +187,8 @@ PickOutcome Scheduler_PickShim(const SchedulerHolder& holder, epp::InferenceRequ
                                std::vector<epp::Endpoint> endpoints, std::optional<std::vector<std::string>> subset,
                                bool record, bool trace, const std::string& body);
 void Scheduler_ReleaseShim(const SchedulerHolder& holder, const PickOutcome& outcome);
+// Scheduler::ObserveFirstToken for the pick's primary endpoint, now; nothing for an unrecorded pick.
+void Scheduler_ObserveFirstTokenShim(const SchedulerHolder& holder, const PickOutcome& outcome);
 std::string Scheduler_EffectiveConfigShim(const SchedulerHolder& holder);
 std::vector<std::string> Scheduler_WarningsShim(const SchedulerHolder& holder);
 std::vector<std::string> Scheduler_ProfileNamesShim(const SchedulerHolder& holder);

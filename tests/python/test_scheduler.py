@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -783,3 +784,45 @@ def test_topology_affinity_keeps_prefill_on_the_decode_pods_rack() -> None:
     # The idle prefill server is on another rack; the busy one shares the decode pod's rack.
     assert result.headers["x-prefiller-host-port"] == "10.0.0.3:8000"
     assert "closest level shared with peer 10.0.0.1:8000: none (minAffinity rack)" in result.explain_text()
+
+
+CALIBRATED = """\
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: approx-prefix-cache-producer
+- type: estimated-ttft-scorer
+  parameters: {calibratePrefillRate: true, calibrationMinSamples: 1, calibrationMinTokens: 1}
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: estimated-ttft-scorer
+  - pluginRef: max-score-picker
+"""
+
+
+def test_observe_first_token_calibrates_the_prefill_rate() -> None:
+    s = pyepp.Scheduler.from_yaml(CALIBRATED)
+    eps = [pyepp.Endpoint("10.0.0.1:8000", IDLE)]
+
+    def ttft_detail() -> str:
+        r = s.pick(chat(), eps, record=False)
+        (row,) = r.explain()["profiles"][0]["scores"]
+        return next(sc["detail"] for sc in row["scorers"] if sc["type"] == "estimated-ttft-scorer")
+
+    assert "(configured; 0 of 1 responses timed)" in ttft_detail()
+    unrecorded = s.pick(chat(), eps, record=False)
+    s.observe_first_token(unrecorded)  # recorded nothing: nothing learned
+    assert "(configured; 0 of 1 responses timed)" in ttft_detail()
+    picked = s.pick(chat(), eps)
+    assert picked.status == 200
+    time.sleep(0.05)  # the first token arrives at least 50 ms after the pick, on the real clock
+    s.observe_first_token(picked)
+    after = ttft_detail()
+    assert "(calibrated from 1 responses)" in after, after
+    # (>= 44 ms of prefill) for the request's uncached tokens: far below the configured 20000/s.
+    rate = int(after.split(" tokens/s")[0].rsplit(" ", 1)[1])
+    assert 1000 <= rate < 20000, after
+    with pytest.raises(TypeError):
+        s.observe_first_token("not a result")  # type: ignore[arg-type]

@@ -112,6 +112,8 @@ struct PickResult {
   double saturation = 0;               // detector figure over the candidates
   std::string saturation_detail;
   int64_t load_tokens = 0;             // in-flight token estimate recorded for this request
+  // Unique per recorded pick in this process (0 when not recorded): ObserveFirstToken's key.
+  uint64_t pick_id = 0;
   // The endpoint the load was recorded on, when it differs from endpoints.front() (a profile
   // handler's destination_port rewrite); Release() uses it.
   std::string load_endpoint;
@@ -219,6 +221,10 @@ class Scheduler {
   // than was recorded clamps at zero.
   void Release(const PickResult& result) const;
   void Release(std::string_view endpoint, int64_t tokens) const;
+  // The response path saw the first token of pick `pick_id` from `endpoint` at `at_us` (the
+  // scheduler's clock; nullopt: now). Passed to every FirstTokenObserver plugin (the
+  // estimated-ttft-scorer calibrates its prefill rate from it). Unknown ids are ignored.
+  void ObserveFirstToken(uint64_t pick_id, std::string_view endpoint, std::optional<int64_t> at_us = std::nullopt) const;
   // Drops per-endpoint state (prefix index entries, in-flight counters) of an endpoint that left.
   void ForgetEndpoint(std::string_view endpoint) const;
 

@@ -63,6 +63,8 @@ struct SchedulingContext {
   // close to (the decode pick while a disaggregated prefill profile runs; llm-d's "peer
   // endpoint"); nullptr when the profile handler names none. Topology affinity reads it.
   const Endpoint* peer = nullptr;
+  // The recorded pick's id (PickResult::pick_id) while request observers run; 0 otherwise.
+  uint64_t pick_id = 0;
 
   // Position of `e` in `endpoints`. REQUIRES: e points into endpoints.
   size_t IndexOf(const Endpoint* e) const { return static_cast<size_t>(e - endpoints.data()); }
@@ -196,6 +198,16 @@ class RequestObserver {
  public:
   virtual ~RequestObserver() = default;
   virtual void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const = 0;
+};
+
+// Learns from the response path (Scheduler::ObserveFirstToken): called when the first token of
+// a recorded pick reached the gateway (a streamed response's first body chunk; a replay's
+// first-token event), with the pick's id, the endpoint that answered and the time on the
+// scheduler's clock. At most once per pick; never for picks whose first token was not seen.
+class FirstTokenObserver {
+ public:
+  virtual ~FirstTokenObserver() = default;
+  virtual void FirstToken(uint64_t pick_id, std::string_view endpoint, int64_t at_us) const = 0;
 };
 
 // Headers for the client's response (the ext_proc response-headers phase), e.g. llm-d's session

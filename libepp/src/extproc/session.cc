@@ -468,6 +468,13 @@ absl::Status ExtProcSession::Impl::Process(const pb::ProcessingRequest& in, std:
     }
     case pb::ProcessingRequest::kResponseBody: {
       const std::string& chunk = in.response_body().body();
+      // A streamed response's first body chunk carries its first token: the response path's
+      // timing for FirstTokenObserver plugins (the estimated-ttft-scorer's calibration). A
+      // non-streamed body arrives whole at the end, so it times nothing.
+      if (response_streaming && !first_token_seen && !chunk.empty() && result && result->status == 200 && result->pick_id != 0) {
+        first_token_seen = true;
+        scheduler.ObserveFirstToken(result->pick_id, result->endpoints.front());
+      }
       // Keep at most 1 MiB for usage parsing; beyond that only the tail (where SSE usage is).
       constexpr size_t kKeep = size_t{1} << 20, kTail = size_t{64} << 10;
       response_body.append(chunk);

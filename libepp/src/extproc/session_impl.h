@@ -41,6 +41,7 @@ struct ExtProcSession::Impl {
   bool response_done = false;
   std::string response_body;       // bounded, for usage parsing
   bool response_body_truncated = false;
+  bool first_token_seen = false;  // the first body chunk of a streamed response went to the scheduler
   std::optional<ResponseUsage> usage;  // the response's token usage (ParseUsage), when it had one
 
  private:

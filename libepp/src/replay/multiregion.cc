@@ -54,6 +54,7 @@ struct Pending {
   int64_t net_us = 0;
   int64_t blocks = 0;
   const Scheduler* picker = nullptr;  // the EPP that chose the server
+  uint64_t pick_id = 0;
   int64_t load_tokens = 0;
   const Scheduler* region_picker = nullptr;  // hierarchical: the region-level EPP
   std::string pool;
@@ -153,7 +154,13 @@ class Engine {
     std::vector<SimEvent> events;
     auto collect = [&](size_t s) {
       for (const SimEvent& ev : events) {
-        if (ev.kind == SimEvent::Kind::kFirstToken) continue;
+        if (ev.kind == SimEvent::Kind::kFirstToken) {
+          // The picking EPP's response path sees the first token (at the server; the network
+          // time back is the same for every pick from that EPP's region).
+          if (auto it = pending.find(ev.id); it != pending.end())
+            it->second.picker->ObserveFirstToken(it->second.pick_id, addresses_[s], ev.time_us);
+          continue;
+        }
         auto it = pending.find(ev.id);
         if (it == pending.end()) continue;
         const Pending pd = it->second;
@@ -279,6 +286,7 @@ class Engine {
       const size_t s = server_of.at(pr.endpoints.front());
       pd.server = s;
       pd.load_tokens = pr.load_tokens;
+      pd.pick_id = pr.pick_id;
       if (region_of_[s] != from) {
         pd.net_us += Rtt(from, region_of_[s]);
         ++cross;

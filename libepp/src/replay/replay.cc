@@ -132,6 +132,7 @@ struct Pending {
   int64_t prefill_queue_us = 0;  // decode stage: the prefill's queueing
   int64_t transfer_us = 0;       // decode stage: the KV transfer
   size_t replica = 0;            // the EPP replica that picked it (ReplayOptions::epp_replicas)
+  uint64_t pick_id = 0;          // PickResult::pick_id: its first token is reported to the replica
 };
 
 // KV events on their way from a server to the EPP replicas (ReplayOptions::kv_event_delay_us).
@@ -413,7 +414,14 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
         if (!kv.empty()) kv_in_flight.push(KvDelivery{servers[s]->now_us() + options.kv_event_delay_us, s, std::move(kv)});
       }
       for (const SimEvent& ev : events) {
-        if (ev.kind == SimEvent::Kind::kFirstToken) continue;
+        if (ev.kind == SimEvent::Kind::kFirstToken) {
+          // The response path's first token (aggregated requests; a P/D request's first token
+          // is not its server's alone).
+          auto it = pending.find(ev.id);
+          if (it != pending.end() && !it->second.pd)
+            replicas[it->second.replica]->ObserveFirstToken(it->second.pick_id, endpoints[s].address, ev.time_us);
+          continue;
+        }
         auto it = pending.find(ev.id);
         if (it == pending.end()) continue;
         const Pending pd = it->second;
@@ -563,6 +571,7 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
         pd.predicts = pr.prefix_block_size_tokens > 0;
         pd.matchable_tokens = static_cast<int64_t>(pr.prefix_blocks) * pr.prefix_block_size_tokens;
         pd.load_tokens = pr.load_tokens;
+        pd.pick_id = pr.pick_id;
         pd.bucket = std::min(buckets - 1, static_cast<size_t>((r.arrival_us - t0) * static_cast<int64_t>(buckets) / span));
         SimRequest sr;
         sr.id = next_id++;

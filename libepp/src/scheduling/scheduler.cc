@@ -4,6 +4,7 @@
 // answers 429 ("failed to find target endpoint"); epp answers 503, because nothing was shed:
 // no endpoint is eligible, which is what 503 means in the protocol (docs/scheduling.md).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <utility>
@@ -415,6 +416,9 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
       if (&pr != primary && !pr.picked.empty() &&
           std::find(targets.begin(), targets.end(), pr.picked.front()) == targets.end())
         targets.push_back(pr.picked.front());
+    // Process-wide, so that a rebuilt scheduler sharing plugin instances never reuses an id.
+    static std::atomic<uint64_t> next_pick_id{0};
+    r.pick_id = ctx.pick_id = next_pick_id.fetch_add(1, std::memory_order_relaxed) + 1;
     t = m.observers.empty() ? 0 : TimingNowNs();
     for (size_t i = 0; i < m.observers.size(); ++i) {
       for (const Endpoint* target : targets) m.observers[i]->PreRequest(ctx, *target);
@@ -435,6 +439,13 @@ void Scheduler::Release(const PickResult& result) const {
 }
 
 void Scheduler::Release(std::string_view endpoint, int64_t tokens) const { impl_->load->Add(endpoint, -1, -tokens); }
+
+void Scheduler::ObserveFirstToken(uint64_t pick_id, std::string_view endpoint, std::optional<int64_t> at_us) const {
+  if (pick_id == 0) return;
+  const int64_t at = at_us ? *at_us : impl_->clock->NowMicros();
+  for (const auto& p : impl_->plugins)
+    if (auto* o = dynamic_cast<const FirstTokenObserver*>(p.get())) o->FirstToken(pick_id, endpoint, at);
+}
 
 void Scheduler::ForgetEndpoint(std::string_view endpoint) const {
   impl_->load->Forget(endpoint);

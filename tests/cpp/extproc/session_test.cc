@@ -502,6 +502,66 @@ TEST(ExtProcSessionTest, ResponseBodyChunksAreEchoedWithTheirEndOfStream) {
   EXPECT_EQ(q.stats.requests_in_flight.load(), 0);
 }
 
+// The estimated-ttft-scorer's calibration learns from a streamed response's first body chunk:
+// the time since the pick, less the step overhead, over the pick's uncached tokens. A response
+// whose body comes whole (not streamed) times nothing.
+TEST(ExtProcSessionTest, StreamedFirstChunkCalibratesThePrefillRate) {
+  const std::string yaml = R"(apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: approx-prefix-cache-producer
+- type: estimated-ttft-scorer
+  parameters: {calibratePrefillRate: true, calibrationMinSamples: 1, calibrationMinTokens: 1, stepOverheadMs: 6}
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: estimated-ttft-scorer
+  - pluginRef: max-score-picker
+)";
+  SchedulerEnv env({Ep("10.0.0.1:8000", 0, 0.1)}, yaml);
+  ExtProcOptions options;
+  ExtProcStats stats;
+  // What the scorer says about a request, as a what-if pick (nothing recorded).
+  auto detail = [&](const std::string& body) {
+    auto req = ParseOpenAIRequest("/v1/chat/completions", body);
+    EXPECT_TRUE(req.ok());
+    const PickResult r = env.scheduler->Pick(*req, *env.pool.Snapshot(), {.trace = true, .record = false});
+    for (const ProfileTrace& p : r.profiles)
+      for (const EndpointScoreTrace& e : p.scores)
+        for (const ScorerTrace& t : e.scorers)
+          if (t.type == "estimated-ttft-scorer") return t.detail;
+    return std::string();
+  };
+  // One request through a session; its first body chunk arrives `after_us` after the pick.
+  // Returns what the scorer estimated for it just before.
+  auto serve = [&](const std::string& body, bool stream, int64_t after_us) {
+    const std::string explained = detail(body);
+    ExtProcSession s(*env.scheduler, env.pool, options, &stats);
+    Feed(s, BuildProcessingRequests(ChatCapture(body)));
+    EXPECT_NE(s.result(), nullptr);
+    env.clock.Advance(after_us);
+    Feed(s, BuildResponseMessages(200, {{"content-type", stream ? "text/event-stream" : "application/json"}}, "data: {}\n\n",
+                                  "10.0.0.1:8000"));
+    env.clock.Advance(10'000'000);  // the scorer's fluid queue drains before the next request
+    return explained;
+  };
+  const std::string probe = ChatBody("m", "a different question entirely");
+  // Not streamed: nothing timed.
+  serve(ChatBody("m", std::string(400, 'q')), false, 56'000);
+  EXPECT_NE(detail(probe).find("at 20000 tokens/s (configured; 0 of 1 responses timed)"), std::string::npos) << detail(probe);
+  // Streamed, first chunk 56 ms after the pick: (56 - 6) ms for the request's uncached tokens.
+  const std::string before = serve(ChatBody("m", std::string(400, 'r'), true), true, 56'000);
+  const size_t at = before.find(" uncached of ");
+  ASSERT_NE(at, std::string::npos) << before;
+  const size_t start = before.rfind(' ', at - 1) + 1;
+  const double uncached = std::stod(before.substr(start, at - start));
+  const std::string after = detail(probe);
+  char want[96];
+  std::snprintf(want, sizeof want, "at %.0f tokens/s (calibrated from 1 responses)", std::round(uncached / 0.050));
+  EXPECT_NE(after.find(want), std::string::npos) << after << " / want " << want;
+}
+
 TEST(ExtProcSessionTest, UsageFromJsonAndSse) {
   struct Case {
     const char* name;

@@ -22,6 +22,17 @@
 // KV blocks a second time, so a greedy "lowest TTFT for this request" alone moves work off a
 // cached server too early (docs/routing.md measures 0, 1, 2 and 3; 3 is the default).
 //
+// With calibratePrefillRate, each endpoint's rate is learned from the response path. A pick
+// that this scorer saw nothing queued ahead of (backlog 0) and that prefills at least
+// calibrationMinTokens records its uncached tokens; when its first token is seen
+// (FirstTokenObserver) t seconds later, uncached / (t - stepOverheadMs) is one sample of the
+// endpoint's prefill rate. Anything the model does not see (other replicas' work, a queue for a
+// batch slot, decode steps interleaved) only adds time, so every sample is at most the true rate:
+// rate_e is the 90th percentile of the last calibrationSamples samples, used once
+// calibrationMinSamples arrived, clamped to [rate / 20, rate x 20]. It replaces the configured
+// rate for that endpoint's TTFT, miss penalty and queue drain. (A mean of such samples, or a ratio
+// of sums over all picks, learns queueing as slowness: measured worse in docs/routing.md.)
+//
 // A pick adds the request's uncached tokens to the picked endpoint's fluid queue at once, so
 // requests arriving in the same instant see each other and do not herd onto one endpoint; and an
 // idle endpoint wins as soon as the queue ahead of a cached prefix costs more than recomputing
@@ -42,11 +53,19 @@ namespace {
 
 using internal::Num;
 
-class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver, public EndpointState {
+struct Calibration {
+  bool enabled = false;
+  int samples = 32;         // the window the percentile is taken over
+  int min_samples = 4;      // before the learned rate is used
+  double min_tokens = 256;  // smaller prefills are mostly step overhead: not sampled
+};
+
+class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver, public FirstTokenObserver, public EndpointState {
  public:
   EstimatedTtftScorer(TypedName tn, double rate, double overhead_ms, double miss_penalty, double decode_ms_per_seq,
-                      double expected_output, bool use_waiting, int64_t staleness_us)
+                      double expected_output, bool use_waiting, int64_t staleness_us, Calibration cal)
       : Plugin(std::move(tn)),
+        cal_(cal),
         rate_(rate),
         overhead_ms_(overhead_ms),
         miss_penalty_(miss_penalty),
@@ -69,7 +88,11 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
         .Set("decodeMsPerSequence", Params::Number(decode_ms_per_seq_))
         .Set("expectedOutputTokens", Params::Number(expected_output_))
         .Set("useWaitingQueue", Params::Bool(use_waiting_))
-        .Set("metricsStalenessMs", Params::Number(static_cast<double>(staleness_us_) / 1000.0));
+        .Set("metricsStalenessMs", Params::Number(static_cast<double>(staleness_us_) / 1000.0))
+        .Set("calibratePrefillRate", Params::Bool(cal_.enabled))
+        .Set("calibrationSamples", Params::Number(cal_.samples))
+        .Set("calibrationMinSamples", Params::Number(cal_.min_samples))
+        .Set("calibrationMinTokens", Params::Number(cal_.min_tokens));
   }
 
   void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
@@ -82,7 +105,7 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
       min_uncached = std::min(min_uncached, est[i].uncached);
     }
     for (size_t i = 0; i < candidates.size(); ++i) {
-      scores[i] = est[i].ttft_s + est[i].decode_s + miss_penalty_ * static_cast<double>(est[i].uncached - min_uncached) / rate_;
+      scores[i] = est[i].ttft_s + est[i].decode_s + miss_penalty_ * static_cast<double>(est[i].uncached - min_uncached) / est[i].rate;
       best = std::min(best, scores[i]);
     }
     for (double& s : scores) s = s > 0 ? best / s : 1.0;
@@ -93,25 +116,79 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
     const Estimate x = EstimateLocked(ctx, e);
     return absl::StrCat("est. TTFT ", Num(x.ttft_s * 1000), " ms: ", Num(x.backlog), " tokens queued",
                         x.from_metrics ? " (from its waiting queue)" : "", " + ", x.uncached, " uncached of ", x.prompt,
-                        " at ", Num(rate_), " tokens/s; decode slowdown ", Num(x.decode_s * 1000), " ms (",
+                        " at ", std::llround(x.rate), " tokens/s", RateSourceLocked(e.address), "; decode slowdown ",
+                        Num(x.decode_s * 1000), " ms (",
                         ctx.InflightRequests(&e), " in flight)");
   }
 
   void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const override {
     std::lock_guard<std::mutex> lock(mu_);
     const Estimate x = EstimateLocked(ctx, picked);
+    // The primary target comes first; a second target of the same pick (a prefill server) is not
+    // where the first token is timed.
+    if (cal_.enabled && ctx.pick_id != 0 && x.backlog <= 0 && static_cast<double>(x.uncached) >= cal_.min_tokens &&
+        !pending_.contains(ctx.pick_id)) {
+      pending_[ctx.pick_id] = Pending{picked.address, ctx.now_us, static_cast<double>(x.uncached)};
+      while (pending_.size() > kMaxPending) pending_.erase(pending_.begin());  // oldest picks first
+    }
     queues_.Add(picked.address, static_cast<double>(x.uncached), ctx.now_us);
     placed_++;
     mean_uncached_ += (static_cast<double>(x.uncached) - mean_uncached_) / static_cast<double>(std::min<int64_t>(placed_, 1000));
   }
 
+  void FirstToken(uint64_t pick_id, std::string_view, int64_t at_us) const override {
+    if (!cal_.enabled) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(pick_id);
+    if (it == pending_.end()) return;
+    const Pending p = std::move(it->second);
+    pending_.erase(it);
+    const double seconds = static_cast<double>(at_us - p.at_us) / 1e6 - overhead_ms_ / 1000.0;
+    if (!(seconds > 0) || !(p.tokens > 0)) return;  // faster than a bare step: nothing to learn
+    Learned& l = learned_[p.endpoint];
+    l.n++;
+    if (l.window.size() < static_cast<size_t>(cal_.samples)) {
+      l.window.push_back(p.tokens / seconds);
+    } else {
+      l.window[l.next] = p.tokens / seconds;
+      l.next = (l.next + 1) % l.window.size();
+    }
+    if (l.n < cal_.min_samples) return;
+    std::vector<double> w = l.window;
+    const size_t k = std::min(w.size() - 1, static_cast<size_t>(std::floor(0.9 * static_cast<double>(w.size()))));
+    std::nth_element(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(k), w.end());
+    queues_.SetRate(p.endpoint, std::clamp(w[k], rate_ / 20, rate_ * 20), at_us);
+  }
+
   void ForgetEndpoint(std::string_view endpoint) const override {
     std::lock_guard<std::mutex> lock(mu_);
     queues_.Forget(endpoint);
+    if (auto it = learned_.find(endpoint); it != learned_.end()) learned_.erase(it);
   }
 
  private:
+  struct Pending {
+    std::string endpoint;
+    int64_t at_us = 0;
+    double tokens = 0;  // uncached: nothing was queued ahead at the pick
+  };
+  struct Learned {
+    int64_t n = 0;              // samples so far
+    std::vector<double> window;  // the last samples (tokens/s), a ring
+    size_t next = 0;
+  };
+  static constexpr size_t kMaxPending = 16384;
+
+  std::string RateSourceLocked(const std::string& endpoint) const {
+    if (!cal_.enabled) return "";
+    auto it = learned_.find(endpoint);
+    const int64_t n = it == learned_.end() ? 0 : it->second.n;
+    if (n < cal_.min_samples) return absl::StrCat(" (configured; ", n, " of ", cal_.min_samples, " responses timed)");
+    return absl::StrCat(" (calibrated from ", n, " responses)");
+  }
+
   struct Estimate {
+    double rate = 0;
     double ttft_s = 0;
     double decode_s = 0;
     double backlog = 0;
@@ -132,11 +209,13 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
         x.from_metrics = true;
       }
     }
-    x.ttft_s = overhead_ms_ / 1000.0 + (x.backlog + static_cast<double>(x.uncached)) / rate_;
+    x.rate = queues_.Rate(e.address);
+    x.ttft_s = overhead_ms_ / 1000.0 + (x.backlog + static_cast<double>(x.uncached)) / x.rate;
     x.decode_s = decode_ms_per_seq_ / 1000.0 * expected_output_ * static_cast<double>(ctx.InflightRequests(&e));
     return x;
   }
 
+  const Calibration cal_;
   const double rate_;
   const double overhead_ms_;
   const double miss_penalty_;
@@ -148,13 +227,29 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
   mutable PrefillQueues queues_;
   mutable int64_t placed_ = 0;
   mutable double mean_uncached_ = 0;
+  mutable std::map<uint64_t, Pending> pending_;
+  mutable std::map<std::string, Learned, std::less<>> learned_;
 };
 
 }  // namespace
 
 PluginOr CreateEstimatedTtftScorer(const std::string& name, const Params& params, const PluginContext&) {
   EPP_RETURN_IF_ERROR(params.CheckKeys({"prefillTokensPerSecond", "stepOverheadMs", "missPenalty", "decodeMsPerSequence",
-                                        "expectedOutputTokens", "useWaitingQueue", "metricsStalenessMs"}));
+                                        "expectedOutputTokens", "useWaitingQueue", "metricsStalenessMs", "calibratePrefillRate",
+                                        "calibrationSamples", "calibrationMinSamples", "calibrationMinTokens"}));
+  Calibration cal;
+  EPP_ASSIGN_OR_RETURN(cal.enabled, params.GetBool("calibratePrefillRate", false));
+  EPP_ASSIGN_OR_RETURN(double samples, params.GetDouble("calibrationSamples", 32));
+  EPP_ASSIGN_OR_RETURN(double min_samples, params.GetDouble("calibrationMinSamples", 4));
+  if (!(samples >= 1) || samples > 100000 || samples != std::floor(samples))
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".calibrationSamples: must be a whole number in [1, 100000]"));
+  if (!(min_samples >= 1) || min_samples > 100000 || min_samples != std::floor(min_samples))
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".calibrationMinSamples: must be a whole number in [1, 100000]"));
+  EPP_ASSIGN_OR_RETURN(cal.min_tokens, params.GetDouble("calibrationMinTokens", 256));
+  if (!(cal.min_tokens >= 1) || !std::isfinite(cal.min_tokens))
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".calibrationMinTokens: must be >= 1"));
+  cal.samples = static_cast<int>(samples);
+  cal.min_samples = static_cast<int>(min_samples);
   EPP_ASSIGN_OR_RETURN(double rate, params.GetDouble("prefillTokensPerSecond", 20000));
   EPP_ASSIGN_OR_RETURN(double overhead, params.GetDouble("stepOverheadMs", 6));
   EPP_ASSIGN_OR_RETURN(double stale_ms, params.GetDouble("metricsStalenessMs", 200));
@@ -175,7 +270,7 @@ PluginOr CreateEstimatedTtftScorer(const std::string& name, const Params& params
   if (!(stale_ms > 0) || !std::isfinite(stale_ms) || stale_ms > 1e9)
     return absl::InvalidArgumentError(absl::StrCat(params.path(), ".metricsStalenessMs: must be > 0"));
   return std::make_unique<EstimatedTtftScorer>(TN(kEstimatedTtftScorerType, name), rate, overhead, miss, decode_ms, output,
-                                               waiting, static_cast<int64_t>(stale_ms * 1000));
+                                               waiting, static_cast<int64_t>(stale_ms * 1000), cal);
 }
 
 }  // namespace epp::plugins
