@@ -136,6 +136,8 @@ void SetupReplayCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--server-kv-tokens", o->server_kv_tokens,
                   "KV-cache capacity per server in tokens (default " + std::to_string(p.kv_blocks * p.block_size) + ")")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--server-speed", o->server_speed,
+                  "Mixed GPUs: speeds S1,S2,... repeated over the servers (prefill rate x S, decode step / S)");
   cmd->add_option("--engine", p.engine, "Servers' engine (metrics dialect)")->check(CLI::IsMember({"vllm", "sglang", "trtllm-serve"}))
       ->capture_default_str();
   cmd->add_option("--max-running", p.max_running, "Requests in a server's running batch (max-num-seqs)")->capture_default_str();
@@ -222,6 +224,14 @@ int RunReplay(const ReplayCommandOptions& o) {
   if (absl::Status s = ro.server.Validate(); !s.ok()) return PrintError(absl::InvalidArgumentError(std::string(s.message())));
   ro.scrape_interval_us = *interval;
   ro.seed = o.seed;
+  if (!o.server_speed.empty()) {
+    absl::StatusOr<std::vector<double>> speeds = epp::ParseServerSpeeds(o.server_speed);
+    if (!speeds.ok()) return PrintError(speeds.status());
+    const int count = ro.prefill_servers + ro.decode_servers > 0 ? ro.prefill_servers + ro.decode_servers : ro.servers;
+    absl::StatusOr<std::vector<epp::SimParams>> mixed = epp::MixedSpeedServers(ro.server, count, *speeds);
+    if (!mixed.ok()) return PrintError(mixed.status());
+    ro.per_server = *std::move(mixed);
+  }
 
   std::string title;
   absl::StatusOr<std::vector<epp::ReplayRequest>> trace = LoadInput(o, title);
@@ -231,9 +241,10 @@ int RunReplay(const ReplayCommandOptions& o) {
     if (policies.size() != 1)
       return PrintError(absl::InvalidArgumentError("--regions compares routing shapes with one local policy: give one --policy"));
     if (!o.report.empty()) return PrintError(absl::InvalidArgumentError("--report is not available with --regions"));
-    if (o.prefill_servers > 0 || o.decode_servers > 0 || o.epp_replicas != 1)
+    if (o.prefill_servers > 0 || o.decode_servers > 0 || o.epp_replicas != 1 || !o.server_speed.empty())
       return PrintError(absl::InvalidArgumentError(
-          "--regions takes its servers from the regions: --prefill-servers, --decode-servers and --epp-replicas do not apply"));
+          "--regions takes its servers from the regions: --prefill-servers, --decode-servers, --epp-replicas and "
+          "--server-speed do not apply"));
   }
   // Open the report file before the run so that a bad path fails fast.
   std::ofstream report_file;

@@ -35,6 +35,7 @@ struct ReplayCommandOptions {
   uint64_t seed = 0;
   // Several regions (RunMultiRegionReplay): --regions NAME:SERVERS[:SHARE[:CAPACITY]],... with --rtt.
   std::string regions, rtt, global_region;
+  std::string server_speed;               // --server-speed: MixedSpeedServers' list
   double saturation_queue = 5, saturation_kv = 0.8;
   // Output.
   std::string output = "text";

@@ -184,7 +184,8 @@ def _sim_params(sim: Optional[Mapping[str, Any]], server_kv_tokens: Optional[int
 def _run(trace: Any, policies: Any, servers: int, server_kv_tokens: Optional[int], sim: Optional[Mapping[str, Any]],
          refresh_interval_s: float, seed: int, trace_format: Optional[str], time_scale: float,
          prefill_servers: int = 0, decode_servers: int = 0, kv_link_gbytes_per_s: float = 25.0,
-         kv_bytes_per_token: int = 131072, epp_replicas: int = 1, kv_event_delay_s: float = 0.0) -> Any:
+         kv_bytes_per_token: int = 131072, epp_replicas: int = 1, kv_event_delay_s: float = 0.0,
+         server_speeds: Optional[Sequence[float]] = None) -> Any:
     seed = _uint64(seed, "seed")
     if isinstance(servers, bool) or not isinstance(servers, int) or servers <= 0:
         raise ConfigError(f"servers must be an int > 0, got {servers!r}")
@@ -215,6 +216,12 @@ def _run(trace: Any, policies: Any, servers: int, server_kv_tokens: Optional[int
             not 0 <= kv_event_delay_s < math.inf:
         raise ConfigError(f"kv_event_delay_s must be a number of seconds >= 0, got {kv_event_delay_s!r}")
     options.kv_event_delay_us = round(kv_event_delay_s * 1e6)
+    if server_speeds is not None:
+        if isinstance(server_speeds, (str, bytes)) or not isinstance(server_speeds, Sequence) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in server_speeds):
+            raise ConfigError(f"server_speeds must be a list of numbers, got {server_speeds!r}")
+        count = prefill_servers + decode_servers if prefill_servers + decode_servers > 0 else servers
+        options.per_server = lib.mixed_speed_servers(options.server, count, [float(v) for v in server_speeds])
     native_trace = _trace(trace, trace_format, float(time_scale), seed)
     return lib.run_replay(native_trace, native_policies, options)
 
@@ -224,7 +231,7 @@ def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Un
            refresh_interval_s: float = 0.05, seed: int = 0, trace_format: Optional[str] = None,
            time_scale: float = 1.0, prefill_servers: int = 0, decode_servers: int = 0,
            kv_link_gbytes_per_s: float = 25.0, kv_bytes_per_token: int = 131072, epp_replicas: int = 1,
-           kv_event_delay_s: float = 0.0) -> Dict[str, Any]:
+           kv_event_delay_s: float = 0.0, server_speeds: Optional[Sequence[float]] = None) -> Dict[str, Any]:
     """Replays ``trace`` once per policy over ``servers`` simulated model servers; returns the
     report (``eppctl replay --output json``) as a dict: ``trace`` (requests, blocks,
     prompt_tokens, duration_s and the two block hit-rate bounds) and ``policies`` (per policy:
@@ -261,10 +268,13 @@ def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Un
     independent EPPs. A policy with a ``precise-prefix-cache-producer`` (``"gie-precise"``) has its
     servers publish KV events, which reach every replica ``kv_event_delay_s`` after the cache
     changed; such policies report ``precise: true``.
+
+    ``server_speeds`` (``eppctl replay --server-speed``) makes a pool of mixed GPUs: server i runs
+    at ``server_speeds[i % len]`` times the prefill rate, its decode steps that much shorter.
     """
     report = _run(trace, policies, servers, server_kv_tokens, sim, refresh_interval_s, seed, trace_format, time_scale,
                   prefill_servers, decode_servers, kv_link_gbytes_per_s, kv_bytes_per_token, epp_replicas,
-                  kv_event_delay_s)
+                  kv_event_delay_s, server_speeds)
     return json.loads(lib.replay_report_to_json(report, -1))
 
 
@@ -326,7 +336,7 @@ def _bind_replay_args(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[An
     a = bound.arguments
     return (a["trace"], a["policies"], a["servers"], a["server_kv_tokens"], a["sim"], a["refresh_interval_s"], a["seed"],
             a["trace_format"], a["time_scale"], a["prefill_servers"], a["decode_servers"], a["kv_link_gbytes_per_s"],
-            a["kv_bytes_per_token"], a["epp_replicas"], a["kv_event_delay_s"])
+            a["kv_bytes_per_token"], a["epp_replicas"], a["kv_event_delay_s"], a["server_speeds"])
 
 
 def replay_text(*report_or_args: Any, **kwargs: Any) -> str:

@@ -485,6 +485,7 @@ void BindReplay(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("servers", &epp::ReplayOptions::servers)
       .def_readwrite("server", &epp::ReplayOptions::server)
+      .def_readwrite("per_server", &epp::ReplayOptions::per_server)
       .def_readwrite("scrape_interval_us", &epp::ReplayOptions::scrape_interval_us)
       .def_readwrite("seed", &epp::ReplayOptions::seed)
       .def_readwrite("timeline_buckets", &epp::ReplayOptions::timeline_buckets)
@@ -560,6 +561,7 @@ void BindReplay(py::module_& m) {
       .def_readwrite("saturation_kv", &epp::MultiRegionOptions::saturation_kv);
   py::class_<epp::MultiRegionReport>(m, "MultiRegionReport");
   m.def("parse_replay_regions", &ReplayRegions_ParseShim, py::arg("text"));
+  m.def("mixed_speed_servers", &MixedSpeedServers_Shim, py::arg("base"), py::arg("servers"), py::arg("speeds"));
   m.def("parse_rtt_matrix", &RttMatrix_ParseShim, py::arg("text"));
   m.def("run_multi_region_replay", &MultiRegion_RunShim, py::arg("trace"), py::arg("policy"), py::arg("options"),
         py::call_guard<py::gil_scoped_release>());

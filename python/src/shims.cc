@@ -961,6 +961,10 @@ epp::MultiRegionReport MultiRegion_RunShim(const ReplayTrace& trace, const epp::
 
 std::vector<epp::ReplayRegion> ReplayRegions_ParseShim(const std::string& text) { return Unwrap(epp::ParseReplayRegions(text)); }
 
+std::vector<epp::SimParams> MixedSpeedServers_Shim(const epp::SimParams& base, int servers, const std::vector<double>& speeds) {
+  return Unwrap(epp::MixedSpeedServers(base, servers, speeds));
+}
+
 std::map<std::pair<std::string, std::string>, double> RttMatrix_ParseShim(const std::string& text) {
   return Unwrap(epp::ParseRttMatrix(text));
 }

@@ -352,6 +352,7 @@ epp::ReplayReport ReplayReport_RunShim(const ReplayTrace& trace, const std::vect
 epp::MultiRegionReport MultiRegion_RunShim(const ReplayTrace& trace, const epp::ReplayPolicy& policy,
                                            const epp::MultiRegionOptions& options);
 std::vector<epp::ReplayRegion> ReplayRegions_ParseShim(const std::string& text);
+std::vector<epp::SimParams> MixedSpeedServers_Shim(const epp::SimParams& base, int servers, const std::vector<double>& speeds);
 std::map<std::pair<std::string, std::string>, double> RttMatrix_ParseShim(const std::string& text);
 
 }  // namespace pyepp

@@ -243,7 +243,7 @@ def test_regions_compare_three_routing_shapes(eppctl, tmp_path):
     (["--regions", "a:1,b:1"], "no RTT between a and b (give a/b=MS)"),
     (["--regions", "a:1,b:1", "--rtt", "a/c=5"], "RTT a/c: unknown region"),
     (["--regions", "a:1,b:1", "--rtt", "a/b=5", "--policy", "random", "--policy", "round-robin"], "give one --policy"),
-    (["--regions", "a:1,b:1", "--rtt", "a/b=5", "--epp-replicas", "2"], "--epp-replicas do not apply"),
+    (["--regions", "a:1,b:1", "--rtt", "a/b=5", "--epp-replicas", "2"], "--epp-replicas and --server-speed do not apply"),
     (["--regions", "a:x", "--rtt", "a/b=5"], "--regions 'a:x': SERVERS must be a whole number >= 1"),
     (["--rtt", "a/b=5"], "--rtt and --global-region go with --regions"),
     (["--regions", "a:1,b:1", "--rtt", "a/b=5", "--report", "REPORT"], "--report is not available with --regions"),
@@ -254,3 +254,14 @@ def test_regions_usage_errors(eppctl, tmp_path, args, message):
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert message in r.stderr, r.stderr
     assert not report.exists()  # refused before the report file is opened
+
+
+def test_server_speed_makes_a_mixed_pool(eppctl):
+    args = ["--workload", "shared-prefix", "--groups", "4", "--prompts-per-group", "6", "--rate", "30", "--servers", "4",
+            "--policy", "least-queue"]
+    fast = replay_json(eppctl, *args, "--server-speed", "4")
+    slow = replay_json(eppctl, *args, "--server-speed", "0.25")
+    assert fast["policies"][0]["ttft_s"]["p50"] < slow["policies"][0]["ttft_s"]["p50"]
+    r = eppctl("replay", *args, "--server-speed", "1,0")
+    assert r.returncode == 2
+    assert "--server-speed '0': expected a speed in (0, 100]" in r.stderr

@@ -1,6 +1,6 @@
 """pyepp.replay_regions: the multi-region replay through the binding (the engine's exact cases are
 in tests/cpp/replay/multiregion_test.cc): both input forms, the report's shape, trace regions,
-determinism, errors and the text rendering."""
+determinism, errors and the text rendering; and replay(server_speeds=) for mixed-speed pools."""
 
 from __future__ import annotations
 
@@ -69,3 +69,13 @@ def test_errors_name_the_problem():
         pyepp.replay_regions(TINY, "round-robin", "a:1,b:1", "a/b=1", global_region="z")
     with pytest.raises(pyepp.NotFoundError):
         pyepp.replay_regions(TINY, "no-such-policy", "a:1,b:1", "a/b=1")
+
+
+def test_server_speeds_make_a_mixed_pool():
+    same = pyepp.replay(TINY, "round-robin", servers=2)
+    mixed = pyepp.replay(TINY, "round-robin", servers=2, server_speeds=[4, 0.25])
+    assert mixed["policies"][0]["ttft_s"] != same["policies"][0]["ttft_s"]
+    with pytest.raises(pyepp.ConfigError, match=r"server speeds\[0\]: must be in \(0, 100\]"):
+        pyepp.replay(TINY, "round-robin", servers=2, server_speeds=[0])
+    with pytest.raises(pyepp.ConfigError, match="server_speeds must be a list of numbers"):
+        pyepp.replay(TINY, "round-robin", servers=2, server_speeds="fast")

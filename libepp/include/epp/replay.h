@@ -217,6 +217,14 @@ struct ReplayReport {
   std::vector<ReplayPolicyReport> policies;
 };
 
+// A pool of mixed speeds (different GPUs): `servers` copies of `base`, server i at
+// speeds[i % speeds.size()], i.e. prefill_tokens_per_s x speed and decode_step_ms,
+// decode_ms_per_seq / speed (ReplayOptions::per_server). kInvalidArgument for an empty list or a
+// speed that is not in (0, 100].
+absl::StatusOr<std::vector<SimParams>> MixedSpeedServers(const SimParams& base, int servers, const std::vector<double>& speeds);
+// "1,1,0.5" (`eppctl replay --server-speed`); kInvalidArgument naming the bad item.
+absl::StatusOr<std::vector<double>> ParseServerSpeeds(std::string_view text);
+
 // Replays `trace` (sorted by arrival) once per policy. kInvalidArgument for bad options or
 // server parameters, or a policy whose config does not build.
 absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, const std::vector<ReplayPolicy>& policies,

@@ -5,6 +5,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/json.h"
 #include "common/strings.h"
 #include "epp/config.h"
@@ -51,6 +54,34 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadReplayTrace(const std::string& pa
     case TraceFormat::kBurstGpt: return LoadBurstGptTrace(path, time_scale);
     default: return LoadOpenAITrace(path, time_scale);
   }
+}
+
+absl::StatusOr<std::vector<SimParams>> MixedSpeedServers(const SimParams& base, int servers, const std::vector<double>& speeds) {
+  if (speeds.empty()) return absl::InvalidArgumentError("server speeds: give at least one");
+  if (servers <= 0) return absl::InvalidArgumentError("servers must be > 0");
+  for (size_t i = 0; i < speeds.size(); ++i)
+    if (!(speeds[i] > 0) || !(speeds[i] <= 100))
+      return absl::InvalidArgumentError(absl::StrCat("server speeds[", i, "]: must be in (0, 100], got ", speeds[i]));
+  std::vector<SimParams> out(static_cast<size_t>(servers), base);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double s = speeds[i % speeds.size()];
+    out[i].prefill_tokens_per_s *= s;
+    out[i].decode_step_ms /= s;
+    out[i].decode_ms_per_seq /= s;
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<double>> ParseServerSpeeds(std::string_view text) {
+  std::vector<double> out;
+  for (absl::string_view item : absl::StrSplit(absl::string_view(text.data(), text.size()), ',')) {
+    const std::string it(internal::TrimSpace(std::string_view(item.data(), item.size())));
+    double v = 0;
+    if (!absl::SimpleAtod(it, &v) || !(v > 0) || !(v <= 100))
+      return absl::InvalidArgumentError(absl::StrCat("--server-speed '", it, "': expected a speed in (0, 100], such as 0.5"));
+    out.push_back(v);
+  }
+  return out;
 }
 
 absl::StatusOr<ReplayPolicy> ResolveReplayPolicy(std::string_view spec, size_t index) {

@@ -775,5 +775,29 @@ TEST(EppPolicyTest, NamedPolicyIsTheExampleConfigAndSpreadsSameInstantArrivals) 
   EXPECT_EQ(b.policies[0].requests_per_server, (std::vector<int64_t>{2, 2, 2, 2}));
 }
 
+TEST(RunReplayTest, MixedSpeedServersScalePrefillAndDecode) {
+  SimParams base;
+  absl::StatusOr<std::vector<SimParams>> mixed = MixedSpeedServers(base, 3, {2, 0.5});
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  ASSERT_EQ(mixed->size(), 3u);
+  EXPECT_DOUBLE_EQ((*mixed)[0].prefill_tokens_per_s, 40000);
+  EXPECT_DOUBLE_EQ((*mixed)[0].decode_step_ms, 3.0);
+  EXPECT_DOUBLE_EQ((*mixed)[1].prefill_tokens_per_s, 10000);
+  EXPECT_DOUBLE_EQ((*mixed)[1].decode_ms_per_seq, 0.1);
+  EXPECT_DOUBLE_EQ((*mixed)[2].prefill_tokens_per_s, 40000);  // the list repeats
+  // One request on a server twice as fast: a 3,025 us step + 1000 x 25 us of prefill.
+  ReplayOptions o;
+  o.per_server = {(*mixed)[0]};
+  const ReplayReport r = Replay({Req(0, {{7, 1000}}, 10)}, {"round-robin"}, 1, o);
+  ASSERT_EQ(r.policies.size(), 1u);
+  EXPECT_DOUBLE_EQ(r.policies[0].ttft_s.p50, 0.028025);
+  EXPECT_EQ(MixedSpeedServers(base, 2, {}).status().message(), "server speeds: give at least one");
+  EXPECT_EQ(MixedSpeedServers(base, 2, {1, 0}).status().message(), "server speeds[1]: must be in (0, 100], got 0");
+  EXPECT_EQ(ParseServerSpeeds("1,fast").status().message(), "--server-speed 'fast': expected a speed in (0, 100], such as 0.5");
+  absl::StatusOr<std::vector<double>> speeds = ParseServerSpeeds("1, 0.5");
+  ASSERT_TRUE(speeds.ok());
+  EXPECT_EQ(*speeds, (std::vector<double>{1, 0.5}));
+}
+
 }  // namespace
 }  // namespace epp
