@@ -35,6 +35,7 @@ void RegisterBuiltinPlugins(PluginRegistry& registry) {
       {kWeightedRandomPickerType, CreateWeightedRandomPicker},
       {kRoundRobinPickerType, CreateRoundRobinPicker},
       {kOrcaWrrPickerType, CreateOrcaWrrPicker},
+      {kSoftmaxPickerType, CreateSoftmaxPicker},
       {kSingleProfileHandlerType, CreateSingleProfileHandler},
       {kDisaggProfileHandlerType, CreateDisaggProfileHandler},
       {kPdProfileHandlerType, CreatePdProfileHandler},

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "epp/prefix_cache.h"
 #include "epp/registry.h"
@@ -210,6 +211,42 @@ TEST(WeightedRandomPickerTest, ProportionalToScoreAndNeverZero) {
   wins.clear();
   for (int i = 0; i < 3000; ++i) wins[PickWith(*picker, pool, {0, 0, 0})[0]]++;
   for (const char* k : {"a:1", "b:1", "c:1"}) EXPECT_GT(wins[k], 800) << k;
+}
+
+TEST(SoftmaxPickerTest, DynamosSelectionAtATemperature) {
+  Pool pool;
+  pool.endpoints = {Ep("a:1", 0), Ep("b:1", 0), Ep("c:1", 0)};
+  pool.Finish();
+  // Temperature 0 (the default): the best score, as max-score-picker.
+  auto zero = Make(plugins::kSoftmaxPickerType);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(PickWith(*zero, pool, {0.2, 0.9, 0.5})[0], "b:1");
+  // Temperature 1 over scores 1, 0, 0: weights 1, e^-1, e^-1.
+  Params p = Params::Map();
+  p.Set("temperature", Params::Number(1));
+  auto warm = Make(plugins::kSoftmaxPickerType, p);
+  std::map<std::string, int> wins;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) wins[PickWith(*warm, pool, {1, 0, 0})[0]]++;
+  const double e1 = std::exp(-1.0);
+  EXPECT_NEAR(static_cast<double>(wins["a:1"]) / n, 1 / (1 + 2 * e1), 0.015);
+  EXPECT_NEAR(static_cast<double>(wins["b:1"]) / n, e1 / (1 + 2 * e1), 0.015);
+  // Only the spread matters: scores 0.6, 0.5, 0.5 draw the same way.
+  wins.clear();
+  for (int i = 0; i < n; ++i) wins[PickWith(*warm, pool, {0.6, 0.5, 0.5})[0]]++;
+  EXPECT_NEAR(static_cast<double>(wins["a:1"]) / n, 1 / (1 + 2 * e1), 0.015);
+  // All equal: uniform.
+  wins.clear();
+  for (int i = 0; i < 3000; ++i) wins[PickWith(*warm, pool, {0.4, 0.4, 0.4})[0]]++;
+  for (const char* k : {"a:1", "b:1", "c:1"}) EXPECT_GT(wins[k], 850) << k;
+  // Several endpoints: drawn without replacement.
+  p.Set("maxNumOfEndpoints", Params::Int(3));
+  const std::vector<std::string> all = PickWith(*Make(plugins::kSoftmaxPickerType, p), pool, {1, 0, 0.5});
+  EXPECT_EQ(std::set<std::string>(all.begin(), all.end()).size(), 3u);
+  p.Set("temperature", Params::Number(-1));
+  SeededRng rng(1);
+  auto bad = BuiltinRegistry().Create(std::string(plugins::kSoftmaxPickerType), "s", p, PluginContext{&SteadyClock::Get(), &rng});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(".temperature: must be in [0, 1000000]"), std::string::npos) << bad.status();
 }
 
 TEST(RandomPickerTest, IgnoresScores) {

@@ -1,4 +1,5 @@
-// Pickers: max-score, random and weighted-random (GIE's), round-robin (epp's own, for baselines).
+// Pickers: max-score, random and weighted-random (GIE's), round-robin (epp's own, for baselines),
+// softmax (NVIDIA Dynamo's router selection at a temperature).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -98,7 +99,66 @@ class RoundRobinPicker : public Plugin, public Picker {
   mutable std::atomic<uint64_t> next_{0};
 };
 
+// Dynamo's KV router selection (peers.md 3.2): with its cost c and temperature T > 0, endpoint i
+// is drawn with probability exp(-(c_i - c_min) / ((c_max - c_min) T)) normalised; at T = 0 the
+// lowest cost wins. Over epp's scores (higher is better) the same is p_i ~ exp(-(s_max - s_i) /
+// ((s_max - s_min) T)): equal for a scorer that is linear in the cost, as dynamo-kv-cost-scorer's
+// min-max normalisation is. All scores equal: uniform. More than one endpoint: drawn without
+// replacement (A-Res with those weights).
+class SoftmaxPicker : public Plugin, public Picker {
+ public:
+  SoftmaxPicker(TypedName tn, double temperature, int max_endpoints, Rng* rng)
+      : Plugin(std::move(tn)), t_(temperature), max_(max_endpoints), rng_(rng) {}
+  const Picker* AsPicker() const override { return this; }
+  Params EffectiveParams() const override {
+    return Params::Map().Set("temperature", Params::Number(t_)).Set("maxNumOfEndpoints", Params::Int(max_));
+  }
+  std::vector<const Endpoint*> Pick(const SchedulingContext& ctx, std::span<const ScoredEndpoint> scored) const override {
+    Rng& rng = *(ctx.rng ? ctx.rng : rng_);
+    std::vector<ScoredEndpoint> v(scored.begin(), scored.end());
+    rng.Shuffle(std::span<ScoredEndpoint>(v));  // ties at random
+    double lo = INFINITY, hi = -INFINITY;
+    for (const ScoredEndpoint& s : v) lo = std::min(lo, s.score), hi = std::max(hi, s.score);
+    if (t_ <= 0 || !(hi > lo)) {
+      // T = 0: the best; all equal: any (the shuffle), both as Dynamo.
+      if (t_ <= 0)
+        std::stable_sort(v.begin(), v.end(), [](const ScoredEndpoint& a, const ScoredEndpoint& b) { return a.score > b.score; });
+    } else {
+      std::vector<std::pair<double, ScoredEndpoint>> keyed;
+      keyed.reserve(v.size());
+      for (const ScoredEndpoint& s : v) {
+        const double w = std::exp(-(hi - s.score) / ((hi - lo) * t_));  // in (0, 1], 1 for the best
+        double u = rng.Uniform();
+        if (u <= 0) u = 1e-300;
+        keyed.emplace_back(w > 0 ? std::log(u) / w : -INFINITY, s);  // log of A-Res' u^(1/w): same order
+      }
+      std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      for (size_t i = 0; i < v.size(); ++i) v[i] = keyed[i].second;
+    }
+    std::vector<const Endpoint*> out;
+    const size_t n = std::min(v.size(), static_cast<size_t>(max_));
+    for (size_t i = 0; i < n; ++i) out.push_back(v[i].endpoint);
+    return out;
+  }
+
+ private:
+  double t_;
+  int max_;
+  Rng* rng_;
+};
+
 }  // namespace
+
+PluginOr CreateSoftmaxPicker(const std::string& name, const Params& params, const PluginContext& ctx) {
+  EPP_RETURN_IF_ERROR(params.CheckKeys({"temperature", "maxNumOfEndpoints"}));
+  EPP_ASSIGN_OR_RETURN(double t, params.GetDouble("temperature", 0));
+  EPP_ASSIGN_OR_RETURN(int64_t n, params.GetInt("maxNumOfEndpoints", 1));
+  if (!(t >= 0) || !std::isfinite(t) || t > 1e6)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".temperature: must be in [0, 1000000]"));
+  if (n <= 0) n = 1;
+  if (!ctx.rng) return absl::InvalidArgumentError(absl::StrCat("plugin '", name, "' needs a random number generator"));
+  return std::make_unique<SoftmaxPicker>(TN(kSoftmaxPickerType, name), t, static_cast<int>(std::min<int64_t>(n, 1 << 20)), ctx.rng);
+}
 
 PluginOr CreateMaxScorePicker(const std::string& name, const Params& params, const PluginContext& ctx) {
   return MakePicker(kMaxScorePickerType, PickKind::kMaxScore, name, params, ctx);
