@@ -216,6 +216,42 @@ TEST(PeerScorersTest, DynamoCostIsScaledPrefillPlusDecodeLowestWins) {
   EXPECT_DOUBLE_EQ(c.Scores(*p)[1], 1.0);
 }
 
+TEST(PeerScorersTest, DynamoFirstTokenModelHoldsPrefillUntilTheFirstTokenOrTheTimeout) {
+  auto p = Make("dynamo-kv-cost-scorer", "    prefillLoadModel: firstToken\n    firstTokenTimeoutMs: 1000\n");
+  ASSERT_NE(p, nullptr);
+  Cycle c(Three());
+  c.request.prompt_tokens = 160;  // 10 blocks, nothing cached
+  auto explain = [&](size_t i) { return p->AsScorer()->Explain(c.ctx, c.endpoints[i]); };
+  c.ctx.pick_id = 41;
+  p->AsRequestObserver()->PreRequest(c.ctx, c.endpoints[1]);
+  c.ctx.pick_id = 42;
+  p->AsRequestObserver()->PreRequest(c.ctx, c.endpoints[1]);
+  c.ctx.pick_id = 0;
+  EXPECT_NE(explain(1).find("prefill 30 blocks"), std::string::npos) << explain(1);
+  // No draining: 500 ms later both are still held.
+  c.Finish(testing::kNowUs + 500000);
+  c.request.prompt_tokens = 160;
+  EXPECT_NE(explain(1).find("prefill 30 blocks"), std::string::npos) << explain(1);
+  // Pick 41's first token releases its 10 blocks; an unknown pick changes nothing.
+  auto* ft = dynamic_cast<const FirstTokenObserver*>(p.get());
+  ASSERT_NE(ft, nullptr);
+  ft->FirstToken(41, "b:1", testing::kNowUs + 500000);
+  ft->FirstToken(7, "b:1", testing::kNowUs + 500000);
+  EXPECT_NE(explain(1).find("prefill 20 blocks"), std::string::npos) << explain(1);
+  // Pick 42 never reports (a non-streamed answer): dropped after the timeout.
+  c.Finish(testing::kNowUs + 1000001);
+  c.request.prompt_tokens = 160;
+  EXPECT_NE(explain(1).find("prefill 10 blocks"), std::string::npos) << explain(1);
+  Params bad = Params::Map();
+  bad.Set("prefillLoadModel", Params::String("aic"));
+  bad.SetPath("plugins[0].parameters");
+  SeededRng rng(1);
+  auto r = BuiltinRegistry().Create("dynamo-kv-cost-scorer", "d", bad, PluginContext{&SteadyClock::Get(), &rng});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("plugins[0].parameters.prefillLoadModel: expected drain or firstToken, got 'aic'"), std::string::npos)
+      << r.status();
+}
+
 TEST(PeerScorersTest, OrcaWrrWeightsAreQpsOverUtilizationAfterTheBlackout) {
   auto p = Make("orca-wrr-picker", "    weightUpdatePeriodMs: 1000\n    blackoutPeriodMs: 0\n");
   ASSERT_NE(p, nullptr);

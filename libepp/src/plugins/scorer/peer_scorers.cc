@@ -11,9 +11,10 @@
 //   prefill_e = max(active prefill blocks_e + request blocks - overlap blocks_e, 0)
 //   decode_e  = active decode blocks_e + request blocks
 //   cost_e    = prefillLoadScale x prefill_e + decode_e
-//   active prefill blocks: the prompt blocks this scorer placed on e, drained at
-//   prefillTokensPerSecond (Dynamo keeps them until the first token, or decays them over a
-//   predicted prefill time with its `aic` model; the EPP sees no first token, so it drains them);
+//   active prefill blocks: the prompt blocks this scorer placed on e. prefillLoadModel `drain`
+//   (default): drained at prefillTokensPerSecond. `firstToken` (Dynamo's default): kept until the
+//   response path reports the pick's first token (FirstTokenObserver), or dropped after
+//   firstTokenTimeoutMs for picks whose first token is never seen (non-streamed answers);
 //   active decode blocks: the EPP's in-flight token estimate on e / block size; overlap: the prefix
 //   producer's matched blocks. Scores: (max cost - cost) / (max - min) (Dynamo's temperature-0
 //   argmin; all equal: 1).
@@ -82,10 +83,16 @@ class VllmLoadAwareScorer : public Plugin, public Scorer {
   mutable std::atomic<double> last_mean_{0};  // the last cycle's mean, for Explain (which sees no candidates)
 };
 
-class DynamoKvCostScorer : public Plugin, public Scorer, public RequestObserver, public EndpointState {
+class DynamoKvCostScorer : public Plugin, public Scorer, public RequestObserver, public FirstTokenObserver, public EndpointState {
  public:
-  DynamoKvCostScorer(TypedName tn, double scale, double rate, int block)
-      : Plugin(std::move(tn)), scale_(scale), rate_(rate), block_(block), queues_(rate) {}
+  DynamoKvCostScorer(TypedName tn, double scale, double rate, int block, bool until_first_token, int64_t timeout_us)
+      : Plugin(std::move(tn)),
+        scale_(scale),
+        rate_(rate),
+        block_(block),
+        until_first_token_(until_first_token),
+        timeout_us_(timeout_us),
+        queues_(rate) {}
   const Scorer* AsScorer() const override { return this; }
   const RequestObserver* AsRequestObserver() const override { return this; }
   PluginInputs Consumes() const override { return {PluginInput::kPrefixMatch, PluginInput::kInflightLoad}; }
@@ -94,7 +101,9 @@ class DynamoKvCostScorer : public Plugin, public Scorer, public RequestObserver,
     return Params::Map()
         .Set("prefillLoadScale", Params::Number(scale_))
         .Set("prefillTokensPerSecond", Params::Number(rate_))
-        .Set("blockSize", Params::Int(block_));
+        .Set("blockSize", Params::Int(block_))
+        .Set("prefillLoadModel", Params::String(until_first_token_ ? "firstToken" : "drain"))
+        .Set("firstTokenTimeoutMs", Params::Number(static_cast<double>(timeout_us_) / 1000.0));
   }
   void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -109,24 +118,57 @@ class DynamoKvCostScorer : public Plugin, public Scorer, public RequestObserver,
   }
   void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const override {
     std::lock_guard<std::mutex> lock(mu_);
-    queues_.Add(picked.address, CostLocked(ctx, picked).uncached_tokens, ctx.now_us);
+    const double tokens = CostLocked(ctx, picked).uncached_tokens;
+    if (!until_first_token_) {
+      queues_.Add(picked.address, tokens, ctx.now_us);
+    } else if (ctx.pick_id != 0 && !active_.contains(ctx.pick_id)) {  // the primary target only
+      active_[ctx.pick_id] = Active{picked.address, ctx.now_us, tokens};
+      held_[picked.address] += tokens;
+    }
+  }
+  void FirstToken(uint64_t pick_id, std::string_view, int64_t) const override {
+    if (!until_first_token_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = active_.find(pick_id); it != active_.end()) DropLocked(it);
   }
   void ForgetEndpoint(std::string_view endpoint) const override {
     std::lock_guard<std::mutex> lock(mu_);
     queues_.Forget(endpoint);
+    for (auto it = active_.begin(); it != active_.end();) {
+      if (it->second.endpoint == endpoint) it = active_.erase(it);
+      else ++it;
+    }
+    if (auto it = held_.find(endpoint); it != held_.end()) held_.erase(it);
   }
 
  private:
   struct Cost {
     double cost = 0, prefill = 0, decode = 0, uncached_tokens = 0;
   };
+  struct Active {
+    std::string endpoint;
+    int64_t at_us = 0;
+    double tokens = 0;
+  };
+  void DropLocked(std::map<uint64_t, Active>::iterator it) const {
+    auto h = held_.find(it->second.endpoint);
+    if (h != held_.end() && (h->second -= it->second.tokens) <= 0.5) held_.erase(h);
+    active_.erase(it);
+  }
+  // Prefill tokens held on e until their first tokens (firstToken), expired ones dropped first:
+  // pick ids grow with time, so the oldest are at the front.
+  double HeldLocked(const std::string& endpoint, int64_t now_us) const {
+    while (!active_.empty() && active_.begin()->second.at_us < now_us - timeout_us_) DropLocked(active_.begin());
+    auto it = held_.find(endpoint);
+    return it == held_.end() ? 0.0 : std::max(0.0, it->second);
+  }
   Cost CostLocked(const SchedulingContext& ctx, const Endpoint& e) const {
     Cost c;
     const int64_t prompt = std::max<int64_t>(1, ctx.request ? ctx.request->prompt_tokens : 1);
     const double bs = static_cast<double>(block_);
     const double request_blocks = std::ceil(static_cast<double>(prompt) / bs);
     const double overlap = std::floor(static_cast<double>(MatchedTokens(ctx, e, prompt)) / bs);
-    const double active_prefill = queues_.Backlog(e.address, ctx.now_us) / bs;
+    const double active_prefill = (until_first_token_ ? HeldLocked(e.address, ctx.now_us) : queues_.Backlog(e.address, ctx.now_us)) / bs;
     c.prefill = std::max(0.0, active_prefill + request_blocks - overlap);
     c.decode = static_cast<double>(ctx.InflightTokens(&e)) / bs + request_blocks;
     c.cost = scale_ * c.prefill + c.decode;
@@ -135,8 +177,12 @@ class DynamoKvCostScorer : public Plugin, public Scorer, public RequestObserver,
   }
   const double scale_, rate_;
   const int block_;
+  const bool until_first_token_;
+  const int64_t timeout_us_;
   mutable std::mutex mu_;
   mutable PrefillQueues queues_;
+  mutable std::map<uint64_t, Active> active_;  // firstToken: picks whose first token is pending
+  mutable std::map<std::string, double, std::less<>> held_;
 };
 
 }  // namespace
@@ -149,7 +195,13 @@ PluginOr CreateVllmLoadAwareScorer(const std::string& name, const Params& params
 }
 
 PluginOr CreateDynamoKvCostScorer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"prefillLoadScale", "prefillTokensPerSecond", "blockSize"}));
+  EPP_RETURN_IF_ERROR(params.CheckKeys({"prefillLoadScale", "prefillTokensPerSecond", "blockSize", "prefillLoadModel", "firstTokenTimeoutMs"}));
+  EPP_ASSIGN_OR_RETURN(std::string model, params.GetString("prefillLoadModel", "drain"));
+  EPP_ASSIGN_OR_RETURN(double timeout_ms, params.GetDouble("firstTokenTimeoutMs", 30000));
+  if (model != "drain" && model != "firstToken")
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".prefillLoadModel: expected drain or firstToken, got '", model, "'"));
+  if (!(timeout_ms > 0) || !std::isfinite(timeout_ms) || timeout_ms > 3.6e6)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".firstTokenTimeoutMs: must be in (0, 3600000]"));
   EPP_ASSIGN_OR_RETURN(double scale, params.GetDouble("prefillLoadScale", 1.0));
   EPP_ASSIGN_OR_RETURN(double rate, params.GetDouble("prefillTokensPerSecond", 20000));
   EPP_ASSIGN_OR_RETURN(int64_t block, params.GetInt("blockSize", 16));
@@ -158,7 +210,8 @@ PluginOr CreateDynamoKvCostScorer(const std::string& name, const Params& params,
   if (!(rate > 0) || !std::isfinite(rate))
     return absl::InvalidArgumentError(absl::StrCat(params.path(), ".prefillTokensPerSecond: must be > 0"));
   if (block < 1 || block > 4096) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".blockSize: must be in [1, 4096]"));
-  return std::make_unique<DynamoKvCostScorer>(TN(kDynamoKvCostScorerType, name), scale, rate, static_cast<int>(block));
+  return std::make_unique<DynamoKvCostScorer>(TN(kDynamoKvCostScorerType, name), scale, rate, static_cast<int>(block),
+                                              model == "firstToken", static_cast<int64_t>(timeout_ms * 1000));
 }
 
 }  // namespace epp::plugins
