@@ -5,8 +5,8 @@
 //    detector, approx-prefix-cache-producer), recorded (prefix index update, in-flight load) and
 //    then released, so the index stays warm and the load does not grow. BM_ParsePick starts from
 //    the raw JSON body (ParseOpenAIRequest, then Pick) and splits its time (parse_us, pick_us).
-//    Chat prompts of 1, 32 and 220 KiB against 8, 64 and 512 endpoints with varied metrics that
-//    move as the benchmark runs (see PickFixture::Churn and Feedback), so prefix affinity and
+//    Chat prompts of 1, 32 and 220 KiB against 8, 64 and 512 endpoints (and 220 KiB against
+//    1,000) with varied metrics that move as the benchmark runs (see PickFixture::Churn and Feedback), so prefix affinity and
 //    load balance compete and the picks spread over the pool as in a real one.
 //  - BM_ChainedBlockHashes next to BM_XXH3_64bits: prefix hashing (64-character blocks, chained)
 //    against one XXH3 call over the same bytes.
@@ -419,6 +419,7 @@ void PickArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"prompt_kib", "endpoints"});
   for (int64_t kib : {1, 32, 220})
     for (int64_t n : {8, 64, 512}) b->Args({kib, n});
+  b->Args({220, 1000});  // issue #19's big pool: 1,000 candidates with a 220 KiB prompt
   b->Unit(benchmark::kMicrosecond);
 }
 BENCHMARK(BM_Pick)->Apply(PickArgs);
