@@ -137,6 +137,9 @@ void SetUpTimers(Scheduler::Impl& m) {
   m.process_results_timer = timer("ProcessProfilesResults", m.handler_plugin);
   for (const RequestObserver* o : m.observers)
     m.observer_timers.push_back(timer("PreRequest", owner(&Plugin::AsRequestObserver, o)));
+  m.first_token_observers.clear();
+  for (const auto& p : m.plugins)
+    if (auto* o = dynamic_cast<const FirstTokenObserver*>(p.get())) m.first_token_observers.push_back(o);
 }
 
 }  // namespace
@@ -441,10 +444,9 @@ void Scheduler::Release(const PickResult& result) const {
 void Scheduler::Release(std::string_view endpoint, int64_t tokens) const { impl_->load->Add(endpoint, -1, -tokens); }
 
 void Scheduler::ObserveFirstToken(uint64_t pick_id, std::string_view endpoint, std::optional<int64_t> at_us) const {
-  if (pick_id == 0) return;
+  if (pick_id == 0 || impl_->first_token_observers.empty()) return;
   const int64_t at = at_us ? *at_us : impl_->clock->NowMicros();
-  for (const auto& p : impl_->plugins)
-    if (auto* o = dynamic_cast<const FirstTokenObserver*>(p.get())) o->FirstToken(pick_id, endpoint, at);
+  for (const FirstTokenObserver* o : impl_->first_token_observers) o->FirstToken(pick_id, endpoint, at);
 }
 
 void Scheduler::ForgetEndpoint(std::string_view endpoint) const {

@@ -120,6 +120,7 @@ struct Scheduler::Impl {
   std::vector<const ResponseHeaderSource*> response_header_sources;
   std::vector<const ResponseMetadataSource*> response_metadata_sources;
   std::vector<const RequestObserver*> observers;
+  std::vector<const FirstTokenObserver*> first_token_observers;  // ObserveFirstToken's, found once
   std::vector<const Admitter*> admitters;
   std::vector<std::string> warnings;
   Params effective;  // the effective configuration document

@@ -13,6 +13,22 @@ namespace {
 
 enum class PickKind { kMaxScore, kRandom, kWeightedRandom };
 
+// Orders `v` as a weighted draw without replacement (A-Res, Efraimidis-Spirakis): key U^(1/w),
+// taken as log(U) / w (the same order, no underflow); weight(s) <= 0 keys lowest.
+template <typename Weight>
+void WeightedOrder(std::vector<ScoredEndpoint>& v, Rng& rng, Weight weight) {
+  std::vector<std::pair<double, ScoredEndpoint>> keyed;
+  keyed.reserve(v.size());
+  for (const ScoredEndpoint& s : v) {
+    double u = rng.Uniform();
+    if (u <= 0) u = 1e-300;
+    const double w = weight(s);
+    keyed.emplace_back(w > 0 ? std::log(u) / w : -INFINITY, s);
+  }
+  std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = 0; i < v.size(); ++i) v[i] = keyed[i].second;
+}
+
 class BasicPicker : public Plugin, public Picker {
  public:
   BasicPicker(TypedName tn, PickKind kind, int max_endpoints, Rng* rng)
@@ -36,19 +52,10 @@ class BasicPicker : public Plugin, public Picker {
       case PickKind::kRandom:
         break;
       case PickKind::kWeightedRandom: {
-        // A-Res (Efraimidis-Spirakis): key = U^(1/score); zero scores key 0. All zero -> random.
+        // Weight = score; zero scores last. All zero -> random (the shuffle).
         bool any = false;
         for (const auto& s : v) any |= s.score > 0;
-        if (!any) break;
-        std::vector<std::pair<double, ScoredEndpoint>> keyed;
-        keyed.reserve(v.size());
-        for (const auto& s : v) {
-          double u = rng.Uniform();
-          if (u <= 0) u = 1e-10;
-          keyed.emplace_back(s.score > 0 ? std::pow(u, 1.0 / s.score) : 0.0, s);
-        }
-        std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-        for (size_t i = 0; i < v.size(); ++i) v[i] = keyed[i].second;
+        if (any) WeightedOrder(v, rng, [](const ScoredEndpoint& s) { return s.score; });
         break;
       }
     }
@@ -124,16 +131,8 @@ class SoftmaxPicker : public Plugin, public Picker {
       if (t_ <= 0)
         std::stable_sort(v.begin(), v.end(), [](const ScoredEndpoint& a, const ScoredEndpoint& b) { return a.score > b.score; });
     } else {
-      std::vector<std::pair<double, ScoredEndpoint>> keyed;
-      keyed.reserve(v.size());
-      for (const ScoredEndpoint& s : v) {
-        const double w = std::exp(-(hi - s.score) / ((hi - lo) * t_));  // in (0, 1], 1 for the best
-        double u = rng.Uniform();
-        if (u <= 0) u = 1e-300;
-        keyed.emplace_back(w > 0 ? std::log(u) / w : -INFINITY, s);  // log of A-Res' u^(1/w): same order
-      }
-      std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-      for (size_t i = 0; i < v.size(); ++i) v[i] = keyed[i].second;
+      // Weight in (0, 1], 1 for the best.
+      WeightedOrder(v, rng, [&](const ScoredEndpoint& s) { return std::exp(-(hi - s.score) / ((hi - lo) * t_)); });
     }
     std::vector<const Endpoint*> out;
     const size_t n = std::min(v.size(), static_cast<size_t>(max_));
