@@ -27,6 +27,8 @@
 // ResolveOptions::http_client serves one call at a time.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <span>
@@ -137,5 +139,56 @@ absl::StatusOr<std::vector<Endpoint>> ResolveEndpoints(std::span<const EndpointS
 // fail_on_metrics_error makes the call fail.
 absl::Status RefreshEndpointMetrics(std::span<const EndpointSpec> specs, std::span<Endpoint> endpoints,
                                     const ResolveOptions& options);
+
+// Reads endpoints' metrics on a staggered schedule, for a long-running scrape thread (the serve
+// pool's): each endpoint is scraped once per interval at its own phase, spread over the interval
+// by a hash of its address (stable across reloads), so that a pool of 1,000 servers is read as a
+// steady trickle instead of a burst of 1,000 transfers followed by 1,000 parses. Each answer is
+// parsed as soon as it arrives, while the others are still in flight, and applied to its
+// endpoint as RefreshEndpointMetrics() does (stamped when applied). A scrape still running when
+// its endpoint falls due again is not doubled: the slot is an overrun. The requests are built
+// once; every transfer goes through one HttpClient, whose connections are kept for reuse.
+class StaggeredScraper {
+ public:
+  struct Stats {
+    int64_t reads = 0;      // scrapes finished and applied (read or failed)
+    int64_t overruns = 0;   // slots skipped because the endpoint's previous scrape still ran
+    int64_t rounds = 0;     // intervals completed since Create
+    // The longest time from a scrape falling due to its result being applied, over the scrapes
+    // applied in the last completed round: under the interval, every endpoint was refreshed
+    // within one interval.
+    double last_round_lag_seconds = 0;
+  };
+  struct Applied {
+    size_t index;  // into the specs / endpoints
+    bool read;     // metrics (and metrics_time_us) were replaced
+  };
+
+  // Validates as RefreshEndpointMetrics(); `client` must outlive the scraper, which cancels its
+  // own transfers when destroyed. `options.http_client` is ignored (`client` is used).
+  static absl::StatusOr<std::unique_ptr<StaggeredScraper>> Create(std::vector<EndpointSpec> specs,
+                                                                  ResolveOptions options,
+                                                                  std::chrono::microseconds interval,
+                                                                  HttpClient& client);
+  ~StaggeredScraper();
+  StaggeredScraper(const StaggeredScraper&) = delete;
+  StaggeredScraper& operator=(const StaggeredScraper&) = delete;
+
+  // Runs until `until` or until client.Wakeup() is called: starts the scrapes that fall due and
+  // applies each that finishes to endpoints[i] (the endpoints of the specs, in order), appending
+  // it to `applied`.
+  void RunUntil(std::span<Endpoint> endpoints, std::chrono::steady_clock::time_point until,
+                std::vector<Applied>& applied);
+
+  const Stats& stats() const;
+  // When spec i falls due within each interval, counted from Create.
+  std::chrono::microseconds Phase(size_t i) const;
+
+  struct Impl;
+
+ private:
+  explicit StaggeredScraper(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace epp

@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,11 +52,34 @@ class HttpClient {
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
 
-  // As HttpFetchAll(), reusing connections from earlier calls.
+  // As HttpFetchAll(), reusing connections from earlier calls. Answers to requests Start()ed
+  // before the call are kept for the next Wait().
   std::vector<absl::StatusOr<HttpResponse>> FetchAll(std::span<const HttpRequest> requests);
 
+  // Asynchronous use, for one thread that keeps many requests in flight and handles each answer
+  // as it arrives (the serve pool's staggered scrape loop). Start() begins a request and returns
+  // its id (never 0). Wait() drives every transfer and returns as soon as at least one has
+  // finished (all that have), when `deadline` passes (none, or what finished by then), or when
+  // Wakeup() is called; with nothing in flight it sleeps until the deadline or the wakeup.
+  struct Finished {
+    uint64_t id;
+    absl::StatusOr<HttpResponse> response;  // as HttpFetchAll() answers
+  };
+  uint64_t Start(HttpRequest request);
+  std::vector<Finished> Wait(std::chrono::steady_clock::time_point deadline);
+  // Abandons a request in flight (or finished and not handed out): Wait() never returns it.
+  void Cancel(uint64_t id);
+  size_t in_flight() const;
+  // Ends the current or next Wait() early. The one method that may be called from any thread.
+  void Wakeup();
+  // Idle connections kept open for reuse (libcurl's CURLMOPT_MAXCONNECTS). libcurl's default
+  // follows the requests in flight (4 per request), which a staggered loop with few requests in
+  // flight at a time would undercut: size it to the number of servers the client talks to.
+  void set_max_idle_connections(size_t n);
+
  private:
-  void* multi_;  // CURLM*, kept out of this header
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // Performs `requests` concurrently; result i answers request i. A transport failure is a Status

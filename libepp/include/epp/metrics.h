@@ -199,7 +199,9 @@ struct MetricsExtraction {
 //  - LoRA: of the matching series the one with the largest value (a timestamp) wins; adapter
 //    lists split on commas, trimmed, empties dropped; max_lora an integer. Absent = warning;
 //  - cache info: block size and count as positive integers. Absent = warning.
-MetricsExtraction ExtractMetrics(const MetricFamilies& families, const MetricMapping& mapping);
+// describe = false: checks that passed or warned carry no message (a scrape loop reads only the
+// failures; the messages cost more than the extraction).
+MetricsExtraction ExtractMetrics(const MetricFamilies& families, const MetricMapping& mapping, bool describe = true);
 
 // ---- Reading an endpoint's metrics: the one path `eppctl check`, the endpoint pool and pyepp take
 
@@ -276,6 +278,12 @@ struct MetricsRead {
 // were created with. Never throws or fails: every problem is in the result.
 MetricsRead ReadEndpointMetrics(std::string_view text, const MetricMappings& mappings, std::string_view engine = "auto",
                                 std::string_view known_engine = {});
+
+// The scrape loop's variant: parses into `families` (kept by the caller from one call to the
+// next, so that the parse allocates nothing in steady state) and extracts without describing the
+// checks that pass (ExtractMetrics' describe = false). Same result otherwise.
+MetricsRead ReadEndpointMetricsInto(std::string_view text, const MetricMappings& mappings, std::string_view engine,
+                                    std::string_view known_engine, MetricFamilies& families);
 
 // The engine a read of these families would use: options.engine when it is not "auto", otherwise
 // DetectEngine over CandidateMappings(); kNotFound naming the candidates when none fits.

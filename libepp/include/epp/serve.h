@@ -13,12 +13,15 @@
 //   - departures: an endpoint that left, or whose origin changed (a new Pod with the IP of one
 //     that went away), is reported to `on_departure` after the new snapshot is published, so the
 //     scheduler forgets its prefix entries and in-flight load;
-//   - one scrape cycle per interval on one thread: every endpoint's metrics re-read concurrently
-//     (RefreshEndpointMetrics through one persistent HttpClient), the copy published whole; picks
-//     read the last snapshot and never wait. An unreadable endpoint keeps its last metrics, which
-//     age into staleness. Discovery runs on a second thread and hands changed lists over.
-//   RunCycle() and RunDiscovery() are what the threads do once; tests drive the pool with them
-//   (with a ManualClock and a fake EndpointLister), without threads or sleeps.
+//   - the scrape thread reads every endpoint once per interval, each at its own phase
+//     (StaggeredScraper through one persistent HttpClient: a trickle of transfers, each answer
+//     parsed as it arrives), and publishes a copy of the endpoints every tenth of the interval
+//     when something was read; picks read the last snapshot and never wait. An unreadable
+//     endpoint keeps its last metrics, which age into staleness. The endpoints file is checked
+//     once per interval. Discovery runs on a second thread and hands changed lists over.
+//   RunCycle() does a whole round at once (every endpoint read concurrently, then published) and
+//   RunDiscovery() one discovery round; tests drive the pool with them (with a ManualClock and a
+//   fake EndpointLister), without threads or sleeps.
 //
 // EppServer: Start(ServeConfig) builds the scheduler, the pool, the ext_proc server (TLS optional),
 // the grpc.health.v1 server and the /metrics HTTP server, in that order; Shutdown(drain) stops
@@ -157,8 +160,14 @@ struct EndpointPoolOptions {
 };
 
 struct EndpointPoolCounters {
+  // RunCycle(): cycles run and the last one's duration. The threads (Start()): intervals completed
+  // by the staggered scrape loop and the longest time from a scrape falling due to its metrics
+  // being applied over the last completed one (under the interval: every endpoint was refreshed
+  // within one interval).
   int64_t scrape_cycles = 0;
   double last_scrape_seconds = 0;
+  int64_t scrape_reads = 0;     // the threads: scrapes finished and applied (read or failed)
+  int64_t scrape_overruns = 0;  // the threads: slots skipped, the endpoint's last scrape still running
   int64_t reloads_ok = 0;      // endpoint sets installed after the first (file or discovery)
   int64_t reloads_failed = 0;  // sets rejected (the set in use kept)
   std::map<std::string, int64_t> scrape_errors;  // per current endpoint address, cumulative

@@ -1,6 +1,7 @@
 // Small string helpers shared by libepp's sources (private: not part of the public API).
 #pragma once
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -43,10 +44,17 @@ inline std::string_view TrimSpace(std::string_view s) {
 // The shortest "%g" spelling of `v` that reads back as exactly `v` ("0.25", "1e+06", "3").
 inline std::string ShortestDouble(double v) {
   char buf[32];
-  for (int prec = 1; prec <= 17; ++prec) {
-    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
-    if (std::isnan(v) || std::strtod(buf, nullptr) == v) break;
+  if (!std::isfinite(v)) {
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
   }
+  // The fewest significant digits that read back as `v` (to_chars' shortest round trip), then
+  // %g at that precision: one conversion each instead of trying precisions 1..17 in turn.
+  char sci[40];
+  const std::to_chars_result r = std::to_chars(sci, sci + sizeof sci, v, std::chars_format::scientific);
+  int digits = 0;
+  for (const char* p = sci; p < r.ptr && *p != 'e'; ++p) digits += *p >= '0' && *p <= '9';
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
   return buf;
 }
 

@@ -5,7 +5,10 @@
 #include <arpa/inet.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "common/strings.h"
@@ -373,11 +377,14 @@ struct Outcome {
   bool unreachable = false;      // the scrape of the endpoint's own address was refused
 };
 
-void Process(std::string_view text, const std::string& what, size_t i, const EndpointSpec& spec, const Plan& plan,
-             std::string_view known_engine, Outcome& out) {
-  MetricsRead r = ReadEndpointMetrics(text, *plan.mappings, plan.engine[i], known_engine);
+// `what` names the source in a parse error ("metrics from URL"); built only then. `families` is
+// the caller's parse buffer, kept from one read to the next.
+template <typename What>
+void Process(std::string_view text, What what, size_t i, const EndpointSpec& spec, const Plan& plan,
+             std::string_view known_engine, MetricFamilies& families, Outcome& out) {
+  MetricsRead r = ReadEndpointMetricsInto(text, *plan.mappings, plan.engine[i], known_engine, families);
   if (!r.parsed) {
-    out.error = absl::InvalidArgumentError(Who(spec, i) + "cannot parse " + what + ": " + std::string(r.error.message()));
+    out.error = absl::InvalidArgumentError(Who(spec, i) + "cannot parse " + what() + ": " + std::string(r.error.message()));
     return;
   }
   if (!r.error.ok()) {
@@ -407,6 +414,66 @@ HttpRequest MakeRequest(const ScrapeOptions& o, std::string url) {
   return r;
 }
 
+// The request that reads a spec's metrics over HTTP; nullopt for a file or "none".
+std::optional<HttpRequest> RequestFor(const EndpointSpec& spec, const Plan& plan) {
+  switch (KindOf(spec.metrics)) {
+    case SourceKind::kUrl: {
+      HttpRequest r = MakeRequest(plan.scrape, spec.metrics);
+      if (!spec.tls_ca_file.empty()) r.ca_file = spec.tls_ca_file;
+      if (spec.tls_insecure_skip_verify) r.insecure = true;
+      return r;
+    }
+    case SourceKind::kDefault:
+      return MakeRequest(plan.scrape, "http://" + spec.address + plan.scrape.metrics_path);
+    case SourceKind::kNone:
+    case SourceKind::kFile:
+      break;
+  }
+  return std::nullopt;
+}
+
+// Reads a spec's metrics file into `out`.
+void ReadFileOutcome(const EndpointSpec& spec, size_t i, const Plan& plan, std::string_view known,
+                     MetricFamilies& families, Outcome& out) {
+  auto text = ReadFile(spec.metrics, plan.scrape.max_body_bytes);
+  if (!text.ok()) {
+    out.error = absl::Status(text.status().code(), Who(spec, i) + "metrics file '" + spec.metrics +
+                                                       "' cannot be read: " + std::string(text.status().message()));
+    return;
+  }
+  Process(*text, [&] { return "metrics file '" + spec.metrics + "'"; }, i, spec, plan, known, families, out);
+}
+
+// Turns the answer to `request` (a spec's scrape) into `out`.
+void ResponseOutcome(const absl::StatusOr<HttpResponse>& r, const HttpRequest& request, const EndpointSpec& spec,
+                     size_t i, const Plan& plan, std::string_view known, MetricFamilies& families, Outcome& out) {
+  if (!r.ok()) {
+    // Refused at the endpoint's own address (not at a separate metrics host): the server is gone.
+    // A pool behind a gateway (engine epp) is gone when its own EPP refuses the scrape.
+    out.unreachable = IsConnectionRefused(r.status()) &&
+                      (request.url.find("//" + spec.address + "/") != std::string::npos || spec.engine == kPoolEngine);
+    out.error = absl::Status(r.status().code(), Who(spec, i) + std::string(r.status().message()));
+  } else if (r->status < 200 || r->status > 299) {
+    out.error = absl::UnavailableError(Who(spec, i) + "GET " + request.url + ": HTTP " + std::to_string(r->status) +
+                                       ": " + internal::BodySnippet(r->body));
+  } else {
+    Process(r->body, [&] { return "metrics from " + request.url; }, i, spec, plan, known, families, out);
+  }
+}
+
+// Updates an endpoint that already exists from one read of its metrics, stamped `now` when read.
+void ApplyOutcome(Outcome& o, const EndpointSpec& spec, Endpoint& ep, int64_t now) {
+  if (!o.engine.empty()) ep.engine = o.engine;
+  if (o.read) {
+    ep.metrics = std::move(o.metrics);
+    ep.metrics_time_us = now;
+  }
+  ep.metrics_error = std::string(o.error.message());
+  ep.unreachable = o.unreachable;
+  ep.capacity = spec.capacity;
+  ep.metrics_staleness_allowance_us = spec.metrics_staleness_allowance_us;
+}
+
 // Reads every endpoint's metrics: files one by one, then all URLs in one concurrent round.
 // `known_engines` (empty, or one per spec) are engines already detected for auto specs.
 std::vector<Outcome> Collect(std::span<const EndpointSpec> specs, const Plan& plan, const ResolveOptions& options,
@@ -415,32 +482,15 @@ std::vector<Outcome> Collect(std::span<const EndpointSpec> specs, const Plan& pl
   std::vector<HttpRequest> requests;
   std::vector<size_t> owner;  // requests[k] belongs to specs[owner[k]]
   auto known = [&](size_t i) { return known_engines.empty() ? std::string_view() : std::string_view(known_engines[i]); };
+  MetricFamilies families;  // one parse buffer for every read of the call
   for (size_t i = 0; i < specs.size(); ++i) {
     const EndpointSpec& spec = specs[i];
     if (plan.engine[i] != "auto") out[i].engine = plan.engine[i];
-    switch (KindOf(spec.metrics)) {
-      case SourceKind::kNone:
-        break;
-      case SourceKind::kFile: {
-        auto text = ReadFile(spec.metrics, plan.scrape.max_body_bytes);
-        if (!text.ok()) {
-          out[i].error = absl::Status(text.status().code(), Who(spec, i) + "metrics file '" + spec.metrics +
-                                                                "' cannot be read: " + std::string(text.status().message()));
-        } else {
-          Process(*text, "metrics file '" + spec.metrics + "'", i, spec, plan, known(i), out[i]);
-        }
-        break;
-      }
-      case SourceKind::kUrl:
-        requests.push_back(MakeRequest(plan.scrape, spec.metrics));
-        if (!spec.tls_ca_file.empty()) requests.back().ca_file = spec.tls_ca_file;
-        if (spec.tls_insecure_skip_verify) requests.back().insecure = true;
-        owner.push_back(i);
-        break;
-      case SourceKind::kDefault:
-        requests.push_back(MakeRequest(plan.scrape, "http://" + spec.address + plan.scrape.metrics_path));
-        owner.push_back(i);
-        break;
+    if (std::optional<HttpRequest> r = RequestFor(spec, plan)) {
+      requests.push_back(*std::move(r));
+      owner.push_back(i);
+    } else if (KindOf(spec.metrics) == SourceKind::kFile) {
+      ReadFileOutcome(spec, i, plan, known(i), families, out[i]);
     }
   }
   if (requests.empty()) return out;
@@ -448,20 +498,7 @@ std::vector<Outcome> Collect(std::span<const EndpointSpec> specs, const Plan& pl
       options.http_client != nullptr ? options.http_client->FetchAll(requests) : HttpFetchAll(requests);
   for (size_t k = 0; k < responses.size(); ++k) {
     const size_t i = owner[k];
-    const auto& r = responses[k];
-    if (!r.ok()) {
-      // Refused at the endpoint's own address (not at a separate metrics host): the server is gone.
-      // A pool behind a gateway (engine epp) is gone when its own EPP refuses the scrape.
-      out[i].unreachable = IsConnectionRefused(r.status()) &&
-                           (requests[k].url.find("//" + specs[i].address + "/") != std::string::npos ||
-                            specs[i].engine == kPoolEngine);
-      out[i].error = absl::Status(r.status().code(), Who(specs[i], i) + std::string(r.status().message()));
-    } else if (r->status < 200 || r->status > 299) {
-      out[i].error = absl::UnavailableError(Who(specs[i], i) + "GET " + requests[k].url + ": HTTP " +
-                                            std::to_string(r->status) + ": " + internal::BodySnippet(r->body));
-    } else {
-      Process(r->body, "metrics from " + requests[k].url, i, specs[i], plan, known(i), out[i]);
-    }
+    ResponseOutcome(responses[k], requests[k], specs[i], i, plan, known(i), families, out[i]);
   }
   return out;
 }
@@ -632,20 +669,144 @@ absl::Status RefreshEndpointMetrics(std::span<const EndpointSpec> specs, std::sp
   const int64_t now = Now(options);
   absl::Status first = absl::OkStatus();
   for (size_t i = 0; i < specs.size(); ++i) {
-    Outcome& o = outcomes[i];
-    Endpoint& ep = endpoints[i];
-    if (!o.engine.empty()) ep.engine = o.engine;
-    if (o.read) {
-      ep.metrics = std::move(o.metrics);
-      ep.metrics_time_us = now;
-    }
-    ep.metrics_error = std::string(o.error.message());
-    ep.unreachable = o.unreachable;
-    ep.capacity = specs[i].capacity;
-    ep.metrics_staleness_allowance_us = specs[i].metrics_staleness_allowance_us;
-    if (options.fail_on_metrics_error && first.ok()) first = o.error;
+    if (options.fail_on_metrics_error && first.ok()) first = outcomes[i].error;
+    ApplyOutcome(outcomes[i], specs[i], endpoints[i], now);
   }
   return first;
+}
+
+// ---- StaggeredScraper ----------------------------------------------------------------------
+
+struct StaggeredScraper::Impl {
+  using Clock = std::chrono::steady_clock;
+  std::vector<EndpointSpec> specs;
+  ResolveOptions options;
+  Plan plan;
+  HttpClient* client = nullptr;
+  Clock::duration interval{};
+  Clock::time_point t0;
+  std::vector<Clock::duration> phase;  // per spec, in [0, interval)
+  std::vector<size_t> order;           // spec indices by phase
+  std::vector<std::optional<HttpRequest>> request;  // per spec: its request, or none (file, none)
+  std::vector<uint64_t> in_flight;     // per spec: the transfer's id, 0 when none
+  std::vector<Clock::time_point> due_of;  // per spec: when the running scrape fell due
+  std::unordered_map<uint64_t, size_t> owner;  // transfer id -> spec index
+  MetricFamilies families;                     // the parse buffer, reused by every read
+  size_t cursor = 0;   // order[cursor] is the next slot
+  int64_t round = 0;   // the next slot is in round `round`
+  double round_lag = 0;
+  Stats stats;
+
+  Clock::time_point NextDue() const { return t0 + round * interval + phase[order[cursor]]; }
+
+  void Apply(size_t i, Outcome& o, Clock::time_point due, std::span<Endpoint> endpoints, std::vector<Applied>& applied) {
+    ApplyOutcome(o, specs[i], endpoints[i], Now(options));
+    applied.push_back({i, o.read});
+    stats.reads++;
+    round_lag = std::max(round_lag, std::chrono::duration<double>(Clock::now() - due).count());
+  }
+
+  // Starts (or, for a file, performs) the scrape of slot `cursor`, then moves to the next slot.
+  void StartSlot(Clock::time_point now, std::span<Endpoint> endpoints, std::vector<Applied>& applied) {
+    const Clock::time_point due = NextDue();
+    const size_t i = order[cursor];
+    if (++cursor == order.size()) {
+      cursor = 0;
+      ++round;
+      stats.rounds++;
+      stats.last_round_lag_seconds = round_lag;
+      round_lag = 0;
+    }
+    // A slot whose next one has also passed (the thread was held up) is skipped, not repeated.
+    if (due + interval <= now || in_flight[i] != 0) {
+      stats.overruns++;
+      return;
+    }
+    const std::string_view known = endpoints[i].engine;
+    if (request[i]) {
+      in_flight[i] = client->Start(*request[i]);
+      due_of[i] = due;
+      owner.emplace(in_flight[i], i);
+      return;
+    }
+    Outcome o;
+    if (plan.engine[i] != "auto") o.engine = plan.engine[i];
+    if (KindOf(specs[i].metrics) == SourceKind::kFile) ReadFileOutcome(specs[i], i, plan, known, families, o);
+    Apply(i, o, due, endpoints, applied);
+  }
+};
+
+absl::StatusOr<std::unique_ptr<StaggeredScraper>> StaggeredScraper::Create(std::vector<EndpointSpec> specs,
+                                                                           ResolveOptions options,
+                                                                           std::chrono::microseconds interval,
+                                                                           HttpClient& client) {
+  if (interval.count() <= 0) return absl::InvalidArgumentError("scrape interval must be > 0");
+  options.http_client = &client;
+  auto m = std::make_unique<Impl>();
+  EPP_ASSIGN_OR_RETURN(m->plan, MakePlan(specs, options));
+  m->specs = std::move(specs);
+  m->options = std::move(options);
+  m->client = &client;
+  m->interval = std::chrono::duration_cast<Impl::Clock::duration>(interval);
+  m->t0 = Impl::Clock::now();
+  const size_t n = m->specs.size();
+  m->phase.resize(n);
+  m->request.resize(n);
+  m->in_flight.assign(n, 0);
+  m->due_of.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const EndpointSpec& spec = m->specs[i];
+    // A hash of the address, not the index: an endpoint keeps its phase when others come or go.
+    const uint64_t h = std::hash<std::string>{}(spec.address) * 0x9E3779B97F4A7C15ull;
+    m->phase[i] = Impl::Clock::duration(static_cast<Impl::Clock::rep>(
+        static_cast<double>(h >> 11) / static_cast<double>(uint64_t{1} << 53) * static_cast<double>(m->interval.count())));
+    std::optional<HttpRequest> req = RequestFor(spec, m->plan);
+    m->request[i] = std::move(req);
+  }
+  m->order.resize(n);
+  for (size_t i = 0; i < n; ++i) m->order[i] = i;
+  std::sort(m->order.begin(), m->order.end(), [&](size_t a, size_t b) { return m->phase[a] < m->phase[b]; });
+  // Enough idle connections for every endpoint: fewer would close and reopen some each round.
+  client.set_max_idle_connections(n + 16);
+  return std::unique_ptr<StaggeredScraper>(new StaggeredScraper(std::move(m)));
+}
+
+StaggeredScraper::StaggeredScraper(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+StaggeredScraper::~StaggeredScraper() {
+  for (const auto& [id, i] : impl_->owner) impl_->client->Cancel(id);
+}
+
+const StaggeredScraper::Stats& StaggeredScraper::stats() const { return impl_->stats; }
+
+std::chrono::microseconds StaggeredScraper::Phase(size_t i) const {
+  return std::chrono::duration_cast<std::chrono::microseconds>(impl_->phase.at(i));
+}
+
+void StaggeredScraper::RunUntil(std::span<Endpoint> endpoints, std::chrono::steady_clock::time_point until,
+                                std::vector<Applied>& applied) {
+  Impl& m = *impl_;
+  using Clock = Impl::Clock;
+  for (;;) {
+    Clock::time_point now = Clock::now();
+    while (!m.order.empty() && m.NextDue() <= now) m.StartSlot(now, endpoints, applied);
+    if (now >= until) return;
+    const Clock::time_point next = m.order.empty() ? until : std::min(until, m.NextDue());
+    std::vector<HttpClient::Finished> finished = m.client->Wait(next);
+    for (HttpClient::Finished& f : finished) {
+      auto it = m.owner.find(f.id);
+      if (it == m.owner.end()) continue;
+      const size_t i = it->second;
+      m.owner.erase(it);
+      m.in_flight[i] = 0;
+      Outcome o;
+      if (m.plan.engine[i] != "auto") o.engine = m.plan.engine[i];
+      ResponseOutcome(f.response, *m.request[i], m.specs[i], i, m.plan, endpoints[i].engine, m.families, o);
+      m.Apply(i, o, m.due_of[i], endpoints, applied);
+    }
+    // Nothing finished and neither the next slot nor `until` has come: woken up.
+    if (finished.empty() && Clock::now() < next) return;
+  }
 }
 
 }  // namespace epp

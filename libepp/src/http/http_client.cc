@@ -1,9 +1,13 @@
 // libcurl multi-interface client: the only user of libcurl in the project.
 #include <curl/curl.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <climits>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/string_view.h"
@@ -18,7 +22,8 @@ void GlobalInitOnce() {
 }
 
 struct Transfer {
-  const HttpRequest* req = nullptr;
+  uint64_t id = 0;
+  HttpRequest req;
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
   HttpResponse resp;
@@ -30,7 +35,7 @@ struct Transfer {
 size_t OnBody(char* data, size_t size, size_t nmemb, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const size_t n = size * nmemb;
-  if (t->resp.body.size() + n > t->req->max_body_bytes) {
+  if (t->resp.body.size() + n > t->req.max_body_bytes) {
     t->too_big = true;
     return 0;  // aborts the transfer with CURLE_WRITE_ERROR
   }
@@ -46,14 +51,14 @@ std::string Mib(size_t bytes) {
 constexpr absl::string_view kRefusedPayload = "type.epp.dev/connection-refused";
 
 absl::Status TransferError(const Transfer& t, CURLcode code) {
-  const std::string what = t.req->method + " " + t.req->url + ": ";
+  const std::string what = t.req.method + " " + t.req.url + ": ";
   if (t.too_big || code == CURLE_FILESIZE_EXCEEDED) {
-    return absl::ResourceExhaustedError(what + "response body exceeds the cap of " + Mib(t.req->max_body_bytes));
+    return absl::ResourceExhaustedError(what + "response body exceeds the cap of " + Mib(t.req.max_body_bytes));
   }
   std::string detail = t.errbuf[0] ? t.errbuf : curl_easy_strerror(code);
   switch (code) {
     case CURLE_OPERATION_TIMEDOUT:
-      return absl::DeadlineExceededError(what + "timed out after " + std::to_string(t.req->timeout.count()) + " ms");
+      return absl::DeadlineExceededError(what + "timed out after " + std::to_string(t.req.timeout.count()) + " ms");
     case CURLE_COULDNT_CONNECT: {
       absl::Status refused = absl::UnavailableError(what + "connection refused (" + detail + ")");
       refused.SetPayload(kRefusedPayload, absl::Cord("1"));
@@ -72,90 +77,182 @@ absl::Status TransferError(const Transfer& t, CURLcode code) {
   }
 }
 
+void Configure(Transfer& t) {
+  const HttpRequest& req = t.req;
+  CURL* e = t.easy;
+  curl_easy_setopt(e, CURLOPT_URL, req.url.c_str());
+  curl_easy_setopt(e, CURLOPT_PRIVATE, &t);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &OnBody);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, &t);
+  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t.errbuf);
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(req.timeout.count()));
+  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(req.timeout.count()));
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(req.max_body_bytes));
+  if (req.accept_gzip) curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "gzip");
+  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (!req.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, req.ca_file.c_str());
+  if (req.insecure) {
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+  }
+  for (const std::string& h : req.headers) t.headers = curl_slist_append(t.headers, h.c_str());
+  if (req.method == "POST") {
+    curl_easy_setopt(e, CURLOPT_POST, 1L);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, req.body.data());
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+    t.headers = curl_slist_append(t.headers, "Expect:");  // no 100-continue round trip
+  }
+  if (t.headers) curl_easy_setopt(e, CURLOPT_HTTPHEADER, t.headers);
+}
+
 }  // namespace
 
-namespace {
+struct HttpClient::Impl {
+  CURLM* multi = nullptr;
+  uint64_t next_id = 1;
+  std::unordered_map<CURL*, std::unique_ptr<Transfer>> running;
+  std::vector<CURL*> idle;                // finished handles, reset, kept for the next requests
+  std::vector<HttpClient::Finished> done;  // finished but not handed out yet
+  std::atomic<bool> woken{false};         // Wakeup() was called
 
-std::vector<absl::StatusOr<HttpResponse>> RunTransfers(CURLM* multi, std::span<const HttpRequest> requests) {
-  std::vector<absl::StatusOr<HttpResponse>> results(requests.size(), absl::UnknownError("not run"));
-  if (requests.empty()) return results;
-  std::vector<std::unique_ptr<Transfer>> transfers;
-  for (const HttpRequest& req : requests) {
-    auto t = std::make_unique<Transfer>();
-    t->req = &req;
-    CURL* e = curl_easy_init();
-    t->easy = e;
-    curl_easy_setopt(e, CURLOPT_URL, req.url.c_str());
-    curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &OnBody);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(req.timeout.count()));
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(req.timeout.count()));
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(req.max_body_bytes));
-    if (req.accept_gzip) curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "gzip");
-    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-    if (!req.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, req.ca_file.c_str());
-    if (req.insecure) {
-      curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
-      curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
-    }
-    for (const std::string& h : req.headers) t->headers = curl_slist_append(t->headers, h.c_str());
-    if (req.method == "POST") {
-      curl_easy_setopt(e, CURLOPT_POST, 1L);
-      curl_easy_setopt(e, CURLOPT_POSTFIELDS, req.body.data());
-      curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
-      t->headers = curl_slist_append(t->headers, "Expect:");  // no 100-continue round trip
-    }
-    if (t->headers) curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
-    t->start = std::chrono::steady_clock::now();
-    curl_multi_add_handle(multi, e);
-    transfers.push_back(std::move(t));
-  }
-  int running = 0;
-  do {
-    curl_multi_perform(multi, &running);
+  // Moves every finished transfer to `done`.
+  void Harvest() {
     int msgs = 0;
     while (CURLMsg* msg = curl_multi_info_read(multi, &msgs)) {
       if (msg->msg != CURLMSG_DONE) continue;
-      Transfer* t = nullptr;
-      curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
-      const size_t idx = static_cast<size_t>(t->req - requests.data());
-      t->resp.elapsed_ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t->start).count();
-      if (msg->data.result != CURLE_OK) {
-        results[idx] = TransferError(*t, msg->data.result);
+      CURL* e = msg->easy_handle;
+      const CURLcode code = msg->data.result;
+      auto it = running.find(e);
+      if (it == running.end()) continue;
+      Transfer& t = *it->second;
+      t.resp.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t.start).count();
+      if (code != CURLE_OK) {
+        done.push_back({t.id, TransferError(t, code)});
       } else {
-        curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->resp.status);
+        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &t.resp.status);
         char* ct = nullptr;
-        curl_easy_getinfo(t->easy, CURLINFO_CONTENT_TYPE, &ct);
-        if (ct) t->resp.content_type = ct;
-        results[idx] = std::move(t->resp);
+        curl_easy_getinfo(e, CURLINFO_CONTENT_TYPE, &ct);
+        if (ct) t.resp.content_type = ct;
+        done.push_back({t.id, std::move(t.resp)});
       }
+      curl_multi_remove_handle(multi, e);
+      curl_slist_free_all(t.headers);
+      curl_easy_reset(e);  // keeps the handle's caches; its connection stays in the multi's pool
+      idle.push_back(e);
+      running.erase(it);
     }
-    if (running > 0) curl_multi_poll(multi, nullptr, 0, 100, nullptr);
-  } while (running > 0);
-  for (auto& t : transfers) {
-    curl_multi_remove_handle(multi, t->easy);
-    curl_easy_cleanup(t->easy);
-    curl_slist_free_all(t->headers);
   }
-  return results;
-}
 
-}  // namespace
+  // Runs transfers until `stop()` holds, `deadline` passes or Wakeup() is called.
+  template <typename Stop>
+  void Drive(std::chrono::steady_clock::time_point deadline, Stop stop) {
+    for (;;) {
+      int still = 0;
+      curl_multi_perform(multi, &still);
+      Harvest();
+      if (stop()) return;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return;
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+      // Waits on the transfers' sockets, at most until libcurl's own next timeout.
+      curl_multi_poll(multi, nullptr, 0, static_cast<int>(std::min<int64_t>(left, INT_MAX)), nullptr);
+      if (woken.exchange(false)) return;
+    }
+  }
+};
 
-HttpClient::HttpClient() {
+HttpClient::HttpClient() : impl_(std::make_unique<Impl>()) {
   GlobalInitOnce();
-  multi_ = curl_multi_init();
+  impl_->multi = curl_multi_init();
 }
 
-HttpClient::~HttpClient() { curl_multi_cleanup(static_cast<CURLM*>(multi_)); }
+HttpClient::~HttpClient() {
+  Impl& m = *impl_;
+  for (auto& [e, t] : m.running) {
+    curl_multi_remove_handle(m.multi, e);
+    curl_slist_free_all(t->headers);
+    curl_easy_cleanup(e);
+  }
+  for (CURL* e : m.idle) curl_easy_cleanup(e);
+  curl_multi_cleanup(m.multi);
+}
+
+uint64_t HttpClient::Start(HttpRequest request) {
+  Impl& m = *impl_;
+  auto t = std::make_unique<Transfer>();
+  t->id = m.next_id++;
+  t->req = std::move(request);
+  if (!m.idle.empty()) {
+    t->easy = m.idle.back();
+    m.idle.pop_back();
+  } else {
+    t->easy = curl_easy_init();
+  }
+  Configure(*t);
+  t->start = std::chrono::steady_clock::now();
+  curl_multi_add_handle(m.multi, t->easy);
+  const uint64_t id = t->id;
+  m.running.emplace(t->easy, std::move(t));
+  return id;
+}
+
+std::vector<HttpClient::Finished> HttpClient::Wait(std::chrono::steady_clock::time_point deadline) {
+  Impl& m = *impl_;
+  if (m.done.empty()) m.Drive(deadline, [&m] { return !m.done.empty(); });
+  return std::exchange(m.done, {});
+}
+
+void HttpClient::Wakeup() {
+  impl_->woken = true;
+  curl_multi_wakeup(impl_->multi);
+}
+
+void HttpClient::Cancel(uint64_t id) {
+  Impl& m = *impl_;
+  for (auto it = m.running.begin(); it != m.running.end(); ++it) {
+    if (it->second->id != id) continue;
+    CURL* e = it->first;
+    curl_multi_remove_handle(m.multi, e);
+    curl_slist_free_all(it->second->headers);
+    curl_easy_reset(e);
+    m.idle.push_back(e);
+    m.running.erase(it);
+    return;
+  }
+  std::erase_if(m.done, [id](const Finished& f) { return f.id == id; });
+}
+
+size_t HttpClient::in_flight() const { return impl_->running.size(); }
+
+void HttpClient::set_max_idle_connections(size_t n) {
+  curl_multi_setopt(impl_->multi, CURLMOPT_MAXCONNECTS, static_cast<long>(std::min<size_t>(n, LONG_MAX)));
+}
 
 std::vector<absl::StatusOr<HttpResponse>> HttpClient::FetchAll(std::span<const HttpRequest> requests) {
-  return RunTransfers(static_cast<CURLM*>(multi_), requests);
+  Impl& m = *impl_;
+  std::vector<absl::StatusOr<HttpResponse>> results(requests.size(), absl::UnknownError("not run"));
+  if (requests.empty()) return results;
+  std::unordered_map<uint64_t, size_t> mine;  // id -> index in requests
+  for (size_t i = 0; i < requests.size(); ++i) mine.emplace(Start(requests[i]), i);
+  // Requests Start()ed by the caller before this call stay in `done` for its next Wait().
+  std::vector<Finished> others;
+  size_t left = requests.size();
+  while (left > 0) {
+    m.Drive(std::chrono::steady_clock::time_point::max(), [&m] { return !m.done.empty(); });
+    for (Finished& f : std::exchange(m.done, {})) {
+      auto it = mine.find(f.id);
+      if (it == mine.end()) {
+        others.push_back(std::move(f));
+        continue;
+      }
+      results[it->second] = std::move(f.response);
+      --left;
+    }
+  }
+  m.done = std::move(others);
+  return results;
 }
 
 std::vector<absl::StatusOr<HttpResponse>> HttpFetchAll(std::span<const HttpRequest> requests) {

@@ -70,7 +70,7 @@ enum class Combine { kSum, kMax };
 
 // Reads one required gauge; returns the value when it passed validation.
 std::optional<double> ReadGauge(const MetricFamilies& families, const std::vector<MetricSpec>& candidates,
-                                const char* id, const char* what, Combine combine, bool fraction,
+                                const char* id, const char* what, Combine combine, bool fraction, bool describe,
                                 std::vector<CheckResult>& checks) {
   CheckResult r{id, CheckStatus::kPass, ""};
   if (candidates.empty()) {
@@ -107,13 +107,15 @@ std::optional<double> ReadGauge(const MetricFamilies& families, const std::vecto
     }
     total = combine == Combine::kSum ? total + s->value : std::max(total, s->value);
   }
-  r.message = name + " = " + ShortestDouble(total);
-  if (samples.size() > 1) {
-    r.message += std::string(" (") + (combine == Combine::kSum ? "sum" : "max") + " of " +
-                 std::to_string(samples.size()) + " series)";
-  }
-  if (spec != &candidates.front()) {
-    r.message += " (older name; " + candidates.front().ToString() + " absent)";
+  if (describe) {
+    r.message = name + " = " + ShortestDouble(total);
+    if (samples.size() > 1) {
+      r.message += std::string(" (") + (combine == Combine::kSum ? "sum" : "max") + " of " +
+                   std::to_string(samples.size()) + " series)";
+    }
+    if (spec != &candidates.front()) {
+      r.message += " (older name; " + candidates.front().ToString() + " absent)";
+    }
   }
   if (fraction) {
     if (total > 1 && total <= 100) {
@@ -128,7 +130,7 @@ std::optional<double> ReadGauge(const MetricFamilies& families, const std::vecto
   }
   if (family != nullptr && family->type == MetricType::kUntyped) {
     r.status = CheckStatus::kWarn;
-    r.message += " (no TYPE line: untyped, expected gauge)";
+    if (describe) r.message += " (no TYPE line: untyped, expected gauge)";
   }
   checks.push_back(std::move(r));
   return total;
@@ -164,19 +166,20 @@ std::optional<int64_t> ParsePositiveInt(std::string_view s, bool allow_zero) {
   return v;
 }
 
-void ReadLora(const MetricFamilies& families, const MetricMapping& mapping, MetricsExtraction& out) {
+void ReadLora(const MetricFamilies& families, const MetricMapping& mapping, bool describe, MetricsExtraction& out) {
   const char* id = "metrics.lora";
   const MetricSpec* spec = FirstPresent(families, mapping.lora);
   if (spec == nullptr) {
     out.checks.push_back({id, CheckStatus::kWarn,
-                          mapping.lora.empty() ? "no LoRA metric for engine " + mapping.engine
-                                               : JoinNames(mapping.lora) + " absent (LoRA affinity unavailable)"});
+                          !describe              ? std::string()
+                          : mapping.lora.empty() ? "no LoRA metric for engine " + mapping.engine
+                                                 : JoinNames(mapping.lora) + " absent (LoRA affinity unavailable)"});
     return;
   }
   const MetricFamily* family = nullptr;
   std::vector<const Sample*> samples = Matching(families, *spec, &family);
   if (samples.empty()) {
-    out.checks.push_back({id, CheckStatus::kWarn, "no series matches " + spec->ToString()});
+    out.checks.push_back({id, CheckStatus::kWarn, describe ? "no series matches " + spec->ToString() : std::string()});
     return;
   }
   // Each label permutation is its own series; the value is its update time, so the newest wins.
@@ -204,14 +207,17 @@ void ReadLora(const MetricFamilies& families, const MetricMapping& mapping, Metr
     for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
     return "[" + s + "]";
   };
-  std::string msg = spec->name + ": max_lora " + std::to_string(info.max_lora) + ", running " +
-                    join(info.running) + ", waiting " + join(info.waiting);
-  if (samples.size() > 1) msg += " (newest of " + std::to_string(samples.size()) + " series)";
+  std::string msg;
+  if (describe) {
+    msg = spec->name + ": max_lora " + std::to_string(info.max_lora) + ", running " + join(info.running) + ", waiting " +
+          join(info.waiting);
+    if (samples.size() > 1) msg += " (newest of " + std::to_string(samples.size()) + " series)";
+  }
   out.checks.push_back({id, CheckStatus::kPass, msg});
   out.metrics.lora = std::move(info);
 }
 
-void ReadCacheInfo(const MetricFamilies& families, const MetricMapping& mapping, MetricsExtraction& out) {
+void ReadCacheInfo(const MetricFamilies& families, const MetricMapping& mapping, bool describe, MetricsExtraction& out) {
   const char* id = "metrics.cache_info";
   std::optional<int64_t> size, blocks;
   std::string source;
@@ -219,7 +225,7 @@ void ReadCacheInfo(const MetricFamilies& families, const MetricMapping& mapping,
     const MetricFamily* family = nullptr;
     std::vector<const Sample*> samples = Matching(families, *spec, &family);
     if (samples.empty()) {
-      out.checks.push_back({id, CheckStatus::kWarn, "no series matches " + spec->ToString()});
+      out.checks.push_back({id, CheckStatus::kWarn, describe ? "no series matches " + spec->ToString() : std::string()});
       return;
     }
     const Sample* s = samples.front();
@@ -243,6 +249,10 @@ void ReadCacheInfo(const MetricFamilies& families, const MetricMapping& mapping,
   } else {
     const MetricSpec* bs = FirstPresent(families, mapping.cache_block_size);
     const MetricSpec* nb = FirstPresent(families, mapping.cache_num_blocks);
+    if ((bs == nullptr || nb == nullptr) && !describe) {
+      out.checks.push_back({id, CheckStatus::kWarn, std::string()});
+      return;
+    }
     if (bs == nullptr || nb == nullptr) {
       std::vector<MetricSpec> all = mapping.cache_info;
       all.insert(all.end(), mapping.cache_block_size.begin(), mapping.cache_block_size.end());
@@ -275,12 +285,13 @@ void ReadCacheInfo(const MetricFamilies& families, const MetricMapping& mapping,
   out.metrics.cache_block_size = size;
   out.metrics.cache_num_blocks = blocks;
   out.checks.push_back({id, CheckStatus::kPass,
-                        source + ": block size " + std::to_string(*size) + ", blocks " + std::to_string(*blocks)});
+                        describe ? source + ": block size " + std::to_string(*size) + ", blocks " + std::to_string(*blocks)
+                                 : std::string()});
 }
 
 // customMetrics: of the series matching each spec, the one with the latest timestamp (the first
 // when none has one), as llm-d's core-metrics-extractor takes it. Absent is a warning.
-void ReadCustom(const MetricFamilies& families, const MetricMapping& mapping, MetricsExtraction& out) {
+void ReadCustom(const MetricFamilies& families, const MetricMapping& mapping, bool describe, MetricsExtraction& out) {
   for (const auto& [key, spec] : mapping.custom) {
     const std::string id = "metrics.custom." + key;
     const MetricFamily* family = nullptr;
@@ -299,23 +310,25 @@ void ReadCustom(const MetricFamilies& families, const MetricMapping& mapping, Me
       continue;
     }
     out.metrics.custom.emplace_back(key, latest->value);
-    out.checks.push_back({id, CheckStatus::kPass, "attribute " + key + ": " + spec.ToString() + " = " + ShortestDouble(latest->value)});
+    out.checks.push_back({id, CheckStatus::kPass,
+                          describe ? "attribute " + key + ": " + spec.ToString() + " = " + ShortestDouble(latest->value)
+                                   : std::string()});
   }
 }
 
 }  // namespace
 
-MetricsExtraction ExtractMetrics(const MetricFamilies& families, const MetricMapping& mapping) {
+MetricsExtraction ExtractMetrics(const MetricFamilies& families, const MetricMapping& mapping, bool describe) {
   MetricsExtraction out;
-  out.metrics.waiting_queue_size =
-      ReadGauge(families, mapping.queue, "metrics.queue", "waiting queue size", Combine::kSum, false, out.checks);
-  out.metrics.running_requests =
-      ReadGauge(families, mapping.running, "metrics.running", "running requests", Combine::kSum, false, out.checks);
-  out.metrics.kv_cache_usage =
-      ReadGauge(families, mapping.kv_usage, "metrics.kv_cache", "KV-cache usage", Combine::kMax, true, out.checks);
-  ReadLora(families, mapping, out);
-  ReadCacheInfo(families, mapping, out);
-  ReadCustom(families, mapping, out);
+  out.metrics.waiting_queue_size = ReadGauge(families, mapping.queue, "metrics.queue", "waiting queue size",
+                                             Combine::kSum, false, describe, out.checks);
+  out.metrics.running_requests = ReadGauge(families, mapping.running, "metrics.running", "running requests",
+                                           Combine::kSum, false, describe, out.checks);
+  out.metrics.kv_cache_usage = ReadGauge(families, mapping.kv_usage, "metrics.kv_cache", "KV-cache usage",
+                                         Combine::kMax, true, describe, out.checks);
+  ReadLora(families, mapping, describe, out);
+  ReadCacheInfo(families, mapping, describe, out);
+  ReadCustom(families, mapping, describe, out);
   return out;
 }
 

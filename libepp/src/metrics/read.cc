@@ -98,20 +98,21 @@ std::string MetricMappings::NoEngineMessage() const {
   return "no known engine's metrics found (looked for " + names + "; use --engine or --metric)";
 }
 
-MetricsRead ReadEndpointMetrics(std::string_view text, const MetricMappings& mappings, std::string_view engine,
-                                std::string_view known_engine) {
+namespace {
+
+MetricsRead ReadInto(std::string_view text, const MetricMappings& mappings, std::string_view engine,
+                     std::string_view known_engine, MetricFamilies& fams, bool describe) {
   MetricsRead out;
   ParseOptions po;
   po.lenient = mappings.lenient();
-  absl::StatusOr<MetricFamilies> fams = ParsePrometheusText(text, po);
-  if (!fams.ok()) {
-    out.error = fams.status();
+  if (absl::Status parsed = ParsePrometheusTextInto(text, po, fams); !parsed.ok()) {
+    out.error = std::move(parsed);
     return out;
   }
   out.parsed = true;
-  out.families = fams->families().size();
-  out.samples = fams->sample_count();
-  out.skipped = fams->skipped();
+  out.families = fams.families().size();
+  out.samples = fams.sample_count();
+  out.skipped = fams.skipped();
   const MetricMapping* mapping = nullptr;
   if (!engine.empty() && engine != "auto") {
     mapping = mappings.Find(engine);
@@ -128,7 +129,7 @@ MetricsRead ReadEndpointMetrics(std::string_view text, const MetricMappings& map
         if (m.engine == known_engine) mapping = &m;
     }
     if (mapping == nullptr) {
-      if (std::optional<std::string> found = DetectEngine(*fams, mappings.candidates())) mapping = mappings.Find(*found);
+      if (std::optional<std::string> found = DetectEngine(fams, mappings.candidates())) mapping = mappings.Find(*found);
     }
     if (mapping == nullptr) {
       out.error = absl::NotFoundError(mappings.NoEngineMessage());
@@ -136,8 +137,21 @@ MetricsRead ReadEndpointMetrics(std::string_view text, const MetricMappings& map
     }
   }
   out.engine = mapping->engine;
-  out.extraction = ExtractMetrics(*fams, *mapping);
+  out.extraction = ExtractMetrics(fams, *mapping, describe);
   return out;
+}
+
+}  // namespace
+
+MetricsRead ReadEndpointMetrics(std::string_view text, const MetricMappings& mappings, std::string_view engine,
+                                std::string_view known_engine) {
+  MetricFamilies fams;
+  return ReadInto(text, mappings, engine, known_engine, fams, true);
+}
+
+MetricsRead ReadEndpointMetricsInto(std::string_view text, const MetricMappings& mappings, std::string_view engine,
+                                    std::string_view known_engine, MetricFamilies& families) {
+  return ReadInto(text, mappings, engine, known_engine, families, false);
 }
 
 absl::StatusOr<std::string> ResolveEngine(const MetricFamilies& families, const ScrapeOptions& options) {

@@ -134,6 +134,7 @@ void EndpointPool::Impl::Install(std::vector<EndpointSpec> new_specs, std::vecto
 
   specs = std::move(new_specs);
   endpoints = std::move(new_endpoints);
+  ++generation;
   last_error.assign(specs.size(), std::string());
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -390,11 +391,66 @@ void EndpointPool::RunDiscovery() {
   }
 }
 
+void EndpointPool::Impl::ScrapeLoop() {
+  using Clock = std::chrono::steady_clock;
+  // Picks see new metrics once per slice: a tenth of the interval (1-100 ms), so that a read
+  // waits little for publication while the snapshot (a copy of every endpoint) is made at most
+  // ten times per interval.
+  const auto slice = std::clamp<Clock::duration>(options.interval / 10, std::chrono::milliseconds(1),
+                                                 std::chrono::milliseconds(100));
+  std::unique_ptr<StaggeredScraper> scraper;
+  uint64_t built_for = 0;
+  StaggeredScraper::Stats before;  // the stats of scrapers replaced since the start
+  std::vector<StaggeredScraper::Applied> applied;
+  auto next_reload = Clock::now() + options.interval;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stop) return;
+    }
+    if (!scraper || built_for != generation) {
+      if (scraper) {
+        before.reads += scraper->stats().reads;
+        before.overruns += scraper->stats().overruns;
+        before.rounds += scraper->stats().rounds;
+      }
+      scraper.reset();  // cancels its transfers
+      auto made = StaggeredScraper::Create(specs, Resolve(), options.interval, ClientInUse());
+      built_for = generation;
+      if (!made.ok()) {
+        log.Error("metrics refresh: " + std::string(made.status().message()));
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait_for(lock, options.interval, [this] { return stop; });
+        continue;
+      }
+      scraper = *std::move(made);
+    }
+    applied.clear();
+    scraper->RunUntil(endpoints, Clock::now() + slice, applied);
+    if (!applied.empty()) {
+      for (const StaggeredScraper::Applied& a : applied) Track(a.index, a.read);
+      snapshot.Set(endpoints);
+    }
+    {
+      const StaggeredScraper::Stats& st = scraper->stats();
+      std::lock_guard<std::mutex> lock(mu);
+      counters.scrape_cycles = before.rounds + st.rounds;
+      counters.scrape_reads = before.reads + st.reads;
+      counters.scrape_overruns = before.overruns + st.overruns;
+      if (st.rounds > 0) counters.last_scrape_seconds = st.last_round_lag_seconds;
+    }
+    if (Clock::now() >= next_reload) {
+      MaybeReload();
+      next_reload = Clock::now() + options.interval;
+    }
+  }
+}
+
 void EndpointPool::Start() {
   Impl& m = *impl_;
   if (m.scrape_thread.joinable()) return;
   using Clock = std::chrono::steady_clock;
-  // Each loop runs start to start; a cycle that overran its interval is followed at once by the
+  // Each loop runs start to start; a round that overran its interval is followed at once by the
   // next. Waiting on the condition variable lets Stop() end a wait at once.
   auto loop = [&m](std::chrono::microseconds interval, bool first_at_once, auto body) {
     auto next = Clock::now() + (first_at_once ? Clock::duration::zero() : interval);
@@ -408,7 +464,7 @@ void EndpointPool::Start() {
       if (next < Clock::now()) next = Clock::now();
     }
   };
-  m.scrape_thread = std::thread([this, loop, &m] { loop(m.options.interval, true, [this] { RunCycle(); }); });
+  m.scrape_thread = std::thread([&m] { m.ScrapeLoop(); });
   if (m.options.lister)
     m.discovery_thread =
         std::thread([this, loop, &m] { loop(m.options.discovery_interval, false, [this] { RunDiscovery(); }); });
@@ -422,6 +478,7 @@ void EndpointPool::Stop() {
   }
   m.stopping = true;
   m.cv.notify_all();
+  m.ClientInUse().Wakeup();  // ends the scrape loop's wait
   if (m.scrape_thread.joinable()) m.scrape_thread.join();
   // At most one API request late: the lister checks `stopping` between its requests.
   if (m.discovery_thread.joinable()) m.discovery_thread.join();

@@ -35,6 +35,7 @@ struct EndpointPool::Impl {
   std::vector<std::string> last_error;  // per endpoint: the state last logged (Track)
   internal::FileWatch watch;
   std::string rejected_state;  // the rejection of a discovered list last logged
+  uint64_t generation = 0;     // bumped by Install: the threaded loop rebuilds its scraper
 
   // Discovery thread: the list last handed over; unset = hand the next one over whatever it is.
   std::optional<std::vector<EndpointSpec>> discovered;
@@ -54,6 +55,8 @@ struct EndpointPool::Impl {
   std::thread scrape_thread, discovery_thread;
 
   ResolveOptions Resolve();
+  HttpClient& ClientInUse() { return options.resolve.http_client ? *options.resolve.http_client : client; }
+  void ScrapeLoop();  // the scrape thread: a StaggeredScraper, published in slices
   absl::StatusOr<std::vector<EndpointSpec>> LoadSpecs() const;
   absl::StatusOr<std::vector<EndpointSpec>> WithFlags(std::vector<EndpointSpec> discovered) const;
   std::string ListerName() const { return options.lister ? options.lister->Describe() : std::string(); }

@@ -153,9 +153,15 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   // Endpoints.
   const EndpointPoolCounters& counters = pc;
   x.Single("epp_endpoints", "gauge", "Endpoints in the pool.", static_cast<int64_t>(pool->size()));
-  x.Single("epp_scrape_cycles_total", "counter", "Metrics refresh cycles run.", counters.scrape_cycles);
-  x.Single("epp_scrape_duration_seconds", "gauge", "Duration of the last refresh cycle (all endpoints, concurrently).",
+  x.Single("epp_scrape_cycles_total", "counter",
+           "Scrape intervals completed (every endpoint is scraped once per interval, at its own phase).",
+           counters.scrape_cycles);
+  x.Single("epp_scrape_duration_seconds", "gauge",
+           "Longest time from a scrape falling due to its metrics being applied, over the last completed interval.",
            counters.last_scrape_seconds);
+  x.Single("epp_scrape_reads_total", "counter", "Endpoint scrapes finished (read or failed).", counters.scrape_reads);
+  x.Single("epp_scrape_overruns_total", "counter",
+           "Scrape slots skipped because the endpoint's previous scrape was still running.", counters.scrape_overruns);
   x.Family("epp_endpoints_reloads_total", "counter",
            "Endpoint set changes installed (endpoints file re-read or pool discovery changed), by result.");
   x.Sample("epp_endpoints_reloads_total", {{"result", "ok"}}, counters.reloads_ok);

@@ -3,6 +3,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -121,6 +124,137 @@ TEST(HttpFetcherTest, BadUrlIsInvalidArgument) {
   auto r = HttpFetch({.url = "ftp://127.0.0.1/x"});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+}
+
+// A server whose /slow waits for Release() (at most 10 s) and /fast answers at once; records the
+// client port of every request.
+class GatedServer {
+ public:
+  GatedServer() {
+    srv_.server().Get("/slow", [this](const httplib::Request& req, httplib::Response& res) {
+      Note(req);
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::seconds(10), [this] { return released_; });
+      res.set_content("slow", "text/plain");
+    });
+    srv_.server().Get("/fast", [this](const httplib::Request& req, httplib::Response& res) {
+      Note(req);
+      res.set_content("fast", "text/plain");
+    });
+    base_ = srv_.Start();
+  }
+  ~GatedServer() { Release(); }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      released_ = true;
+    }
+    cv_.notify_all();
+  }
+  std::string Url(const std::string& path) const { return base_ + path; }
+  std::vector<int> Ports() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ports_;
+  }
+
+ private:
+  void Note(const httplib::Request& req) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ports_.push_back(req.remote_port);
+  }
+  epp::testing::TestServer srv_;
+  std::string base_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;
+  std::vector<int> ports_;
+};
+
+std::chrono::steady_clock::time_point In(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
+
+TEST(HttpClientAsyncTest, WaitHandsOutEachAnswerAsItArrives) {
+  GatedServer srv;
+  HttpClient client;
+  const uint64_t slow = client.Start({.url = srv.Url("/slow"), .timeout = std::chrono::seconds(20)});
+  const uint64_t fast = client.Start({.url = srv.Url("/fast")});
+  EXPECT_NE(slow, 0u);
+  EXPECT_NE(slow, fast);
+  EXPECT_EQ(client.in_flight(), 2u);
+  std::vector<HttpClient::Finished> first = client.Wait(In(std::chrono::seconds(20)));
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].id, fast);
+  ASSERT_TRUE(first[0].response.ok()) << first[0].response.status();
+  EXPECT_EQ(first[0].response->body, "fast");
+  EXPECT_EQ(client.in_flight(), 1u);
+  srv.Release();
+  std::vector<HttpClient::Finished> second = client.Wait(In(std::chrono::seconds(20)));
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].id, slow);
+  ASSERT_TRUE(second[0].response.ok()) << second[0].response.status();
+  EXPECT_EQ(second[0].response->body, "slow");
+  EXPECT_EQ(client.in_flight(), 0u);
+}
+
+TEST(HttpClientAsyncTest, WaitEndsAtTheDeadlineOrOnWakeup) {
+  HttpClient client;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(client.Wait(t0 + std::chrono::milliseconds(30)).empty());
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(30));
+  std::thread waker([&client] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    client.Wakeup();
+  });
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(client.Wait(t1 + std::chrono::seconds(60)).empty());
+  waker.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::seconds(30));
+}
+
+TEST(HttpClientAsyncTest, ACancelledRequestIsNeverHandedOut) {
+  GatedServer srv;
+  HttpClient client;
+  const uint64_t slow = client.Start({.url = srv.Url("/slow"), .timeout = std::chrono::seconds(20)});
+  const uint64_t fast = client.Start({.url = srv.Url("/fast")});
+  client.Cancel(slow);
+  EXPECT_EQ(client.in_flight(), 1u);
+  std::vector<HttpClient::Finished> got = client.Wait(In(std::chrono::seconds(20)));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].id, fast);
+  srv.Release();
+  EXPECT_TRUE(client.Wait(In(std::chrono::milliseconds(100))).empty());
+  client.Cancel(12345);  // unknown: nothing happens
+  EXPECT_EQ(client.in_flight(), 0u);
+}
+
+TEST(HttpClientAsyncTest, FetchAllKeepsEarlierRequestsForTheNextWait) {
+  GatedServer srv;
+  HttpClient client;
+  const uint64_t early = client.Start({.url = srv.Url("/fast")});
+  std::vector<HttpRequest> reqs = {{.url = srv.Url("/fast")}, {.url = srv.Url("/fast")}};
+  std::vector<absl::StatusOr<HttpResponse>> all = client.FetchAll(reqs);
+  ASSERT_EQ(all.size(), 2u);
+  for (const auto& r : all) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->body, "fast");
+  }
+  std::vector<HttpClient::Finished> got = client.Wait(In(std::chrono::seconds(20)));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].id, early);
+}
+
+TEST(HttpClientAsyncTest, ConnectionsAreReusedAcrossRequests) {
+  GatedServer srv;
+  HttpClient client;
+  client.set_max_idle_connections(4);
+  for (int k = 0; k < 5; ++k) {
+    client.Start({.url = srv.Url("/fast")});
+    std::vector<HttpClient::Finished> got = client.Wait(In(std::chrono::seconds(20)));
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_TRUE(got[0].response.ok()) << got[0].response.status();
+  }
+  const std::vector<int> ports = srv.Ports();
+  ASSERT_EQ(ports.size(), 5u);
+  EXPECT_EQ(std::set<int>(ports.begin(), ports.end()).size(), 1u) << "one connection for five sequential requests";
 }
 
 }  // namespace
