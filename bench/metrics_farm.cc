@@ -8,7 +8,10 @@
 // default) an `Accept-Encoding: gzip` request is answered compressed, as prometheus_client does.
 //
 //   epp_metrics_farm --endpoints 1000 [--engine vllm] [--pages 64] [--port 0] [--no-gzip]
+//                    [--page FILE]   (serve this captured page instead, for every endpoint)
 //
+// GET /stats?interval_ms=N answers the time between consecutive scrapes of the same endpoint
+// (p50, p99, max, and the share within 1.1 and 1.5 intervals) since the start or GET /stats/reset.
 // Prints "port <n>" on stdout once listening; on SIGTERM/SIGINT prints the request count on
 // stderr and exits 0.
 #include <arpa/inet.h>
@@ -21,10 +24,14 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <string_view>
@@ -79,6 +86,29 @@ std::vector<Page> RenderPages(const std::string& engine, int count) {
   return pages;
 }
 
+int64_t NowUs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+// JSON: how many gaps, their p50 / p99 / max in ms, and the share within 1.1 and 1.5 intervals.
+std::string GapStats(std::vector<int64_t> gaps, unsigned interval_ms) {
+  if (gaps.empty()) return "{\"gaps\": 0}";
+  std::sort(gaps.begin(), gaps.end());
+  auto q = [&](double p) { return gaps[std::min(gaps.size() - 1, static_cast<size_t>(p * gaps.size()))] / 1000.0; };
+  auto within = [&](double f) {
+    const auto limit = static_cast<int64_t>(f * interval_ms * 1000);
+    return static_cast<double>(std::upper_bound(gaps.begin(), gaps.end(), limit) - gaps.begin()) / gaps.size();
+  };
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "{\"gaps\": %zu, \"gap_p50_ms\": %.2f, \"gap_p99_ms\": %.2f, \"gap_max_ms\": %.2f, "
+                "\"within_1_1\": %.4f, \"within_1_5\": %.4f}",
+                gaps.size(), q(0.5), q(0.99), gaps.back() / 1000.0, within(1.1), within(1.5));
+  return buf;
+}
+
 struct Conn {
   std::string in, out;
   size_t out_off = 0;
@@ -100,7 +130,7 @@ bool WantsGzip(std::string_view head) {
 int main(int argc, char** argv) {
   int endpoints = 1000, pages_count = 64, port = 0;
   bool gzip = true;
-  std::string engine = "vllm";
+  std::string engine = "vllm", page_file;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     auto next = [&]() -> const char* {
@@ -115,6 +145,7 @@ int main(int argc, char** argv) {
     else if (a == "--port") port = std::atoi(next());
     else if (a == "--engine") engine = next();
     else if (a == "--no-gzip") gzip = false;
+    else if (a == "--page") page_file = next();
     else {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
@@ -124,8 +155,25 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--endpoints and --pages must be >= 1\n");
     return 2;
   }
-  const std::vector<Page> pages = RenderPages(engine, pages_count);
+  std::vector<Page> pages;
+  if (page_file.empty()) {
+    pages = RenderPages(engine, pages_count);
+  } else {  // one captured page for every endpoint and scrape
+    std::ifstream in(page_file, std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "cannot read %s\n", page_file.c_str());
+      return 2;
+    }
+    Page p;
+    p.plain.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    p.gzip = Gzip(p.plain);
+    pages.push_back(std::move(p));
+  }
+  std::fprintf(stderr, "page bytes %zu, gzip %zu\n", pages[0].plain.size(), pages[0].gzip.size());
   std::vector<uint64_t> served(static_cast<size_t>(endpoints), 0);
+  // Time between consecutive scrapes of the same endpoint, for GET /stats.
+  std::vector<int64_t> last(static_cast<size_t>(endpoints), 0);
+  std::vector<int64_t> gaps;
 
   signal(SIGTERM, OnSignal);
   signal(SIGINT, OnSignal);
@@ -220,13 +268,24 @@ int main(int argc, char** argv) {
           std::string status = "200 OK";
           const Page* page = nullptr;
           unsigned long idx = 0;
+          std::string stats;
+          unsigned interval_ms = 0;
           if (std::sscanf(c.in.c_str(), "GET /e/%lu/metrics", &idx) == 1 && idx < served.size()) {
             page = &pages[(idx + served[idx]++) % pages.size()];
+            const int64_t now = NowUs();
+            if (last[idx] != 0) gaps.push_back(now - last[idx]);
+            last[idx] = now;
+          } else if (c.in.rfind("GET /stats/reset", 0) == 0) {
+            gaps.clear();
+            std::fill(last.begin(), last.end(), 0);
+            stats = "{}";
+          } else if (std::sscanf(c.in.c_str(), "GET /stats?interval_ms=%u", &interval_ms) == 1) {
+            stats = GapStats(gaps, interval_ms);
           } else {
             status = "404 Not Found";
           }
           const bool gz = page && gzip && WantsGzip(head);
-          const std::string& body = page ? (gz ? page->gzip : page->plain) : std::string();
+          const std::string& body = page ? (gz ? page->gzip : page->plain) : stats;
           c.out += "HTTP/1.1 " + status + "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n";
           if (gz) c.out += "Content-Encoding: gzip\r\n";
           c.out += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";

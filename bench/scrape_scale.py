@@ -11,8 +11,10 @@ scrape loop alone. For each --interval, after --warmup seconds it measures for -
   - freshness: every --sample-every seconds it reads serve's epp_endpoint_metrics_age_seconds
     for every endpoint, and reports the share of (sample, endpoint) pairs whose metrics were
     younger than one interval, and the age p50 / p99 / max;
+  - the time between consecutive reads of the same endpoint, as the farm saw them: p50 / p99 /
+    max and the share within 1.1 intervals (the share of endpoints refreshed within one interval);
   - serve's own scrape gauges (epp_scrape_duration_seconds and, where the build has them, the
-    counters of late and overrun scrapes).
+    counters of reads and overruns).
 
 Every process started is stopped by its pid, also on Ctrl-C.
 
@@ -22,6 +24,7 @@ Every process started is stopped by its pid, also on Ctrl-C.
 import argparse
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -97,7 +100,7 @@ def run_cell(build, farm_port, endpoints_file, n, interval, args, work):
            "--grpc-port", str(grpc_port), "--grpc-health-port", str(health_port),
            "--metrics-port", str(metrics_port), "--log-level", "warn",
            "--endpoints", endpoints_file, "--refresh-metrics-interval", interval,
-           "--metrics-staleness-threshold", args.staleness]
+           "--metrics-staleness-threshold", args.staleness] + args.serve_extra.split()
     serve = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{metrics_port}/metrics"
     try:
@@ -114,13 +117,17 @@ def run_cell(build, farm_port, endpoints_file, n, interval, args, work):
             time.sleep(0.2)
         time.sleep(args.warmup)
         iv = duration_s(interval)
+        farm_url = f"http://127.0.0.1:{farm_port}"
+        urllib.request.urlopen(farm_url + "/stats/reset", timeout=10).read()
         before = scrape(url)
         t0, c0 = time.monotonic(), cpu_seconds(serve.pid)
         ages, young, total = [], 0, 0
-        next_sample = t0 + args.sample_every / 2
+        # Random sampling times: a fixed period would lock onto the scrape interval's phase.
+        rng = random.Random(1)
+        next_sample = t0 + rng.uniform(0, args.sample_every)
         while time.monotonic() < t0 + args.seconds:
             time.sleep(max(0.0, next_sample - time.monotonic()))
-            next_sample += args.sample_every
+            next_sample += rng.uniform(0.5, 1.5) * args.sample_every
             # The sample's own cost (rendering 1,000 endpoints' gauges) is on serve's CPU too;
             # its share is reported as sample_cost below.
             m = scrape(url)
@@ -130,6 +137,7 @@ def run_cell(build, farm_port, endpoints_file, n, interval, args, work):
                 young += age <= iv
             total += n - len(m.get("epp_endpoint_metrics_age_seconds", []))  # never read: not young
         t1, c1 = time.monotonic(), cpu_seconds(serve.pid)
+        gaps = json.loads(urllib.request.urlopen(f"{farm_url}/stats?interval_ms={int(iv * 1000)}", timeout=10).read())
         after = scrape(url)
         # What one /metrics render costs serve, to subtract the samples' share from the CPU figure.
         r0 = cpu_seconds(serve.pid)
@@ -148,6 +156,9 @@ def run_cell(build, farm_port, endpoints_file, n, interval, args, work):
             "age_p50_ms": round(1000 * pct(ages, 0.5), 1) if ages else None,
             "age_p99_ms": round(1000 * pct(ages, 0.99), 1) if ages else None,
             "age_max_ms": round(1000 * max(ages), 1) if ages else None,
+            "gap_p50_ms": gaps.get("gap_p50_ms"), "gap_p99_ms": gaps.get("gap_p99_ms"),
+            "gap_max_ms": gaps.get("gap_max_ms"), "gaps_within_1_1": gaps.get("within_1_1"),
+            "gaps_within_1_5": gaps.get("within_1_5"),
             "scrape_duration_s": single(after, "epp_scrape_duration_seconds"),
             "cycles_per_s": round(((single(after, "epp_scrape_cycles_total") or 0) -
                                    (single(before, "epp_scrape_cycles_total") or 0)) / (t1 - t0), 2),
@@ -180,7 +191,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--staleness", default="2s", help="serve's --metrics-staleness-threshold")
     ap.add_argument("--engine", default="vllm")
+    ap.add_argument("--serve-extra", default="", help="more flags for serve, e.g. --serve-extra=--scrape-gzip")
     ap.add_argument("--no-gzip", action="store_true")
+    ap.add_argument("--page", help="the farm serves this captured /metrics page (engine from --engine)")
     ap.add_argument("--json", help="write the cells here")
     args = ap.parse_args()
     builds = args.build or ["build"]
@@ -189,6 +202,8 @@ def main():
     farm_cmd = [farm_bin, "--endpoints", str(args.endpoints), "--engine", args.engine]
     if args.no_gzip:
         farm_cmd.append("--no-gzip")
+    if args.page:
+        farm_cmd += ["--page", args.page]
     farm = subprocess.Popen(farm_cmd, stdout=subprocess.PIPE, stderr=open(os.path.join(work, "farm.log"), "w"),
                             text=True)
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
@@ -223,12 +238,14 @@ def main():
             farm.kill()
             farm.wait()
     print()
-    print("| build | endpoints | interval | serve cores | RSS MiB | fresh share | age p50 / p99 / max ms | last cycle s | errors |")
-    print("|---|---:|---|---:|---:|---:|---|---:|---:|")
+    print("| build | endpoints | interval | serve cores | RSS MiB | gap p50 / p99 / max ms | gaps <= 1.1 interval "
+          "| age <= interval | age p50 / p99 / max ms | errors |")
+    print("|---|---:|---|---:|---:|---|---:|---:|---|---:|")
     for c in cells:
         print(f"| {c['build']} | {c['endpoints']} | {c['interval']} | {c['serve_cores_without_samples']} | "
-              f"{c['serve_rss_mib']} | {c['fresh_share']} | {c['age_p50_ms']} / {c['age_p99_ms']} / {c['age_max_ms']} | "
-              f"{c['scrape_duration_s']} | {c['scrape_errors']:.0f} |")
+              f"{c['serve_rss_mib']} | {c['gap_p50_ms']} / {c['gap_p99_ms']} / {c['gap_max_ms']} | "
+              f"{c['gaps_within_1_1']} | {c['fresh_share']} | "
+              f"{c['age_p50_ms']} / {c['age_p99_ms']} / {c['age_max_ms']} | {c['scrape_errors']:.0f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(cells, f, indent=1)

@@ -2,6 +2,7 @@
 find_package(absl REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(CURL REQUIRED)
+find_package(ZLIB REQUIRED)  # gzip-encoded scrapes, decoded by HttpClient (libcurl links it too)
 find_package(nlohmann_json REQUIRED)
 find_package(simdjson REQUIRED)
 find_package(Threads REQUIRED)

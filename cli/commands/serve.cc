@@ -104,6 +104,7 @@ absl::StatusOr<epp::ServeConfig> ToServeConfig(const ServeOptions& o, const epp:
   EPP_ASSIGN_OR_RETURN(c.staleness, FlagDuration("--metrics-staleness-threshold", o.metrics_staleness_threshold, false));
   if (o.staleness_given) c.detector_staleness = c.staleness;
   EPP_ASSIGN_OR_RETURN(c.scrape_timeout, FlagDuration("--scrape-timeout", o.scrape_timeout, false));
+  c.scrape_gzip = o.scrape_gzip;
   for (size_t i = 0; i < o.endpoints.size(); ++i) {
     EPP_ASSIGN_OR_RETURN(epp::EndpointSpec spec, epp::ParseEndpointFlag(o.endpoints[i], static_cast<int>(i + 1)));
     c.endpoints.push_back(std::move(spec));
@@ -229,6 +230,9 @@ void SetupServeCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--scrape-timeout", o->scrape_timeout,
                   "Timeout of one metrics read; a hung endpoint delays the others' refresh by this much")
       ->capture_default_str();
+  cmd->add_flag("--scrape-gzip", o->scrape_gzip,
+                "Ask model servers for gzip-compressed metrics: fewer bytes, more CPU on both sides (for slow "
+                "links, such as pods of a remote region)");
   cmd->add_flag("--secure-serving,!--no-secure-serving", o->secure_serving,
                 "Serve ext_proc over TLS (default true; --secure-serving=false for plaintext h2c)");
   cmd->add_option("--cert-path", o->cert_path,

@@ -30,6 +30,7 @@ struct ServeOptions {
   std::string metrics_staleness_threshold = "200ms";
   bool staleness_given = false;  // set by the command when the flag was on the command line
   std::string scrape_timeout = "100ms";
+  bool scrape_gzip = false;
   bool secure_serving = true;
   std::string cert_path;  // directory with tls.crt and tls.key
   size_t max_request_bytes = epp::kDefaultMaxRequestBytes;

@@ -288,6 +288,7 @@ class ServeArgs:
     engine: str
     refresh_interval_s: float
     scrape_timeout_s: float
+    scrape_gzip: bool
     staleness_s: float
     detector_staleness_s: Optional[float]
     metrics_pool_name: str

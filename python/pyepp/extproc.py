@@ -415,7 +415,7 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
           kube_token_file: Union[str, "os.PathLike[str]", None] = None,
           kube_ca_file: Union[str, "os.PathLike[str]", None] = None, kube_insecure_skip_verify: bool = False,
           engine: str = "auto", refresh_interval_s: float = 0.05, scrape_timeout_s: float = 0.1,
-          staleness_s: float = 0.2, detector_staleness_s: Optional[float] = None, watch_config: bool = True,
+          scrape_gzip: bool = False, staleness_s: float = 0.2, detector_staleness_s: Optional[float] = None, watch_config: bool = True,
           metrics_pool_name: str = "default", seed: int = 0, log_level: str = "warn",
           port: int = 0, host: str = "127.0.0.1", tls: bool = False, health_port: Optional[int] = None,
           metrics_port: Optional[int] = None, max_request_bytes: Optional[int] = None,
@@ -506,6 +506,7 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     args.engine = engine
     args.refresh_interval_s = _seconds(refresh_interval_s, "refresh_interval_s")
     args.scrape_timeout_s = _seconds(scrape_timeout_s, "scrape_timeout_s")
+    args.scrape_gzip = bool(scrape_gzip)
     args.staleness_s = _seconds(staleness_s, "staleness_s")
     args.detector_staleness_s = None if detector_staleness_s is None else _seconds(detector_staleness_s,
                                                                                    "detector_staleness_s")

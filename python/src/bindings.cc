@@ -418,6 +418,7 @@ void BindExtProc(py::module_& m) {
       .def_readwrite("engine", &ServeArgs::engine)
       .def_readwrite("refresh_interval_s", &ServeArgs::refresh_interval_s)
       .def_readwrite("scrape_timeout_s", &ServeArgs::scrape_timeout_s)
+      .def_readwrite("scrape_gzip", &ServeArgs::scrape_gzip)
       .def_readwrite("staleness_s", &ServeArgs::staleness_s)
       .def_readwrite("detector_staleness_s", &ServeArgs::detector_staleness_s)
       .def_readwrite("metrics_pool_name", &ServeArgs::metrics_pool_name)

@@ -794,6 +794,7 @@ std::shared_ptr<ServeHolder> EppServer_StartShim(const ServeArgs& a, const std::
   c.engine = a.engine;
   c.refresh_interval = Seconds(a.refresh_interval_s, "refresh_interval_s");
   c.scrape_timeout = Seconds(a.scrape_timeout_s, "scrape_timeout_s");
+  c.scrape_gzip = a.scrape_gzip;
   c.staleness = Seconds(a.staleness_s, "staleness_s");
   if (a.detector_staleness_s) c.detector_staleness = Seconds(*a.detector_staleness_s, "detector_staleness_s");
   c.pool_name = a.metrics_pool_name;

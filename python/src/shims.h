@@ -286,6 +286,7 @@ struct ServeArgs {
   double pool_resync_interval_s = 2.0;
   std::string engine = "auto";
   double refresh_interval_s = 0.05, scrape_timeout_s = 0.1, staleness_s = 0.2;
+  bool scrape_gzip = false;
   std::optional<double> detector_staleness_s;
   std::string metrics_pool_name = "default";
   std::string region, zone;  // --region / --zone

@@ -2,7 +2,8 @@
 // over. Describing it (LoadEndpointsFile, ParseEndpointsYaml, ParseEndpointFlag -> EndpointSpec)
 // is strict and fails before any I/O; resolving it (ResolveEndpoints -> Endpoint) reads or
 // scrapes the metrics, picks the engine mapping as `eppctl check` does and extracts
-// EndpointMetrics. RefreshEndpointMetrics repeats the metrics part (serve's scrape loop).
+// EndpointMetrics. RefreshEndpointMetrics repeats the metrics part for every endpoint at once;
+// StaggeredScraper does it one endpoint at a time, each at its own phase (serve's scrape loop).
 //
 // The endpoints file, YAML or JSON; a bare top-level list works too:
 //   endpoints:

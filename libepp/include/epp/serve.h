@@ -240,6 +240,7 @@ struct ServeConfig {
   std::string engine = "auto";                    // metrics dialect of endpoints that name none
   std::chrono::microseconds refresh_interval{50000};
   std::chrono::microseconds scrape_timeout{100000};
+  bool scrape_gzip = false;  // ask model servers for gzip-compressed metrics (ScrapeOptions)
   // Metrics older than this count as stale in the pool-average gauges.
   std::chrono::microseconds staleness{200000};
 

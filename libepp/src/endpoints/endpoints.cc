@@ -409,6 +409,7 @@ HttpRequest MakeRequest(const ScrapeOptions& o, std::string url) {
   r.timeout = o.timeout;
   r.insecure = o.insecure;
   r.max_body_bytes = o.max_body_bytes;
+  r.accept_gzip = o.accept_gzip;
   r.headers = o.headers;
   if (!o.bearer_token.empty()) r.headers.push_back("Authorization: Bearer " + o.bearer_token);
   return r;

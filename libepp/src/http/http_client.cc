@@ -1,5 +1,7 @@
 // libcurl multi-interface client: the only user of libcurl in the project.
 #include <curl/curl.h>
+#include <strings.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -21,6 +23,40 @@ void GlobalInitOnce() {
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
+// gzip decoders kept from one transfer to the next: a fresh inflate stream allocates and clears
+// ~40 KB (state and window), which for a scrape of a few KB cost more than the inflating did.
+class InflatePool {
+ public:
+  ~InflatePool() {
+    for (z_stream* z : idle_) {
+      inflateEnd(z);
+      delete z;
+    }
+  }
+  z_stream* Get() {
+    if (!idle_.empty()) {
+      z_stream* z = idle_.back();
+      idle_.pop_back();
+      if (inflateReset(z) == Z_OK) return z;
+      inflateEnd(z);
+      delete z;
+    }
+    auto* z = new z_stream{};
+    // 15 + 16: a gzip wrapper (Content-Encoding: gzip), nothing else.
+    if (inflateInit2(z, 15 + 16) != Z_OK) {
+      delete z;
+      return nullptr;
+    }
+    return z;
+  }
+  void Put(z_stream* z) {
+    if (z != nullptr) idle_.push_back(z);
+  }
+
+ private:
+  std::vector<z_stream*> idle_;
+};
+
 struct Transfer {
   uint64_t id = 0;
   HttpRequest req;
@@ -30,16 +66,81 @@ struct Transfer {
   bool too_big = false;
   char errbuf[CURL_ERROR_SIZE] = {0};
   std::chrono::steady_clock::time_point start;
+  // Content coding of the answer, from its headers: decoded here (not by libcurl, which would
+  // build a decoder per transfer).
+  enum class Coding { kIdentity, kGzip, kOther } coding = Coding::kIdentity;
+  std::string other_coding;       // kOther: what the server named
+  bool bad_gzip = false;          // the gzip stream did not decode
+  bool gzip_done = false;         // the gzip stream ended (bytes after it are ignored)
+  z_stream* z = nullptr;          // from `inflaters` while decoding
+  InflatePool* inflaters = nullptr;
 };
+
+size_t OnHeader(char* data, size_t size, size_t nmemb, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const size_t n = size * nmemb;
+  std::string_view line(data, n);
+  if (line.rfind("HTTP/", 0) == 0) {  // a new response (after a 1xx): its own headers follow
+    t->coding = Transfer::Coding::kIdentity;
+    return n;
+  }
+  constexpr std::string_view kName = "content-encoding:";
+  if (line.size() > kName.size() && strncasecmp(line.data(), kName.data(), kName.size()) == 0) {
+    std::string_view v = line.substr(kName.size());
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
+    if (v.size() == 4 && strncasecmp(v.data(), "gzip", 4) == 0) {
+      t->coding = Transfer::Coding::kGzip;
+    } else if (!(v.size() == 8 && strncasecmp(v.data(), "identity", 8) == 0)) {
+      t->coding = Transfer::Coding::kOther;
+      t->other_coding = std::string(v.substr(0, 64));
+    }
+  }
+  return n;
+}
 
 size_t OnBody(char* data, size_t size, size_t nmemb, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const size_t n = size * nmemb;
-  if (t->resp.body.size() + n > t->req.max_body_bytes) {
-    t->too_big = true;
-    return 0;  // aborts the transfer with CURLE_WRITE_ERROR
+  if (t->coding == Transfer::Coding::kOther) return 0;  // aborts: reported from `other_coding`
+  if (t->coding == Transfer::Coding::kIdentity) {
+    if (t->resp.body.size() + n > t->req.max_body_bytes) {
+      t->too_big = true;
+      return 0;  // aborts the transfer with CURLE_WRITE_ERROR
+    }
+    t->resp.body.append(data, n);
+    return n;
   }
-  t->resp.body.append(data, n);
+  if (t->gzip_done) return n;
+  if (t->z == nullptr && (t->z = t->inflaters->Get()) == nullptr) {
+    t->bad_gzip = true;
+    return 0;
+  }
+  z_stream& z = *t->z;
+  z.next_in = reinterpret_cast<Bytef*>(data);
+  z.avail_in = static_cast<uInt>(n);
+  std::string& body = t->resp.body;
+  char out[16384];
+  while (z.avail_in > 0) {
+    z.next_out = reinterpret_cast<Bytef*>(out);
+    z.avail_out = sizeof out;
+    const int rc = inflate(&z, Z_NO_FLUSH);
+    const size_t got = sizeof out - z.avail_out;
+    // The cap is on the decoded size: a small gzip answer may expand a thousandfold.
+    if (body.size() + got > t->req.max_body_bytes) {
+      t->too_big = true;
+      return 0;
+    }
+    body.append(out, got);
+    if (rc == Z_STREAM_END) {
+      t->gzip_done = true;
+      break;
+    }
+    if (rc != Z_OK && !(rc == Z_BUF_ERROR && got > 0)) {
+      t->bad_gzip = true;
+      return 0;
+    }
+  }
   return n;
 }
 
@@ -55,6 +156,9 @@ absl::Status TransferError(const Transfer& t, CURLcode code) {
   if (t.too_big || code == CURLE_FILESIZE_EXCEEDED) {
     return absl::ResourceExhaustedError(what + "response body exceeds the cap of " + Mib(t.req.max_body_bytes));
   }
+  if (t.bad_gzip) return absl::UnavailableError(what + "the gzip-encoded body does not decode");
+  if (t.coding == Transfer::Coding::kOther)
+    return absl::UnavailableError(what + "unsupported Content-Encoding '" + t.other_coding + "'");
   std::string detail = t.errbuf[0] ? t.errbuf : curl_easy_strerror(code);
   switch (code) {
     case CURLE_OPERATION_TIMEDOUT:
@@ -90,7 +194,9 @@ void Configure(Transfer& t) {
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
   curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(req.max_body_bytes));
-  if (req.accept_gzip) curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "gzip");
+  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &OnHeader);
+  curl_easy_setopt(e, CURLOPT_HEADERDATA, &t);
+  if (req.accept_gzip) t.headers = curl_slist_append(t.headers, "Accept-Encoding: gzip");
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
   if (!req.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, req.ca_file.c_str());
   if (req.insecure) {
@@ -111,6 +217,7 @@ void Configure(Transfer& t) {
 
 struct HttpClient::Impl {
   CURLM* multi = nullptr;
+  InflatePool inflaters;
   uint64_t next_id = 1;
   std::unordered_map<CURL*, std::unique_ptr<Transfer>> running;
   std::vector<CURL*> idle;                // finished handles, reset, kept for the next requests
@@ -128,7 +235,10 @@ struct HttpClient::Impl {
       if (it == running.end()) continue;
       Transfer& t = *it->second;
       t.resp.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t.start).count();
-      if (code != CURLE_OK) {
+      if (code == CURLE_OK && t.coding == Transfer::Coding::kGzip && !t.gzip_done && t.z != nullptr) {
+        t.bad_gzip = true;  // the stream ended before the gzip trailer
+      }
+      if (code != CURLE_OK || t.bad_gzip) {
         done.push_back({t.id, TransferError(t, code)});
       } else {
         curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &t.resp.status);
@@ -139,6 +249,7 @@ struct HttpClient::Impl {
       }
       curl_multi_remove_handle(multi, e);
       curl_slist_free_all(t.headers);
+      inflaters.Put(t.z);
       curl_easy_reset(e);  // keeps the handle's caches; its connection stays in the multi's pool
       idle.push_back(e);
       running.erase(it);
@@ -173,6 +284,7 @@ HttpClient::~HttpClient() {
   for (auto& [e, t] : m.running) {
     curl_multi_remove_handle(m.multi, e);
     curl_slist_free_all(t->headers);
+    m.inflaters.Put(t->z);
     curl_easy_cleanup(e);
   }
   for (CURL* e : m.idle) curl_easy_cleanup(e);
@@ -184,6 +296,7 @@ uint64_t HttpClient::Start(HttpRequest request) {
   auto t = std::make_unique<Transfer>();
   t->id = m.next_id++;
   t->req = std::move(request);
+  t->inflaters = &m.inflaters;
   if (!m.idle.empty()) {
     t->easy = m.idle.back();
     m.idle.pop_back();
@@ -216,6 +329,7 @@ void HttpClient::Cancel(uint64_t id) {
     CURL* e = it->first;
     curl_multi_remove_handle(m.multi, e);
     curl_slist_free_all(it->second->headers);
+    m.inflaters.Put(it->second->z);
     curl_easy_reset(e);
     m.idle.push_back(e);
     m.running.erase(it);

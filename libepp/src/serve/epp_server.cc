@@ -291,6 +291,7 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     po.resolve.scrape.engine = c.engine;
     po.resolve.scrape.timeout = std::chrono::milliseconds(
         std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(c.scrape_timeout).count()));
+    po.resolve.scrape.accept_gzip = c.scrape_gzip;
     // The configuration's core-metrics-extractor (engineConfigs, customMetrics, engineLabelKey,
     // defaultEngine); a reload does not change how metrics are read.
     m.handle->Get()->ConfigureScrape(po.resolve.scrape);

@@ -44,6 +44,7 @@ class Farm {
       {
         std::lock_guard<std::mutex> lock(mu_);
         arrivals_[i].push_back(Clock::now());
+        accept_encoding_ = req.get_header_value("Accept-Encoding");
         served = static_cast<int>(arrivals_[i].size());
         max_open_[i] = std::max(max_open_[i], ++open_[i]);
       }
@@ -59,6 +60,10 @@ class Farm {
     std::lock_guard<std::mutex> lock(mu_);
     return arrivals_[i];
   }
+  std::string AcceptEncoding() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return accept_encoding_;
+  }
   int MaxOpen(int i) {
     std::lock_guard<std::mutex> lock(mu_);
     return max_open_[i];
@@ -70,6 +75,7 @@ class Farm {
   std::mutex mu_;
   std::map<int, std::vector<Clock::time_point>> arrivals_;
   std::map<int, int> open_, max_open_;
+  std::string accept_encoding_;
 };
 
 EndpointSpec UrlSpec(const Farm& farm, int i) {
@@ -229,6 +235,23 @@ TEST(StaggeredScraperTest, BadSpecsOrIntervalAreRefused) {
   specs[0].address = "not an address";
   auto bad = StaggeredScraper::Create(specs, Options(), milliseconds(50), client);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StaggeredScraperTest, GzipIsAskedForOnlyWhenConfigured) {
+  // The test server (cpp-httplib built with zlib) compresses text answers for clients that accept
+  // gzip, so the second read also checks the decoding.
+  Farm farm;
+  std::vector<EndpointSpec> specs = {UrlSpec(farm, 0)};
+  auto plain = ResolveEndpoints(specs, Options());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(farm.AcceptEncoding(), "");
+  ResolveOptions gz = Options();
+  gz.scrape.accept_gzip = true;
+  auto zipped = ResolveEndpoints(specs, gz);
+  ASSERT_TRUE(zipped.ok()) << zipped.status();
+  EXPECT_EQ(farm.AcceptEncoding(), "gzip");
+  EXPECT_EQ((*zipped)[0].metrics_error, "");
+  EXPECT_EQ((*zipped)[0].metrics.waiting_queue_size, 2);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include "testing/test_server.h"
 
@@ -255,6 +256,122 @@ TEST(HttpClientAsyncTest, ConnectionsAreReusedAcrossRequests) {
   const std::vector<int> ports = srv.Ports();
   ASSERT_EQ(ports.size(), 5u);
   EXPECT_EQ(std::set<int>(ports.begin(), ports.end()).size(), 1u) << "one connection for five sequential requests";
+}
+
+std::string Gzip(const std::string& in) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&z, in.size()) + 32, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+// Answers /gz/<name> with a body and Content-Encoding chosen per name; records Accept-Encoding.
+class EncodingServer {
+ public:
+  EncodingServer() {
+    srv_.server().Get(R"(/gz/(\w+))", [this](const httplib::Request& req, httplib::Response& res) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        accept_.push_back(req.get_header_value("Accept-Encoding"));
+      }
+      const std::string name = req.matches[1];
+      std::string body, coding = "gzip";
+      if (name == "page") {
+        body = Gzip(Page());
+      } else if (name == "bomb") {
+        body = Gzip(std::string(8 << 20, 'a'));  // 8 MiB of 'a' in ~8 KB
+      } else if (name == "corrupt") {
+        body = Gzip(Page());
+        for (size_t i = 20; i < body.size() - 8; i += 7) body[i] = static_cast<char>(body[i] ^ 0x5a);
+      } else if (name == "truncated") {
+        body = Gzip(Page());
+        body.resize(body.size() / 2);
+      } else if (name == "brotli") {
+        body = "not brotli either";
+        coding = "br";
+      } else {
+        body = Page();
+        coding = "identity";
+      }
+      res.set_header("Content-Encoding", coding);
+      // Not text/*: Debian's cpp-httplib would gzip that itself for a client that accepts gzip.
+      res.set_content(body, "application/octet-stream");
+    });
+    base_ = srv_.Start();
+  }
+  static std::string Page() {
+    std::string p;
+    for (int i = 0; i < 400; ++i) p += "vllm:num_requests_waiting{model_name=\"m" + std::to_string(i) + "\"} " + std::to_string(i) + "\n";
+    return p;
+  }
+  std::string Url(const std::string& name) const { return base_ + "/gz/" + name; }
+  std::vector<std::string> Accepted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return accept_;
+  }
+
+ private:
+  epp::testing::TestServer srv_;
+  std::string base_;
+  std::mutex mu_;
+  std::vector<std::string> accept_;
+};
+
+TEST(HttpClientGzipTest, GzipAnswersAreDecodedWithDecodersKeptBetweenRequests) {
+  EncodingServer srv;
+  HttpClient client;
+  // Sequential and concurrent requests: each decoder serves one transfer at a time.
+  for (int round = 0; round < 3; ++round) {
+    std::vector<HttpRequest> reqs(4, HttpRequest{.url = srv.Url("page")});
+    reqs.push_back({.url = srv.Url("plain")});
+    for (const auto& r : client.FetchAll(reqs)) {
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->body, EncodingServer::Page());
+    }
+  }
+  for (const std::string& a : srv.Accepted()) EXPECT_EQ(a, "gzip");
+  auto plain = client.FetchAll(std::vector<HttpRequest>{{.url = srv.Url("plain"), .accept_gzip = false}});
+  ASSERT_TRUE(plain[0].ok());
+  EXPECT_EQ(srv.Accepted().back(), "");
+}
+
+TEST(HttpClientGzipTest, BadGzipAnswersAreErrorsNamingTheUrl) {
+  EncodingServer srv;
+  HttpClient client;
+  std::vector<HttpRequest> reqs = {{.url = srv.Url("bomb"), .max_body_bytes = 1 << 20},
+                                   {.url = srv.Url("corrupt")},
+                                   {.url = srv.Url("truncated")},
+                                   {.url = srv.Url("brotli")},
+                                   {.url = srv.Url("page")}};
+  auto got = client.FetchAll(reqs);
+  ASSERT_EQ(got.size(), 5u);
+  ASSERT_FALSE(got[0].ok());
+  EXPECT_EQ(got[0].status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(std::string(got[0].status().message()).find("exceeds the cap of 1 MiB"), std::string::npos) << got[0].status();
+  for (int i : {1, 2}) {
+    ASSERT_FALSE(got[i].ok()) << i;
+    EXPECT_EQ(got[i].status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(std::string(got[i].status().message()).find(reqs[i].url), std::string::npos) << got[i].status();
+    EXPECT_NE(std::string(got[i].status().message()).find("gzip"), std::string::npos) << got[i].status();
+  }
+  ASSERT_FALSE(got[3].ok());
+  EXPECT_NE(std::string(got[3].status().message()).find("unsupported Content-Encoding 'br'"), std::string::npos)
+      << got[3].status();
+  // A decoder that saw a bad stream is reset before its next use.
+  ASSERT_TRUE(got[4].ok()) << got[4].status();
+  EXPECT_EQ(got[4]->body, EncodingServer::Page());
+  auto again = client.FetchAll(std::vector<HttpRequest>(3, HttpRequest{.url = srv.Url("page")}));
+  for (const auto& r : again) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->body, EncodingServer::Page());
+  }
 }
 
 }  // namespace
