@@ -167,7 +167,9 @@ def run_cell(build, farm_port, endpoints_file, n, interval, args, work):
             if single(after, name) is not None:
                 cell[name.replace("epp_scrape_", "") + "_per_s"] = round(
                     (single(after, name) - (single(before, name) or 0)) / (t1 - t0), 1)
-        errors = sum(v for _, v in after.get("epp_endpoint_scrape_errors_total", []))
+        # Failed reads within the window (the start's burst of every endpoint at once is excluded).
+        errors = (sum(v for _, v in after.get("epp_endpoint_scrape_errors_total", [])) -
+                  sum(v for _, v in before.get("epp_endpoint_scrape_errors_total", [])))
         cell["scrape_errors"] = errors
         return cell
     finally:

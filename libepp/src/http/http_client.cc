@@ -50,10 +50,17 @@ class InflatePool {
     return z;
   }
   void Put(z_stream* z) {
-    if (z != nullptr) idle_.push_back(z);
+    if (z == nullptr) return;
+    if (idle_.size() >= kMaxIdle) {  // a burst of reads keeps no more than this many (~40 KB each)
+      inflateEnd(z);
+      delete z;
+      return;
+    }
+    idle_.push_back(z);
   }
 
  private:
+  static constexpr size_t kMaxIdle = 64;
   std::vector<z_stream*> idle_;
 };
 
@@ -220,7 +227,19 @@ struct HttpClient::Impl {
   InflatePool inflaters;
   uint64_t next_id = 1;
   std::unordered_map<CURL*, std::unique_ptr<Transfer>> running;
-  std::vector<CURL*> idle;                // finished handles, reset, kept for the next requests
+  // Finished handles, reset, kept for the next requests: at most kMaxIdleHandles (each holds a
+  // 16 KB receive buffer; a burst of 1,000 reads must not keep 1,000 of them).
+  static constexpr size_t kMaxIdleHandles = 64;
+  std::vector<CURL*> idle;
+
+  void Retire(CURL* e) {
+    if (idle.size() >= kMaxIdleHandles) {
+      curl_easy_cleanup(e);  // its connection stays in the multi's pool
+      return;
+    }
+    curl_easy_reset(e);  // keeps the handle's caches; its connection stays in the multi's pool
+    idle.push_back(e);
+  }
   std::vector<HttpClient::Finished> done;  // finished but not handed out yet
   std::atomic<bool> woken{false};         // Wakeup() was called
 
@@ -250,8 +269,7 @@ struct HttpClient::Impl {
       curl_multi_remove_handle(multi, e);
       curl_slist_free_all(t.headers);
       inflaters.Put(t.z);
-      curl_easy_reset(e);  // keeps the handle's caches; its connection stays in the multi's pool
-      idle.push_back(e);
+      Retire(e);
       running.erase(it);
     }
   }
@@ -330,8 +348,7 @@ void HttpClient::Cancel(uint64_t id) {
     curl_multi_remove_handle(m.multi, e);
     curl_slist_free_all(it->second->headers);
     m.inflaters.Put(it->second->z);
-    curl_easy_reset(e);
-    m.idle.push_back(e);
+    m.Retire(e);
     m.running.erase(it);
     return;
   }
