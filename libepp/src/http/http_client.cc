@@ -1,7 +1,6 @@
 // libcurl multi-interface client: the only user of libcurl in the project.
 #include <curl/curl.h>
 #include <strings.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,6 +13,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/string_view.h"
 #include "epp/http.h"
+#include "http/gzip_stream.h"
 
 namespace epp {
 namespace {
@@ -23,45 +23,26 @@ void GlobalInitOnce() {
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
-// gzip decoders kept from one transfer to the next: a fresh inflate stream allocates and clears
-// ~40 KB (state and window), which for a scrape of a few KB cost more than the inflating did.
+// gzip decoders kept from one transfer to the next (GzipStream), at most kMaxIdle of them.
 class InflatePool {
  public:
-  ~InflatePool() {
-    for (z_stream* z : idle_) {
-      inflateEnd(z);
-      delete z;
-    }
-  }
-  z_stream* Get() {
-    if (!idle_.empty()) {
-      z_stream* z = idle_.back();
+  std::unique_ptr<internal::GzipStream> Get() {
+    while (!idle_.empty()) {
+      std::unique_ptr<internal::GzipStream> z = std::move(idle_.back());
       idle_.pop_back();
-      if (inflateReset(z) == Z_OK) return z;
-      inflateEnd(z);
-      delete z;
+      if (z->Reset()) return z;
     }
-    auto* z = new z_stream{};
-    // 15 + 16: a gzip wrapper (Content-Encoding: gzip), nothing else.
-    if (inflateInit2(z, 15 + 16) != Z_OK) {
-      delete z;
-      return nullptr;
-    }
-    return z;
+    auto z = std::make_unique<internal::GzipStream>();
+    return z->ok() ? std::move(z) : nullptr;
   }
-  void Put(z_stream* z) {
-    if (z == nullptr) return;
-    if (idle_.size() >= kMaxIdle) {  // a burst of reads keeps no more than this many (~40 KB each)
-      inflateEnd(z);
-      delete z;
-      return;
-    }
-    idle_.push_back(z);
+  void Put(std::unique_ptr<internal::GzipStream> z) {
+    // A burst of reads keeps no more than this many (~40 KB each).
+    if (z != nullptr && idle_.size() < kMaxIdle) idle_.push_back(std::move(z));
   }
 
  private:
   static constexpr size_t kMaxIdle = 64;
-  std::vector<z_stream*> idle_;
+  std::vector<std::unique_ptr<internal::GzipStream>> idle_;
 };
 
 struct Transfer {
@@ -79,7 +60,7 @@ struct Transfer {
   std::string other_coding;       // kOther: what the server named
   bool bad_gzip = false;          // the gzip stream did not decode
   bool gzip_done = false;         // the gzip stream ended (bytes after it are ignored)
-  z_stream* z = nullptr;          // from `inflaters` while decoding
+  std::unique_ptr<internal::GzipStream> z;  // from `inflaters` while decoding
   InflatePool* inflaters = nullptr;
 };
 
@@ -123,32 +104,20 @@ size_t OnBody(char* data, size_t size, size_t nmemb, void* user) {
     t->bad_gzip = true;
     return 0;
   }
-  z_stream& z = *t->z;
-  z.next_in = reinterpret_cast<Bytef*>(data);
-  z.avail_in = static_cast<uInt>(n);
-  std::string& body = t->resp.body;
-  char out[16384];
-  while (z.avail_in > 0) {
-    z.next_out = reinterpret_cast<Bytef*>(out);
-    z.avail_out = sizeof out;
-    const int rc = inflate(&z, Z_NO_FLUSH);
-    const size_t got = sizeof out - z.avail_out;
-    // The cap is on the decoded size: a small gzip answer may expand a thousandfold.
-    if (body.size() + got > t->req.max_body_bytes) {
+  switch (t->z->Feed(std::string_view(data, n), t->resp.body, t->req.max_body_bytes)) {
+    case internal::GzipStream::Result::kMore:
+      return n;
+    case internal::GzipStream::Result::kDone:
+      t->gzip_done = true;
+      return n;
+    case internal::GzipStream::Result::kTooBig:
       t->too_big = true;
       return 0;
-    }
-    body.append(out, got);
-    if (rc == Z_STREAM_END) {
-      t->gzip_done = true;
+    case internal::GzipStream::Result::kBad:
       break;
-    }
-    if (rc != Z_OK && !(rc == Z_BUF_ERROR && got > 0)) {
-      t->bad_gzip = true;
-      return 0;
-    }
   }
-  return n;
+  t->bad_gzip = true;
+  return 0;
 }
 
 std::string Mib(size_t bytes) {
@@ -268,7 +237,7 @@ struct HttpClient::Impl {
       }
       curl_multi_remove_handle(multi, e);
       curl_slist_free_all(t.headers);
-      inflaters.Put(t.z);
+      inflaters.Put(std::move(t.z));
       Retire(e);
       running.erase(it);
     }
@@ -302,7 +271,7 @@ HttpClient::~HttpClient() {
   for (auto& [e, t] : m.running) {
     curl_multi_remove_handle(m.multi, e);
     curl_slist_free_all(t->headers);
-    m.inflaters.Put(t->z);
+    m.inflaters.Put(std::move(t->z));
     curl_easy_cleanup(e);
   }
   for (CURL* e : m.idle) curl_easy_cleanup(e);
@@ -347,7 +316,7 @@ void HttpClient::Cancel(uint64_t id) {
     CURL* e = it->first;
     curl_multi_remove_handle(m.multi, e);
     curl_slist_free_all(it->second->headers);
-    m.inflaters.Put(it->second->z);
+    m.inflaters.Put(std::move(it->second->z));
     m.Retire(e);
     m.running.erase(it);
     return;
