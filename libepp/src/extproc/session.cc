@@ -253,7 +253,7 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
     parsed->path = Path();
     parsed->api = ApiKind::kOther;  // nothing was read: no plugin may treat it as completions
   } else {
-    parsed = ParseOpenAIRequest(Path(), body);
+    parsed = ParseOpenAIRequestInPlace(Path(), body);
   }
   if (!parsed.ok()) {
     result = PickResult::BadRequest(parsed.status());

@@ -937,7 +937,9 @@ simdjson::dom::parser& ThreadParser(int slot) {
 // A parsed document: the root element and, for large inputs, the parser that owns it.
 class Document {
  public:
-  absl::Status Parse(std::string_view text, int slot, const JsonPath* where) {
+  // `padded`: the text has kRequestBodyPadding readable bytes past its end (simdjson reads it in
+  // place); otherwise simdjson copies it into a padded buffer first.
+  absl::Status Parse(std::string_view text, int slot, const JsonPath* where, bool padded = false) {
     // simdjson copies the text with memcpy, which must not get the null pointer of an empty
     // std::string_view() (undefined behaviour even for 0 bytes).
     if (text.data() == nullptr) text = std::string_view("", 0);
@@ -946,7 +948,7 @@ class Document {
       own_ = std::make_unique<simdjson::dom::parser>();
       parser = own_.get();
     }
-    const simdjson::error_code err = parser->parse(text.data(), text.size(), true).get(root_);
+    const simdjson::error_code err = parser->parse(text.data(), text.size(), !padded).get(root_);
     if (err == simdjson::SUCCESS) return absl::OkStatus();
     if (err == simdjson::MEMALLOC) return absl::ResourceExhaustedError("out of memory parsing JSON");
     std::string msg;
@@ -997,6 +999,23 @@ absl::StatusOr<InferenceRequest> ParseOpenAIRequest(std::string_view path, std::
   const JsonPath root;
   Document doc;
   EPP_RETURN_IF_ERROR(doc.Parse(body, 0, nullptr));
+  InferenceRequest req;
+  req.path.assign(path.empty() ? kDefaultRequestPath : path);
+  req.api = ApiKindForPath(req.path);
+  EPP_RETURN_IF_ERROR(ParseBody(doc.root(), body.size(), root, req.api, req));
+  return req;
+}
+
+absl::StatusOr<InferenceRequest> ParseOpenAIRequestInPlace(std::string_view path, std::string& body) {
+  static_assert(kRequestBodyPadding >= simdjson::SIMDJSON_PADDING);
+  const size_t size = body.size();
+  if (body.capacity() - size < kRequestBodyPadding) body.reserve(size + kRequestBodyPadding);
+  // Written, not only allocated: the parser reads these bytes.
+  body.append(kRequestBodyPadding, ' ');
+  body.resize(size);
+  const JsonPath root;
+  Document doc;
+  EPP_RETURN_IF_ERROR(doc.Parse(body, 0, nullptr, /*padded=*/true));
   InferenceRequest req;
   req.path.assign(path.empty() ? kDefaultRequestPath : path);
   req.api = ApiKindForPath(req.path);

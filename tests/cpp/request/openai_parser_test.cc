@@ -701,4 +701,33 @@ TEST_F(RequestFixturesTest, SelectedRequestsRenderAsExpected) {
 }
 
 }  // namespace
+TEST(OpenAIRequestParserTest, InPlaceParsingMatchesTheCopyAndLeavesTheBodyAlone) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"/v1/chat/completions", R"({"model":"m","messages":[{"role":"user","content":"hello \u00e9 there"}],"stream":true})"},
+      {"/v1/completions", R"({"model":"m","prompt":["a","b"],"cache_salt":"s"})"},
+      {"/v1/completions", R"({"model":"m","prompt":"x")"},    // truncated: the padding must not complete it
+      {"/v1/completions", R"({"model":"m","prompt":"x"}   )"},  // trailing spaces, as the padding
+      {"/v1/completions", ""},
+  };
+  for (const auto& [path, text] : cases) {
+    const absl::StatusOr<InferenceRequest> copied = ParseOpenAIRequest(path, text);
+    for (bool tight : {false, true}) {
+      std::string body = text;
+      if (tight) body.shrink_to_fit();  // no spare capacity: the padding needs a reallocation
+      const absl::StatusOr<InferenceRequest> in_place = ParseOpenAIRequestInPlace(path, body);
+      EXPECT_EQ(body, text);
+      EXPECT_GE(body.capacity() - body.size(), kRequestBodyPadding);
+      ASSERT_EQ(in_place.ok(), copied.ok()) << text;
+      if (!copied.ok()) {
+        EXPECT_EQ(in_place.status(), copied.status()) << text;
+        continue;
+      }
+      EXPECT_EQ(in_place->model, copied->model);
+      EXPECT_EQ(in_place->prompt, copied->prompt);
+      EXPECT_EQ(in_place->stream, copied->stream);
+      EXPECT_EQ(in_place->cache_salt, copied->cache_salt);
+    }
+  }
+}
+
 }  // namespace epp
