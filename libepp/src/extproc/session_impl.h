@@ -31,6 +31,7 @@ struct ExtProcSession::Impl {
   bool finished = false;  // an ImmediateResponse was sent
   std::vector<std::pair<std::string, std::string>> headers;  // lower-cased names
   std::string body;
+  void ReserveBody(size_t first_chunk);  // from content-length, at the first body chunk
   std::optional<std::vector<std::string>> subset;
   std::optional<PickResult> result;
   std::optional<InferenceRequest> request;

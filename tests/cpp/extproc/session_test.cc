@@ -291,6 +291,38 @@ TEST(ExtProcSessionTest, BodyOverTheLimitIs413) {
   }
 }
 
+TEST(ExtProcSessionTest, ADeclaredContentLengthOnlySizesTheBuffer) {
+  // The body is reserved from content-length when it starts; whatever the header claims (the
+  // truth, more than the limit, less than what comes, garbage), what is picked and echoed is the
+  // body that arrived, and the limit still applies to the bytes received.
+  SchedulerEnv env({Ep("10.0.0.1:8000")});
+  const std::string body = ChatBody("m", std::string(5000, 'y'));
+  for (const std::string& declared :
+       {std::to_string(body.size()), std::string("999999999999"), std::string("10"), std::string("12abc"),
+        std::string("-5"), std::string("")}) {
+    SCOPED_TRACE(declared);
+    ExtProcOptions options;
+    options.max_request_bytes = 8000;
+    ExtProcSession s(*env.scheduler, env.pool, options);
+    HttpRequestCapture capture = ChatCapture(body, 1500);
+    capture.headers.emplace_back("content-length", declared);
+    const auto rs = Decode(Feed(s, BuildProcessingRequests(capture)));
+    ASSERT_GE(rs.size(), 2u);
+    ASSERT_TRUE(rs[0].has_request_headers());
+    std::string echoed;
+    for (size_t i = 1; i < rs.size(); ++i) echoed += Streamed(rs[i]).body();
+    EXPECT_EQ(echoed, body);
+    ASSERT_NE(s.result(), nullptr);
+    EXPECT_EQ(s.result()->status, 200);
+  }
+  ExtProcOptions small;
+  small.max_request_bytes = 4000;  // under the body: 413 although the header claims 10 bytes
+  ExtProcSession s(*env.scheduler, env.pool, small);
+  HttpRequestCapture capture = ChatCapture(body, 1500);
+  capture.headers.emplace_back("content-length", "10");
+  ExpectImmediate(Decode(Feed(s, BuildProcessingRequests(capture))), 413, "PayloadTooLarge");
+}
+
 TEST(ExtProcSessionTest, UnparsableBodyIs400NamingTheJsonPath) {
   SchedulerEnv env({Ep("10.0.0.1:8000")});
   struct Case {
