@@ -22,7 +22,6 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -39,6 +38,7 @@
 #include <vector>
 
 #include "epp/sim.h"
+#include "http/gzip_stream.h"
 
 namespace {
 
@@ -48,21 +48,6 @@ void OnSignal(int) { g_stop = 1; }
 struct Page {
   std::string plain, gzip;
 };
-
-std::string Gzip(const std::string& in) {
-  z_stream z{};
-  // windowBits 15 + 16: a gzip wrapper, as HTTP's Content-Encoding: gzip wants.
-  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) std::abort();
-  std::string out(deflateBound(&z, in.size()) + 32, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  z.avail_in = static_cast<uInt>(in.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  if (deflate(&z, Z_FINISH) != Z_STREAM_END) std::abort();
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
 
 std::vector<Page> RenderPages(const std::string& engine, int count) {
   epp::SimParams params;
@@ -80,7 +65,7 @@ std::vector<Page> RenderPages(const std::string& engine, int count) {
     s.generation_tokens_total = rng() % 10000000;
     Page p;
     p.plain = epp::RenderSimMetrics(params, s, 1.7e9 + k);
-    p.gzip = Gzip(p.plain);
+    p.gzip = epp::internal::GzipCompress(p.plain);
     pages.push_back(std::move(p));
   }
   return pages;
@@ -166,7 +151,7 @@ int main(int argc, char** argv) {
     }
     Page p;
     p.plain.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    p.gzip = Gzip(p.plain);
+    p.gzip = epp::internal::GzipCompress(p.plain);
     pages.push_back(std::move(p));
   }
   std::fprintf(stderr, "page bytes %zu, gzip %zu\n", pages[0].plain.size(), pages[0].gzip.size());

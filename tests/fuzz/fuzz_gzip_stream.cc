@@ -2,9 +2,7 @@
 // servers, fed as libcurl hands the bytes over). The first byte picks the mode and the chunk size.
 // Invariants: the output never passes the cap; feeding the same bytes in chunks or in one piece
 // gives the same result and output; a decoder reused after Reset() behaves as a fresh one; and
-// (mode 1) what zlib compressed decodes back to exactly the input.
-#include <zlib.h>
-
+// (mode 1) what GzipCompress (zlib) compressed decodes back to exactly the input.
 #include <string>
 #include <string_view>
 
@@ -21,20 +19,6 @@ GzipStream::Result FeedChunked(GzipStream& g, std::string_view in, size_t chunk,
   return r;
 }
 
-std::string Gzip(std::string_view in) {
-  z_stream z{};
-  if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) std::abort();
-  std::string out(deflateBound(&z, in.size()) + 32, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  z.avail_in = static_cast<uInt>(in.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  if (deflate(&z, Z_FINISH) != Z_STREAM_END) std::abort();
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -46,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static GzipStream reused;  // carries state from one input to the next, as the pool's do
   EPP_FUZZ_CHECK(reused.ok() && reused.Reset(), "reset");
   if (roundtrip) {
-    const std::string packed = Gzip(rest);
+    const std::string packed = epp::internal::GzipCompress(rest);
     std::string out;
     const GzipStream::Result r = FeedChunked(reused, packed, chunk, out, kCap);
     if (rest.size() <= kCap) {

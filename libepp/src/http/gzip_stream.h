@@ -40,4 +40,8 @@ class GzipStream {
   bool started_ = false;
 };
 
+// `in` as one gzip member (zlib's default level): for tests and the benchmarks' static metrics
+// server. Empty only when zlib fails (out of memory).
+std::string GzipCompress(std::string_view in);
+
 }  // namespace epp::internal

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <zlib.h>
 
+#include "http/gzip_stream.h"
 #include "testing/test_server.h"
 
 namespace epp {
@@ -258,19 +258,7 @@ TEST(HttpClientAsyncTest, ConnectionsAreReusedAcrossRequests) {
   EXPECT_EQ(std::set<int>(ports.begin(), ports.end()).size(), 1u) << "one connection for five sequential requests";
 }
 
-std::string Gzip(const std::string& in) {
-  z_stream z{};
-  EXPECT_EQ(deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&z, in.size()) + 32, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  z.avail_in = static_cast<uInt>(in.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
+std::string Gzip(const std::string& in) { return internal::GzipCompress(in); }
 
 // Answers /gz/<name> with a body and Content-Encoding chosen per name; records Accept-Encoding.
 class EncodingServer {
