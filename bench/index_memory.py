@@ -25,7 +25,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from scrape_scale import free_port, rss_bytes, scrape, single  # noqa: E402
+from scrape_scale import free_port, rss_bytes, scrape, single, stop  # noqa: E402
 
 
 RANDOM_CONFIG = """apiVersion: inference.networking.x-k8s.io/v1alpha1
@@ -64,14 +64,7 @@ def main():
 
     def stop_all():
         for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in reversed(procs):
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            stop(p)
 
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
     samples = []

@@ -49,6 +49,17 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
 
 
+def stop(proc, timeout=30):
+    """SIGTERM, then SIGKILL if the process is still there after `timeout` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def rss_bytes(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -173,12 +184,7 @@ def run_cell(build, farm_port, endpoints_file, n, interval, args, work):
         cell["scrape_errors"] = errors
         return cell
     finally:
-        serve.send_signal(signal.SIGTERM)
-        try:
-            serve.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            serve.kill()
-            serve.wait()
+        stop(serve)
         log.close()
 
 
@@ -233,12 +239,7 @@ def main():
                     cells.append(cell)
                     print(json.dumps(cell), flush=True)
     finally:
-        farm.send_signal(signal.SIGTERM)
-        try:
-            farm.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            farm.kill()
-            farm.wait()
+        stop(farm, timeout=10)
     print()
     print("| build | endpoints | interval | serve cores | RSS MiB | gap p50 / p99 / max ms | gaps <= 1.1 interval "
           "| age <= interval | age p50 / p99 / max ms | errors |")

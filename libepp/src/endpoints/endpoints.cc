@@ -415,6 +415,13 @@ HttpRequest MakeRequest(const ScrapeOptions& o, std::string url) {
   return r;
 }
 
+// An outcome before the read: the engine the plan names for spec i, if it names one.
+Outcome NewOutcome(const Plan& plan, size_t i) {
+  Outcome o;
+  if (plan.engine[i] != "auto") o.engine = plan.engine[i];
+  return o;
+}
+
 // The request that reads a spec's metrics over HTTP; nullopt for a file or "none".
 std::optional<HttpRequest> RequestFor(const EndpointSpec& spec, const Plan& plan) {
   switch (KindOf(spec.metrics)) {
@@ -479,14 +486,15 @@ void ApplyOutcome(Outcome& o, const EndpointSpec& spec, Endpoint& ep, int64_t no
 // `known_engines` (empty, or one per spec) are engines already detected for auto specs.
 std::vector<Outcome> Collect(std::span<const EndpointSpec> specs, const Plan& plan, const ResolveOptions& options,
                              std::span<const std::string> known_engines) {
-  std::vector<Outcome> out(specs.size());
+  std::vector<Outcome> out;
+  out.reserve(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) out.push_back(NewOutcome(plan, i));
   std::vector<HttpRequest> requests;
   std::vector<size_t> owner;  // requests[k] belongs to specs[owner[k]]
   auto known = [&](size_t i) { return known_engines.empty() ? std::string_view() : std::string_view(known_engines[i]); };
   MetricFamilies families;  // one parse buffer for every read of the call
   for (size_t i = 0; i < specs.size(); ++i) {
     const EndpointSpec& spec = specs[i];
-    if (plan.engine[i] != "auto") out[i].engine = plan.engine[i];
     if (std::optional<HttpRequest> r = RequestFor(spec, plan)) {
       requests.push_back(*std::move(r));
       owner.push_back(i);
@@ -730,8 +738,7 @@ struct StaggeredScraper::Impl {
       owner.emplace(in_flight[i], i);
       return;
     }
-    Outcome o;
-    if (plan.engine[i] != "auto") o.engine = plan.engine[i];
+    Outcome o = NewOutcome(plan, i);
     if (KindOf(specs[i].metrics) == SourceKind::kFile) ReadFileOutcome(specs[i], i, plan, known, families, o);
     Apply(i, o, due, endpoints, applied);
   }
@@ -761,8 +768,7 @@ absl::StatusOr<std::unique_ptr<StaggeredScraper>> StaggeredScraper::Create(std::
     const uint64_t h = std::hash<std::string>{}(spec.address) * 0x9E3779B97F4A7C15ull;
     m->phase[i] = Impl::Clock::duration(static_cast<Impl::Clock::rep>(
         static_cast<double>(h >> 11) / static_cast<double>(uint64_t{1} << 53) * static_cast<double>(m->interval.count())));
-    std::optional<HttpRequest> req = RequestFor(spec, m->plan);
-    m->request[i] = std::move(req);
+    m->request[i] = RequestFor(spec, m->plan);
   }
   m->order.resize(n);
   for (size_t i = 0; i < n; ++i) m->order[i] = i;
@@ -800,8 +806,7 @@ void StaggeredScraper::RunUntil(std::span<Endpoint> endpoints, std::chrono::stea
       const size_t i = it->second;
       m.owner.erase(it);
       m.in_flight[i] = 0;
-      Outcome o;
-      if (m.plan.engine[i] != "auto") o.engine = m.plan.engine[i];
+      Outcome o = NewOutcome(m.plan, i);
       ResponseOutcome(f.response, *m.request[i], m.specs[i], i, m.plan, endpoints[i].engine, m.families, o);
       m.Apply(i, o, m.due_of[i], endpoints, applied);
     }

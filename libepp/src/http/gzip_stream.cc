@@ -25,7 +25,6 @@ GzipStream::~GzipStream() {
 
 bool GzipStream::Reset() {
   last_ = Result::kMore;
-  started_ = false;
   return z_ != nullptr && inflateReset(z_) == Z_OK;
 }
 
@@ -33,7 +32,6 @@ GzipStream::Result GzipStream::Feed(std::string_view in, std::string& out, size_
   if (z_ == nullptr) return Result::kBad;
   if (last_ != Result::kMore) return last_;
   if (in.empty()) return last_;
-  started_ = true;
   z_->next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
   z_->avail_in = static_cast<uInt>(in.size());
   char buf[16384];

@@ -32,12 +32,10 @@ class GzipStream {
   // Decodes `in`, appending to `out`; `out` never grows past `cap` bytes. After kDone, kTooBig
   // or kBad every further call returns the same result until Reset().
   Result Feed(std::string_view in, std::string& out, size_t cap);
-  bool started() const { return started_; }  // some byte was fed since the last Reset
 
  private:
   z_stream_s* z_ = nullptr;
   Result last_ = Result::kMore;
-  bool started_ = false;
 };
 
 // `in` as one gzip member (zlib's default level): for tests and the benchmarks' static metrics

@@ -212,6 +212,16 @@ struct HttpClient::Impl {
   std::vector<HttpClient::Finished> done;  // finished but not handed out yet
   std::atomic<bool> woken{false};         // Wakeup() was called
 
+  // A transfer leaves the multi handle (finished, cancelled or abandoned): its handle and
+  // decoder go back to the pools, its headers are freed. The caller erases it from `running`.
+  void Release(CURL* e, Transfer& t) {
+    curl_multi_remove_handle(multi, e);
+    curl_slist_free_all(t.headers);
+    t.headers = nullptr;
+    inflaters.Put(std::move(t.z));
+    Retire(e);
+  }
+
   // Moves every finished transfer to `done`.
   void Harvest() {
     int msgs = 0;
@@ -235,10 +245,7 @@ struct HttpClient::Impl {
         if (ct) t.resp.content_type = ct;
         done.push_back({t.id, std::move(t.resp)});
       }
-      curl_multi_remove_handle(multi, e);
-      curl_slist_free_all(t.headers);
-      inflaters.Put(std::move(t.z));
-      Retire(e);
+      Release(e, t);
       running.erase(it);
     }
   }
@@ -268,12 +275,7 @@ HttpClient::HttpClient() : impl_(std::make_unique<Impl>()) {
 
 HttpClient::~HttpClient() {
   Impl& m = *impl_;
-  for (auto& [e, t] : m.running) {
-    curl_multi_remove_handle(m.multi, e);
-    curl_slist_free_all(t->headers);
-    m.inflaters.Put(std::move(t->z));
-    curl_easy_cleanup(e);
-  }
+  for (auto& [e, t] : m.running) m.Release(e, *t);
   for (CURL* e : m.idle) curl_easy_cleanup(e);
   curl_multi_cleanup(m.multi);
 }
@@ -313,11 +315,7 @@ void HttpClient::Cancel(uint64_t id) {
   Impl& m = *impl_;
   for (auto it = m.running.begin(); it != m.running.end(); ++it) {
     if (it->second->id != id) continue;
-    CURL* e = it->first;
-    curl_multi_remove_handle(m.multi, e);
-    curl_slist_free_all(it->second->headers);
-    m.inflaters.Put(std::move(it->second->z));
-    m.Retire(e);
+    m.Release(it->first, *it->second);
     m.running.erase(it);
     return;
   }

@@ -995,15 +995,24 @@ absl::Status ParseHeaders(const element& headers, const JsonPath& at, InferenceR
 
 }  // namespace
 
-absl::StatusOr<InferenceRequest> ParseOpenAIRequest(std::string_view path, std::string_view body) {
+namespace {
+
+// `padded`: `body` has kRequestBodyPadding readable bytes past its end.
+absl::StatusOr<InferenceRequest> ParseRequest(std::string_view path, std::string_view body, bool padded) {
   const JsonPath root;
   Document doc;
-  EPP_RETURN_IF_ERROR(doc.Parse(body, 0, nullptr));
+  EPP_RETURN_IF_ERROR(doc.Parse(body, 0, nullptr, padded));
   InferenceRequest req;
   req.path.assign(path.empty() ? kDefaultRequestPath : path);
   req.api = ApiKindForPath(req.path);
   EPP_RETURN_IF_ERROR(ParseBody(doc.root(), body.size(), root, req.api, req));
   return req;
+}
+
+}  // namespace
+
+absl::StatusOr<InferenceRequest> ParseOpenAIRequest(std::string_view path, std::string_view body) {
+  return ParseRequest(path, body, /*padded=*/false);
 }
 
 absl::StatusOr<InferenceRequest> ParseOpenAIRequestInPlace(std::string_view path, std::string& body) {
@@ -1013,14 +1022,7 @@ absl::StatusOr<InferenceRequest> ParseOpenAIRequestInPlace(std::string_view path
   // Written, not only allocated: the parser reads these bytes.
   body.append(kRequestBodyPadding, ' ');
   body.resize(size);
-  const JsonPath root;
-  Document doc;
-  EPP_RETURN_IF_ERROR(doc.Parse(body, 0, nullptr, /*padded=*/true));
-  InferenceRequest req;
-  req.path.assign(path.empty() ? kDefaultRequestPath : path);
-  req.api = ApiKindForPath(req.path);
-  EPP_RETURN_IF_ERROR(ParseBody(doc.root(), body.size(), root, req.api, req));
-  return req;
+  return ParseRequest(path, body, /*padded=*/true);
 }
 
 absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json, std::string_view path_override,

@@ -417,21 +417,22 @@ void EndpointPool::Impl::ScrapeLoop() {
       scraper.reset();  // cancels its transfers
       auto made = StaggeredScraper::Create(specs, Resolve(), options.interval, ClientInUse());
       built_for = generation;
-      if (!made.ok()) {
+      if (made.ok()) {
+        scraper = *std::move(made);
+      } else {
+        // Retried every interval; a reload (below) may replace the set that could not be built.
         log.Error("metrics refresh: " + std::string(made.status().message()));
         std::unique_lock<std::mutex> lock(mu);
         cv.wait_for(lock, options.interval, [this] { return stop; });
-        continue;
       }
-      scraper = *std::move(made);
     }
-    applied.clear();
-    scraper->RunUntil(endpoints, Clock::now() + slice, applied);
-    if (!applied.empty()) {
-      for (const StaggeredScraper::Applied& a : applied) Track(a.index, a.read);
-      snapshot.Set(endpoints);
-    }
-    {
+    if (scraper) {
+      applied.clear();
+      scraper->RunUntil(endpoints, Clock::now() + slice, applied);
+      if (!applied.empty()) {
+        for (const StaggeredScraper::Applied& a : applied) Track(a.index, a.read);
+        snapshot.Set(endpoints);
+      }
       const StaggeredScraper::Stats& st = scraper->stats();
       std::lock_guard<std::mutex> lock(mu);
       counters.scrape_cycles = before.rounds + st.rounds;
