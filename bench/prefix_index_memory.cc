@@ -1,13 +1,14 @@
 // Memory per entry of epp::PrefixIndex: 8 endpoints each fill their LRU (31,250 blocks, GIE's
 // lruCapacityPerServer) with 100-block prompts of distinct blocks; heap bytes (mallinfo2) before
-// and after, divided by the (endpoint, block) entries held.
+// and after (small blocks and mmap'ed ones), divided by the (endpoint, block) entries held.
 #include <malloc.h>
 #include <iostream>
 #include <random>
 #include "epp/prefix_cache.h"
 int main() {
   std::vector<std::string> pods; for (int i = 0; i < 8; ++i) pods.push_back("10.0.0." + std::to_string(i) + ":8000");
-  auto before = mallinfo2().uordblks;
+  auto heap = [] { const auto m = mallinfo2(); return m.uordblks + m.hblkhd; };
+  auto before = heap();
   {
     epp::PrefixIndex index;
     std::mt19937_64 rng(1);
@@ -16,7 +17,7 @@ int main() {
       std::vector<uint64_t> b(100); for (auto& h : b) h = rng();
       index.Add(pods[p], b);
     }
-    auto after = mallinfo2().uordblks;
+    auto after = heap();
     std::cout << "entries " << index.entries() << " bytes " << (after - before) << " per entry " << double(after - before) / index.entries() << "\n";
   }
 }

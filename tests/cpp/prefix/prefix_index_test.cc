@@ -47,6 +47,29 @@ TEST(PrefixIndexTest, MatchLengthIsTheLongestHeldPrefix) {
   EXPECT_EQ(index.endpoint_count(), 3u);
 }
 
+// A candidate list with repeats and unknown names, and a prefix held by many endpoints whose
+// holders are not in the candidate list at all: each position gets its own endpoint's length,
+// and a later call is not affected by the earlier one's candidates.
+TEST(PrefixIndexTest, MatchLengthsWithRepeatedUnknownAndManyHolders) {
+  PrefixIndex index;
+  std::vector<std::string> many;
+  for (int i = 0; i < 40; ++i) {
+    many.push_back("10.1.0." + std::to_string(i) + ":8000");
+    std::vector<uint64_t> blocks = {7, 8};
+    if (i % 2 == 0) blocks.push_back(9);
+    index.Add(many.back(), blocks);
+  }
+  const std::vector<std::string> some = {many[3], "10.9.9.9:1", many[4], many[3], many[39], many[4]};
+  EXPECT_EQ(index.MatchLengths(std::vector<uint64_t>{7, 8, 9, 10}, some), (std::vector<int>{2, 0, 3, 2, 2, 3}));
+  // Hashes are keys: block 9 at position 1 is held by the even endpoints.
+  EXPECT_EQ(index.MatchLengths(std::vector<uint64_t>{7, 9}, some), (std::vector<int>{1, 0, 2, 1, 1, 2}));
+  const std::vector<std::string> one = {many[10]};
+  EXPECT_EQ(index.MatchLengths(std::vector<uint64_t>{7, 8, 9}, one), (std::vector<int>{3}));
+  std::vector<int> all_expected;
+  for (int i = 0; i < 40; ++i) all_expected.push_back(i % 2 == 0 ? 3 : 2);
+  EXPECT_EQ(index.MatchLengths(std::vector<uint64_t>{7, 8, 9}, many), all_expected);
+}
+
 TEST(PrefixIndexTest, LruEvictsTheTailBeforeThePrefix) {
   PrefixIndexOptions o;
   o.lru_capacity_per_server = 4;
