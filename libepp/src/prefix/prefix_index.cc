@@ -77,15 +77,12 @@ struct PrefixIndex::Impl {
   absl::flat_hash_map<uint64_t, Holders> holders;
   size_t entries = 0;
 
-  static const Holder* Find(const Holders& v, uint32_t id) {
-    for (const Holder& h : v)
+  // `id`'s entry in `v` (const or not), or null.
+  template <typename V>
+  static auto* Find(V& v, uint32_t id) {
+    for (auto& h : v)
       if (h.id == id) return &h;
-    return nullptr;
-  }
-  static Holder* Find(Holders& v, uint32_t id) {
-    for (Holder& h : v)
-      if (h.id == id) return &h;
-    return nullptr;
+    return static_cast<decltype(&*v.begin())>(nullptr);
   }
 
   bool Live(const Touch& t, uint32_t id) const {
@@ -201,7 +198,7 @@ std::vector<int> MatchLengthsImpl(const PrefixIndex::Impl& m, std::span<const ui
     }
   }
   for (size_t i = 0; i < endpoints.size(); ++i)
-    if (candidates[i] != kNoId) out[i] = std::max(0, depth[candidates[i]]);
+    if (candidates[i] != kNoId) out[i] = depth[candidates[i]];
   for (uint32_t id : candidates)
     if (id != kNoId) depth[id] = -1;
   return out;
