@@ -2,7 +2,8 @@
 // An input starting with '/' names the path on its first line and the body follows; any other
 // input is the body alone, parsed as sent to each API (completions, chat, responses, embeddings).
 // Invariants: a parsed request has a model, the API its path selects and a token estimate that
-// agrees with the prompt.
+// agrees with the prompt; and the parser's fast path (request/fast_parse.h) gives exactly the
+// answer of the DOM path alone (the same request, or the same error).
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -10,11 +11,22 @@
 #include "epp/prefix_cache.h"
 #include "epp/request.h"
 #include "fuzz_util.h"
+#include "request/fast_parse.h"
 
 namespace {
 
 void ParseOne(std::string_view path, std::string_view body) {
   absl::StatusOr<epp::InferenceRequest> r = epp::ParseOpenAIRequest(path, body);
+  const absl::StatusOr<epp::InferenceRequest> dom = epp::internal::ParseOpenAIRequestDom(path, body);
+  EPP_FUZZ_CHECK(r.ok() == dom.ok(), dom.ok() ? r.status().ToString() : dom.status().ToString());
+  if (r.ok()) {
+    EPP_FUZZ_CHECK(r->model == dom->model, "fast path model " + r->model);
+    EPP_FUZZ_CHECK(r->prompt == dom->prompt, "fast path prompt " + r->prompt);
+    EPP_FUZZ_CHECK(r->stream == dom->stream && r->cache_salt == dom->cache_salt, "fast path stream or salt");
+    EPP_FUZZ_CHECK(r->prompt_tokens == dom->prompt_tokens && r->media_parts == dom->media_parts, "fast path counts");
+  } else {
+    EPP_FUZZ_CHECK(r.status() == dom.status(), r.status().ToString());
+  }
   if (!r.ok()) {
     EPP_FUZZ_CHECK(r.status().code() == absl::StatusCode::kInvalidArgument, r.status().ToString());
     EPP_FUZZ_CHECK(!r.status().message().empty(), "an error without a message");

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "epp/prefix_cache.h"
 #include "epp/request.h"
+#include "request/fast_parse.h"
 
 namespace epp {
 
@@ -929,8 +930,10 @@ std::optional<SyntaxError> FindSyntaxError(std::string_view text) {
 // parser of their own rather than pinning that memory to the thread for good.
 constexpr size_t kMaxRetainedDocumentBytes = size_t{1} << 20;
 
+// Slots: 0 a document, 1 a body nested in an envelope as a JSON string, 2 a value the fast path
+// renders as canonical JSON.
 simdjson::dom::parser& ThreadParser(int slot) {
-  thread_local std::array<simdjson::dom::parser, 2> parsers;
+  thread_local std::array<simdjson::dom::parser, 3> parsers;
   return parsers[slot];
 }
 
@@ -997,19 +1000,48 @@ absl::Status ParseHeaders(const element& headers, const JsonPath& at, InferenceR
 
 namespace {
 
-// `padded`: `body` has kRequestBodyPadding readable bytes past its end.
-absl::StatusOr<InferenceRequest> ParseRequest(std::string_view path, std::string_view body, bool padded) {
-  const JsonPath root;
-  Document doc;
-  EPP_RETURN_IF_ERROR(doc.Parse(body, 0, nullptr, padded));
+// `padded`: `body` has kRequestBodyPadding readable bytes past its end. `fast`: try the fast
+// path (request/fast_parse.h) first.
+absl::StatusOr<InferenceRequest> ParseRequest(std::string_view path, std::string_view body, bool padded,
+                                              bool fast = true) {
   InferenceRequest req;
   req.path.assign(path.empty() ? kDefaultRequestPath : path);
   req.api = ApiKindForPath(req.path);
+  if (fast) {
+    if (internal::FastParseBody(body, req.api, req)) return req;
+    // Declined: the DOM path starts from a clean request (the fast path may have written parts).
+    req.model.clear();
+    req.cache_salt.clear();
+    req.prompt.clear();
+    req.stream = false;
+    req.prompt_tokens = 0;
+    req.media_parts = 0;
+  }
+  const JsonPath root;
+  Document doc;
+  EPP_RETURN_IF_ERROR(doc.Parse(body, 0, nullptr, padded));
   EPP_RETURN_IF_ERROR(ParseBody(doc.root(), body.size(), root, req.api, req));
   return req;
 }
 
 }  // namespace
+
+namespace internal {
+
+absl::StatusOr<InferenceRequest> ParseOpenAIRequestDom(std::string_view path, std::string_view body) {
+  return ParseRequest(path, body, /*padded=*/false, /*fast=*/false);
+}
+
+bool AppendCanonicalJsonText(std::string_view json, std::string& out) {
+  element root;
+  if (ThreadParser(2).parse(json.data(), json.size(), /*realloc_if_needed=*/true).get(root) != simdjson::SUCCESS) {
+    return false;
+  }
+  AppendCanonicalJson(root, out);
+  return true;
+}
+
+}  // namespace internal
 
 absl::StatusOr<InferenceRequest> ParseOpenAIRequest(std::string_view path, std::string_view body) {
   return ParseRequest(path, body, /*padded=*/false);

@@ -1,0 +1,511 @@
+// The request parser's fast path (fast_parse.h): a strict one-pass JSON scanner that renders the
+// canonical prompt of the common chat and completions shapes while it validates the document.
+//
+// Why: for a 220 KiB chat body the DOM path runs simdjson's structural pass over every byte,
+// builds a tape that copies every string once (unescaped), and then the prompt copies those
+// strings again. Here each string is read once: a 16-byte-at-a-time search for the next quote,
+// backslash or control byte, and the run before it is appended to the prompt (the only copy).
+// UTF-8 is checked string by string (simdjson's validator, only for strings with a byte above
+// 0x7F) while the string is still in the cache; outside strings the scanner accepts only ASCII. Anything outside the shapes
+// below goes to the DOM path, which stays the reference: the fast path must produce exactly its
+// result (tests/cpp/request/fast_parse_test.cc and the openai_request fuzz target compare them).
+#include "request/fast_parse.h"
+
+#include <simdjson.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "epp/prefix_cache.h"
+
+namespace epp::internal {
+namespace {
+
+// Declines (not errors): the DOM path decides what these inputs mean.
+constexpr int kMaxDepth = 64;
+constexpr int kMaxNumberDigits = 18;
+
+// The first byte in [p, end) that ends a run of plain string bytes: '"', '\\' or a control
+// character (below 0x20), or `end`. Sets `high` when a byte at or above 0x80 may be in the run
+// (the whole 16-byte block is tested, so bytes past the run can set it too).
+inline const char* FindStringSpecial(const char* p, const char* end, bool& high) {
+#if defined(__SSE2__)
+  const __m128i quote = _mm_set1_epi8('"');
+  const __m128i backslash = _mm_set1_epi8('\\');
+  const __m128i control_max = _mm_set1_epi8(0x1F);
+  __m128i seen = _mm_setzero_si128();
+  while (end - p >= 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    seen = _mm_or_si128(seen, v);
+    // Unsigned v <= 0x1F exactly when min(v, 0x1F) == v.
+    const __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                                     _mm_cmpeq_epi8(_mm_min_epu8(v, control_max), v));
+    const int mask = _mm_movemask_epi8(hit);
+    if (mask != 0) {
+      high |= _mm_movemask_epi8(seen) != 0;
+      return p + __builtin_ctz(static_cast<unsigned>(mask));
+    }
+    p += 16;
+  }
+  high |= _mm_movemask_epi8(seen) != 0;
+#endif
+  for (; p < end; ++p) {
+    const auto c = static_cast<unsigned char>(*p);
+    if (c == '"' || c == '\\' || c < 0x20) return p;
+    high |= c >= 0x80;
+  }
+  return end;
+}
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+bool Hex4(const char* p, uint32_t& v) {
+  v = 0;
+  for (int k = 0; k < 4; ++k) {
+    const char c = p[k];
+    uint32_t h;
+    if (c >= '0' && c <= '9') h = static_cast<uint32_t>(c - '0');
+    else if (c >= 'a' && c <= 'f') h = static_cast<uint32_t>(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F') h = static_cast<uint32_t>(c - 'A' + 10);
+    else return false;
+    v = v * 16 + h;
+  }
+  return true;
+}
+
+void AppendUtf8(uint32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    const char b[] = {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+    out.append(b, 2);
+  } else if (cp < 0x10000) {
+    const char b[] = {static_cast<char>(0xE0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
+                      static_cast<char>(0x80 | (cp & 0x3F))};
+    out.append(b, 3);
+  } else {
+    const char b[] = {static_cast<char>(0xF0 | (cp >> 18)), static_cast<char>(0x80 | ((cp >> 12) & 0x3F)),
+                      static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), static_cast<char>(0x80 | (cp & 0x3F))};
+    out.append(b, 4);
+  }
+}
+
+// A cursor over JSON text. Every method returns false when the text is not in the accepted
+// subset of JSON (which includes all of it that is invalid); the parse then declines.
+class Scanner {
+ public:
+  explicit Scanner(std::string_view text) : p_(text.data()), end_(text.data() + text.size()) {}
+
+  const char* pos() const { return p_; }
+
+  void SkipSpace() {
+    while (p_ < end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
+  }
+  bool AtEnd() {
+    SkipSpace();
+    return p_ == end_;
+  }
+  // The next non-space byte ('\0' at the end), not consumed.
+  char Peek() {
+    SkipSpace();
+    return p_ < end_ ? *p_ : '\0';
+  }
+  bool Consume(char c) {
+    SkipSpace();
+    if (p_ < end_ && *p_ == c) {
+      ++p_;
+      return true;
+    }
+    return false;
+  }
+
+  // The string at the cursor, decoded and appended to `out` (skipped when `out` is null).
+  // UTF-8 is checked here, string by string while its bytes are still in the cache: outside
+  // strings every byte the scanner accepts is ASCII.
+  bool String(std::string* out) {
+    if (Peek() != '"') return false;
+    const char* start = ++p_;
+    bool high = false;
+    while (true) {
+      const char* q = FindStringSpecial(p_, end_, high);
+      if (q == end_) return false;
+      if (out != nullptr) out->append(p_, static_cast<size_t>(q - p_));
+      if (*q == '"') {
+        p_ = q + 1;
+        // The DOM path rejects a document whose raw text is not UTF-8; outside strings that
+        // text is ASCII here, so checking each string's raw text is checking the document.
+        return !high || simdjson::validate_utf8(start, static_cast<size_t>(q - start));
+      }
+      if (*q != '\\' || end_ - q < 2) return false;  // a raw control byte, or a cut escape
+      char decoded;
+      switch (q[1]) {
+        case '"': decoded = '"'; break;
+        case '\\': decoded = '\\'; break;
+        case '/': decoded = '/'; break;
+        case 'b': decoded = '\b'; break;
+        case 'f': decoded = '\f'; break;
+        case 'n': decoded = '\n'; break;
+        case 'r': decoded = '\r'; break;
+        case 't': decoded = '\t'; break;
+        case 'u': {
+          const char* r = q + 2;
+          uint32_t cp = 0;
+          if (end_ - r < 4 || !Hex4(r, cp)) return false;
+          r += 4;
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            uint32_t low = 0;
+            if (end_ - r < 6 || r[0] != '\\' || r[1] != 'u' || !Hex4(r + 2, low) || low < 0xDC00 || low > 0xDFFF) {
+              return false;
+            }
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+            r += 6;
+          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            return false;
+          }
+          if (out != nullptr) AppendUtf8(cp, *out);
+          p_ = r;
+          continue;
+        }
+        default: return false;
+      }
+      if (out != nullptr) *out += decoded;
+      p_ = q + 2;
+    }
+  }
+
+  // An object key: a view of the text when it has no escapes, else decoded into a scratch string
+  // (valid until the next Key). Consumes the ':' after it.
+  bool Key(std::string_view& key) {
+    if (Peek() != '"') return false;
+    const char* start = p_ + 1;
+    bool high = false;
+    const char* q = FindStringSpecial(start, end_, high);
+    if (q < end_ && *q == '"' && !high) {
+      key = std::string_view(start, static_cast<size_t>(q - start));
+      p_ = q + 1;
+    } else {
+      scratch_.clear();
+      if (!String(&scratch_)) return false;
+      key = scratch_;
+    }
+    return Consume(':');
+  }
+
+  // `true`, `false` or `null` at the cursor.
+  bool Literal(std::string_view word) {
+    if (static_cast<size_t>(end_ - p_) < word.size() || std::string_view(p_, word.size()) != word) return false;
+    p_ += word.size();
+    return true;
+  }
+  bool Null() { return Peek() == 'n' && Literal("null"); }
+
+  // A number without exponent and with at most kMaxNumberDigits digits (so simdjson reads it as
+  // an int64 or a finite double). `digits` is the text of a non-negative integer, else empty.
+  bool Number(std::string_view* integer_text) {
+    SkipSpace();
+    const char* start = p_;
+    if (p_ < end_ && *p_ == '-') ++p_;
+    const char* first_digit = p_;
+    if (p_ == end_ || !IsDigit(*p_)) return false;
+    if (*p_ == '0') {
+      ++p_;
+    } else {
+      while (p_ < end_ && IsDigit(*p_)) ++p_;
+    }
+    ptrdiff_t digits = p_ - first_digit;
+    bool integer = true;
+    if (p_ < end_ && *p_ == '.') {
+      integer = false;
+      const char* frac = ++p_;
+      while (p_ < end_ && IsDigit(*p_)) ++p_;
+      if (p_ == frac) return false;
+      digits += p_ - frac;
+    }
+    if (p_ < end_ && (*p_ == 'e' || *p_ == 'E')) return false;
+    if (digits > kMaxNumberDigits) return false;
+    if (integer_text != nullptr) {
+      *integer_text = (integer && *start != '-') ? std::string_view(start, static_cast<size_t>(p_ - start))
+                                                 : std::string_view();
+    }
+    return true;
+  }
+
+  // Any value, validated and skipped.
+  bool SkipValue(int depth) {
+    switch (Peek()) {
+      case '"': return String(nullptr);
+      case 't': return Literal("true");
+      case 'f': return Literal("false");
+      case 'n': return Literal("null");
+      case '{': {
+        if (depth >= kMaxDepth) return false;
+        ++p_;
+        if (Consume('}')) return true;
+        do {
+          std::string_view key;
+          if (!Key(key) || !SkipValue(depth + 1)) return false;
+        } while (Consume(','));
+        return Consume('}');
+      }
+      case '[': {
+        if (depth >= kMaxDepth) return false;
+        ++p_;
+        if (Consume(']')) return true;
+        do {
+          if (!SkipValue(depth + 1)) return false;
+        } while (Consume(','));
+        return Consume(']');
+      }
+      default: return Number(nullptr);
+    }
+  }
+
+  // The text of the value at the cursor, validated and skipped.
+  bool Span(std::string_view& span, int depth) {
+    SkipSpace();
+    const char* start = p_;
+    if (!SkipValue(depth)) return false;
+    span = std::string_view(start, static_cast<size_t>(p_ - start));
+    return true;
+  }
+
+ private:
+  const char* p_;
+  const char* end_;
+  std::string scratch_;
+};
+
+// Sets `seen` and returns true the first time; a repeated member (last one wins in the DOM path)
+// makes the parse decline.
+bool First(bool& seen) {
+  if (seen) return false;
+  seen = true;
+  return true;
+}
+
+// The string value at the cursor, decoded into `out` (replacing it).
+bool StringInto(Scanner& s, std::string& out) {
+  out.clear();
+  return s.String(&out);
+}
+
+// One element of a content array: only text-like parts (text, input_text, output_text, refusal).
+bool ContentPart(Scanner& s, std::string& out) {
+  if (!s.Consume('{')) return false;
+  bool seen_type = false, seen_text = false, seen_refusal = false;
+  std::string type;
+  // The raw text of the `text` and `refusal` values; rendered once the type is known.
+  std::string_view text, refusal;
+  if (!s.Consume('}')) {
+    do {
+      std::string_view key;
+      if (!s.Key(key)) return false;
+      if (key == "type") {
+        if (!First(seen_type) || !StringInto(s, type)) return false;
+      } else if (key == "text") {
+        if (!First(seen_text) || !s.Span(text, 2)) return false;
+      } else if (key == "refusal") {
+        if (!First(seen_refusal) || !s.Span(refusal, 2)) return false;
+      } else if (!s.SkipValue(2)) {
+        return false;
+      }
+    } while (s.Consume(','));
+    if (!s.Consume('}')) return false;
+  }
+  if (!seen_type) return false;
+  std::string_view value;
+  if (type == "text" || type == "input_text" || type == "output_text") {
+    if (!seen_text) return false;
+    value = text;
+  } else if (type == "refusal") {
+    if (!seen_refusal) return false;
+    value = refusal;
+  } else {
+    return false;  // media and other parts: the DOM path
+  }
+  if (value == "null") return true;  // skipped, as vLLM skips it
+  Scanner v(value);
+  return v.String(&out);
+}
+
+// `content`: a string, null, or an array of text-like parts.
+bool Content(Scanner& s, std::string& out) {
+  switch (s.Peek()) {
+    case '"': return s.String(&out);
+    case 'n': return s.Null();
+    case '[': {
+      s.Consume('[');
+      if (s.Consume(']')) return true;
+      do {
+        if (!ContentPart(s, out)) return false;
+      } while (s.Consume(','));
+      return s.Consume(']');
+    }
+    default: return false;
+  }
+}
+
+// A non-null `tool_calls` or `function_call` value: its canonical JSON.
+bool CallsJson(std::string_view span, std::string& out) { return AppendCanonicalJsonText(span, out); }
+
+// One chat message: role + "\n" + content + calls + "\n". The content is decoded straight into
+// `out`; a role that comes after a non-empty content is inserted before it.
+bool Message(Scanner& s, std::string& out, std::string& role) {
+  if (!s.Consume('{')) return false;
+  const size_t start = out.size();
+  bool seen_role = false, seen_content = false, seen_tool_calls = false, seen_function_call = false;
+  bool role_written = false;
+  std::string_view tool_calls, function_call;
+  if (s.Consume('}')) return false;  // no role
+  do {
+    std::string_view key;
+    if (!s.Key(key)) return false;
+    if (key == "role") {
+      if (!First(seen_role) || !StringInto(s, role)) return false;
+      if (out.size() == start) {  // the usual order: the role first, written where it belongs
+        out.append(role);
+        out += '\n';
+        role_written = true;
+      }
+    } else if (key == "content") {
+      if (!First(seen_content) || !Content(s, out)) return false;
+    } else if (key == "tool_calls") {
+      if (!First(seen_tool_calls) || !s.Span(tool_calls, 2)) return false;
+    } else if (key == "function_call") {
+      if (!First(seen_function_call) || !s.Span(function_call, 2)) return false;
+    } else if (!s.SkipValue(2)) {
+      return false;
+    }
+  } while (s.Consume(','));
+  if (!s.Consume('}') || !seen_role) return false;
+  if (!role_written) {  // the content came first
+    role += '\n';
+    out.insert(start, role);
+  }
+  if (!tool_calls.empty() && tool_calls != "null" && !CallsJson(tool_calls, out)) return false;
+  if (!function_call.empty() && function_call != "null" && !CallsJson(function_call, out)) return false;
+  out += '\n';
+  return true;
+}
+
+bool Messages(Scanner& s, std::string& out) {
+  if (!s.Consume('[') || s.Consume(']')) return false;  // not an array, or empty
+  std::string role;
+  do {
+    if (!Message(s, out, role)) return false;
+  } while (s.Consume(','));
+  return s.Consume(']');
+}
+
+// `tools` (its raw text): "tools\n" + J(tools) + "\n" for a non-empty array of objects; nothing
+// for null or [].
+bool ToolsBlock(std::string_view span, std::string& block) {
+  Scanner s(span);
+  if (s.Null()) return true;
+  if (!s.Consume('[')) return false;
+  if (s.Consume(']')) return true;
+  do {
+    if (s.Peek() != '{' || !s.SkipValue(1)) return false;
+  } while (s.Consume(','));
+  block += "tools\n";
+  if (!AppendCanonicalJsonText(span, block)) return false;
+  block += '\n';
+  return true;
+}
+
+// A completions `prompt`: a non-empty string, or a non-empty array of strings (joined with '\n')
+// or of token ids (decimal, joined with ' ').
+bool Prompt(Scanner& s, std::string& out, std::optional<int64_t>& token_count) {
+  if (s.Peek() == '"') return s.String(&out) && !out.empty();
+  if (!s.Consume('[') || s.Consume(']')) return false;
+  if (s.Peek() == '"') {
+    bool first = true;
+    do {
+      if (!first) out += '\n';
+      first = false;
+      if (!s.String(&out)) return false;
+    } while (s.Consume(','));
+    return s.Consume(']');
+  }
+  int64_t count = 0;
+  do {
+    std::string_view digits;
+    if (!s.Number(&digits) || digits.empty()) return false;
+    if (count > 0) out += ' ';
+    out.append(digits);
+    ++count;
+  } while (s.Consume(','));
+  token_count = count;
+  return s.Consume(']');
+}
+
+}  // namespace
+
+bool FastParseBody(std::string_view body, ApiKind api, InferenceRequest& req) {
+  const bool chat = api == ApiKind::kChatCompletions;
+  if (!chat && api != ApiKind::kCompletions && api != ApiKind::kOther) return false;
+  Scanner s(body);
+  if (!s.Consume('{')) return false;
+  std::string& out = req.prompt;
+  out.clear();
+  // As the DOM path: the rendering is almost never longer than the JSON it comes from.
+  out.reserve(body.size());
+  bool seen_model = false, seen_stream = false, seen_salt = false, seen_main = false, seen_tools = false;
+  std::string_view tools;  // raw text, when it follows the messages
+  std::optional<int64_t> token_count;
+  if (s.Consume('}')) return false;  // no model
+  do {
+    std::string_view key;
+    if (!s.Key(key)) return false;
+    if (key == "model") {
+      if (!First(seen_model) || !StringInto(s, req.model) || req.model.empty()) return false;
+    } else if (key == "stream") {
+      if (!First(seen_stream)) return false;
+      const char c = s.Peek();
+      if (c == 't' && s.Literal("true")) {
+        req.stream = true;
+      } else if (c == 'f' && s.Literal("false")) {
+        req.stream = false;
+      } else if (!s.Null()) {
+        return false;
+      }
+    } else if (key == "cache_salt") {
+      if (!First(seen_salt)) return false;
+      if (!s.Null() && !StringInto(s, req.cache_salt)) return false;
+    } else if (chat && key == "messages") {
+      if (!First(seen_main) || !Messages(s, out)) return false;
+    } else if (chat && key == "tools") {
+      if (!First(seen_tools)) return false;
+      std::string_view span;
+      if (!s.Span(span, 1)) return false;
+      // Before the messages: rendered in place; after them: inserted in front at the end.
+      if (!seen_main) {
+        if (!ToolsBlock(span, out)) return false;
+      } else {
+        tools = span;
+      }
+    } else if (!chat && key == "prompt") {
+      if (!First(seen_main) || !Prompt(s, out, token_count)) return false;
+    } else if (!s.SkipValue(1)) {
+      return false;
+    }
+  } while (s.Consume(','));
+  if (!s.Consume('}') || !s.AtEnd() || !seen_model || !seen_main) return false;
+  if (!tools.empty()) {
+    std::string block;
+    if (!ToolsBlock(tools, block)) return false;
+    out.insert(0, block);
+  }
+  if (out.capacity() > 2 * out.size() + 4096) out.shrink_to_fit();
+  req.prompt_tokens = token_count.has_value() ? *token_count : ApproxTokens(out.size());
+  req.media_parts = 0;
+  return true;
+}
+
+}  // namespace epp::internal
