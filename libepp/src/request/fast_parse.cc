@@ -3,12 +3,18 @@
 //
 // Why: for a 220 KiB chat body the DOM path runs simdjson's structural pass over every byte,
 // builds a tape that copies every string once (unescaped), and then the prompt copies those
-// strings again. Here each string is read once: a 16-byte-at-a-time search for the next quote,
-// backslash or control byte, and the run before it is appended to the prompt (the only copy).
-// UTF-8 is checked string by string (simdjson's validator, only for strings with a byte above
-// 0x7F) while the string is still in the cache; outside strings the scanner accepts only ASCII. Anything outside the shapes
-// below goes to the DOM path, which stays the reference: the fast path must produce exactly its
-// result (tests/cpp/request/fast_parse_test.cc and the openai_request fuzz target compare them).
+// strings again. Here each string of the prompt is read once: every 16-byte block is stored
+// straight into the prompt and then searched for a quote, backslash or control byte, so a run of
+// plain text costs neither a copy call nor a branch that depends on its length, and an escape is
+// decoded through a table. UTF-8 is checked string by string (simdjson's validator, only for
+// strings with a byte above 0x7F) while the string is still in the cache; outside strings the
+// scanner accepts only ASCII. Anything outside the shapes below goes to the DOM path, which stays
+// the reference: the fast path must produce exactly its result (tests/cpp/request/
+// fast_parse_test.cc and the openai_request fuzz target compare them).
+//
+// Measured (docs/benchmarks.md): with 16 different 220 KiB bodies in turn, most of the time goes
+// to mispredicted branches (where runs end, which escape comes, simdjson's per-block ASCII test),
+// not to memory: the same body 16 times parses in half the time.
 #include "request/fast_parse.h"
 
 #include <simdjson.h>
@@ -17,7 +23,10 @@
 #include <emmintrin.h>
 #endif
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -79,22 +88,103 @@ bool Hex4(const char* p, uint32_t& v) {
   return true;
 }
 
-void AppendUtf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    const char b[] = {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
-    out.append(b, 2);
-  } else if (cp < 0x10000) {
-    const char b[] = {static_cast<char>(0xE0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
-                      static_cast<char>(0x80 | (cp & 0x3F))};
-    out.append(b, 3);
-  } else {
-    const char b[] = {static_cast<char>(0xF0 | (cp >> 18)), static_cast<char>(0x80 | ((cp >> 12) & 0x3F)),
-                      static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), static_cast<char>(0x80 | (cp & 0x3F))};
-    out.append(b, 4);
+// The byte a one-character escape stands for, indexed by the character after the backslash; 0
+// for 'u' and for invalid escapes. A table, not a switch: which escape comes next is as random
+// as the text, and a mispredicted branch per escape was a large part of the parse.
+constexpr std::array<char, 256> kSimpleEscapes = [] {
+  std::array<char, 256> t{};
+  t['"'] = '"';
+  t['\\'] = '\\';
+  t['/'] = '/';
+  t['b'] = '\b';
+  t['f'] = '\f';
+  t['n'] = '\n';
+  t['r'] = '\r';
+  t['t'] = '\t';
+  return t;
+}();
+
+// The escape at `q` (q[0] is the backslash), decoded into dst (room for 4 bytes). Returns the
+// number of bytes written, with `next` past the escape, or -1 for an escape this scanner does
+// not accept (invalid, or an unpaired surrogate).
+inline int DecodeEscape(const char* q, const char* end, char* dst, const char*& next) {
+  if (end - q < 2) return -1;
+  const char simple = kSimpleEscapes[static_cast<unsigned char>(q[1])];
+  if (simple != 0) {
+    *dst = simple;
+    next = q + 2;
+    return 1;
   }
+  if (q[1] != 'u') return -1;
+  const char* r = q + 2;
+  uint32_t cp = 0;
+  if (end - r < 4 || !Hex4(r, cp)) return -1;
+  r += 4;
+  if (cp >= 0xD800 && cp <= 0xDBFF) {
+    uint32_t low = 0;
+    if (end - r < 6 || r[0] != '\\' || r[1] != 'u' || !Hex4(r + 2, low) || low < 0xDC00 || low > 0xDFFF) return -1;
+    cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+    r += 6;
+  } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+    return -1;
+  }
+  next = r;
+  if (cp < 0x80) {
+    dst[0] = static_cast<char>(cp);
+    return 1;
+  }
+  if (cp < 0x800) {
+    dst[0] = static_cast<char>(0xC0 | (cp >> 6));
+    dst[1] = static_cast<char>(0x80 | (cp & 0x3F));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    dst[0] = static_cast<char>(0xE0 | (cp >> 12));
+    dst[1] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    dst[2] = static_cast<char>(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  dst[0] = static_cast<char>(0xF0 | (cp >> 18));
+  dst[1] = static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+  dst[2] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+  dst[3] = static_cast<char>(0x80 | (cp & 0x3F));
+  return 4;
 }
+
+// The prompt being rendered: a std::string used as a raw buffer (its size is the room, `len_` the
+// text), so strings are decoded with 16-byte stores straight into it and no append checks a
+// capacity per run. Finish() cuts it to the text.
+class Out {
+ public:
+  Out(std::string& s, size_t initial) : s_(s) { s_.resize(std::max<size_t>(initial, 64)); }
+
+  size_t size() const { return len_; }
+  // Room for `n` more bytes at the end; returns where they go.
+  char* Reserve(size_t n) {
+    if (s_.size() - len_ < n) s_.resize(std::max(2 * s_.size(), len_ + n));
+    return s_.data() + len_;
+  }
+  void Commit(const char* end) { len_ = static_cast<size_t>(end - s_.data()); }
+  void Append(std::string_view v) {
+    std::memcpy(Reserve(v.size()), v.data(), v.size());
+    len_ += v.size();
+  }
+  void Append(char c) {
+    *Reserve(1) = c;
+    ++len_;
+  }
+  void Insert(size_t at, std::string_view v) {
+    char* base = Reserve(v.size()) - len_;
+    std::memmove(base + at + v.size(), base + at, len_ - at);
+    std::memcpy(base + at, v.data(), v.size());
+    len_ += v.size();
+  }
+  void Finish() { s_.resize(len_); }
+
+ private:
+  std::string& s_;
+  size_t len_ = 0;
+};
 
 // A cursor over JSON text. Every method returns false when the text is not in the accepted
 // subset of JSON (which includes all of it that is invalid); the parse then declines.
@@ -125,7 +215,8 @@ class Scanner {
     return false;
   }
 
-  // The string at the cursor, decoded and appended to `out` (skipped when `out` is null).
+  // The string at the cursor, decoded and appended to `out` (skipped when `out` is null): for
+  // short strings (names, roles, types).
   // UTF-8 is checked here, string by string while its bytes are still in the cache: outside
   // strings every byte the scanner accepts is ASCII.
   bool String(std::string* out) {
@@ -138,45 +229,87 @@ class Scanner {
       if (out != nullptr) out->append(p_, static_cast<size_t>(q - p_));
       if (*q == '"') {
         p_ = q + 1;
-        // The DOM path rejects a document whose raw text is not UTF-8; outside strings that
-        // text is ASCII here, so checking each string's raw text is checking the document.
-        return !high || simdjson::validate_utf8(start, static_cast<size_t>(q - start));
+        return Utf8(start, q, high);
       }
-      if (*q != '\\' || end_ - q < 2) return false;  // a raw control byte, or a cut escape
-      char decoded;
-      switch (q[1]) {
-        case '"': decoded = '"'; break;
-        case '\\': decoded = '\\'; break;
-        case '/': decoded = '/'; break;
-        case 'b': decoded = '\b'; break;
-        case 'f': decoded = '\f'; break;
-        case 'n': decoded = '\n'; break;
-        case 'r': decoded = '\r'; break;
-        case 't': decoded = '\t'; break;
-        case 'u': {
-          const char* r = q + 2;
-          uint32_t cp = 0;
-          if (end_ - r < 4 || !Hex4(r, cp)) return false;
-          r += 4;
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            uint32_t low = 0;
-            if (end_ - r < 6 || r[0] != '\\' || r[1] != 'u' || !Hex4(r + 2, low) || low < 0xDC00 || low > 0xDFFF) {
-              return false;
-            }
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-            r += 6;
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            return false;
-          }
-          if (out != nullptr) AppendUtf8(cp, *out);
-          p_ = r;
-          continue;
-        }
-        default: return false;
-      }
-      if (out != nullptr) *out += decoded;
-      p_ = q + 2;
+      if (*q != '\\') return false;  // a raw control byte
+      char decoded[4];
+      const int n = DecodeEscape(q, end_, decoded, p_);
+      if (n < 0) return false;
+      if (out != nullptr) out->append(decoded, static_cast<size_t>(n));
     }
+  }
+
+  // The same for the prompt's text (message contents, prompts), which is most of a body: each
+  // 16-byte block is stored to the output before it is searched, so a run of plain bytes costs
+  // no copy call and no size-dependent branch, and an escape costs one branch.
+  bool String(Out& out) {
+    if (Peek() != '"') return false;
+    const char* start = ++p_;
+    char* w = out.Reserve(32);
+    const char* limit = w + 32;
+    bool high = false;
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"');
+    const __m128i backslash = _mm_set1_epi8('\\');
+    const __m128i control_max = _mm_set1_epi8(0x1F);
+    __m128i seen = _mm_setzero_si128();
+    while (end_ - p_ >= 16) {
+      if (limit - w < 32) {  // room for a block and an escape's 4 bytes
+        out.Commit(w);
+        w = out.Reserve(std::max<size_t>(4096, static_cast<size_t>(end_ - p_) / 4));
+        limit = w + std::max<size_t>(4096, static_cast<size_t>(end_ - p_) / 4);
+      }
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p_));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(w), v);
+      seen = _mm_or_si128(seen, v);
+      const __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                                       _mm_cmpeq_epi8(_mm_min_epu8(v, control_max), v));
+      const int mask = _mm_movemask_epi8(hit);
+      if (mask == 0) {
+        p_ += 16;
+        w += 16;
+        continue;
+      }
+      const int at = __builtin_ctz(static_cast<unsigned>(mask));
+      p_ += at;
+      w += at;
+      if (*p_ != '\\') break;  // the closing quote, or a control byte (below)
+      const int n = DecodeEscape(p_, end_, w, p_);
+      if (n < 0) return false;
+      w += n;
+    }
+    high = _mm_movemask_epi8(seen) != 0;
+#endif
+    // The last bytes (and all of them without SSE2), one at a time.
+    while (true) {
+      if (p_ == end_) return false;
+      if (limit - w < 8) {
+        out.Commit(w);
+        w = out.Reserve(64);
+        limit = w + 64;
+      }
+      const auto c = static_cast<unsigned char>(*p_);
+      if (c == '"') break;
+      if (c < 0x20) return false;
+      if (c == '\\') {
+        const int n = DecodeEscape(p_, end_, w, p_);
+        if (n < 0) return false;
+        w += n;
+        continue;
+      }
+      high |= c >= 0x80;
+      *w++ = static_cast<char>(c);
+      ++p_;
+    }
+    out.Commit(w);
+    const char* closing = p_++;
+    return Utf8(start, closing, high);
+  }
+
+  // The raw text of a string is valid UTF-8 (the DOM path rejects a document whose raw text is
+  // not; outside strings that text is ASCII here, so checking each string checks the document).
+  static bool Utf8(const char* begin, const char* end, bool high) {
+    return !high || simdjson::validate_utf8(begin, static_cast<size_t>(end - begin));
   }
 
   // An object key: a view of the text when it has no escapes, else decoded into a scratch string
@@ -296,7 +429,7 @@ bool StringInto(Scanner& s, std::string& out) {
 }
 
 // One element of a content array: only text-like parts (text, input_text, output_text, refusal).
-bool ContentPart(Scanner& s, std::string& out) {
+bool ContentPart(Scanner& s, Out& out) {
   if (!s.Consume('{')) return false;
   bool seen_type = false, seen_text = false, seen_refusal = false;
   std::string type;
@@ -331,13 +464,13 @@ bool ContentPart(Scanner& s, std::string& out) {
   }
   if (value == "null") return true;  // skipped, as vLLM skips it
   Scanner v(value);
-  return v.String(&out);
+  return v.String(out);
 }
 
 // `content`: a string, null, or an array of text-like parts.
-bool Content(Scanner& s, std::string& out) {
+bool Content(Scanner& s, Out& out) {
   switch (s.Peek()) {
-    case '"': return s.String(&out);
+    case '"': return s.String(out);
     case 'n': return s.Null();
     case '[': {
       s.Consume('[');
@@ -352,11 +485,16 @@ bool Content(Scanner& s, std::string& out) {
 }
 
 // A non-null `tool_calls` or `function_call` value: its canonical JSON.
-bool CallsJson(std::string_view span, std::string& out) { return AppendCanonicalJsonText(span, out); }
+bool CallsJson(std::string_view span, Out& out) {
+  std::string json;
+  if (!AppendCanonicalJsonText(span, json)) return false;
+  out.Append(json);
+  return true;
+}
 
 // One chat message: role + "\n" + content + calls + "\n". The content is decoded straight into
 // `out`; a role that comes after a non-empty content is inserted before it.
-bool Message(Scanner& s, std::string& out, std::string& role) {
+bool Message(Scanner& s, Out& out, std::string& role) {
   if (!s.Consume('{')) return false;
   const size_t start = out.size();
   bool seen_role = false, seen_content = false, seen_tool_calls = false, seen_function_call = false;
@@ -369,8 +507,8 @@ bool Message(Scanner& s, std::string& out, std::string& role) {
     if (key == "role") {
       if (!First(seen_role) || !StringInto(s, role)) return false;
       if (out.size() == start) {  // the usual order: the role first, written where it belongs
-        out.append(role);
-        out += '\n';
+        out.Append(role);
+        out.Append('\n');
         role_written = true;
       }
     } else if (key == "content") {
@@ -386,15 +524,15 @@ bool Message(Scanner& s, std::string& out, std::string& role) {
   if (!s.Consume('}') || !seen_role) return false;
   if (!role_written) {  // the content came first
     role += '\n';
-    out.insert(start, role);
+    out.Insert(start, role);
   }
   if (!tool_calls.empty() && tool_calls != "null" && !CallsJson(tool_calls, out)) return false;
   if (!function_call.empty() && function_call != "null" && !CallsJson(function_call, out)) return false;
-  out += '\n';
+  out.Append('\n');
   return true;
 }
 
-bool Messages(Scanner& s, std::string& out) {
+bool Messages(Scanner& s, Out& out) {
   if (!s.Consume('[') || s.Consume(']')) return false;  // not an array, or empty
   std::string role;
   do {
@@ -421,15 +559,15 @@ bool ToolsBlock(std::string_view span, std::string& block) {
 
 // A completions `prompt`: a non-empty string, or a non-empty array of strings (joined with '\n')
 // or of token ids (decimal, joined with ' ').
-bool Prompt(Scanner& s, std::string& out, std::optional<int64_t>& token_count) {
-  if (s.Peek() == '"') return s.String(&out) && !out.empty();
+bool Prompt(Scanner& s, Out& out, std::optional<int64_t>& token_count) {
+  if (s.Peek() == '"') return s.String(out) && out.size() > 0;
   if (!s.Consume('[') || s.Consume(']')) return false;
   if (s.Peek() == '"') {
     bool first = true;
     do {
-      if (!first) out += '\n';
+      if (!first) out.Append('\n');
       first = false;
-      if (!s.String(&out)) return false;
+      if (!s.String(out)) return false;
     } while (s.Consume(','));
     return s.Consume(']');
   }
@@ -437,8 +575,8 @@ bool Prompt(Scanner& s, std::string& out, std::optional<int64_t>& token_count) {
   do {
     std::string_view digits;
     if (!s.Number(&digits) || digits.empty()) return false;
-    if (count > 0) out += ' ';
-    out.append(digits);
+    if (count > 0) out.Append(' ');
+    out.Append(digits);
     ++count;
   } while (s.Consume(','));
   token_count = count;
@@ -452,10 +590,9 @@ bool FastParseBody(std::string_view body, ApiKind api, InferenceRequest& req) {
   if (!chat && api != ApiKind::kCompletions && api != ApiKind::kOther) return false;
   Scanner s(body);
   if (!s.Consume('{')) return false;
-  std::string& out = req.prompt;
-  out.clear();
-  // As the DOM path: the rendering is almost never longer than the JSON it comes from.
-  out.reserve(body.size());
+  // The rendering is almost never longer than the JSON it comes from (Out grows if it is).
+  req.prompt.clear();
+  Out out(req.prompt, body.size() + 64);
   bool seen_model = false, seen_stream = false, seen_salt = false, seen_main = false, seen_tools = false;
   std::string_view tools;  // raw text, when it follows the messages
   std::optional<int64_t> token_count;
@@ -486,7 +623,9 @@ bool FastParseBody(std::string_view body, ApiKind api, InferenceRequest& req) {
       if (!s.Span(span, 1)) return false;
       // Before the messages: rendered in place; after them: inserted in front at the end.
       if (!seen_main) {
-        if (!ToolsBlock(span, out)) return false;
+        std::string block;
+        if (!ToolsBlock(span, block)) return false;
+        out.Append(block);
       } else {
         tools = span;
       }
@@ -500,10 +639,13 @@ bool FastParseBody(std::string_view body, ApiKind api, InferenceRequest& req) {
   if (!tools.empty()) {
     std::string block;
     if (!ToolsBlock(tools, block)) return false;
-    out.insert(0, block);
+    out.Insert(0, block);
   }
-  if (out.capacity() > 2 * out.size() + 4096) out.shrink_to_fit();
-  req.prompt_tokens = token_count.has_value() ? *token_count : ApproxTokens(out.size());
+  out.Finish();
+  std::string& prompt = req.prompt;
+  // As the DOM path: no megabytes kept reserved for the request's lifetime.
+  if (prompt.capacity() > 2 * prompt.size() + 4096) prompt.shrink_to_fit();
+  req.prompt_tokens = token_count.has_value() ? *token_count : ApproxTokens(prompt.size());
   req.media_parts = 0;
   return true;
 }
