@@ -244,7 +244,10 @@ class Scanner {
   // no copy call and no size-dependent branch, and an escape costs one branch.
   bool String(Out& out) {
     if (Peek() != '"') return false;
-    const char* start = ++p_;
+    // Locals, not members: the compiler keeps them in registers across the stores.
+    const char* p = ++p_;
+    const char* const start = p;
+    const char* const end = end_;
     char* w = out.Reserve(32);
     const char* limit = w + 32;
     bool high = false;
@@ -253,28 +256,29 @@ class Scanner {
     const __m128i backslash = _mm_set1_epi8('\\');
     const __m128i control_max = _mm_set1_epi8(0x1F);
     __m128i seen = _mm_setzero_si128();
-    while (end_ - p_ >= 16) {
+    while (end - p >= 16) {
       if (limit - w < 32) {  // room for a block and an escape's 4 bytes
+        const size_t room = std::max<size_t>(4096, static_cast<size_t>(end - p) / 4);
         out.Commit(w);
-        w = out.Reserve(std::max<size_t>(4096, static_cast<size_t>(end_ - p_) / 4));
-        limit = w + std::max<size_t>(4096, static_cast<size_t>(end_ - p_) / 4);
+        w = out.Reserve(room);
+        limit = w + room;
       }
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p_));
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(w), v);
       seen = _mm_or_si128(seen, v);
       const __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
                                        _mm_cmpeq_epi8(_mm_min_epu8(v, control_max), v));
       const int mask = _mm_movemask_epi8(hit);
       if (mask == 0) {
-        p_ += 16;
+        p += 16;
         w += 16;
         continue;
       }
       const int at = __builtin_ctz(static_cast<unsigned>(mask));
-      p_ += at;
+      p += at;
       w += at;
-      if (*p_ != '\\') break;  // the closing quote, or a control byte (below)
-      const int n = DecodeEscape(p_, end_, w, p_);
+      if (*p != '\\') break;  // the closing quote, or a control byte (below)
+      const int n = DecodeEscape(p, end, w, p);
       if (n < 0) return false;
       w += n;
     }
@@ -282,28 +286,28 @@ class Scanner {
 #endif
     // The last bytes (and all of them without SSE2), one at a time.
     while (true) {
-      if (p_ == end_) return false;
+      if (p == end) return false;
       if (limit - w < 8) {
         out.Commit(w);
         w = out.Reserve(64);
         limit = w + 64;
       }
-      const auto c = static_cast<unsigned char>(*p_);
+      const auto c = static_cast<unsigned char>(*p);
       if (c == '"') break;
       if (c < 0x20) return false;
       if (c == '\\') {
-        const int n = DecodeEscape(p_, end_, w, p_);
+        const int n = DecodeEscape(p, end, w, p);
         if (n < 0) return false;
         w += n;
         continue;
       }
       high |= c >= 0x80;
       *w++ = static_cast<char>(c);
-      ++p_;
+      ++p;
     }
     out.Commit(w);
-    const char* closing = p_++;
-    return Utf8(start, closing, high);
+    p_ = p + 1;
+    return Utf8(start, p, high);
   }
 
   // The raw text of a string is valid UTF-8 (the DOM path rejects a document whose raw text is
