@@ -265,3 +265,42 @@ def test_server_speed_makes_a_mixed_pool(eppctl):
     r = eppctl("replay", *args, "--server-speed", "1,0")
     assert r.returncode == 2
     assert "--server-speed '0': expected a speed in (0, 100]" in r.stderr
+
+
+# Every named policy of issue #15 on the two CSV formats without prefix information, with
+# --time-scale: all requests served, the durations scaled exactly, and the bound beside each
+# policy's TTFT.
+NAMED = ["round-robin", "random", "least-queue", "least-inflight", "gie-default", "sglang-cache-aware",
+         "llm-d-default", "llm-d-legacy-blend", "vllm-loadaware", "dynamo-kv", "orca-wrr", "epp"]
+
+
+@pytest.mark.parametrize("fmt,header,rows", [
+    ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens",
+     ["2023-11-16 18:15:46.6805900,1200,40", "2023-11-16 18:15:46.9805900,300,20",
+      "2023-11-16 18:15:47.1805900,2500,80", "2023-11-16 18:15:47.6805900,40,5",
+      "2023-11-16 18:15:48.6805900,900,30"]),
+    ("burstgpt", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type",
+     ["0,ChatGPT,1200,40,1240,Conversation log", "0.3,ChatGPT,300,20,320,Conversation log",
+      "0.5,GPT-4,2500,80,2580,API log", "1.0,ChatGPT,40,5,45,Conversation log",
+      "2.0,GPT-4,900,30,930,API log"]),
+])
+def test_every_named_policy_on_csv_traces_with_time_scale(eppctl, tmp_path, fmt, header, rows):
+    trace = tmp_path / f"{fmt}.csv"
+    trace.write_text(header + "\n" + "\n".join(rows) + "\n")
+    policies = [a for name in NAMED for a in ("--policy", name)]
+    runs = {}
+    for scale in ("1", "2.5"):
+        d = replay_json(eppctl, "--trace", trace, "--trace-format", fmt, "--time-scale", scale, "--servers", "3", *policies)
+        runs[scale] = d
+        assert d["trace"]["requests"] == 5
+        assert d["trace"]["prompt_tokens"] == 1200 + 300 + 2500 + 40 + 900
+        assert [p["name"] for p in d["policies"]] == NAMED
+        for p in d["policies"]:
+            assert p["completed"] == 5 and p["failed"] == 0, p["name"]
+            assert p["block_hit_rate"] == 0, p["name"]  # no prefix information in these formats
+            assert p["ttft_s"]["p50"] >= d["trace"]["ttft_bound_s"]["p50"] - 1e-9, p["name"]
+            assert p["ttft_over_bound"]["p90"] == pytest.approx(p["ttft_s"]["p90"] / d["trace"]["ttft_bound_s"]["p90"],
+                                                                rel=1e-6), p["name"]
+    # The first arrival is time 0 and the last 2.0 s later, 5.0 s at --time-scale 2.5.
+    assert runs["1"]["trace"]["duration_s"] == pytest.approx(2.0, abs=1e-6)
+    assert runs["2.5"]["trace"]["duration_s"] == pytest.approx(5.0, abs=1e-6)
