@@ -267,40 +267,51 @@ def test_server_speed_makes_a_mixed_pool(eppctl):
     assert "--server-speed '0': expected a speed in (0, 100]" in r.stderr
 
 
-# Every named policy of issue #15 on the two CSV formats without prefix information, with
-# --time-scale: all requests served, the durations scaled exactly, and the bound beside each
-# policy's TTFT.
+# Every named policy of issue #15 on every trace format, with --time-scale: all requests served,
+# the durations scaled exactly, and the bound beside each policy's TTFT. Arrivals are at 0, 0.3,
+# 0.5, 1.0 and 2.0 s in each file.
 NAMED = ["round-robin", "random", "least-queue", "least-inflight", "gie-default", "sglang-cache-aware",
          "llm-d-default", "llm-d-legacy-blend", "vllm-loadaware", "dynamo-kv", "orca-wrr", "epp"]
+ARRIVALS_MS = [0, 300, 500, 1000, 2000]
+LENGTHS = [(1200, 40), (300, 20), (2500, 80), (40, 5), (900, 30)]
 
 
-@pytest.mark.parametrize("fmt,header,rows", [
-    ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens",
-     ["2023-11-16 18:15:46.6805900,1200,40", "2023-11-16 18:15:46.9805900,300,20",
-      "2023-11-16 18:15:47.1805900,2500,80", "2023-11-16 18:15:47.6805900,40,5",
-      "2023-11-16 18:15:48.6805900,900,30"]),
-    ("burstgpt", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type",
-     ["0,ChatGPT,1200,40,1240,Conversation log", "0.3,ChatGPT,300,20,320,Conversation log",
-      "0.5,GPT-4,2500,80,2580,API log", "1.0,ChatGPT,40,5,45,Conversation log",
-      "2.0,GPT-4,900,30,930,API log"]),
-])
-def test_every_named_policy_on_csv_traces_with_time_scale(eppctl, tmp_path, fmt, header, rows):
-    trace = tmp_path / f"{fmt}.csv"
-    trace.write_text(header + "\n" + "\n".join(rows) + "\n")
+def trace_lines(fmt):
+    if fmt == "azure":
+        return ["TIMESTAMP,ContextTokens,GeneratedTokens"] + [
+            f"2023-11-16 18:15:{46.68059 + ms / 1000:.7f},{p},{o}" for ms, (p, o) in zip(ARRIVALS_MS, LENGTHS)]
+    if fmt == "burstgpt":
+        return ["Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"] + [
+            f"{ms / 1000},ChatGPT,{p},{o},{p + o},Conversation log" for ms, (p, o) in zip(ARRIVALS_MS, LENGTHS)]
+    if fmt == "mooncake":  # 512-token blocks; the first two requests share a block
+        ids = [[1, 2, 3], [1], [4, 5, 6, 7, 8], [9], [1, 2]]
+        return [json.dumps({"timestamp": ms, "input_length": p, "output_length": o, "hash_ids": h})
+                for ms, (p, o), h in zip(ARRIVALS_MS, LENGTHS, ids)]
+    return [json.dumps({"timestamp": ms, "output_tokens": o, "path": "/v1/chat/completions",
+                        "body": {"model": "m", "messages": [{"role": "system", "content": "Be brief. " * 20},
+                                                            {"role": "user", "content": "question %d " % i * (p // 40)}]}})
+            for i, (ms, (p, o)) in enumerate(zip(ARRIVALS_MS, LENGTHS))]
+
+
+@pytest.mark.parametrize("fmt", ["azure", "burstgpt", "mooncake", "openai"])
+def test_every_named_policy_on_every_trace_format_with_time_scale(eppctl, tmp_path, fmt):
+    trace = tmp_path / f"{fmt}.trace"
+    trace.write_text("\n".join(trace_lines(fmt)) + "\n")
     policies = [a for name in NAMED for a in ("--policy", name)]
     runs = {}
     for scale in ("1", "2.5"):
         d = replay_json(eppctl, "--trace", trace, "--trace-format", fmt, "--time-scale", scale, "--servers", "3", *policies)
         runs[scale] = d
         assert d["trace"]["requests"] == 5
-        assert d["trace"]["prompt_tokens"] == 1200 + 300 + 2500 + 40 + 900
+        if fmt != "openai":  # captured requests: the tokens are estimated from the text
+            assert d["trace"]["prompt_tokens"] == sum(p for p, _ in LENGTHS)
         assert [p["name"] for p in d["policies"]] == NAMED
         for p in d["policies"]:
             assert p["completed"] == 5 and p["failed"] == 0, p["name"]
-            assert p["block_hit_rate"] == 0, p["name"]  # no prefix information in these formats
+            if fmt in ("azure", "burstgpt"):
+                assert p["block_hit_rate"] == 0, p["name"]  # no prefix information in these formats
             assert p["ttft_s"]["p50"] >= d["trace"]["ttft_bound_s"]["p50"] - 1e-9, p["name"]
             assert p["ttft_over_bound"]["p90"] == pytest.approx(p["ttft_s"]["p90"] / d["trace"]["ttft_bound_s"]["p90"],
                                                                 rel=1e-6), p["name"]
-    # The first arrival is time 0 and the last 2.0 s later, 5.0 s at --time-scale 2.5.
     assert runs["1"]["trace"]["duration_s"] == pytest.approx(2.0, abs=1e-6)
     assert runs["2.5"]["trace"]["duration_s"] == pytest.approx(5.0, abs=1e-6)
