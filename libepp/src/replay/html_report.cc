@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/strings.h"
 #include "epp/replay.h"
+#include "replay/render.h"
 
 namespace epp {
 namespace {
@@ -272,13 +273,13 @@ std::string BarChart(const ReplayReport& r, const std::string& title, const std:
 std::string Table(const ReplayReport& r) {
   std::string s =
       "<table>\n<thead><tr><th>policy</th><th>blocks hit</th><th>tokens hit</th><th>TTFT p50</th><th>TTFT p90</th>"
-      "<th>TTFT p99</th><th>TTFT p90 / bound</th><th>E2E p50</th><th>E2E p99</th><th>queue p99</th><th>req/s</th><th>load max/mean</th>"
+      "<th>TTFT p99</th><th>TTFT p50 / p90 / p99 over bound</th><th>E2E p50</th><th>E2E p99</th><th>queue p99</th><th>req/s</th><th>load max/mean</th>"
       "<th>mispredicted</th><th>completed</th><th>failed</th><th>shed</th><th>wall s</th></tr></thead>\n<tbody>\n";
   for (const ReplayPolicyReport& p : r.policies) {
     absl::StrAppend(&s, "<tr><td>", Escape(p.name), "</td>");
     for (double v : {p.block_hit_rate, p.token_hit_rate}) absl::StrAppend(&s, "<td>", Num(v * 100), "%</td>");
     for (double v : {p.ttft_s.p50, p.ttft_s.p90, p.ttft_s.p99}) absl::StrAppend(&s, "<td>", Num(v), "</td>");
-    absl::StrAppend(&s, "<td>", p.ttft_over_bound.p90 > 0 ? Num(p.ttft_over_bound.p90) + "x" : std::string("-"), "</td>");
+    absl::StrAppend(&s, "<td>", replay_internal::RatioToBound(p.ttft_over_bound), "</td>");
     for (double v : {p.e2e_s.p50, p.e2e_s.p99, p.queue_s.p99, p.throughput_rps, p.load_max_over_mean})
       absl::StrAppend(&s, "<td>", Num(v), "</td>");
     absl::StrAppend(&s, "<td>", std::isnan(p.prediction_error_rate) ? "n/a" : absl::StrCat(Num(p.prediction_error_rate * 100), "%"),

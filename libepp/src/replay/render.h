@@ -24,6 +24,10 @@ void RenderSegment(uint64_t id, size_t chars, char* out);
 // when empty.
 Percentiles Summarize(std::vector<double>& v);
 
+// A policy's TTFT over the bound at p50 / p90 / p99, as the text and HTML reports show it:
+// "1.31/1.67/2.35x", or "-" when the trace has no bound.
+std::string RatioToBound(const Percentiles& over_bound);
+
 class PromptRenderer {
  public:
   // The prompt of `request`; valid until the next call.

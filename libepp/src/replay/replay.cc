@@ -704,6 +704,15 @@ std::string ReplayReportToJson(const ReplayReport& report, int indent) {
   return j.dump(indent);
 }
 
+namespace replay_internal {
+
+std::string RatioToBound(const Percentiles& over_bound) {
+  if (!(over_bound.p90 > 0)) return "-";
+  return absl::StrCat(Num(over_bound.p50), "/", Num(over_bound.p90), "/", Num(over_bound.p99), "x");
+}
+
+}  // namespace replay_internal
+
 std::string ReplayReportToText(const ReplayReport& r) {
   std::string out = absl::StrCat("trace: ", r.trace.requests, " requests over ", Num(r.trace.duration_s), " s, ", r.trace.blocks,
                                  " prompt blocks; block hit-rate bounds: upper ", Num(r.trace.upper_bound_block_hit_rate),
@@ -712,12 +721,12 @@ std::string ReplayReportToText(const ReplayReport& r) {
     absl::StrAppend(&out, "TTFT bound (no queueing, infinite cache): p50 ", Num(r.trace.ttft_bound_s.p50), " p90 ",
                     Num(r.trace.ttft_bound_s.p90), " p99 ", Num(r.trace.ttft_bound_s.p99), " s\n");
   out += "\n";
-  const std::vector<std::string> header = {"policy", "blocks hit", "tokens hit", "TTFT p50", "p90", "p99", "p90/bound", "E2E p50", "p99",
+  const std::vector<std::string> header = {"policy", "blocks hit", "tokens hit", "TTFT p50", "p90", "p99", "p50/p90/p99 over bound", "E2E p50", "p99",
                                            "req/s", "load max/mean", "mispredicted", "failed", "shed"};
   std::vector<std::vector<std::string>> rows;
   for (const ReplayPolicyReport& p : r.policies) {
     rows.push_back({p.name, Num(p.block_hit_rate), Num(p.token_hit_rate), Num(p.ttft_s.p50), Num(p.ttft_s.p90), Num(p.ttft_s.p99),
-                    p.ttft_over_bound.p90 > 0 ? Num(p.ttft_over_bound.p90) + "x" : std::string("-"), Num(p.e2e_s.p50), Num(p.e2e_s.p99), Num(p.throughput_rps), Num(p.load_max_over_mean),
+                    replay_internal::RatioToBound(p.ttft_over_bound), Num(p.e2e_s.p50), Num(p.e2e_s.p99), Num(p.throughput_rps), Num(p.load_max_over_mean),
                     std::isnan(p.prediction_error_rate) ? "n/a" : Num(p.prediction_error_rate), std::to_string(p.failed), std::to_string(p.shed)});
   }
   std::vector<size_t> w(header.size());

@@ -632,7 +632,14 @@ TEST(TtftBoundTest, LoneRequestsMeetTheBoundExactly) {
       << ReplayReportToText(r);
   const std::string html = ReplayReportToHtml(r, "t");
   EXPECT_NE(html.find("TTFT bound (no queueing, infinite cache)"), std::string::npos);
-  EXPECT_NE(html.find("TTFT p90 / bound"), std::string::npos);
+  EXPECT_NE(html.find("TTFT p50 / p90 / p99 over bound"), std::string::npos);
+  EXPECT_NE(html.find("<td>1/1/1x</td>"), std::string::npos);
+  EXPECT_NE(ReplayReportToText(r).find(" 1/1/1x "), std::string::npos) << ReplayReportToText(r);
+  // The three ratios in percentile order (p50, p90, p99).
+  ReplayReport slower = r;
+  slower.policies[0].ttft_over_bound = {1.5, 2.0, 3.0, 2.0};
+  EXPECT_NE(ReplayReportToText(slower).find(" 1.5/2/3x "), std::string::npos);
+  EXPECT_NE(ReplayReportToHtml(slower, "t").find("<td>1.5/2/3x</td>"), std::string::npos);
 }
 
 TEST(ReplayFlagsTest, AffinityWithoutLoadPilesOntoOneServerAndRoundRobinLosesTheCache) {
