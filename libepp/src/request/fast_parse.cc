@@ -192,8 +192,6 @@ class Scanner {
  public:
   explicit Scanner(std::string_view text) : p_(text.data()), end_(text.data() + text.size()) {}
 
-  const char* pos() const { return p_; }
-
   void SkipSpace() {
     while (p_ < end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
   }
@@ -343,7 +341,8 @@ class Scanner {
   bool Null() { return Peek() == 'n' && Literal("null"); }
 
   // A number without exponent and with at most kMaxNumberDigits digits (so simdjson reads it as
-  // an int64 or a finite double). `digits` is the text of a non-negative integer, else empty.
+  // an int64 or a finite double). `integer_text` gets the text of a non-negative integer, else
+  // an empty view.
   bool Number(std::string_view* integer_text) {
     SkipSpace();
     const char* start = p_;
@@ -587,7 +586,11 @@ bool Prompt(Scanner& s, Out& out, std::optional<int64_t>& token_count) {
   return s.Consume(']');
 }
 
+thread_local size_t initial_room_for_testing = 0;
+
 }  // namespace
+
+void SetInitialPromptRoomForTesting(size_t bytes) { initial_room_for_testing = bytes; }
 
 bool FastParseBody(std::string_view body, ApiKind api, InferenceRequest& req) {
   const bool chat = api == ApiKind::kChatCompletions;
@@ -596,7 +599,7 @@ bool FastParseBody(std::string_view body, ApiKind api, InferenceRequest& req) {
   if (!s.Consume('{')) return false;
   // The rendering is almost never longer than the JSON it comes from (Out grows if it is).
   req.prompt.clear();
-  Out out(req.prompt, body.size() + 64);
+  Out out(req.prompt, initial_room_for_testing != 0 ? initial_room_for_testing : body.size() + 64);
   bool seen_model = false, seen_stream = false, seen_salt = false, seen_main = false, seen_tools = false;
   std::string_view tools;  // raw text, when it follows the messages
   std::optional<int64_t> token_count;

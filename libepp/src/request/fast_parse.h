@@ -24,6 +24,10 @@ namespace epp::internal {
 // every input the DOM path rejects. `req` may be partly written when it returns false.
 bool FastParseBody(std::string_view body, ApiKind api, InferenceRequest& req);
 
+// For tests: the prompt buffer of this thread's fast parses starts at `bytes` (at least 64)
+// instead of the body's size, so that its growth path runs; 0 restores the default.
+void SetInitialPromptRoomForTesting(size_t bytes);
+
 // ParseOpenAIRequest without the fast path: the reference the fast path is tested against.
 absl::StatusOr<InferenceRequest> ParseOpenAIRequestDom(std::string_view path, std::string_view body);
 

@@ -190,7 +190,7 @@ TEST(FastParseTest, DeclinesWhatItDoesNotHandleAndTheDomPathAnswers) {
 }
 
 // Large bodies with every escape at every alignment of the 16-byte search.
-TEST(FastParseTest, LongStringsAtEveryAlignment) {
+void LongStringsAtEveryAlignment() {
   const std::string_view pieces[] = {"plain text ", "\\n", "\\\"", "\\\\", "caf\xc3\xa9 ", "\\u00e9", "\\ud83d\\ude00", "\\/"};
   std::mt19937 rng(7);
   for (int shift = 0; shift < 40; ++shift) {
@@ -202,6 +202,8 @@ TEST(FastParseTest, LongStringsAtEveryAlignment) {
     ExpectSameAsDom(kChat, body);
   }
 }
+
+TEST(FastParseTest, LongStringsAtEveryAlignment) { LongStringsAtEveryAlignment(); }
 
 std::vector<std::string> Seeds() {
   std::vector<std::string> seeds;
@@ -220,14 +222,14 @@ std::vector<std::string> Seeds() {
 
 // Differential: random edits of valid bodies (bytes replaced by JSON's special characters,
 // deleted, duplicated, truncated) give the same answer on both paths.
-TEST(FastParseTest, MutatedBodiesGiveTheDomPathsAnswer) {
+void MutatedBodiesGiveTheDomPathsAnswer(int rounds) {
   const std::vector<std::string> seeds = Seeds();
   const std::string_view paths[] = {kChat, kCompletions};
   const char specials[] = {'"', '{', '}', '[', ']', ',', ':', '\\', '\0', '\x1f', '\xff', '\xc3', '1', '-', '.', 'e',
                            'n', 'u', ' ', '0'};
   std::mt19937 rng(12345);
   size_t taken = 0, total = 0;
-  for (int round = 0; round < 20000; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     std::string body = seeds[rng() % seeds.size()];
     const int edits = 1 + static_cast<int>(rng() % 3);
     for (int e = 0; e < edits && !body.empty(); ++e) {
@@ -248,6 +250,25 @@ TEST(FastParseTest, MutatedBodiesGiveTheDomPathsAnswer) {
   }
   // Some edits leave a valid body (a changed letter): the fast path must have been exercised.
   EXPECT_GT(taken, total / 50) << taken << " of " << total;
+}
+
+TEST(FastParseTest, MutatedBodiesGiveTheDomPathsAnswer) { MutatedBodiesGiveTheDomPathsAnswer(20000); }
+
+// The prompt buffer starts at the body's size, which real bodies never outgrow; started at 64
+// bytes it must grow through every path (block stores, escapes, the byte-wise tail, appends,
+// inserts) and still give the DOM path's answer.
+TEST(FastParseTest, APromptBufferThatMustGrowGivesTheSameAnswer) {
+  struct Room {
+    Room() { internal::SetInitialPromptRoomForTesting(64); }
+    ~Room() { internal::SetInitialPromptRoomForTesting(0); }
+  } room;
+  for (const Case& c : Taken()) {
+    SCOPED_TRACE(c.body);
+    EXPECT_TRUE(FastTakes(c.path, c.body));
+    ExpectSameAsDom(c.path, c.body);
+  }
+  LongStringsAtEveryAlignment();
+  MutatedBodiesGiveTheDomPathsAnswer(3000);
 }
 
 }  // namespace
