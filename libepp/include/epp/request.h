@@ -17,8 +17,8 @@
 //   "invalid JSON at byte 17: expected ',' or '}' after an object member"
 // Parsing never crashes and never throws, whatever the input. All functions are thread-safe; each
 // thread reuses its own parser buffers.
-// ParseOpenAIRequest first tries a one-pass scanner for the common chat and completions shapes,
-// which renders the prompt while it validates; any other shape, and any invalid input, goes to
+// ParseOpenAIRequest first tries a one-pass scanner for the common shapes of each API (text
+// contents, string or token-id prompts), which renders the prompt while it validates; any other shape, and any invalid input, goes to
 // simdjson's DOM, which also writes every error message. Both give the same result, byte for byte
 // (tested differentially and fuzzed).
 #pragma once

@@ -1,5 +1,5 @@
 // The request parser's fast path (fast_parse.h): a strict one-pass JSON scanner that renders the
-// canonical prompt of the common chat and completions shapes while it validates the document.
+// canonical prompt of the common request shapes of every API while it validates the document.
 //
 // Why: for a 220 KiB chat body the DOM path runs simdjson's structural pass over every byte,
 // builds a tape that copies every string once (unescaped), and then the prompt copies those
@@ -179,6 +179,7 @@ class Out {
     std::memcpy(base + at, v.data(), v.size());
     len_ += v.size();
   }
+  void Truncate(size_t len) { len_ = len; }
   void Finish() { s_.resize(len_); }
 
  private:
@@ -191,6 +192,8 @@ class Out {
 class Scanner {
  public:
   explicit Scanner(std::string_view text) : p_(text.data()), end_(text.data() + text.size()) {}
+
+  const char* pos() const { return p_; }
 
   void SkipSpace() {
     while (p_ < end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
@@ -487,7 +490,8 @@ bool Content(Scanner& s, Out& out) {
   }
 }
 
-// A non-null `tool_calls` or `function_call` value: its canonical JSON.
+// The canonical JSON of a value's text (a non-null `tool_calls` or `function_call`, a Responses
+// item that is not a message).
 bool CallsJson(std::string_view span, Out& out) {
   std::string json;
   if (!AppendCanonicalJsonText(span, json)) return false;
@@ -497,17 +501,26 @@ bool CallsJson(std::string_view span, Out& out) {
 
 // One chat message: role + "\n" + content + calls + "\n". The content is decoded straight into
 // `out`; a role that comes after a non-empty content is inserted before it.
-bool Message(Scanner& s, Out& out, std::string& role) {
+// With `type` (a Responses input item): an item whose `type` is absent or "message" is a message;
+// any other item renders as type + "\n" + J(item) + "\n", from the item's text.
+bool Message(Scanner& s, Out& out, std::string& role, std::string* type = nullptr) {
+  s.SkipSpace();
+  const char* item = s.pos();
   if (!s.Consume('{')) return false;
   const size_t start = out.size();
   bool seen_role = false, seen_content = false, seen_tool_calls = false, seen_function_call = false;
-  bool role_written = false;
+  bool seen_type = false, role_written = false, other_item = false;
   std::string_view tool_calls, function_call;
   if (s.Consume('}')) return false;  // no role
   do {
     std::string_view key;
     if (!s.Key(key)) return false;
-    if (key == "role") {
+    if (type != nullptr && key == "type") {
+      if (!First(seen_type) || !StringInto(s, *type)) return false;
+      other_item = *type != "message";
+    } else if (other_item) {
+      if (!s.SkipValue(2)) return false;  // rendered whole below
+    } else if (key == "role") {
       if (!First(seen_role) || !StringInto(s, role)) return false;
       if (out.size() == start) {  // the usual order: the role first, written where it belongs
         out.Append(role);
@@ -524,7 +537,16 @@ bool Message(Scanner& s, Out& out, std::string& role) {
       return false;
     }
   } while (s.Consume(','));
-  if (!s.Consume('}') || !seen_role) return false;
+  if (!s.Consume('}')) return false;
+  if (other_item) {  // what was rendered before the type was known is dropped
+    out.Truncate(start);
+    out.Append(*type);
+    out.Append('\n');
+    if (!CallsJson(std::string_view(item, static_cast<size_t>(s.pos() - item)), out)) return false;
+    out.Append('\n');
+    return true;
+  }
+  if (!seen_role) return false;
   if (!role_written) {  // the content came first
     role += '\n';
     out.Insert(start, role);
@@ -540,6 +562,24 @@ bool Messages(Scanner& s, Out& out) {
   std::string role;
   do {
     if (!Message(s, out, role)) return false;
+  } while (s.Consume(','));
+  return s.Consume(']');
+}
+
+// A Responses `input`: a non-empty string (a user message) or a non-empty array of items.
+bool ResponsesInput(Scanner& s, Out& out) {
+  if (s.Peek() == '"') {
+    out.Append("user\n");
+    const size_t start = out.size();
+    if (!s.String(out) || out.size() == start) return false;
+    out.Append('\n');
+    return true;
+  }
+  if (!s.Consume('[') || s.Consume(']')) return false;
+  std::string role, type;
+  do {
+    type.clear();
+    if (!Message(s, out, role, &type)) return false;
   } while (s.Consume(','));
   return s.Consume(']');
 }
@@ -594,14 +634,21 @@ void SetInitialPromptRoomForTesting(size_t bytes) { initial_room_for_testing = b
 
 bool FastParseBody(std::string_view body, ApiKind api, InferenceRequest& req) {
   const bool chat = api == ApiKind::kChatCompletions;
-  if (!chat && api != ApiKind::kCompletions && api != ApiKind::kOther) return false;
+  const bool responses = api == ApiKind::kResponses;
+  const bool embeddings = api == ApiKind::kEmbeddings;
+  const bool completions = api == ApiKind::kCompletions || api == ApiKind::kOther;
   Scanner s(body);
   if (!s.Consume('{')) return false;
   // The rendering is almost never longer than the JSON it comes from (Out grows if it is).
   req.prompt.clear();
   Out out(req.prompt, initial_room_for_testing != 0 ? initial_room_for_testing : body.size() + 64);
+  // seen_main: the member the prompt comes from (messages, prompt or input).
   bool seen_model = false, seen_stream = false, seen_salt = false, seen_main = false, seen_tools = false;
-  std::string_view tools;  // raw text, when it follows the messages
+  bool seen_instructions = false, seen_messages = false;
+  // Raw texts rendered at the end: tools that follow the chat messages (or any Responses tools:
+  // the instructions go before them), and an embeddings request's messages (used without input).
+  std::string_view tools, messages;
+  std::string instructions;
   std::optional<int64_t> token_count;
   if (s.Consume('}')) return false;  // no model
   do {
@@ -624,30 +671,48 @@ bool FastParseBody(std::string_view body, ApiKind api, InferenceRequest& req) {
       if (!s.Null() && !StringInto(s, req.cache_salt)) return false;
     } else if (chat && key == "messages") {
       if (!First(seen_main) || !Messages(s, out)) return false;
-    } else if (chat && key == "tools") {
+    } else if ((chat || responses) && key == "tools") {
       if (!First(seen_tools)) return false;
       std::string_view span;
       if (!s.Span(span, 1)) return false;
-      // Before the messages: rendered in place; after them: inserted in front at the end.
-      if (!seen_main) {
+      // Chat tools before the messages are rendered in place; otherwise inserted in front at the end.
+      if (chat && !seen_main) {
         std::string block;
         if (!ToolsBlock(span, block)) return false;
         out.Append(block);
       } else {
         tools = span;
       }
-    } else if (!chat && key == "prompt") {
+    } else if (completions && key == "prompt") {
       if (!First(seen_main) || !Prompt(s, out, token_count)) return false;
+    } else if (embeddings && key == "input") {
+      if (!First(seen_main) || !Prompt(s, out, token_count)) return false;
+    } else if (embeddings && key == "messages") {
+      if (!First(seen_messages) || !s.Span(messages, 1)) return false;
+    } else if (responses && key == "input") {
+      if (!First(seen_main) || !ResponsesInput(s, out)) return false;
+    } else if (responses && key == "instructions") {
+      if (!First(seen_instructions)) return false;
+      if (!s.Null() && !StringInto(s, instructions)) return false;
     } else if (!s.SkipValue(1)) {
       return false;
     }
   } while (s.Consume(','));
-  if (!s.Consume('}') || !s.AtEnd() || !seen_model || !seen_main) return false;
-  if (!tools.empty()) {
-    std::string block;
-    if (!ToolsBlock(tools, block)) return false;
-    out.Insert(0, block);
+  if (!s.Consume('}') || !s.AtEnd() || !seen_model) return false;
+  if (embeddings && !seen_main && seen_messages) {  // vLLM embeds a chat conversation too
+    Scanner m(messages);
+    if (!Messages(m, out)) return false;
+    seen_main = true;
   }
+  if (!seen_main) return false;
+  std::string prefix;
+  if (!instructions.empty()) {
+    prefix += "instructions\n";
+    prefix += instructions;
+    prefix += '\n';
+  }
+  if (!tools.empty() && !ToolsBlock(tools, prefix)) return false;
+  if (!prefix.empty()) out.Insert(0, prefix);
   out.Finish();
   std::string& prompt = req.prompt;
   // As the DOM path: no megabytes kept reserved for the request's lifetime.

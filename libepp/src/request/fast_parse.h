@@ -1,10 +1,12 @@
 // The request parser's two paths (internal to libepp; ParseOpenAIRequest in epp/request.h is the
 // contract).
 //
-// FastParseBody is a one-pass scanner for the shapes nearly every request has (a chat request
-// whose message contents are strings or text parts, a completions request with a string or
-// token-id prompt). It validates the whole document as it goes, and decodes each message's
-// string straight into the prompt: no structural index, no tape, no second copy of the strings.
+// FastParseBody is a one-pass scanner for the shapes nearly every request has: messages whose
+// contents are strings or text parts (chat, Responses input items, embeddings of a conversation;
+// tools, tool calls and Responses items other than messages are rendered from their text), and
+// string or token-id prompts (completions, embeddings). It validates the whole document as it
+// goes, and decodes each message's string straight into the prompt: no structural index, no
+// tape, no second copy of the strings.
 // It either produces exactly what the simdjson DOM path produces, or declines; the DOM path then
 // parses the body and reports any error. It never reports an error itself.
 #pragma once
@@ -19,9 +21,9 @@ namespace epp::internal {
 
 // Parses `body` as sent to `api` into `req` (model, stream, cache_salt, prompt, prompt_tokens,
 // media_parts; the caller sets path and api). Returns false for anything it does not handle,
-// valid or not: another API kind, invalid JSON or UTF-8, a repeated member it reads, a media
-// part, a number with an exponent or more than 18 digits, nesting deeper than 64 levels, and
-// every input the DOM path rejects. `req` may be partly written when it returns false.
+// valid or not: invalid JSON or UTF-8, a repeated member it reads, a media or other non-text
+// content part, token-id arrays of arrays, a number with an exponent or more than 18 digits,
+// nesting deeper than 64 levels, and every input the DOM path rejects. `req` may be partly written when it returns false.
 bool FastParseBody(std::string_view body, ApiKind api, InferenceRequest& req);
 
 // For tests: the prompt buffer of this thread's fast parses starts at `bytes` (at least 64)

@@ -83,6 +83,20 @@ const std::vector<Case>& Taken() {
       {kCompletions, R"({"model":"m","prompt":["a","","b\u00e9"]})"},
       {kCompletions, R"({"model":"m","prompt":[1, 22 ,333,0,123456789012345678]})"},
       {kCompletions, R"({"prompt":"x","model":"m","messages":[1,2],"tools":5,"tools":6})"},
+      {kResponses, R"({"model":"m","input":"Tell me a story."})"},
+      {kResponses, R"({"input":[{"role":"user","content":"Hi"},{"type":"message","role":"assistant",)"
+                   R"("content":[{"type":"output_text","text":"Hello"}]},{"content":"late role","role":"user"},)"
+                   R"({"type":"function_call","call_id":"c1","name":"f","arguments":"{\"b\":1,\"a\":2}"},)"
+                   R"({"call_id":"c1","output":"42","type":"function_call_output"}],)"
+                   R"("instructions":"Be brief.","model":"m","tools":[{"type":"function","name":"f","parameters":{}}],"stream":true})"},
+      {kResponses, R"({"model":"m","tools":[{"type":"web_search"}],"instructions":null,"input":[{"role":"user","content":"x"}]})"},
+      {kResponses, R"({"model":"m","input":[{"type":"reasoning","id":"r","content":[{"type":"reasoning_text","text":"t"}]}]})"},
+      {kResponses, R"({"model":"m","instructions":"","input":"x","messages":5,"prompt":[1]})"},
+      {kEmbeddings, R"({"model":"m","input":"embed me","encoding_format":"float"})"},
+      {kEmbeddings, R"({"model":"m","input":["a","b"]})"},
+      {kEmbeddings, R"({"model":"m","input":[1,2,3]})"},
+      {kEmbeddings, R"({"model":"m","messages":[{"role":"user","content":"a conversation"}]})"},
+      {kEmbeddings, R"({"messages":[{"role":"user","content":"ignored"}],"model":"m","input":"wins"})"},
       {"/v1/models", R"({"model":"m","prompt":"any other path is completions"})"},
       {"", R"({"model":"m","prompt":"no path"})"},
   };
@@ -121,9 +135,19 @@ TEST(FastParseTest, RendersExactlyTheDocumentedPrompt) {
 // Inputs the fast path leaves to the DOM path, valid or not; the answer is still the DOM's.
 TEST(FastParseTest, DeclinesWhatItDoesNotHandleAndTheDomPathAnswers) {
   const std::vector<Case> declined = {
-      // other APIs
-      {kResponses, R"({"model":"m","input":"x"})"},
-      {kEmbeddings, R"({"model":"m","input":"x"})"},
+      // Responses and embeddings shapes it leaves alone, and invalid ones
+      {kResponses, R"({"model":"m","input":[{"content":[{"type":"reasoning_text","text":"t"}],"type":"reasoning"}]})"},
+      {kResponses, R"({"model":"m","input":[{"content":"no role or type"}]})"},
+      {kResponses, R"({"model":"m","input":[{"type":5,"role":"user","content":"x"}]})"},
+      {kResponses, R"({"model":"m","input":[{"type":"message","content":"no role"}]})"},
+      {kResponses, R"({"model":"m","input":""})"},
+      {kResponses, R"({"model":"m","input":[]})"},
+      {kResponses, R"({"model":"m","input":"x","instructions":5})"},
+      {kResponses, R"({"model":"m","input":"x","instructions":"a","instructions":"b"})"},
+      {kResponses, R"({"model":"m","instructions":"no input"})"},
+      {kEmbeddings, R"({"model":"m","input":null,"messages":[{"role":"user","content":"x"}]})"},
+      {kEmbeddings, R"({"model":"m","messages":[]})"},
+      {kEmbeddings, R"({"model":"m"})"},
       // parts and values it leaves alone
       {kChat, R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x"}}]}]})"},
       {kChat, R"({"model":"m","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"QQ=="}}]}]})"},
@@ -224,7 +248,7 @@ std::vector<std::string> Seeds() {
 // deleted, duplicated, truncated) give the same answer on both paths.
 void MutatedBodiesGiveTheDomPathsAnswer(int rounds) {
   const std::vector<std::string> seeds = Seeds();
-  const std::string_view paths[] = {kChat, kCompletions};
+  const std::string_view paths[] = {kChat, kCompletions, kResponses, kEmbeddings};
   const char specials[] = {'"', '{', '}', '[', ']', ',', ':', '\\', '\0', '\x1f', '\xff', '\xc3', '1', '-', '.', 'e',
                            'n', 'u', ' ', '0'};
   std::mt19937 rng(12345);
