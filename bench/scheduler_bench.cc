@@ -56,6 +56,7 @@
 #include "epp/prefix_cache.h"
 #include "epp/registry.h"
 #include "epp/request.h"
+#include "request/fast_parse.h"  // internal: the DOM path alone, for the fast path's A/B
 #include "epp/scheduler.h"
 
 namespace {
@@ -63,6 +64,7 @@ namespace {
 constexpr std::string_view kModel = "meta-llama/Llama-3.1-8B-Instruct";
 constexpr std::string_view kChatPath = "/v1/chat/completions";
 constexpr std::string_view kCompletionsPath = "/v1/completions";
+constexpr std::string_view kResponsesPath = "/v1/responses";
 constexpr std::string_view kMarker = "[conversation ";
 constexpr int kCounterDigits = 9;
 constexpr int kSystemPrompts = 16;
@@ -149,6 +151,26 @@ std::string CompletionsBody(std::string_view prompt) {
   b += ",\"prompt\":";
   AppendJsonString(prompt, b);
   b += ",\"max_tokens\":256,\"temperature\":0,\"stream\":false}";
+  return b;
+}
+
+// The same conversation as a Responses request: the system prompt as `instructions`, the turns
+// as input message items.
+std::string ResponsesBody(const std::vector<Message>& messages) {
+  std::string b = "{\"model\":";
+  AppendJsonString(kModel, b);
+  b += ",\"input\":[";
+  for (size_t i = 1; i < messages.size(); ++i) {
+    if (i > 1) b += ',';
+    b += "{\"type\":\"message\",\"role\":";
+    AppendJsonString(messages[i].role, b);
+    b += ",\"content\":";
+    AppendJsonString(messages[i].content, b);
+    b += '}';
+  }
+  b += "],\"instructions\":";
+  AppendJsonString(messages[0].content, b);
+  b += ",\"stream\":true,\"max_output_tokens\":1024}";
   return b;
 }
 
@@ -448,6 +470,7 @@ const std::vector<Input>& Inputs() {
                    CompletionsBody(SystemPrompt(kib * 1024, 0) + Text(rng, kib * 1024 - SystemPrompt(kib * 1024, 0).size())),
                    {}});
     }
+    v.push_back({"responses-220KiB", kResponsesPath, ResponsesBody(Conversation(220 * 1024, 0)), {}});
     for (Input& in : v) {
       auto req = epp::ParseOpenAIRequest(in.path, in.body);
       if (!req.ok()) {
@@ -484,9 +507,11 @@ void BM_XXH3_64bits(benchmark::State& state, const Input* in) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n));
 }
 
-void BM_ParseOpenAIRequest(benchmark::State& state, const Input* in) {
+// dom: the DOM path alone (epp::internal::ParseOpenAIRequestDom), the fast path's reference.
+void BM_ParseOpenAIRequest(benchmark::State& state, const Input* in, bool dom) {
   for (auto _ : state) {
-    absl::StatusOr<epp::InferenceRequest> r = epp::ParseOpenAIRequest(in->path, in->body);
+    absl::StatusOr<epp::InferenceRequest> r =
+        dom ? epp::internal::ParseOpenAIRequestDom(in->path, in->body) : epp::ParseOpenAIRequest(in->path, in->body);
     benchmark::DoNotOptimize(r->prompt.data());
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * in->body.size()));
@@ -498,7 +523,8 @@ void BM_ParseOpenAIRequest(benchmark::State& state, const Input* in) {
 // 16 x 32 or 220 KiB do not stay in the core's caches between parses, as a body just received
 // from the network would not either; the plain benchmark re-parses one cached body.
 // in_place: ParseOpenAIRequestInPlace, as the ext_proc session parses the body it buffered.
-void BM_ParseOpenAIRequest16(benchmark::State& state, size_t prompt_bytes, bool in_place) {
+// dom: the DOM path alone (epp::internal::ParseOpenAIRequestDom).
+void BM_ParseOpenAIRequest16(benchmark::State& state, size_t prompt_bytes, bool in_place, bool dom) {
   std::vector<std::string> bodies;
   for (int v = 0; v < kSystemPrompts; ++v) bodies.push_back(ChatBody(Conversation(prompt_bytes, v)));
   size_t i = 0;
@@ -506,7 +532,9 @@ void BM_ParseOpenAIRequest16(benchmark::State& state, size_t prompt_bytes, bool 
   for (auto _ : state) {
     std::string& body = bodies[i++ % bodies.size()];
     absl::StatusOr<epp::InferenceRequest> r =
-        in_place ? epp::ParseOpenAIRequestInPlace(kChatPath, body) : epp::ParseOpenAIRequest(kChatPath, body);
+        dom        ? epp::internal::ParseOpenAIRequestDom(kChatPath, body)
+        : in_place ? epp::ParseOpenAIRequestInPlace(kChatPath, body)
+                   : epp::ParseOpenAIRequest(kChatPath, body);
     benchmark::DoNotOptimize(r->prompt.data());
     bytes += static_cast<int64_t>(body.size());
   }
@@ -580,17 +608,23 @@ void RegisterInputBenchmarks() {
     }
   }
   for (const Input& in : Inputs()) {
-    benchmark::RegisterBenchmark(("BM_ParseOpenAIRequest/" + in.name).c_str(), BM_ParseOpenAIRequest, &in)
+    benchmark::RegisterBenchmark(("BM_ParseOpenAIRequest/" + in.name).c_str(), BM_ParseOpenAIRequest, &in, false)
         ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("BM_ParseOpenAIRequestDom/" + in.name).c_str(), BM_ParseOpenAIRequest, &in, true)
+        ->Unit(benchmark::kMicrosecond);
+    if (in.path == kResponsesPath) continue;  // the nlohmann comparison renders chat and completions only
     benchmark::RegisterBenchmark(("BM_NlohmannParse/" + in.name).c_str(), BM_NlohmannParse, &in)
         ->Unit(benchmark::kMicrosecond);
   }
   for (size_t kib : {32, 220}) {
     benchmark::RegisterBenchmark(("BM_ParseOpenAIRequest/chat-" + std::to_string(kib) + "KiB-16bodies").c_str(),
-                                 BM_ParseOpenAIRequest16, kib * 1024, false)
+                                 BM_ParseOpenAIRequest16, kib * 1024, false, false)
         ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("BM_ParseOpenAIRequest/chat-" + std::to_string(kib) + "KiB-16bodies-in-place").c_str(),
-                                 BM_ParseOpenAIRequest16, kib * 1024, true)
+                                 BM_ParseOpenAIRequest16, kib * 1024, true, false)
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("BM_ParseOpenAIRequestDom/chat-" + std::to_string(kib) + "KiB-16bodies").c_str(),
+                                 BM_ParseOpenAIRequest16, kib * 1024, false, true)
         ->Unit(benchmark::kMicrosecond);
   }
 }

@@ -257,25 +257,32 @@ class Scanner {
     const __m128i backslash = _mm_set1_epi8('\\');
     const __m128i control_max = _mm_set1_epi8(0x1F);
     __m128i seen = _mm_setzero_si128();
-    while (end - p >= 16) {
-      if (limit - w < 32) {  // room for a block and an escape's 4 bytes
+    // 32 bytes a step, as two 16-byte blocks: half the loop's branches on long runs.
+    while (end - p >= 32) {
+      if (limit - w < 48) {  // room for the step and an escape's 4 bytes
         const size_t room = std::max<size_t>(4096, static_cast<size_t>(end - p) / 4);
         out.Commit(w);
         w = out.Reserve(room);
         limit = w + room;
       }
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(w), v);
-      seen = _mm_or_si128(seen, v);
-      const __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
-                                       _mm_cmpeq_epi8(_mm_min_epu8(v, control_max), v));
-      const int mask = _mm_movemask_epi8(hit);
+      const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(w), v0);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(w + 16), v1);
+      seen = _mm_or_si128(seen, _mm_or_si128(v0, v1));
+      // Unsigned v <= 0x1F exactly when min(v, 0x1F) == v.
+      const __m128i hit0 = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v0, quote), _mm_cmpeq_epi8(v0, backslash)),
+                                        _mm_cmpeq_epi8(_mm_min_epu8(v0, control_max), v0));
+      const __m128i hit1 = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v1, quote), _mm_cmpeq_epi8(v1, backslash)),
+                                        _mm_cmpeq_epi8(_mm_min_epu8(v1, control_max), v1));
+      const uint32_t mask = static_cast<uint32_t>(_mm_movemask_epi8(hit0)) |
+                            (static_cast<uint32_t>(_mm_movemask_epi8(hit1)) << 16);
       if (mask == 0) {
-        p += 16;
-        w += 16;
+        p += 32;
+        w += 32;
         continue;
       }
-      const int at = __builtin_ctz(static_cast<unsigned>(mask));
+      const int at = __builtin_ctz(mask);
       p += at;
       w += at;
       if (*p != '\\') break;  // the closing quote, or a control byte (below)
