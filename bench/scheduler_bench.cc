@@ -129,19 +129,28 @@ struct Message {
   std::string content;
 };
 
-std::string ChatBody(const std::vector<Message>& messages) {
-  std::string b = "{\"model\":";
-  AppendJsonString(kModel, b);
-  b += ",\"messages\":[";
-  for (size_t i = 0; i < messages.size(); ++i) {
-    if (i) b += ',';
-    b += "{\"role\":";
+// messages[first...] as a JSON array of {<item_head>"role":...,"content":...} objects.
+void AppendMessageArray(const std::vector<Message>& messages, size_t first, std::string_view item_head, std::string& b) {
+  b += '[';
+  for (size_t i = first; i < messages.size(); ++i) {
+    if (i > first) b += ',';
+    b += '{';
+    b += item_head;
+    b += "\"role\":";
     AppendJsonString(messages[i].role, b);
     b += ",\"content\":";
     AppendJsonString(messages[i].content, b);
     b += '}';
   }
-  b += "],\"stream\":true,\"max_tokens\":1024,\"temperature\":0.7,\"stream_options\":{\"include_usage\":true}}";
+  b += ']';
+}
+
+std::string ChatBody(const std::vector<Message>& messages) {
+  std::string b = "{\"model\":";
+  AppendJsonString(kModel, b);
+  b += ",\"messages\":";
+  AppendMessageArray(messages, 0, "", b);
+  b += ",\"stream\":true,\"max_tokens\":1024,\"temperature\":0.7,\"stream_options\":{\"include_usage\":true}}";
   return b;
 }
 
@@ -159,16 +168,9 @@ std::string CompletionsBody(std::string_view prompt) {
 std::string ResponsesBody(const std::vector<Message>& messages) {
   std::string b = "{\"model\":";
   AppendJsonString(kModel, b);
-  b += ",\"input\":[";
-  for (size_t i = 1; i < messages.size(); ++i) {
-    if (i > 1) b += ',';
-    b += "{\"type\":\"message\",\"role\":";
-    AppendJsonString(messages[i].role, b);
-    b += ",\"content\":";
-    AppendJsonString(messages[i].content, b);
-    b += '}';
-  }
-  b += "],\"instructions\":";
+  b += ",\"input\":";
+  AppendMessageArray(messages, 1, "\"type\":\"message\",", b);
+  b += ",\"instructions\":";
   AppendJsonString(messages[0].content, b);
   b += ",\"stream\":true,\"max_output_tokens\":1024}";
   return b;

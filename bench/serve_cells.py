@@ -33,6 +33,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from scrape_scale import free_port, stop  # noqa: E402
+
 CELLS = {
     "tls-220k-200": dict(tls=True, prompt="220k", concurrency=200, delay="200ms"),
     "plain-220k-200": dict(tls=False, prompt="220k", concurrency=200, delay="200ms"),
@@ -40,23 +43,6 @@ CELLS = {
 }
 
 PROCS = []
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def stop(proc, timeout=20):
-    """SIGTERM, then SIGKILL if the process is still there after `timeout` seconds."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def stop_all(*_):

@@ -499,7 +499,7 @@ bool Content(Scanner& s, Out& out) {
 
 // The canonical JSON of a value's text (a non-null `tool_calls` or `function_call`, a Responses
 // item that is not a message).
-bool CallsJson(std::string_view span, Out& out) {
+bool AppendJsonOfText(std::string_view span, Out& out) {
   std::string json;
   if (!AppendCanonicalJsonText(span, json)) return false;
   out.Append(json);
@@ -549,7 +549,7 @@ bool Message(Scanner& s, Out& out, std::string& role, std::string* type = nullpt
     out.Truncate(start);
     out.Append(*type);
     out.Append('\n');
-    if (!CallsJson(std::string_view(item, static_cast<size_t>(s.pos() - item)), out)) return false;
+    if (!AppendJsonOfText(std::string_view(item, static_cast<size_t>(s.pos() - item)), out)) return false;
     out.Append('\n');
     return true;
   }
@@ -558,8 +558,8 @@ bool Message(Scanner& s, Out& out, std::string& role, std::string* type = nullpt
     role += '\n';
     out.Insert(start, role);
   }
-  if (!tool_calls.empty() && tool_calls != "null" && !CallsJson(tool_calls, out)) return false;
-  if (!function_call.empty() && function_call != "null" && !CallsJson(function_call, out)) return false;
+  if (!tool_calls.empty() && tool_calls != "null" && !AppendJsonOfText(tool_calls, out)) return false;
+  if (!function_call.empty() && function_call != "null" && !AppendJsonOfText(function_call, out)) return false;
   out.Append('\n');
   return true;
 }
