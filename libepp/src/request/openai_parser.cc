@@ -1010,12 +1010,10 @@ absl::StatusOr<InferenceRequest> ParseRequest(std::string_view path, std::string
   if (fast) {
     if (internal::FastParseBody(body, req.api, req)) return req;
     // Declined: the DOM path starts from a clean request (the fast path may have written parts).
-    req.model.clear();
-    req.cache_salt.clear();
-    req.prompt.clear();
-    req.stream = false;
-    req.prompt_tokens = 0;
-    req.media_parts = 0;
+    InferenceRequest clean;
+    clean.path = std::move(req.path);
+    clean.api = req.api;
+    req = std::move(clean);
   }
   const JsonPath root;
   Document doc;
