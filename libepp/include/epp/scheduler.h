@@ -209,6 +209,21 @@ struct TokenizerCounters {
   int64_t cache_tokens = 0;
 };
 
+// What a scheduler's plugins ask of the runtime that serves it, found once when the scheduler
+// is built (no plugin is inspected at pick time). EppServer applies it at start and after every
+// config reload: it feeds `kv_events`' index from the engines' KV events, and re-reads metrics
+// the way ConfigureScrape says when `scrape_settings` is set.
+struct RuntimeNeeds {
+  // The precise-prefix-cache-producer's binding (kv_subscriber.h): the index to feed and where
+  // each endpoint publishes; nullptr without one.
+  const struct KvEventsBinding* kv_events = nullptr;
+  bool scrape_settings = false;   // a core-metrics-extractor changes how metrics are read
+  bool first_token = false;       // ObserveFirstToken reaches at least one plugin
+  bool response_metadata = false; // ResponseMetadata has sources (request-attribute-reporter)
+  size_t endpoint_state = 0;      // plugins keeping per-endpoint state (ForgetEndpoint reaches them)
+  size_t tokenizers = 0;          // token-producers (Tokenizers())
+};
+
 class Scheduler {
  public:
   ~Scheduler();
@@ -236,6 +251,8 @@ class Scheduler {
   // Request headers the profile handler owns (ProfileHandler::OwnedHeaders): ext_proc removes the
   // gateway's copies and sets PickResult::headers.
   const std::vector<std::string>& OwnedHeaders() const;
+  // What the plugins ask of the runtime (see RuntimeNeeds).
+  const RuntimeNeeds& Needs() const;
   // Entries in the prefix index of the approx-prefix-cache-producer (0 without one).
   size_t PrefixIndexEntries() const;
   // The KV-event binding of the configured precise-prefix-cache-producer (kv_subscriber.h);

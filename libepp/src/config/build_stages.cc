@@ -315,7 +315,7 @@ absl::Status ResolvePrefixProducer(BuildState& st) {
   Scheduler::Impl& impl = *st.impl;
   const Plugin* producer = nullptr;
   for (const auto& p : impl.plugins) {
-    if (!p->AsDataProducer() || dynamic_cast<const plugins::TokenSource*>(p.get())) continue;
+    if (!p->AsDataProducer() || plugins::IsTokenSource(*p)) continue;
     if (producer) return st.Error(0, "", absl::StrCat("two prefix producers: '", producer->name(), "' and '", p->name(), "'"));
     producer = p.get();
   }
@@ -374,10 +374,10 @@ void IndexHooks(BuildState& st) {
   ResolveParsers(st);
   // Token producers first: the prefix producer reads their tokens.
   for (const auto& p : st.impl->plugins)
-    if (dynamic_cast<const plugins::TokenSource*>(p.get()) && p->AsDataProducer()) st.impl->producers.push_back(p->AsDataProducer());
+    if (plugins::IsTokenSource(*p) && p->AsDataProducer()) st.impl->producers.push_back(p->AsDataProducer());
   for (const auto& p : st.impl->plugins) {
     const DataProducer* d = p->AsDataProducer();
-    if (d && !dynamic_cast<const plugins::TokenSource*>(p.get())) st.impl->producers.push_back(d);
+    if (d && !plugins::IsTokenSource(*p)) st.impl->producers.push_back(d);
     if (const RequestObserver* o = p->AsRequestObserver()) st.impl->observers.push_back(o);
     if (const Admitter* a = p->AsAdmitter()) st.impl->admitters.push_back(a);
     if (const ResponseHeaderSource* h = p->AsResponseHeaderSource()) st.impl->response_header_sources.push_back(h);

@@ -41,8 +41,10 @@ class ParamsOnlyPlugin : public Plugin {
   Params params_;
 };
 
-// Implemented by plugins that keep per-endpoint state (the prefix index, the cache-aware tree);
-// the scheduler finds them with dynamic_cast.
+// The runtime capabilities below (and ScrapeSettingsSource in datalayer/) are found once per
+// scheduler by IndexCapabilities (capabilities.h).
+//
+// Implemented by plugins that keep per-endpoint state (the prefix index, the cache-aware tree).
 class EndpointState {
  public:
   virtual ~EndpointState() = default;

@@ -4,6 +4,7 @@
 
 #include "plugins/accepted/accepted.h"
 #include "plugins/admitter/admitter.h"
+#include "plugins/capabilities.h"
 #include "plugins/datalayer/datalayer.h"
 #include "plugins/filter/filter.h"
 #include "plugins/locality/locality.h"

@@ -137,14 +137,26 @@ void SetUpTimers(Scheduler::Impl& m) {
   m.process_results_timer = timer("ProcessProfilesResults", m.handler_plugin);
   for (const RequestObserver* o : m.observers)
     m.observer_timers.push_back(timer("PreRequest", owner(&Plugin::AsRequestObserver, o)));
-  m.first_token_observers.clear();
-  for (const auto& p : m.plugins)
-    if (auto* o = dynamic_cast<const FirstTokenObserver*>(p.get())) m.first_token_observers.push_back(o);
+}
+
+// The runtime capabilities, found once; RuntimeNeeds is their summary for the runtime.
+void IndexRuntimeNeeds(Scheduler::Impl& m) {
+  m.caps = plugins::IndexCapabilities(m.plugins);
+  RuntimeNeeds& n = m.needs;
+  n.kv_events = m.caps.kv_events ? &m.caps.kv_events->Binding() : nullptr;
+  n.scrape_settings = !m.caps.scrape_settings.empty();
+  n.first_token = !m.caps.first_token_observers.empty();
+  n.response_metadata = !m.response_metadata_sources.empty();
+  n.endpoint_state = m.caps.endpoint_states.size();
+  n.tokenizers = m.caps.token_sources.size();
 }
 
 }  // namespace
 
-Scheduler::Scheduler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { SetUpTimers(*impl_); }
+Scheduler::Scheduler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  SetUpTimers(*impl_);
+  IndexRuntimeNeeds(*impl_);
+}
 Scheduler::~Scheduler() = default;
 
 int64_t Scheduler::EstimateLoadTokens(const InferenceRequest& request) {
@@ -243,196 +255,272 @@ std::vector<const Endpoint*> RunProfile(const Profile& profile, const Scheduling
 
 }  // namespace
 
-PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endpoint> endpoints,
-                           const PickOptions& options) const {
-  const Impl& m = *impl_;
-  ScopedTiming cycle_timing(m.cycle_timing);
-  PickResult r;
-  SchedulingContext ctx;
-  ctx.request = &request;
-  ctx.endpoints = endpoints;
-  ctx.rng = m.rng;
-  ctx.now_us = m.clock->NowMicros();
+namespace {
 
-  std::vector<const Endpoint*> candidates;
-  candidates.reserve(endpoints.size());
-  for (const Endpoint& e : endpoints) {
-    if (options.subset) {
+// One scheduling cycle, step by step (scheduler.h lists the steps and their outcome rules). Each
+// step that can end the cycle returns false with `r` holding the answer. Plugin timings share
+// clock reads across adjacent calls: `t` is the last reading, carried from one step to the next
+// where only the scheduler's bookkeeping lies between two plugin calls.
+class Cycle {
+ public:
+  // Writes the answer into `result` (the caller's return value: no copy or move at the end).
+  Cycle(const Scheduler::Impl& m, const InferenceRequest& request, std::span<const Endpoint> endpoints,
+        const PickOptions& options, PickResult& result)
+      : m_(m), request_(request), endpoints_(endpoints), options_(options), r_(result) {
+    ctx_.request = &request;
+    ctx_.endpoints = endpoints;
+    ctx_.rng = m.rng;
+    ctx_.now_us = m.clock->NowMicros();
+  }
+
+  // 1. The endpoints the gateway's subset hint allows, less those whose scrape was refused
+  //    (unless that leaves none); none left: 503.
+  bool SelectCandidates();
+  // 2. Data producers (tokens, prefix hashes and index lookups) fill the context.
+  void RunProducers();
+  // 3. Admission: the saturation detector sheds a sheddable request from a saturated pool, then
+  //    each admitter may refuse the request (429).
+  bool Admit();
+  // 4. The profile handler names profiles to run or skip until it returns an empty step; each
+  //    profile runs its filters, weighted scorers and picker.
+  void RunProfiles();
+  // 5. The handler's verdict: the primary profile; its failure (or the handler's error) ends the
+  //    cycle with 503 (400 when the handler blames the request).
+  bool ProcessResults();
+  // 6. The answer: the primary profile's endpoints (at the handler's destination port), upstream
+  //    and response headers.
+  void Answer();
+  // 7. A recorded pick: request observers learn every server the request reaches, and the
+  //    request's load estimate is added to the primary endpoint until Release().
+  void Record();
+
+ private:
+  const Scheduler::Impl& m_;
+  const InferenceRequest& request_;
+  std::span<const Endpoint> endpoints_;
+  const PickOptions& options_;
+  PickResult& r_;
+  SchedulingContext ctx_;
+  int64_t t_ = 0;  // the last timing clock read
+  std::vector<const Endpoint*> candidates_;
+  std::vector<ProfileRun> runs_;
+  // With options.scores: every scored candidate per run (aligned with runs_; empty for skips).
+  std::vector<std::vector<std::pair<std::string, double>>> run_scores_;
+  bool handler_done_ = false;  // the last PickProfiles returned an empty step
+  ProfilesOutcome outcome_;
+  const ProfileRun* primary_ = nullptr;
+
+  void RunOne(ProfileStep::Entry next);
+  void SkipOne(ProfileStep::Entry skip);
+  bool Seen(const std::string& profile) const {
+    return std::any_of(runs_.begin(), runs_.end(), [&](const ProfileRun& pr) { return pr.profile == profile; });
+  }
+};
+
+bool Cycle::SelectCandidates() {
+  candidates_.reserve(endpoints_.size());
+  for (const Endpoint& e : endpoints_) {
+    if (options_.subset) {
       bool in = false;
-      for (const std::string& s : *options.subset) in = in || SubsetEntryMatches(s, e.address);
+      for (const std::string& s : *options_.subset) in = in || SubsetEntryMatches(s, e.address);
       if (!in) continue;
     }
-    candidates.push_back(&e);
+    candidates_.push_back(&e);
   }
   // A server whose scrape was refused is gone; pass it over unless nothing else is left (then
   // the pick goes on over all of them, as without the signal).
   const size_t reachable = static_cast<size_t>(
-      std::count_if(candidates.begin(), candidates.end(), [](const Endpoint* e) { return !e->unreachable; }));
-  if (reachable > 0 && reachable < candidates.size()) {
+      std::count_if(candidates_.begin(), candidates_.end(), [](const Endpoint* e) { return !e->unreachable; }));
+  if (reachable > 0 && reachable < candidates_.size()) {
     size_t kept = 0;
-    for (const Endpoint* e : candidates) {
-      if (e->unreachable) r.unreachable.push_back(e->address);
-      else candidates[kept++] = e;
+    for (const Endpoint* e : candidates_) {
+      if (e->unreachable) r_.unreachable.push_back(e->address);
+      else candidates_[kept++] = e;
     }
-    candidates.resize(kept);
+    candidates_.resize(kept);
   }
-  r.candidates = static_cast<int>(candidates.size());
-  if (candidates.empty()) {
-    r.status = 503;
-    if (!options.subset)
-      r.reason = "no endpoints in the pool";
-    else if (options.subset->empty())
-      r.reason = "the subset hint is empty: no endpoint may serve the request";
-    else
-      r.reason = absl::StrCat("no endpoint of the pool matches the subset hint [", absl::StrJoin(*options.subset, ", "), "]");
-    return r;
-  }
+  r_.candidates = static_cast<int>(candidates_.size());
+  if (!candidates_.empty()) return true;
+  r_.status = 503;
+  if (!options_.subset)
+    r_.reason = "no endpoints in the pool";
+  else if (options_.subset->empty())
+    r_.reason = "the subset hint is empty: no endpoint may serve the request";
+  else
+    r_.reason = absl::StrCat("no endpoint of the pool matches the subset hint [", absl::StrJoin(*options_.subset, ", "), "]");
+  return false;
+}
 
-  m.load->Snapshot(endpoints, ctx.inflight_requests, ctx.inflight_tokens);
-  // Timing: producers and the detector run back to back and share their boundary clock reads.
-  int64_t t = TimingNowNs();
-  for (size_t i = 0; i < m.producers.size(); ++i) {
-    m.producers[i]->Prepare(ctx, candidates);
+void Cycle::RunProducers() {
+  m_.load->Snapshot(endpoints_, ctx_.inflight_requests, ctx_.inflight_tokens);
+  // Producers and the detector run back to back and share their boundary clock reads.
+  t_ = TimingNowNs();
+  for (size_t i = 0; i < m_.producers.size(); ++i) {
+    m_.producers[i]->Prepare(ctx_, candidates_);
     const int64_t t_end = TimingNowNs();
-    m.producer_timers[i]->histogram.Record(t_end - t);
-    t = t_end;
+    m_.producer_timers[i]->histogram.Record(t_end - t_);
+    t_ = t_end;
   }
-  r.prefix_block_size_tokens = ctx.prefix.block_size_tokens;
-  r.prefix_blocks = static_cast<int>(ctx.prefix.hashes.size());
-  if (ctx.tokens.computed) {
-    r.tokens = static_cast<int64_t>(ctx.tokens.ids.size());
-    r.tokens_source = ctx.tokens.source;
-    r.tokens_note = ctx.tokens.note;
+  r_.prefix_block_size_tokens = ctx_.prefix.block_size_tokens;
+  r_.prefix_blocks = static_cast<int>(ctx_.prefix.hashes.size());
+  if (ctx_.tokens.computed) {
+    r_.tokens = static_cast<int64_t>(ctx_.tokens.ids.size());
+    r_.tokens_source = ctx_.tokens.source;
+    r_.tokens_note = ctx_.tokens.note;
   }
+}
 
-  if (m.detector) {
-    r.saturation = m.detector->Saturation(ctx, candidates);
-    if (options.trace || request.priority < 0) r.saturation_detail = m.detector->ExplainSaturation(ctx, candidates);
-    m.detector_timer->histogram.Record(TimingNowNs() - t);
-    if (request.priority < 0 && r.saturation >= 1.0) {
-      r.status = 429;
-      r.reason = absl::StrCat("system saturated, sheddable request dropped (priority ", request.priority,
-                              ", saturation ", Num(r.saturation), " >= 1)");
-      return r;
+bool Cycle::Admit() {
+  if (m_.detector) {
+    r_.saturation = m_.detector->Saturation(ctx_, candidates_);
+    if (options_.trace || request_.priority < 0) r_.saturation_detail = m_.detector->ExplainSaturation(ctx_, candidates_);
+    m_.detector_timer->histogram.Record(TimingNowNs() - t_);
+    if (request_.priority < 0 && r_.saturation >= 1.0) {
+      r_.status = 429;
+      r_.reason = absl::StrCat("system saturated, sheddable request dropped (priority ", request_.priority,
+                               ", saturation ", Num(r_.saturation), " >= 1)");
+      return false;
     }
   }
-
-  for (size_t i = 0; i < m.admitters.size(); ++i) {
+  for (size_t i = 0; i < m_.admitters.size(); ++i) {
     std::string why;
     const int64_t t0 = TimingNowNs();
-    const bool admitted = m.admitters[i]->Admit(ctx, candidates, why);
-    m.admitter_timers[i]->histogram.Record(TimingNowNs() - t0);
+    const bool admitted = m_.admitters[i]->Admit(ctx_, candidates_, why);
+    m_.admitter_timers[i]->histogram.Record(TimingNowNs() - t0);
     if (!admitted) {
-      r.status = 429;
-      r.reason = why;
-      return r;
+      r_.status = 429;
+      r_.reason = why;
+      return false;
     }
   }
+  return true;
+}
 
-  // The profile loop: the handler names profiles to run (or skip) until it returns an empty step.
-  std::vector<ProfileRun> runs;
-  runs.reserve(m.profiles.size());
-  // With options.scores: every scored candidate per run (aligned with `runs`; empty for skips).
-  std::vector<std::vector<std::pair<std::string, double>>> run_scores;
-  bool handler_done = false;
+void Cycle::SkipOne(ProfileStep::Entry skip) {
+  if (Seen(skip.profile)) return;
+  if (options_.trace) r_.profiles.push_back(ProfileTrace{skip.profile, false, skip.reason, {}, {}, {}, {}, {}});
+  runs_.push_back(ProfileRun{std::move(skip.profile), false, {}, {}, std::move(skip.reason)});
+  if (options_.scores) run_scores_.emplace_back();
+}
+
+void Cycle::RunOne(ProfileStep::Entry next) {
+  auto it = std::find_if(m_.profiles.begin(), m_.profiles.end(), [&](const Profile& p) { return p.name == next.profile; });
+  if (it == m_.profiles.end() || Seen(next.profile)) return;
+  ProfileTrace* trace = nullptr;
+  if (options_.trace) {
+    r_.profiles.push_back(ProfileTrace{next.profile, true, next.reason, {}, {}, {}, {}, {}});
+    trace = &r_.profiles.back();
+  }
+  ProfileRun run{std::move(next.profile), true, {}, {}, std::move(next.reason)};
+  if (options_.scores) run_scores_.emplace_back();
+  ctx_.peer = next.peer;
+  run.picked = RunProfile(*it, ctx_, candidates_, trace, run.error, options_.scores ? &run_scores_.back() : nullptr);
+  ctx_.peer = nullptr;
+  if (trace) trace->error = run.error;
+  runs_.push_back(std::move(run));
+}
+
+void Cycle::RunProfiles() {
+  runs_.reserve(m_.profiles.size());
   for (int round = 0; round < 16; ++round) {  // bounded: a handler cannot loop forever
     const int64_t t0 = TimingNowNs();
-    ProfileStep step = m.handler->PickProfiles(ctx, m.profile_names, runs);
-    t = TimingNowNs();
-    m.profile_picker_timer->histogram.Record(t - t0);
-    handler_done = step.empty();
-    if (handler_done) break;
-    auto seen = [&](const std::string& name) {
-      return std::any_of(runs.begin(), runs.end(), [&](const ProfileRun& pr) { return pr.profile == name; });
-    };
-    for (ProfileStep::Entry& skip : step.skip) {
-      if (seen(skip.profile)) continue;
-      if (options.trace) r.profiles.push_back(ProfileTrace{skip.profile, false, skip.reason, {}, {}, {}, {}, {}});
-      runs.push_back(ProfileRun{std::move(skip.profile), false, {}, {}, std::move(skip.reason)});
-      if (options.scores) run_scores.emplace_back();
-    }
-    for (ProfileStep::Entry& next : step.run) {
-      auto it = std::find_if(m.profiles.begin(), m.profiles.end(), [&](const Profile& p) { return p.name == next.profile; });
-      if (it == m.profiles.end() || seen(next.profile)) continue;
-      ProfileTrace* trace = nullptr;
-      if (options.trace) {
-        r.profiles.push_back(ProfileTrace{next.profile, true, next.reason, {}, {}, {}, {}, {}});
-        trace = &r.profiles.back();
-      }
-      ProfileRun run{std::move(next.profile), true, {}, {}, std::move(next.reason)};
-      if (options.scores) run_scores.emplace_back();
-      ctx.peer = next.peer;
-      run.picked = RunProfile(*it, ctx, candidates, trace, run.error, options.scores ? &run_scores.back() : nullptr);
-      ctx.peer = nullptr;
-      if (trace) trace->error = run.error;
-      runs.push_back(std::move(run));
-    }
+    ProfileStep step = m_.handler->PickProfiles(ctx_, m_.profile_names, runs_);
+    t_ = TimingNowNs();
+    m_.profile_picker_timer->histogram.Record(t_ - t0);
+    handler_done_ = step.empty();
+    if (handler_done_) break;
+    for (ProfileStep::Entry& skip : step.skip) SkipOne(std::move(skip));
+    for (ProfileStep::Entry& next : step.run) RunOne(std::move(next));
   }
-  for (const ProfileRun& pr : runs) {
+  for (const ProfileRun& pr : runs_) {
     ProfilePick pick{pr.profile, pr.ran, {}, pr.reason, pr.error};
     for (const Endpoint* e : pr.picked) pick.endpoints.push_back(e->address);
-    r.profile_picks.push_back(std::move(pick));
+    r_.profile_picks.push_back(std::move(pick));
   }
-  // Usually `t` is the end of the PickProfiles call that returned no profile just before.
-  if (!handler_done) t = TimingNowNs();
-  absl::StatusOr<ProfilesOutcome> outcome = m.handler->ProcessResults(ctx, runs);
-  m.process_results_timer->histogram.Record(TimingNowNs() - t);
+}
+
+bool Cycle::ProcessResults() {
+  // Usually t_ is the end of the PickProfiles call that returned no profile just before.
+  if (!handler_done_) t_ = TimingNowNs();
+  absl::StatusOr<ProfilesOutcome> outcome = m_.handler->ProcessResults(ctx_, runs_);
+  m_.process_results_timer->histogram.Record(TimingNowNs() - t_);
   if (!outcome.ok()) {
-    r.status = absl::IsInvalidArgument(outcome.status()) ? 400 : 503;
-    r.reason = std::string(outcome.status().message());
-    return r;
+    r_.status = absl::IsInvalidArgument(outcome.status()) ? 400 : 503;
+    r_.reason = std::string(outcome.status().message());
+    return false;
   }
-  r.primary_profile = outcome->primary;
-  r.profiles_reason = std::move(outcome->reason);
-  const ProfileRun* primary = nullptr;
-  for (const ProfileRun& pr : runs)
-    if (pr.profile == r.primary_profile) primary = &pr;
-  if (!primary || primary->picked.empty()) {
-    std::vector<std::string> errors;
-    for (const ProfileRun& pr : runs)
-      if (pr.ran && !pr.error.empty()) errors.push_back(absl::StrCat(pr.profile, ": ", pr.error));
-    r.status = 503;
-    r.reason = absl::StrCat("no eligible endpoint: ", errors.empty() ? "profile produced no endpoint" : absl::StrJoin(errors, "; "));
-    return r;
-  }
-  for (const Endpoint* e : primary->picked) {
-    if (outcome->destination_port == 0) {
-      r.endpoints.push_back(e->address);
+  outcome_ = *std::move(outcome);
+  r_.primary_profile = outcome_.primary;
+  r_.profiles_reason = std::move(outcome_.reason);
+  for (const ProfileRun& pr : runs_)
+    if (pr.profile == r_.primary_profile) primary_ = &pr;
+  if (primary_ && !primary_->picked.empty()) return true;
+  std::vector<std::string> errors;
+  for (const ProfileRun& pr : runs_)
+    if (pr.ran && !pr.error.empty()) errors.push_back(absl::StrCat(pr.profile, ": ", pr.error));
+  r_.status = 503;
+  r_.reason =
+      absl::StrCat("no eligible endpoint: ", errors.empty() ? "profile produced no endpoint" : absl::StrJoin(errors, "; "));
+  return false;
+}
+
+void Cycle::Answer() {
+  for (const Endpoint* e : primary_->picked) {
+    if (outcome_.destination_port == 0) {
+      r_.endpoints.push_back(e->address);
       continue;
     }
     const size_t colon = e->address.rfind(':');
-    r.endpoints.push_back(absl::StrCat(colon == std::string::npos ? e->address : e->address.substr(0, colon), ":",
-                                       outcome->destination_port));
+    r_.endpoints.push_back(absl::StrCat(colon == std::string::npos ? e->address : e->address.substr(0, colon), ":",
+                                        outcome_.destination_port));
   }
-  if (options.scores) r.primary_scores = std::move(run_scores[static_cast<size_t>(primary - runs.data())]);
-  r.headers = std::move(outcome->headers);
-  r.status = 200;
-  r.reason = absl::StrCat("picked by profile '", r.primary_profile, "'");
-  r.prefix_match_blocks = ctx.PrefixMatchBlocks(primary->picked.front());
-  for (const ResponseHeaderSource* h : m.response_header_sources) h->ResponseHeaders(ctx, runs, r.primary_profile, r.response_headers);
-  if (options.record) {
-    // Observers learn every server the request reaches: the primary endpoint, and the first pick
-    // of each other profile that ran (a disaggregated prefill server computes, and keeps, the
-    // prompt's KV blocks too).
-    std::vector<const Endpoint*> targets = {primary->picked.front()};
-    for (const ProfileRun& pr : runs)
-      if (&pr != primary && !pr.picked.empty() &&
-          std::find(targets.begin(), targets.end(), pr.picked.front()) == targets.end())
-        targets.push_back(pr.picked.front());
-    // Process-wide, so that a rebuilt scheduler sharing plugin instances never reuses an id.
-    static std::atomic<uint64_t> next_pick_id{0};
-    r.pick_id = ctx.pick_id = next_pick_id.fetch_add(1, std::memory_order_relaxed) + 1;
-    t = m.observers.empty() ? 0 : TimingNowNs();
-    for (size_t i = 0; i < m.observers.size(); ++i) {
-      for (const Endpoint* target : targets) m.observers[i]->PreRequest(ctx, *target);
-      const int64_t t_end = TimingNowNs();
-      m.observer_timers[i]->histogram.Record(t_end - t);
-      t = t_end;
-    }
-    r.load_tokens = EstimateLoadTokens(request);
-    m.load->Add(primary->picked.front()->address, 1, r.load_tokens);
-    if (r.endpoints.front() != primary->picked.front()->address) r.load_endpoint = primary->picked.front()->address;
+  if (options_.scores) r_.primary_scores = std::move(run_scores_[static_cast<size_t>(primary_ - runs_.data())]);
+  r_.headers = std::move(outcome_.headers);
+  r_.status = 200;
+  r_.reason = absl::StrCat("picked by profile '", r_.primary_profile, "'");
+  r_.prefix_match_blocks = ctx_.PrefixMatchBlocks(primary_->picked.front());
+  for (const ResponseHeaderSource* h : m_.response_header_sources)
+    h->ResponseHeaders(ctx_, runs_, r_.primary_profile, r_.response_headers);
+}
+
+void Cycle::Record() {
+  // Observers learn every server the request reaches: the primary endpoint, and the first pick
+  // of each other profile that ran (a disaggregated prefill server computes, and keeps, the
+  // prompt's KV blocks too).
+  std::vector<const Endpoint*> targets = {primary_->picked.front()};
+  for (const ProfileRun& pr : runs_)
+    if (&pr != primary_ && !pr.picked.empty() &&
+        std::find(targets.begin(), targets.end(), pr.picked.front()) == targets.end())
+      targets.push_back(pr.picked.front());
+  // Process-wide, so that a rebuilt scheduler sharing plugin instances never reuses an id.
+  static std::atomic<uint64_t> next_pick_id{0};
+  r_.pick_id = ctx_.pick_id = next_pick_id.fetch_add(1, std::memory_order_relaxed) + 1;
+  t_ = m_.observers.empty() ? 0 : TimingNowNs();
+  for (size_t i = 0; i < m_.observers.size(); ++i) {
+    for (const Endpoint* target : targets) m_.observers[i]->PreRequest(ctx_, *target);
+    const int64_t t_end = TimingNowNs();
+    m_.observer_timers[i]->histogram.Record(t_end - t_);
+    t_ = t_end;
   }
+  r_.load_tokens = Scheduler::EstimateLoadTokens(request_);
+  m_.load->Add(primary_->picked.front()->address, 1, r_.load_tokens);
+  if (r_.endpoints.front() != primary_->picked.front()->address) r_.load_endpoint = primary_->picked.front()->address;
+}
+
+}  // namespace
+
+PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endpoint> endpoints,
+                           const PickOptions& options) const {
+  ScopedTiming cycle_timing(impl_->cycle_timing);
+  PickResult r;
+  Cycle cycle(*impl_, request, endpoints, options, r);
+  if (!cycle.SelectCandidates()) return r;
+  cycle.RunProducers();
+  if (!cycle.Admit()) return r;
+  cycle.RunProfiles();
+  if (!cycle.ProcessResults()) return r;
+  cycle.Answer();
+  if (options.record) cycle.Record();
   return r;
 }
 
@@ -444,16 +532,18 @@ void Scheduler::Release(const PickResult& result) const {
 void Scheduler::Release(std::string_view endpoint, int64_t tokens) const { impl_->load->Add(endpoint, -1, -tokens); }
 
 void Scheduler::ObserveFirstToken(uint64_t pick_id, std::string_view endpoint, std::optional<int64_t> at_us) const {
-  if (pick_id == 0 || impl_->first_token_observers.empty()) return;
+  const std::vector<const FirstTokenObserver*>& observers = impl_->caps.first_token_observers;
+  if (pick_id == 0 || observers.empty()) return;
   const int64_t at = at_us ? *at_us : impl_->clock->NowMicros();
-  for (const FirstTokenObserver* o : impl_->first_token_observers) o->FirstToken(pick_id, endpoint, at);
+  for (const FirstTokenObserver* o : observers) o->FirstToken(pick_id, endpoint, at);
 }
 
 void Scheduler::ForgetEndpoint(std::string_view endpoint) const {
   impl_->load->Forget(endpoint);
-  for (const auto& p : impl_->plugins)
-    if (auto* s = dynamic_cast<const plugins::EndpointState*>(p.get())) s->ForgetEndpoint(endpoint);
+  for (const plugins::EndpointState* s : impl_->caps.endpoint_states) s->ForgetEndpoint(endpoint);
 }
+
+const RuntimeNeeds& Scheduler::Needs() const { return impl_->needs; }
 
 const std::vector<std::string>& Scheduler::warnings() const { return impl_->warnings; }
 
@@ -463,23 +553,17 @@ const std::vector<std::string>& Scheduler::OwnedHeaders() const { return impl_->
 
 size_t Scheduler::PrefixIndexEntries() const {
   size_t n = 0;
-  for (const auto& p : impl_->plugins)
-    if (auto* s = dynamic_cast<const plugins::EndpointState*>(p.get())) n += s->PrefixEntries();
+  for (const plugins::EndpointState* s : impl_->caps.endpoint_states) n += s->PrefixEntries();
   return n;
 }
 
 std::pair<int64_t, int64_t> Scheduler::Inflight(std::string_view endpoint) const { return impl_->load->Get(endpoint); }
 
 void Scheduler::ConfigureScrape(ScrapeOptions& options) const {
-  for (const auto& p : impl_->plugins)
-    if (auto* s = dynamic_cast<const plugins::ScrapeSettingsSource*>(p.get())) s->ConfigureScrape(options);
+  for (const plugins::ScrapeSettingsSource* s : impl_->caps.scrape_settings) s->ConfigureScrape(options);
 }
 
-const KvEventsBinding* Scheduler::KvEvents() const {
-  for (const auto& p : impl_->plugins)
-    if (auto* s = dynamic_cast<const plugins::KvEventsSource*>(p.get())) return &s->Binding();
-  return nullptr;
-}
+const KvEventsBinding* Scheduler::KvEvents() const { return impl_->needs.kv_events; }
 
 namespace {
 
@@ -515,8 +599,7 @@ bool Scheduler::RoutesUnparsed(std::string_view path) const {
 
 std::vector<TokenizerCounters> Scheduler::Tokenizers() const {
   std::vector<TokenizerCounters> out;
-  for (const auto& p : impl_->plugins)
-    if (auto* s = dynamic_cast<const plugins::TokenSource*>(p.get())) out.push_back(s->Counters());
+  for (const plugins::TokenSource* s : impl_->caps.token_sources) out.push_back(s->Counters());
   return out;
 }
 

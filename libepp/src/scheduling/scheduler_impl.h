@@ -14,6 +14,7 @@
 #include "epp/plugin.h"
 #include "epp/scheduler.h"
 #include "epp/scheduling.h"
+#include "plugins/capabilities.h"
 
 namespace epp {
 
@@ -120,8 +121,11 @@ struct Scheduler::Impl {
   std::vector<const ResponseHeaderSource*> response_header_sources;
   std::vector<const ResponseMetadataSource*> response_metadata_sources;
   std::vector<const RequestObserver*> observers;
-  std::vector<const FirstTokenObserver*> first_token_observers;  // ObserveFirstToken's, found once
   std::vector<const Admitter*> admitters;
+  // The plugins' runtime capabilities and what they add up to, indexed by the Scheduler's
+  // constructor once the plugins above are in place.
+  plugins::Capabilities caps;
+  RuntimeNeeds needs;
   std::vector<std::string> warnings;
   Params effective;  // the effective configuration document
   // Shared with the schedulers rebuilt from this one, so that requests picked by one and
