@@ -157,6 +157,10 @@ struct EndpointPoolOptions {
   // Each endpoint that left or changed origin, after the snapshot without it is published
   // (called on the thread that installed the new set).
   std::function<void(const std::string& address)> on_departure;
+  // Every endpoint set installed (Create's first one included), with its specs, after its
+  // snapshot is published, on the installing thread: how the server keeps its KV-event
+  // subscriptions in step with the pool without polling it.
+  std::function<void(const std::vector<EndpointSpec>& specs)> on_installed;
 };
 
 struct EndpointPoolCounters {
@@ -173,6 +177,7 @@ struct EndpointPoolCounters {
   std::map<std::string, int64_t> scrape_errors;  // per current endpoint address, cumulative
   int64_t discovery_ok = 0;
   int64_t discovery_errors = 0;
+  int64_t scrape_settings_applied = 0;  // SetScrapeOptions calls the scrape loop has taken up
 };
 
 class EndpointPool final : public EndpointSource {
@@ -196,6 +201,13 @@ class EndpointPool final : public EndpointSource {
   void RunCycle();
   // One round of the discovery thread: list, and hand a changed list to the next RunCycle().
   void RunDiscovery();
+
+  // Replaces how metrics are read (engine, mappings, engine labels: what a reloaded config's
+  // core-metrics-extractor says). The mappings are resolved here, so a bad setting is the call's
+  // kInvalidArgument and the settings in use stay; the scrape loop (or the next RunCycle) reads
+  // with the new ones from its next slice on. Transport settings (timeout, headers) are replaced
+  // too.
+  absl::Status SetScrapeOptions(ScrapeOptions scrape);
 
   size_t size() const;
   // The specs of the endpoints in use (file, discovery and flags), in snapshot order.

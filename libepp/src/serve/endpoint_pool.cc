@@ -157,6 +157,20 @@ void EndpointPool::Impl::Install(std::vector<EndpointSpec> new_specs, std::vecto
   // Only after the new snapshot is published, so that no pick sees the endpoint again.
   if (options.on_departure)
     for (const std::string& address : departed) options.on_departure(address);
+  if (options.on_installed) options.on_installed(specs);
+}
+
+void EndpointPool::Impl::TakePendingScrape() {
+  std::optional<std::pair<ScrapeOptions, std::shared_ptr<const MetricMappings>>> taken;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    taken.swap(pending_scrape);
+    if (!taken) return;
+    counters.scrape_settings_applied++;
+  }
+  options.resolve.scrape = std::move(taken->first);
+  options.resolve.mappings = std::move(taken->second);
+  ++generation;  // the threaded loop rebuilds its scraper with the new mappings
 }
 
 void EndpointPool::Impl::Track(size_t i, bool read) {
@@ -287,7 +301,7 @@ absl::StatusOr<std::unique_ptr<EndpointPool>> EndpointPool::Create(EndpointPoolO
     return absl::InvalidArgumentError("pool discovery and an endpoints file cannot be combined");
   if (!options.lister && options.endpoints_file.empty() && options.flag_specs.empty())
     return absl::InvalidArgumentError(
-        "no endpoints: give --pool-name NAME, --endpoints FILE or --endpoint ADDR[=METRICS]");
+        "no endpoints: give pool_name NAME, endpoints_file FILE or endpoint_flags ADDR[=METRICS]");
   if (options.interval.count() <= 0 || (options.lister && options.discovery_interval.count() <= 0))
     return absl::InvalidArgumentError("endpoint pool: intervals must be > 0");
   // The mappings are resolved once for the pool's life, not at every scrape cycle.
@@ -349,9 +363,18 @@ std::string EndpointPool::Describe() const {
   return source;
 }
 
+absl::Status EndpointPool::SetScrapeOptions(ScrapeOptions scrape) {
+  EPP_RETURN_IF_ERROR(NormalizeScrapeOptions(scrape));
+  EPP_ASSIGN_OR_RETURN(MetricMappings mappings, MetricMappings::Create(scrape));
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->pending_scrape.emplace(std::move(scrape), std::make_shared<const MetricMappings>(std::move(mappings)));
+  return absl::OkStatus();
+}
+
 void EndpointPool::RunCycle() {
   Impl& m = *impl_;
   const auto start = std::chrono::steady_clock::now();
+  m.TakePendingScrape();
   m.MaybeReload();
   m.Refresh();
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -408,6 +431,7 @@ void EndpointPool::Impl::ScrapeLoop() {
       std::lock_guard<std::mutex> lock(mu);
       if (stop) return;
     }
+    TakePendingScrape();
     if (!scraper || built_for != generation) {
       if (scraper) {
         before.reads += scraper->stats().reads;

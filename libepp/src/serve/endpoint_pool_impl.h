@@ -51,6 +51,8 @@ struct EndpointPool::Impl {
   // `discovered`, so that the next list is handed over even if it is the same.
   bool discovered_rejected = false;
   bool stop = false;
+  // SetScrapeOptions' settings with their resolved mappings, until the scrape thread takes them.
+  std::optional<std::pair<ScrapeOptions, std::shared_ptr<const MetricMappings>>> pending_scrape;
   std::condition_variable cv;
   std::thread scrape_thread, discovery_thread;
 
@@ -63,6 +65,7 @@ struct EndpointPool::Impl {
   void Install(std::vector<EndpointSpec> specs, std::vector<Endpoint> endpoints);
   bool Replace(absl::StatusOr<std::vector<EndpointSpec>> specs, const std::string& source);
   void MaybeReload();
+  void TakePendingScrape();  // the scrape thread: adopt SetScrapeOptions' settings
   void Refresh();
   void Track(size_t i, bool read);
   int64_t NowMicros() const;

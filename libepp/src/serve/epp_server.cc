@@ -43,25 +43,25 @@ std::string ApplyDetectorStaleness(EppConfig& config, std::optional<std::chrono:
   if (!staleness) return {};
   const std::string text = GoDuration(staleness->count());
   if (!config.saturation_detector_ref.empty()) {
-    return "--metrics-staleness-threshold: the config's saturation detector '" + config.saturation_detector_ref +
-           "' keeps its own metricsStalenessThreshold; the flag sets only the pool-average gauges";
+    return "detector_staleness: the config's saturation detector '" + config.saturation_detector_ref +
+           "' keeps its own metricsStalenessThreshold; metrics_staleness_threshold sets only the pool-average gauges";
   }
   for (const PluginSpec& p : config.plugins) {
     // BuildScheduler uses a plugin named utilization-detector as the default detector.
     if (p.name == "utilization-detector" && config.saturation_detector_params.is_null()) {
-      return "--metrics-staleness-threshold: the config's plugin 'utilization-detector' keeps its own "
-             "metricsStalenessThreshold; the flag sets only the pool-average gauges";
+      return "detector_staleness: the config's plugin 'utilization-detector' keeps its own "
+             "metricsStalenessThreshold; metrics_staleness_threshold sets only the pool-average gauges";
     }
   }
   Params& params = config.saturation_detector_params;
   if (params.is_map() && params.Has("metricsStalenessThreshold")) {
-    return "--metrics-staleness-threshold: the config sets saturationDetector.metricsStalenessThreshold, which "
-           "governs; the flag sets only the pool-average gauges";
+    return "detector_staleness: the config sets saturationDetector.metricsStalenessThreshold, which "
+           "governs; metrics_staleness_threshold sets only the pool-average gauges";
   }
   if (params.is_null()) params = Params::Map("saturationDetector");
   if (!params.is_map()) return {};  // BuildScheduler reports the bad section
   params.Set("metricsStalenessThreshold", Params::String(text));
-  return "--metrics-staleness-threshold=" + text + " applied to the saturation detector (metricsStalenessThreshold)";
+  return "detector_staleness=" + text + " applied to the saturation detector (metricsStalenessThreshold)";
 }
 
 }  // namespace
@@ -92,18 +92,22 @@ struct EppServer::Impl {
   std::condition_variable cv;
   std::thread watch_thread;
 
-  // KV events: a subscriber feeding the index of the scheduler's precise prefix producer, its
-  // subscriptions kept in step with the pool's endpoints and the scheduler (reloads) by kv_thread.
+  // KV events: a subscriber feeding the index of the scheduler's precise prefix producer
+  // (RuntimeNeeds::kv_events). Kept in step by SyncKv, which runs when the pool installs an
+  // endpoint set (EndpointPoolOptions::on_installed) and after a reload swaps the scheduler; it
+  // reads the current scheduler and the last installed specs under kv_mu, so whichever of two
+  // concurrent calls runs last leaves the subscriber matching both.
   std::unique_ptr<KvEventSubscriber> kv;
   std::shared_ptr<KvBlockIndex> kv_index;  // the index `kv` feeds (kept alive with it)
   std::vector<KvSubscription> kv_subs;
-  std::thread kv_thread;
-  mutable std::mutex kv_mu;  // guards kv, kv_index for Render()
+  std::vector<EndpointSpec> kv_specs;  // the pool's last installed set
+  mutable std::mutex kv_mu;            // guards the four above
 
-  void SyncKv() {
+  // Under kv_mu.
+  void SyncKvLocked() {
+    if (kv_stopped) return;
     const std::shared_ptr<const Scheduler> current = handle->Get();
-    const KvEventsBinding* b = current->KvEvents();
-    std::lock_guard<std::mutex> lock(kv_mu);
+    const KvEventsBinding* b = current->Needs().kv_events;
     if (!b) {
       if (kv) {
         kv->Stop();
@@ -126,21 +130,42 @@ struct EppServer::Impl {
       kv_subs.clear();
       kv->Start();
     }
-    const std::vector<EndpointSpec> specs = pool ? pool->Specs() : std::vector<EndpointSpec>{};
-    std::vector<KvSubscription> subs = KvSubscriptionsFor(*b, specs);
+    std::vector<KvSubscription> subs = KvSubscriptionsFor(*b, kv_specs);
     if (subs != kv_subs) {
       kv->SetSubscriptions(subs);
       kv_subs = std::move(subs);
     }
   }
+  void SyncKv() {
+    std::lock_guard<std::mutex> lock(kv_mu);
+    SyncKvLocked();
+  }
+  void OnEndpointsInstalled(const std::vector<EndpointSpec>& specs) {
+    std::lock_guard<std::mutex> lock(kv_mu);
+    kv_specs = specs;
+    SyncKvLocked();
+  }
+  void StopKv() {
+    std::lock_guard<std::mutex> lock(kv_mu);
+    kv_stopped = true;
+    if (kv) kv->Stop();
+  }
+  bool kv_stopped = false;  // under kv_mu: Shutdown ran, no subscriber is started again
 
-  void KvLoop() {
-    std::unique_lock<std::mutex> lock(mu);
-    while (!cv.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop; })) {
-      lock.unlock();
-      SyncKv();
-      lock.lock();
-    }
+  // How metrics are read before the configuration has its say (the server's own settings).
+  ScrapeOptions BaseScrape() const {
+    ScrapeOptions o;
+    o.engine = config.engine;
+    o.timeout = std::chrono::milliseconds(
+        std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(config.scrape_timeout).count()));
+    o.accept_gzip = config.scrape_gzip;
+    return o;
+  }
+  // The scrape settings `s` asks for: the base, then its core-metrics-extractor.
+  ScrapeOptions ScrapeFor(const Scheduler& s) const {
+    ScrapeOptions o = BaseScrape();
+    s.ConfigureScrape(o);
+    return o;
   }
 
   PluginContext Context() {
@@ -177,8 +202,21 @@ struct EppServer::Impl {
                 "; the running scheduler stays");
       return built.status();
     }
+    // The new configuration's scrape settings are checked before it replaces the running one:
+    // a setting the pool refuses fails the reload as a bad config would.
+    const Scheduler& previous = *handle->Get();
+    if (pool && ((*built)->Needs().scrape_settings || previous.Needs().scrape_settings)) {
+      if (absl::Status s = pool->SetScrapeOptions(ScrapeFor(**built)); !s.ok()) {
+        reloads.failed++;
+        reloads.last_error = "metrics scrape settings: " + std::string(s.message());
+        log.Error("config " + config.config_file + " not reloaded: " + reloads.last_error +
+                  "; the running scheduler stays");
+        return s;
+      }
+    }
     for (const std::string& w : (*built)->warnings()) log.Warn("config: " + w);
     handle->Set(std::shared_ptr<const Scheduler>(*std::move(built)));
+    SyncKv();  // a new precise producer's index, or none
     reloads.ok++;
     reloads.last_error.clear();
     log.Info("config " + config.config_file + " reloaded: new streams use it; open streams finish on the previous one");
@@ -271,8 +309,8 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     m.handle = std::make_unique<SchedulerHandle>(std::shared_ptr<const Scheduler>(std::move(scheduler)));
   }
   if (c.refresh_interval + c.scrape_timeout >= c.staleness) {
-    m.log.Warn("--refresh-metrics-interval (" + GoDuration(c.refresh_interval.count()) + ") + --scrape-timeout (" +
-               GoDuration(c.scrape_timeout.count()) + ") >= --metrics-staleness-threshold (" +
+    m.log.Warn("refresh_metrics_interval (" + GoDuration(c.refresh_interval.count()) + ") + scrape_timeout (" +
+               GoDuration(c.scrape_timeout.count()) + ") >= metrics_staleness_threshold (" +
                GoDuration(c.staleness.count()) +
                "): metrics may count as stale between scrapes, and stale endpoints count as saturated for sheddable "
                "requests");
@@ -288,13 +326,9 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     EndpointPoolOptions po;
     po.endpoints_file = c.endpoints_file;
     po.flag_specs = c.endpoints;
-    po.resolve.scrape.engine = c.engine;
-    po.resolve.scrape.timeout = std::chrono::milliseconds(
-        std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(c.scrape_timeout).count()));
-    po.resolve.scrape.accept_gzip = c.scrape_gzip;
     // The configuration's core-metrics-extractor (engineConfigs, customMetrics, engineLabelKey,
-    // defaultEngine); a reload does not change how metrics are read.
-    m.handle->Get()->ConfigureScrape(po.resolve.scrape);
+    // defaultEngine) over the server's settings; a reload applies its own (Reload).
+    po.resolve.scrape = m.ScrapeFor(*m.handle->Get());
     po.interval = c.refresh_interval;
     po.log = &m.log;
     po.lister = c.lister;
@@ -313,6 +347,7 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     // Departed endpoints are forgotten by the scheduler new streams use; plugins carried over a
     // reload are shared, so their state is forgotten too.
     po.on_departure = [raw](const std::string& address) { raw->handle->Get()->ForgetEndpoint(address); };
+    po.on_installed = [raw](const std::vector<EndpointSpec>& specs) { raw->OnEndpointsInstalled(specs); };
     EPP_ASSIGN_OR_RETURN(m.pool, EndpointPool::Create(std::move(po)));
     m.endpoints = m.pool.get();
   }
@@ -356,8 +391,7 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
   }
   if (m.pool) m.pool->Start();
   if (m.config_watch) m.watch_thread = std::thread([raw] { raw->Watch(); });
-  m.SyncKv();  // subscribed before the first stream, when the config has a precise prefix producer
-  m.kv_thread = std::thread([raw] { raw->KvLoop(); });
+  m.SyncKv();  // subscribed before the first stream (the pool's first set came in Create)
   return std::unique_ptr<EppServer>(new EppServer(std::move(impl)));
 }
 
@@ -385,12 +419,8 @@ void EppServer::Shutdown(std::chrono::milliseconds drain) {
   if (m.health) m.health->SetReady(false);
   if (m.server) m.server->Shutdown(drain);
   if (m.watch_thread.joinable()) m.watch_thread.join();
-  if (m.kv_thread.joinable()) m.kv_thread.join();
-  {
-    std::lock_guard<std::mutex> lock(m.kv_mu);
-    if (m.kv) m.kv->Stop();
-  }
-  if (m.pool) m.pool->Stop();
+  if (m.pool) m.pool->Stop();  // no endpoint set is installed after this
+  m.StopKv();
   if (m.metrics) m.metrics->Stop();
   if (m.health) m.health->Shutdown();
 }

@@ -260,6 +260,63 @@ TEST_F(EndpointPoolTest, MetricsAreRefreshedEachCycleAndUnreadableOnesKeepTheLas
   EXPECT_EQ(log_.Count(LogLevel::kInfo, "endpoint 10.0.0.1:8000: metrics read again"), 1);
 }
 
+TEST_F(EndpointPoolTest, NewScrapeSettingsAreTakenUpByTheNextCycle) {
+  // The page has two queue gauges; the settings decide which one is the queue.
+  const std::string metrics = (dir_ / "a.prom").string();
+  WriteFile(metrics, VllmMetrics(3) + "# TYPE my_queue gauge\nmy_queue 11\n");
+  WriteFile(file_, "endpoints:\n  - address: 10.0.0.1:8000\n    metrics: " + metrics + "\n");
+  int installs = 0;
+  size_t installed_size = 0;
+  EndpointPoolOptions o = FileOptions();
+  o.on_installed = [&](const std::vector<EndpointSpec>& specs) {
+    ++installs;
+    installed_size = specs.size();
+  };
+  pool_ = *EndpointPool::Create(std::move(o));
+  EXPECT_EQ(installs, 1) << "the first set is an install too";
+  EXPECT_EQ(installed_size, 1u);
+  ASSERT_EQ(pool_->Snapshot()->front().metrics.waiting_queue_size, 3);
+
+  ScrapeOptions scrape;
+  scrape.engine = "vllm";
+  scrape.metric_overrides = {{"queue", "my_queue"}};
+  ASSERT_TRUE(pool_->SetScrapeOptions(scrape).ok());
+  EXPECT_EQ(pool_->counters().scrape_settings_applied, 0) << "handed over, not yet taken up";
+  EXPECT_EQ(pool_->Snapshot()->front().metrics.waiting_queue_size, 3);
+  pool_->RunCycle();
+  EXPECT_EQ(pool_->counters().scrape_settings_applied, 1);
+  EXPECT_EQ(pool_->Snapshot()->front().metrics.waiting_queue_size, 11);
+  pool_->RunCycle();
+  EXPECT_EQ(pool_->counters().scrape_settings_applied, 1) << "taken up once";
+  EXPECT_EQ(installs, 1) << "new settings are not a new endpoint set";
+
+  // Bad settings are refused whole: the ones in use stay.
+  ScrapeOptions bad = scrape;
+  bad.metric_overrides = {{"queue", "my_queue{"}};
+  const absl::Status refused = pool_->SetScrapeOptions(bad);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  bad = scrape;
+  bad.timeout = std::chrono::milliseconds(0);
+  EXPECT_EQ(pool_->SetScrapeOptions(bad).code(), absl::StatusCode::kInvalidArgument);
+  WriteFile(metrics, VllmMetrics(3) + "# TYPE my_queue gauge\nmy_queue 12\n");
+  pool_->RunCycle();
+  EXPECT_EQ(pool_->counters().scrape_settings_applied, 1);
+  EXPECT_EQ(pool_->Snapshot()->front().metrics.waiting_queue_size, 12);
+
+  // Back to the built-in mapping.
+  ASSERT_TRUE(pool_->SetScrapeOptions(ScrapeOptions{}).ok());
+  pool_->RunCycle();
+  EXPECT_EQ(pool_->Snapshot()->front().metrics.waiting_queue_size, 3);
+
+  // A changed file is installed (after it settled) and reported to on_installed.
+  WriteFile(file_, "endpoints:\n  - address: 10.0.0.1:8000\n    metrics: " + metrics +
+                       "\n  - address: 10.0.0.2:8000\n    metrics: none\n");
+  pool_->RunCycle();
+  pool_->RunCycle();
+  EXPECT_EQ(installs, 2);
+  EXPECT_EQ(installed_size, 2u);
+}
+
 class DiscoveryTest : public EndpointPoolTest {
  protected:
   EndpointPoolOptions ListerOptions(std::vector<EndpointSpec> flags = {}) {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "epp/config.h"
 #include "epp/registry.h"
@@ -162,6 +163,45 @@ TEST_F(EppServerTest, ReloadSwapsTheSchedulerAndABadConfigKeepsIt) {
   ASSERT_TRUE(server.ReloadConfig().ok());
   EXPECT_TRUE(server.config_reloads().last_error.empty());
   EXPECT_EQ(Metrics(server).find("epp_config_reload_error{"), std::string::npos);
+}
+
+// A core-metrics-extractor whose vllm mapping reads the queue from `queue_metric`.
+std::string ExtractorConfig(const std::string& queue_metric) {
+  return std::string(kHeader) + "plugins:\n- type: core-metrics-extractor\n  parameters:\n    engineConfigs:\n" +
+         "    - name: vllm\n      queuedRequestsSpec: " + queue_metric + "\n- type: queue-scorer\n" +
+         "schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\n";
+}
+
+TEST_F(EppServerTest, AReloadChangesHowMetricsAreRead) {
+  const std::string page = (dir_ / "a.prom").string();
+  Write(page, "# TYPE queue_a gauge\nqueue_a 4\n# TYPE queue_b gauge\nqueue_b 9\n"
+              "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 2\n");
+  Write(config_, ExtractorConfig("queue_a"));
+  ServeConfig c = Base();
+  c.endpoints.resize(1);
+  c.endpoints[0].metrics = page;
+  c.engine = "vllm";
+  c.refresh_interval = std::chrono::milliseconds(5);
+  auto started = EppServer::Start(std::move(c));
+  ASSERT_TRUE(started.ok()) << started.status();
+  EppServer& server = **started;
+  const auto queue = [&server] { return server.pool()->Snapshot()->front().metrics.waiting_queue_size; };
+  EXPECT_EQ(queue(), 4) << "the extractor's mapping applies from the first read";
+
+  Write(config_, ExtractorConfig("queue_b"));
+  ASSERT_TRUE(server.ReloadConfig().ok());
+  // The scrape loop takes the new settings up at its next interval (5 ms); bounded wait.
+  for (int i = 0; i < 400 && queue() != 9; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(queue(), 9) << "the reloaded config's queuedRequestsSpec is read";
+  EXPECT_GE(server.pool()->counters().scrape_settings_applied, 1);
+
+  // Without an extractor the built-in vllm mapping (vllm:num_requests_waiting) is back.
+  Write(config_, Config(3, 16));
+  ASSERT_TRUE(server.ReloadConfig().ok());
+  for (int i = 0; i < 400 && queue() != 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(queue(), 2);
+  EXPECT_EQ(server.config_reloads().ok, 2);
+  server.Shutdown(std::chrono::milliseconds(0));
 }
 
 TEST_F(EppServerTest, StartFailsOnABadConfigOrABusyPort) {
