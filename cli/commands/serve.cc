@@ -9,7 +9,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -25,6 +24,7 @@
 #include "epp/kube.h"
 #include "epp/params.h"
 #include "epp/serve.h"
+#include "epp/serve_args.h"
 #include "epp/version.h"
 #include "output.h"
 
@@ -38,23 +38,6 @@ absl::StatusOr<std::chrono::microseconds> FlagDuration(const char* flag, const s
     return absl::InvalidArgumentError(std::string(flag) + ": must be " + (allow_zero ? ">= 0" : "> 0") + ", got '" +
                                       text + "'");
   return std::chrono::microseconds(*us);
-}
-
-// "NAME=PRIORITY" values of --objective.
-absl::Status ParseObjectives(const std::vector<std::string>& flags, std::map<std::string, int, std::less<>>& out) {
-  for (const std::string& f : flags) {
-    const size_t eq = f.rfind('=');
-    const std::string name = eq == std::string::npos ? "" : f.substr(0, eq);
-    int priority = 0;
-    const char* begin = f.data() + (eq == std::string::npos ? f.size() : eq + 1);
-    const char* end = f.data() + f.size();
-    auto [ptr, ec] = std::from_chars(begin, end, priority);
-    if (name.empty() || begin == end || ec != std::errc() || ptr != end)
-      return absl::InvalidArgumentError("--objective '" + f +
-                                        "': expected NAME=PRIORITY with an integer priority (negative = sheddable)");
-    out[name] = priority;
-  }
-  return absl::OkStatus();
 }
 
 absl::Status WriteReadyFile(const std::string& path, int grpc, int health, int metrics) {
@@ -82,100 +65,39 @@ int WaitSignal(const sigset_t& set, std::chrono::milliseconds timeout) {
 
 const char* SignalName(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal"; }
 
-// The flags as a ServeConfig (everything except process policy).
-// The --kube-* flags, shared by --pool-name and --pool-import discovery.
-epp::KubeClientOptions KubeOptions(const ServeOptions& o) {
-  epp::KubeClientOptions k;
-  k.api_server = o.kube_api_server;
-  k.token_file = o.kube_token_file;
-  k.ca_file = o.kube_ca_file;
-  k.insecure_skip_verify = o.kube_insecure_skip_verify;
-  return k;
+// ServeArgs' setting names (in libepp's messages and log lines) as this command's flags.
+const std::map<std::string, std::string, std::less<>>& FlagNames() {
+  static const std::map<std::string, std::string, std::less<>> names = [] {
+    std::map<std::string, std::string, std::less<>> m;
+    for (std::string_view setting : epp::ServeSettingNames()) {
+      std::string flag = "--" + std::string(setting);
+      for (char& ch : flag)
+        if (ch == '_') ch = '-';
+      m.emplace(std::string(setting), flag);
+    }
+    const std::pair<const char*, const char*> renamed[] = {
+        {"config_file", "--config"},       {"endpoints_file", "--endpoints"},
+        {"endpoint_flags", "--endpoint"},  {"clusters_file", "--clusters"},
+        {"objective_flags", "--objective"}, {"capture_dir", "--capture"},
+        {"detector_staleness", "--metrics-staleness-threshold"}, {"metrics_pool_name", "--pool-name"}};
+    for (const auto& [setting, flag] : renamed) m[setting] = flag;
+    return m;
+  }();
+  return names;
 }
 
-absl::StatusOr<epp::ServeConfig> ToServeConfig(const ServeOptions& o, const epp::Logger& log) {
-  epp::ServeConfig c;
-  c.log = &log;
-  c.config_file = o.config;
-  c.seed = o.seed;
-  c.endpoints_file = o.endpoints_file;
-  c.engine = o.engine;
-  EPP_ASSIGN_OR_RETURN(c.refresh_interval, FlagDuration("--refresh-metrics-interval", o.refresh_metrics_interval, false));
-  EPP_ASSIGN_OR_RETURN(c.staleness, FlagDuration("--metrics-staleness-threshold", o.metrics_staleness_threshold, false));
-  if (o.staleness_given) c.detector_staleness = c.staleness;
-  EPP_ASSIGN_OR_RETURN(c.scrape_timeout, FlagDuration("--scrape-timeout", o.scrape_timeout, false));
-  c.scrape_gzip = o.scrape_gzip;
-  for (size_t i = 0; i < o.endpoints.size(); ++i) {
-    EPP_ASSIGN_OR_RETURN(epp::EndpointSpec spec, epp::ParseEndpointFlag(o.endpoints[i], static_cast<int>(i + 1)));
-    c.endpoints.push_back(std::move(spec));
+// A logger that writes libepp's setting names as this command's flags.
+class FlagNamingLogger final : public epp::Logger {
+ public:
+  explicit FlagNamingLogger(const epp::Logger& inner) : inner_(inner) {}
+  bool Enabled(epp::LogLevel level) const override { return inner_.Enabled(level); }
+  void Write(epp::LogLevel level, std::string_view message) const override {
+    inner_.Write(level, epp::RenameServeSettings(message, FlagNames()));
   }
-  if (!o.pool_import.empty()) {
-    if (!o.endpoints_file.empty()) return absl::InvalidArgumentError("--pool-import and --endpoints cannot be combined");
-    if (o.pool_name_given) return absl::InvalidArgumentError("--pool-import and --pool-name cannot be combined");
-    if (o.clusters_file.empty())
-      return absl::InvalidArgumentError("--pool-import needs --clusters FILE: the gateway and EPP metrics URL of each cluster");
-    epp::PoolImportDiscoveryOptions d;
-    d.name = o.pool_import;
-    d.ns = epp::PoolNamespace(o.pool_namespace);
-    EPP_ASSIGN_OR_RETURN(d.clusters, epp::LoadEndpointsFile(o.clusters_file));
-    d.cluster_label = o.cluster_label;
-    EPP_ASSIGN_OR_RETURN(d.interval, FlagDuration("--pool-resync-interval", o.pool_resync_interval, false));
-    d.kube = KubeOptions(o);
-    c.import_discovery = std::move(d);
-  } else if (!o.clusters_file.empty()) {
-    return absl::InvalidArgumentError("--clusters is the cluster directory of --pool-import; give --pool-import NAME");
-  }
-  if (o.pool_name_given && o.endpoints_file.empty()) {
-    // --pool-name without --endpoints: the pool's Ready Pods, read through the Kubernetes API.
-    epp::PoolDiscoveryOptions d;
-    d.name = o.pool_name;
-    d.group = o.pool_group;
-    d.ns = epp::PoolNamespace(o.pool_namespace);
-    EPP_ASSIGN_OR_RETURN(d.interval, FlagDuration("--pool-resync-interval", o.pool_resync_interval, false));
-    d.kube = KubeOptions(o);
-    c.discovery = std::move(d);
-  }
-  c.listen_address = o.listen_address;
-  c.grpc_port = o.grpc_port;
-  c.health_port = o.grpc_health_port;
-  c.metrics_port = o.metrics_port;
-  c.tls = o.secure_serving;
-  if (o.secure_serving && !o.cert_path.empty()) {
-    EPP_ASSIGN_OR_RETURN(c.cert_pem, ReadFile(o.cert_path + "/tls.crt"));
-    EPP_ASSIGN_OR_RETURN(c.key_pem, ReadFile(o.cert_path + "/tls.key"));
-    c.tls_source = o.cert_path;
-  }
-  c.session.max_request_bytes = o.max_request_bytes;
-  c.session.ignore_subset_hint = o.disable_subset_filter;
-  c.session.emit_endpoint_scores = o.emit_endpoint_scores;
-  EPP_ASSIGN_OR_RETURN(std::chrono::microseconds request_timeout,
-                       FlagDuration("--stream-request-timeout", o.stream_request_timeout, true));
-  EPP_ASSIGN_OR_RETURN(std::chrono::microseconds idle_timeout,
-                       FlagDuration("--stream-idle-timeout", o.stream_idle_timeout, true));
-  c.session.request_timeout = std::chrono::ceil<std::chrono::milliseconds>(request_timeout);
-  c.session.idle_timeout = std::chrono::ceil<std::chrono::milliseconds>(idle_timeout);
-  EPP_ASSIGN_OR_RETURN(std::chrono::microseconds handshake_timeout,
-                       FlagDuration("--handshake-timeout", o.handshake_timeout, false));
-  c.session.handshake_timeout = std::chrono::ceil<std::chrono::milliseconds>(handshake_timeout);
-  EPP_RETURN_IF_ERROR(ParseObjectives(o.objectives, c.session.objective_priorities));
-  if (!o.capture_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.capture_dir, ec);
-    if (ec) return absl::InvalidArgumentError("--capture " + o.capture_dir + ": " + ec.message());
-    c.capture_dir = o.capture_dir;
-  }
-  if (o.decision_log < 0 || o.decision_log > 1000000)
-    return absl::InvalidArgumentError("--decision-log must be in [0, 1000000], got " + std::to_string(o.decision_log));
-  if (o.decision_log_rate < 1)
-    return absl::InvalidArgumentError("--decision-log-rate must be >= 1, got " + std::to_string(o.decision_log_rate));
-  c.decision_log.capacity = static_cast<size_t>(o.decision_log);
-  c.decision_log.max_per_second = o.decision_log_rate;
-  c.decision_log.include_prompt = o.decision_log_prompts;
-  c.pool_name = o.pool_name;
-  c.region = o.region;
-  c.zone = o.zone;
-  return c;
-}
+
+ private:
+  const epp::Logger& inner_;
+};
 
 // Process-wide settings for a server under load (docs/serve.md, "Process settings").
 void ApplyProcessPolicy() {
@@ -200,44 +122,44 @@ void ApplyProcessPolicy() {
 void SetupServeCommand(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "Run the Endpoint Picker: an Envoy ext_proc server (docs/serve.md)");
-  cmd->add_option("--config,-c", o->config, "EndpointPickerConfig YAML (default: GIE's default profile)");
-  cmd->add_option("--endpoints", o->endpoints_file,
+  cmd->add_option("--config,-c", o->args.config_file, "EndpointPickerConfig YAML (default: GIE's default profile)");
+  cmd->add_option("--endpoints", o->args.endpoints_file,
                   "Endpoints file (YAML or JSON); re-read when it changes (ConfigMap updates included)");
-  cmd->add_option("--endpoint,-e", o->endpoints,
+  cmd->add_option("--endpoint,-e", o->args.endpoint_flags,
                   "ADDR[=METRICS]: an endpoint and its metrics (file, URL or 'none'; default: scrape "
                   "http://ADDR/metrics); repeatable");
-  cmd->add_option("--engine", o->engine,
+  cmd->add_option("--engine", o->args.engine,
                   "Metrics dialect of endpoints that name none: auto, vllm, sglang, trtllm-serve, triton-tensorrt-llm")
       ->capture_default_str();
-  cmd->add_option("--grpc-port", o->grpc_port, "ext_proc gRPC port (0 picks a free port)")
+  cmd->add_option("--grpc-port", o->args.grpc_port, "ext_proc gRPC port (0 picks a free port)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--grpc-health-port", o->grpc_health_port, "grpc.health.v1 port, plaintext (0 picks a free port)")
+  cmd->add_option("--grpc-health-port", o->args.grpc_health_port, "grpc.health.v1 port, plaintext (0 picks a free port)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--metrics-port", o->metrics_port, "Prometheus /metrics and /healthz port (0 picks a free port)")
+  cmd->add_option("--metrics-port", o->args.metrics_port, "Prometheus /metrics and /healthz port (0 picks a free port)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--listen-address", o->listen_address, "Address the three servers listen on")->capture_default_str();
-  cmd->add_option("--refresh-metrics-interval", o->refresh_metrics_interval,
+  cmd->add_option("--listen-address", o->args.listen_address, "Address the three servers listen on")->capture_default_str();
+  cmd->add_option("--refresh-metrics-interval", o->args.refresh_metrics_interval,
                   "How often endpoints' metrics are read (Go duration)")
       ->capture_default_str();
-  CLI::Option* staleness = cmd->add_option("--metrics-staleness-threshold", o->metrics_staleness_threshold,
+  CLI::Option* staleness = cmd->add_option("--metrics-staleness-threshold", o->args.metrics_staleness_threshold,
                                            "Metrics older than this are stale: pool-average gauges skip them; given "
                                            "explicitly, also the default saturation "
                                            "detector's metricsStalenessThreshold unless the config sets it")
                                ->capture_default_str();
-  cmd->add_option("--scrape-timeout", o->scrape_timeout,
+  cmd->add_option("--scrape-timeout", o->args.scrape_timeout,
                   "Timeout of one metrics read; a hung endpoint delays the others' refresh by this much")
       ->capture_default_str();
-  cmd->add_flag("--scrape-gzip", o->scrape_gzip,
+  cmd->add_flag("--scrape-gzip", o->args.scrape_gzip,
                 "Ask model servers for gzip-compressed metrics: fewer bytes, more CPU on both sides (for slow "
                 "links, such as pods of a remote region)");
-  cmd->add_flag("--secure-serving,!--no-secure-serving", o->secure_serving,
+  cmd->add_flag("--secure-serving,!--no-secure-serving", o->args.secure_serving,
                 "Serve ext_proc over TLS (default true; --secure-serving=false for plaintext h2c)");
-  cmd->add_option("--cert-path", o->cert_path,
+  cmd->add_option("--cert-path", o->args.cert_path,
                   "Directory with tls.crt and tls.key (default: a self-signed certificate made at start)");
-  cmd->add_option("--max-request-bytes", o->max_request_bytes, "Largest request body accepted (larger: 413)")
+  cmd->add_option("--max-request-bytes", o->args.max_request_bytes, "Largest request body accepted (larger: 413)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--drain-timeout", o->drain_timeout, "On SIGTERM/SIGINT, how long open streams may take to finish")
@@ -245,42 +167,42 @@ void SetupServeCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--shutdown-delay", o->shutdown_delay,
                   "On SIGTERM/SIGINT, keep accepting new streams this long after readiness turns NOT_SERVING")
       ->capture_default_str();
-  cmd->add_option("--stream-request-timeout", o->stream_request_timeout,
+  cmd->add_option("--stream-request-timeout", o->args.stream_request_timeout,
                   "End a stream whose request body has not ended this long after it opened (0: never)")
       ->capture_default_str();
-  cmd->add_option("--stream-idle-timeout", o->stream_idle_timeout,
+  cmd->add_option("--stream-idle-timeout", o->args.stream_idle_timeout,
                   "After the pick, end a stream that gets no message from the gateway for this long (0: never)")
       ->capture_default_str();
-  cmd->add_option("--handshake-timeout", o->handshake_timeout,
+  cmd->add_option("--handshake-timeout", o->args.handshake_timeout,
                   "Close an ext_proc connection whose TLS/HTTP2 handshake has not completed this long after it was accepted")
       ->capture_default_str();
-  cmd->add_option("--capture", o->capture_dir, "Write every stream's messages as protobuf JSON lines into DIR");
-  cmd->add_option("--decision-log", o->decision_log,
+  cmd->add_option("--capture", o->args.capture_dir, "Write every stream's messages as protobuf JSON lines into DIR");
+  cmd->add_option("--decision-log", o->args.decision_log,
                   "Keep the last N decisions with their explain trace, served at /debug/decisions on the metrics "
                   "port (request metadata: sensitive; 0 = off)")
       ->capture_default_str();
-  cmd->add_option("--decision-log-rate", o->decision_log_rate, "Decisions kept per second at most (the rest are counted)")
+  cmd->add_option("--decision-log-rate", o->args.decision_log_rate, "Decisions kept per second at most (the rest are counted)")
       ->capture_default_str();
-  cmd->add_flag("--decision-log-prompts", o->decision_log_prompts,
+  cmd->add_flag("--decision-log-prompts", o->args.decision_log_prompts,
                 "Also keep each logged request's prompt text (first 4 KiB): off by default");
   cmd->add_option("--log-level", o->log_level, "error, warn, info or debug")
       ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
       ->capture_default_str();
-  cmd->add_option("--objective", o->objectives,
+  cmd->add_option("--objective", o->args.objective_flags,
                   "NAME=PRIORITY: priority of requests whose x-gateway-inference-objective is NAME (negative = "
                   "sheddable); repeatable");
-  cmd->add_flag("--disable-endpoint-subset-filter", o->disable_subset_filter,
+  cmd->add_flag("--disable-endpoint-subset-filter", o->args.disable_endpoint_subset_filter,
                 "Ignore the gateway's subset hint (GIE's flag)");
-  cmd->add_flag("--emit-endpoint-scores", o->emit_endpoint_scores,
+  cmd->add_flag("--emit-endpoint-scores", o->args.emit_endpoint_scores,
                 "Also put every candidate's total score (primary profile) in envoy.lb metadata as "
                 "x-gateway-destination-endpoint-scores (llm-d's flag)");
-  cmd->add_option("--seed", o->seed, "Seed for tie-breaks and random pickers")->capture_default_str();
+  cmd->add_option("--seed", o->args.seed, "Seed for tie-breaks and random pickers")->capture_default_str();
   cmd->add_option("--ready-file", o->ready_file,
                   "Once serving, write the bound ports here as JSON {\"grpc\":..,\"health\":..,\"metrics\":..}");
-  cmd->add_option("--region", o->region,
+  cmd->add_option("--region", o->args.region,
                   "Region this EPP runs in: the home region of region-spillover-filter and region-rtt-scorer "
                   "when their homeRegion is not set (docs/multicluster.md)");
-  cmd->add_option("--zone", o->zone,
+  cmd->add_option("--zone", o->args.zone,
                   "Zone of the gateway this EPP serves: zone-preference-scorer's default when the request "
                   "carries no zone header");
   CLI::Option* pool_name =
@@ -288,34 +210,34 @@ void SetupServeCommand(CLI::App& app, int& exit_code) {
                       "InferencePool whose Ready Pods are the endpoints (not with --endpoints: then only the "
                       "metrics label); `name` label of the inference_pool_* metrics")
           ->capture_default_str();
-  cmd->add_option("--pool-import", o->pool_import,
+  cmd->add_option("--pool-import", o->args.pool_import,
                   "InferencePoolImport (inference.networking.x-k8s.io/v1alpha1) whose exporting clusters are the "
                   "endpoints: a region-level EPP in Parent Mode (docs/multicluster.md); needs --clusters");
-  cmd->add_option("--clusters", o->clusters_file,
+  cmd->add_option("--clusters", o->args.clusters_file,
                   "Cluster directory for --pool-import: an endpoints file with one entry per cluster (its gateway "
                   "address, its EPP's metrics URL with engine: epp, labels with --cluster-label naming the cluster)");
-  cmd->add_option("--cluster-label", o->cluster_label, "Label of a --clusters entry naming its cluster")->capture_default_str();
-  cmd->add_option("--pool-namespace", o->pool_namespace,
+  cmd->add_option("--cluster-label", o->args.cluster_label, "Label of a --clusters entry naming its cluster")->capture_default_str();
+  cmd->add_option("--pool-namespace", o->args.pool_namespace,
                   "Namespace of the InferencePool (default: $NAMESPACE, else this Pod's namespace, else default)");
-  cmd->add_option("--pool-group", o->pool_group,
+  cmd->add_option("--pool-group", o->args.pool_group,
                   "InferencePool API group: inference.networking.k8s.io (v1) or inference.networking.x-k8s.io "
                   "(v1alpha2)")
       ->capture_default_str()
       ->check(CLI::IsMember({std::string(epp::kInferencePoolGroupV1), std::string(epp::kInferencePoolGroupV1Alpha2)}));
-  cmd->add_option("--pool-resync-interval", o->pool_resync_interval,
+  cmd->add_option("--pool-resync-interval", o->args.pool_resync_interval,
                   "How often the InferencePool and its Pods are listed (Go duration; no watch)")
       ->capture_default_str();
-  cmd->add_option("--kube-api-server", o->kube_api_server,
+  cmd->add_option("--kube-api-server", o->args.kube_api_server,
                   "Kubernetes API server URL, http(s)://HOST:PORT (default: in-cluster configuration)");
-  cmd->add_option("--kube-token-file", o->kube_token_file,
+  cmd->add_option("--kube-token-file", o->args.kube_token_file,
                   "Bearer token file, re-read every minute (default in cluster: the service account token)");
-  cmd->add_option("--kube-ca-file", o->kube_ca_file,
+  cmd->add_option("--kube-ca-file", o->args.kube_ca_file,
                   "CA bundle verifying the API server (default in cluster: the service account ca.crt)");
-  cmd->add_flag("--kube-insecure-skip-verify", o->kube_insecure_skip_verify,
+  cmd->add_flag("--kube-insecure-skip-verify", o->args.kube_insecure_skip_verify,
                 "Do not verify the API server's TLS certificate");
   cmd->callback([o, staleness, pool_name, &exit_code] {
-    o->staleness_given = staleness->count() > 0;
-    o->pool_name_given = pool_name->count() > 0;
+    if (staleness->count() > 0) o->args.detector_staleness = o->args.metrics_staleness_threshold;
+    if (pool_name->count() > 0) o->args.pool_name = o->pool_name;
     exit_code = RunServe(*o);
   });
 }
@@ -325,6 +247,7 @@ int RunServe(const ServeOptions& o) {
   if (!epp::ParseLogLevel(o.log_level, level))
     return PrintError(absl::InvalidArgumentError("--log-level: unknown level '" + o.log_level + "'"));
   epp::StderrLogger log(level);
+  const FlagNamingLogger flag_log(log);  // libepp's log lines name this command's flags
   auto fail = [&log](const absl::Status& s) {
     log.Error(std::string(s.message()));
     return PrintError(s);
@@ -333,9 +256,10 @@ int RunServe(const ServeOptions& o) {
   if (!drain.ok()) return fail(drain.status());
   absl::StatusOr<std::chrono::microseconds> shutdown_delay = FlagDuration("--shutdown-delay", o.shutdown_delay, true);
   if (!shutdown_delay.ok()) return fail(shutdown_delay.status());
-  absl::StatusOr<epp::ServeConfig> config = ToServeConfig(o, log);
-  if (!config.ok()) return fail(config.status());
-  if (o.pool_name_given && !o.endpoints_file.empty())
+  absl::StatusOr<epp::ServeConfig> config = epp::BuildServeConfig(o.args);
+  if (!config.ok()) return fail(epp::RenameServeSettings(config.status(), FlagNames()));
+  config->log = &flag_log;
+  if (o.args.pool_name && !o.args.endpoints_file.empty())
     log.Info("--pool-name " + o.pool_name + " with --endpoints: the endpoints come from the file; the InferencePool "
              "is not read (--pool-name names the metrics only)");
   ApplyProcessPolicy();
@@ -349,7 +273,7 @@ int RunServe(const ServeOptions& o) {
   std::signal(SIGPIPE, SIG_IGN);
 
   absl::StatusOr<std::unique_ptr<epp::EppServer>> started = epp::EppServer::Start(*std::move(config));
-  if (!started.ok()) return fail(started.status());
+  if (!started.ok()) return fail(epp::RenameServeSettings(started.status(), FlagNames()));
   epp::EppServer& server = **started;
   server.SetReady(true);
   const auto ms = [](std::chrono::microseconds us) { return std::chrono::duration_cast<std::chrono::milliseconds>(us); };

@@ -198,11 +198,14 @@ def _options(max_request_bytes: Optional[int], objective_priorities: Optional[Ma
     return options
 
 
-def _timeout_ms(seconds: float, name: str) -> int:
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0 \
-            or seconds > 365 * 86400:
-        raise ConfigError(f"{name} must be a number of seconds in [0, 31536000] (0: no limit), got {seconds!r}")
-    return int(math.ceil(seconds * 1000))
+def _go_duration(seconds: Any, name: str, allow_zero: bool = False) -> str:
+    """Seconds as the Go duration text libepp's settings take; the library checks the range."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+            or seconds < 0 or (seconds == 0 and not allow_zero):
+        raise ConfigError(f"{name} must be a finite number of seconds {'>= 0 (0: no limit)' if allow_zero else '> 0'}, "
+                          f"got {seconds!r}")
+    text = repr(float(seconds))
+    return (f"{seconds:.9f}" if "e" in text else text) + "s"
 
 
 def _scheduler(scheduler: Scheduler) -> Any:
@@ -272,10 +275,9 @@ def _port(port: Any, what: str, optional: bool = False) -> Optional[int]:
     return port
 
 
-def _seconds(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ConfigError(f"{what} must be a finite number of seconds > 0, got {value!r}")
-    return float(value)
+def _optional_port(port: Any, what: str) -> int:
+    """A port or None; None is libepp's -1 (no such server)."""
+    return -1 if port is None else _port(port, what)
 
 
 def _path(value: Any, what: str) -> str:
@@ -411,18 +413,20 @@ class ServeHandle:
 def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[Endpoint]] = None, *,
           config: Union[str, "os.PathLike[str]", None] = None, endpoints_file: Union[str, "os.PathLike[str]", None] = None,
           endpoint: Sequence[str] = (), pool_name: Optional[str] = None, pool_namespace: Optional[str] = None,
-          pool_group: Optional[str] = None, pool_resync_interval_s: float = 2.0, kube_api_server: Optional[str] = None,
+          pool_group: Optional[str] = None, pool_resync_interval_s: Optional[float] = None, pool_import: Optional[str] = None,
+          clusters_file: Union[str, "os.PathLike[str]", None] = None, cluster_label: Optional[str] = None,
+          kube_api_server: Optional[str] = None,
           kube_token_file: Union[str, "os.PathLike[str]", None] = None,
           kube_ca_file: Union[str, "os.PathLike[str]", None] = None, kube_insecure_skip_verify: bool = False,
-          engine: str = "auto", refresh_interval_s: float = 0.05, scrape_timeout_s: float = 0.1,
-          scrape_gzip: bool = False, staleness_s: float = 0.2, detector_staleness_s: Optional[float] = None, watch_config: bool = True,
-          metrics_pool_name: str = "default", seed: int = 0, log_level: str = "warn",
+          engine: Optional[str] = None, refresh_interval_s: Optional[float] = None, scrape_timeout_s: Optional[float] = None,
+          scrape_gzip: bool = False, staleness_s: Optional[float] = None, detector_staleness_s: Optional[float] = None, watch_config: bool = True,
+          metrics_pool_name: Optional[str] = None, seed: int = 0, log_level: str = "warn",
           port: int = 0, host: str = "127.0.0.1", tls: bool = False, health_port: Optional[int] = None,
           metrics_port: Optional[int] = None, max_request_bytes: Optional[int] = None,
           objective_priorities: Optional[Mapping[str, int]] = None, ignore_subset_hint: bool = False,
-          emit_endpoint_scores: bool = False, request_timeout_s: float = 60.0,
-          idle_timeout_s: float = 900.0, handshake_timeout_s: float = 10.0, decision_log: int = 0,
-          decision_log_rate: int = 50, decision_log_prompts: bool = False, region: str = "",
+          emit_endpoint_scores: bool = False, request_timeout_s: Optional[float] = None,
+          idle_timeout_s: Optional[float] = None, handshake_timeout_s: Optional[float] = None, decision_log: int = 0,
+          decision_log_rate: Optional[int] = None, decision_log_prompts: bool = False, region: str = "",
           zone: str = "") -> ServeHandle:
     """Runs the Endpoint Picker in this process: libepp's ``EppServer``, what ``eppctl serve``
     runs, with its ext_proc server, grpc.health.v1 server and Prometheus ``/metrics``.
@@ -438,9 +442,17 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
       re-reads it when it changes (``watch_config``); endpoints come from an endpoints file
       (watched), ``ADDR[=METRICS]`` specs as ``--endpoint`` takes them, or the Ready Pods of the
       InferencePool ``pool_name`` (``pool_namespace``, ``pool_group``, ``kube_*``, listed every
-      ``pool_resync_interval_s``). Metrics are read every ``refresh_interval_s``; log lines go
-      to stderr from ``log_level`` up. ``detector_staleness_s`` is ``eppctl serve``'s explicit
-      ``--metrics-staleness-threshold``.
+      ``pool_resync_interval_s``), or the exporting clusters of the InferencePoolImport
+      ``pool_import`` (with the cluster directory ``clusters_file`` and its ``cluster_label``, as
+      ``eppctl serve --pool-import --clusters`` takes them). Metrics are read every
+      ``refresh_interval_s``; log lines go to stderr from ``log_level`` up.
+      ``detector_staleness_s`` is ``eppctl serve``'s explicit ``--metrics-staleness-threshold``.
+
+    Both forms fill the one settings record ``eppctl serve`` fills (libepp's ``ServeArgs`` and
+    ``BuildServeConfig``): a keyword left None takes the same default as the matching flag (refresh
+    every 50 ms, scrape timeout 100 ms, staleness 200 ms, pool resync 2 s, stream request timeout
+    60 s, idle timeout 15 min, handshake 10 s, 50 decisions a second), and limits and errors are the
+    library's, named by these keywords.
 
     ``port`` 0 picks a free port. ``tls=True`` serves TLS with a fresh self-signed certificate
     (CN epp, SANs localhost and 127.0.0.1) in :attr:`ServeHandle.cert_pem`. ``health_port`` and
@@ -466,65 +478,98 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     """
     if not isinstance(host, str) or not host:
         raise TypeError("host must be a non-empty str")
-    port = _port(port, "port")
-    health_port = _port(health_port, "health_port", optional=True)
-    metrics_port = _port(metrics_port, "metrics_port", optional=True)
-    options = _options(max_request_bytes, objective_priorities, ignore_subset_hint, False)
-    options.emit_endpoint_scores = bool(emit_endpoint_scores)
-    options.request_timeout_ms = _timeout_ms(request_timeout_s, "request_timeout_s")
-    options.idle_timeout_ms = _timeout_ms(idle_timeout_s, "idle_timeout_s")
-    options.handshake_timeout_ms = _timeout_ms(handshake_timeout_s, "handshake_timeout_s")
-    if options.handshake_timeout_ms <= 0:
-        raise ConfigError(f"handshake_timeout_s must be > 0, got {handshake_timeout_s!r}")
-    runtime = (config is not None or endpoints_file is not None or bool(endpoint) or pool_name is not None)
+    # One settings record for both modes: libepp's BuildServeConfig checks and completes it, as it
+    # does for eppctl serve's flags (same defaults, limits and errors, named by these keywords).
+    args = lib.ServeArgs()
+    args.listen_address = host
+    args.grpc_port = _port(port, "port")
+    args.grpc_health_port = _optional_port(health_port, "health_port")
+    args.metrics_port = _optional_port(metrics_port, "metrics_port")
+    args.secure_serving = bool(tls)
+    if max_request_bytes is not None:
+        if isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int) or max_request_bytes <= 0:
+            raise ConfigError(f"max_request_bytes must be an int > 0, got {max_request_bytes!r}")
+        args.max_request_bytes = max_request_bytes
+    if objective_priorities is not None:
+        if not isinstance(objective_priorities, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                for k, v in objective_priorities.items()):
+            raise TypeError("objective_priorities must map objective names (str) to priorities (int)")
+        args.objective_flags = [f"{k}={v}" for k, v in objective_priorities.items()]
+    args.disable_endpoint_subset_filter = bool(ignore_subset_hint)
+    args.emit_endpoint_scores = bool(emit_endpoint_scores)
+    if request_timeout_s is not None:
+        args.stream_request_timeout = _go_duration(request_timeout_s, "request_timeout_s", allow_zero=True)
+    if idle_timeout_s is not None:
+        args.stream_idle_timeout = _go_duration(idle_timeout_s, "idle_timeout_s", allow_zero=True)
+    if handshake_timeout_s is not None:
+        args.handshake_timeout = _go_duration(handshake_timeout_s, "handshake_timeout_s")
+    for name, v in (("decision_log", decision_log), ("decision_log_rate", decision_log_rate), ("seed", seed)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+    args.decision_log = decision_log
+    if decision_log_rate is not None:
+        args.decision_log_rate = decision_log_rate
+    args.decision_log_prompts = bool(decision_log_prompts)
+    runtime = (config is not None or endpoints_file is not None or bool(endpoint) or pool_name is not None
+               or pool_import is not None)
     if scheduler is not None or endpoints is not None:
         if scheduler is None or endpoints is None:
             raise TypeError("serve(scheduler, endpoints) needs both")
         if runtime:
-            raise TypeError("give serve(scheduler, endpoints), or config / endpoints_file / endpoint / pool_name, "
-                            "not both")
-        native = lib.ExtProcServer(_scheduler(scheduler), _native_endpoints(endpoints), host, port, bool(tls),
-                                   health_port, metrics_port, options)
+            raise TypeError("give serve(scheduler, endpoints), or config / endpoints_file / endpoint / pool_name / "
+                            "pool_import, not both")
+        native = lib.ExtProcServer(_scheduler(scheduler), _native_endpoints(endpoints), args)
         return ServeHandle(native, scheduler)
     if not runtime:
-        raise TypeError("serve() needs endpoints: serve(scheduler, endpoints), endpoints_file=, endpoint= or pool_name=")
+        raise TypeError("serve() needs endpoints: serve(scheduler, endpoints), endpoints_file=, endpoint=, pool_name= "
+                        "or pool_import=")
     if isinstance(endpoint, str) or not all(isinstance(e, str) for e in endpoint):
         raise TypeError("endpoint must be a sequence of 'ADDR[=METRICS]' strings")
-    args = lib.ServeArgs()
     args.config_file = _path(config, "config")
     args.watch_config = bool(watch_config)
     args.endpoints_file = _path(endpoints_file, "endpoints_file")
     args.endpoint_flags = list(endpoint)
+    for name, v in (("pool_name", pool_name), ("pool_namespace", pool_namespace), ("pool_group", pool_group),
+                    ("pool_import", pool_import), ("kube_api_server", kube_api_server)):
+        if v is not None and not isinstance(v, str):
+            raise TypeError(f"{name} must be a str or None, not {type(v).__name__}")
+    for name, v in (("engine", engine), ("metrics_pool_name", metrics_pool_name), ("cluster_label", cluster_label),
+                    ("region", region), ("zone", zone)):
+        if v is not None and not isinstance(v, str):
+            raise TypeError(f"{name} must be a str or None, not {type(v).__name__}")
     args.pool_name = pool_name
     args.pool_namespace = pool_namespace or ""
-    args.pool_group = pool_group or ""
-    args.pool_resync_interval_s = _seconds(pool_resync_interval_s, "pool_resync_interval_s")
+    if pool_group is not None:
+        args.pool_group = pool_group
+    if pool_resync_interval_s is not None:
+        args.pool_resync_interval = _go_duration(pool_resync_interval_s, "pool_resync_interval_s")
+    args.pool_import = pool_import or ""
+    args.clusters_file = _path(clusters_file, "clusters_file")
+    if cluster_label is not None:
+        args.cluster_label = cluster_label
     args.kube_api_server = kube_api_server or ""
     args.kube_token_file = _path(kube_token_file, "kube_token_file")
     args.kube_ca_file = _path(kube_ca_file, "kube_ca_file")
     args.kube_insecure_skip_verify = bool(kube_insecure_skip_verify)
-    args.engine = engine
-    args.refresh_interval_s = _seconds(refresh_interval_s, "refresh_interval_s")
-    args.scrape_timeout_s = _seconds(scrape_timeout_s, "scrape_timeout_s")
+    if engine is not None:
+        args.engine = engine
+    if refresh_interval_s is not None:
+        args.refresh_metrics_interval = _go_duration(refresh_interval_s, "refresh_interval_s")
+    if scrape_timeout_s is not None:
+        args.scrape_timeout = _go_duration(scrape_timeout_s, "scrape_timeout_s")
     args.scrape_gzip = bool(scrape_gzip)
-    args.staleness_s = _seconds(staleness_s, "staleness_s")
-    args.detector_staleness_s = None if detector_staleness_s is None else _seconds(detector_staleness_s,
-                                                                                   "detector_staleness_s")
-    args.metrics_pool_name = metrics_pool_name
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    if staleness_s is not None:
+        args.metrics_staleness_threshold = _go_duration(staleness_s, "staleness_s")
+    if detector_staleness_s is not None:
+        args.detector_staleness = _go_duration(detector_staleness_s, "detector_staleness_s")
+    args.metrics_pool_name = metrics_pool_name or ""
+    if seed < 0:
         raise ConfigError(f"seed must be an int >= 0, got {seed!r}")
     args.seed = seed
-    args.log_level = log_level
-    for name, v in (("decision_log", decision_log), ("decision_log_rate", decision_log_rate)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "decision_log" else 1):
-            raise ConfigError(f"{name} must be an int >= {0 if name == 'decision_log' else 1}, got {v!r}")
-    args.decision_log = decision_log
-    args.decision_log_rate = decision_log_rate
-    args.decision_log_prompts = bool(decision_log_prompts)
-    for name, v in (("region", region), ("zone", zone)):
-        if not isinstance(v, str):
-            raise TypeError(f"{name} must be a str, not {type(v).__name__}")
     args.region = region
     args.zone = zone
-    native = lib.ExtProcServer.start_runtime(args, host, port, bool(tls), health_port, metrics_port, options)
+    if not isinstance(log_level, str):
+        raise TypeError(f"log_level must be a str, not {type(log_level).__name__}")
+    native = lib.ExtProcServer.start_runtime(args, log_level)
     return ServeHandle(native, None)

@@ -691,8 +691,9 @@ def _buckets(cumulative: Sequence[int], count: int) -> List[Tuple[float, int]]:
     return list(zip(bounds, list(cumulative) + [count]))
 
 
-def load_endpoints(path: PathLike, *, engine: Optional[str] = None, timeout: Optional[float] = None,
-                   insecure: Optional[bool] = None, fail_on_metrics_error: bool = False) -> List[Endpoint]:
+def load_endpoints(path: PathLike, *, scheduler: Optional["Scheduler"] = None, engine: Optional[str] = None,
+                   timeout: Optional[float] = None, insecure: Optional[bool] = None,
+                   fail_on_metrics_error: bool = False) -> List[Endpoint]:
     """Reads an endpoints file (``eppctl --endpoints``; YAML or JSON, see docs/cli.md) and each
     endpoint's metrics: from files (relative to the endpoints file), URLs, or by scraping
     ``http://ADDRESS/metrics``, without holding the GIL.
@@ -700,7 +701,10 @@ def load_endpoints(path: PathLike, *, engine: Optional[str] = None, timeout: Opt
     Options left at None take libepp's defaults, as in :func:`pyepp.check`: ``engine``
     (``"auto"``, detect; applies to endpoints that name none), ``timeout`` (2 s per scrape,
     seconds or a ``timedelta``), ``insecure`` (False). Metrics that were read are fresh at every
-    pick. An endpoint whose metrics cannot be read has ``metrics`` None and the reason in
+    pick. With ``scheduler``, metrics are read the way its configuration says (a
+    ``core-metrics-extractor``'s ``engineConfigs``, ``engineLabelKey`` and ``defaultEngine``), as
+    ``eppctl pick --config`` and ``eppctl serve`` read them. An endpoint whose metrics cannot be
+    read has ``metrics`` None and the reason in
     ``metrics_error``, unless ``fail_on_metrics_error`` makes that the call's exception. Raises
     :class:`pyepp.NotFoundError` when a file cannot be read and :class:`pyepp.ConfigError`
     naming file, line and entry when the file is invalid.
@@ -714,5 +718,8 @@ def load_endpoints(path: PathLike, *, engine: Optional[str] = None, timeout: Opt
         options.timeout = _timeout(timeout)
     if insecure is not None:
         options.insecure = bool(insecure)
-    natives = lib.load_endpoints(os.fspath(path), options, bool(fail_on_metrics_error))
+    if scheduler is not None and not isinstance(scheduler, Scheduler):
+        raise TypeError(f"scheduler must be a pyepp.Scheduler, not {type(scheduler).__name__}")
+    natives = lib.load_endpoints(os.fspath(path), options, bool(fail_on_metrics_error),
+                                 None if scheduler is None else scheduler._native)
     return [Endpoint._wrap(n) for n in natives]

@@ -62,7 +62,7 @@ void BindEndpoints(py::module_& m) {
   m.def("validate_endpoint_address", &Endpoint_ValidateAddressShim, py::arg("address"));
   m.def("validate_endpoint_metrics", &EndpointMetrics_ValidateShim, py::arg("metrics"));
   m.def("load_endpoints", &Endpoints_LoadShim, py::arg("path"), py::arg("check"), py::arg("fail_on_metrics_error"),
-        py::call_guard<py::gil_scoped_release>());
+        py::arg("scheduler").none(true), py::call_guard<py::gil_scoped_release>());
 }
 
 void BindRequest(py::module_& m) {
@@ -401,40 +401,55 @@ void BindExtProc(py::module_& m) {
       .def_property_readonly("finished", &ExtProcSession_FinishedShim)
       .def_property_readonly("result", &ExtProcSession_ResultShim)
       .def_property_readonly("served", &ExtProcSession_ServedShim);
-  py::class_<ServeArgs>(m, "ServeArgs")
+  // epp::ServeArgs as pyepp.serve fills it (serve_args.h: Go duration text, ADDR[=METRICS], NAME=PRIORITY).
+  py::class_<epp::ServeArgs>(m, "ServeArgs")
       .def(py::init<>())
-      .def_readwrite("config_file", &ServeArgs::config_file)
-      .def_readwrite("watch_config", &ServeArgs::watch_config)
-      .def_readwrite("endpoints_file", &ServeArgs::endpoints_file)
-      .def_readwrite("endpoint_flags", &ServeArgs::endpoint_flags)
-      .def_readwrite("pool_name", &ServeArgs::pool_name)
-      .def_readwrite("pool_namespace", &ServeArgs::pool_namespace)
-      .def_readwrite("pool_group", &ServeArgs::pool_group)
-      .def_readwrite("pool_resync_interval_s", &ServeArgs::pool_resync_interval_s)
-      .def_readwrite("kube_api_server", &ServeArgs::kube_api_server)
-      .def_readwrite("kube_token_file", &ServeArgs::kube_token_file)
-      .def_readwrite("kube_ca_file", &ServeArgs::kube_ca_file)
-      .def_readwrite("kube_insecure_skip_verify", &ServeArgs::kube_insecure_skip_verify)
-      .def_readwrite("engine", &ServeArgs::engine)
-      .def_readwrite("refresh_interval_s", &ServeArgs::refresh_interval_s)
-      .def_readwrite("scrape_timeout_s", &ServeArgs::scrape_timeout_s)
-      .def_readwrite("scrape_gzip", &ServeArgs::scrape_gzip)
-      .def_readwrite("staleness_s", &ServeArgs::staleness_s)
-      .def_readwrite("detector_staleness_s", &ServeArgs::detector_staleness_s)
-      .def_readwrite("metrics_pool_name", &ServeArgs::metrics_pool_name)
-      .def_readwrite("region", &ServeArgs::region)
-      .def_readwrite("zone", &ServeArgs::zone)
-      .def_readwrite("seed", &ServeArgs::seed)
-      .def_readwrite("log_level", &ServeArgs::log_level)
-      .def_readwrite("decision_log", &ServeArgs::decision_log)
-      .def_readwrite("decision_log_rate", &ServeArgs::decision_log_rate)
-      .def_readwrite("decision_log_prompts", &ServeArgs::decision_log_prompts);
+      .def_readwrite("config_file", &epp::ServeArgs::config_file)
+      .def_readwrite("watch_config", &epp::ServeArgs::watch_config)
+      .def_readwrite("seed", &epp::ServeArgs::seed)
+      .def_readwrite("endpoints_file", &epp::ServeArgs::endpoints_file)
+      .def_readwrite("endpoint_flags", &epp::ServeArgs::endpoint_flags)
+      .def_readwrite("pool_name", &epp::ServeArgs::pool_name)
+      .def_readwrite("pool_namespace", &epp::ServeArgs::pool_namespace)
+      .def_readwrite("pool_group", &epp::ServeArgs::pool_group)
+      .def_readwrite("pool_resync_interval", &epp::ServeArgs::pool_resync_interval)
+      .def_readwrite("pool_import", &epp::ServeArgs::pool_import)
+      .def_readwrite("clusters_file", &epp::ServeArgs::clusters_file)
+      .def_readwrite("cluster_label", &epp::ServeArgs::cluster_label)
+      .def_readwrite("kube_api_server", &epp::ServeArgs::kube_api_server)
+      .def_readwrite("kube_token_file", &epp::ServeArgs::kube_token_file)
+      .def_readwrite("kube_ca_file", &epp::ServeArgs::kube_ca_file)
+      .def_readwrite("kube_insecure_skip_verify", &epp::ServeArgs::kube_insecure_skip_verify)
+      .def_readwrite("engine", &epp::ServeArgs::engine)
+      .def_readwrite("refresh_metrics_interval", &epp::ServeArgs::refresh_metrics_interval)
+      .def_readwrite("scrape_timeout", &epp::ServeArgs::scrape_timeout)
+      .def_readwrite("scrape_gzip", &epp::ServeArgs::scrape_gzip)
+      .def_readwrite("metrics_staleness_threshold", &epp::ServeArgs::metrics_staleness_threshold)
+      .def_readwrite("detector_staleness", &epp::ServeArgs::detector_staleness)
+      .def_readwrite("metrics_pool_name", &epp::ServeArgs::metrics_pool_name)
+      .def_readwrite("listen_address", &epp::ServeArgs::listen_address)
+      .def_readwrite("grpc_port", &epp::ServeArgs::grpc_port)
+      .def_readwrite("grpc_health_port", &epp::ServeArgs::grpc_health_port)
+      .def_readwrite("metrics_port", &epp::ServeArgs::metrics_port)
+      .def_readwrite("secure_serving", &epp::ServeArgs::secure_serving)
+      .def_readwrite("cert_path", &epp::ServeArgs::cert_path)
+      .def_readwrite("max_request_bytes", &epp::ServeArgs::max_request_bytes)
+      .def_readwrite("stream_request_timeout", &epp::ServeArgs::stream_request_timeout)
+      .def_readwrite("stream_idle_timeout", &epp::ServeArgs::stream_idle_timeout)
+      .def_readwrite("handshake_timeout", &epp::ServeArgs::handshake_timeout)
+      .def_readwrite("objective_flags", &epp::ServeArgs::objective_flags)
+      .def_readwrite("disable_endpoint_subset_filter", &epp::ServeArgs::disable_endpoint_subset_filter)
+      .def_readwrite("emit_endpoint_scores", &epp::ServeArgs::emit_endpoint_scores)
+      .def_readwrite("capture_dir", &epp::ServeArgs::capture_dir)
+      .def_readwrite("decision_log", &epp::ServeArgs::decision_log)
+      .def_readwrite("decision_log_rate", &epp::ServeArgs::decision_log_rate)
+      .def_readwrite("decision_log_prompts", &epp::ServeArgs::decision_log_prompts)
+      .def_readwrite("region", &epp::ServeArgs::region)
+      .def_readwrite("zone", &epp::ServeArgs::zone);
   py::class_<ServeHolder, std::shared_ptr<ServeHolder>>(m, "ExtProcServer")
-      .def(py::init(&ExtProcServer_StartShim), py::arg("scheduler"), py::arg("endpoints"), py::arg("host"),
-           py::arg("port"), py::arg("tls"), py::arg("health_port"), py::arg("metrics_port"), py::arg("options"),
+      .def(py::init(&ExtProcServer_StartShim), py::arg("scheduler"), py::arg("endpoints"), py::arg("args"),
            py::call_guard<py::gil_scoped_release>())
-      .def_static("start_runtime", &EppServer_StartShim, py::arg("args"), py::arg("host"), py::arg("port"),
-                  py::arg("tls"), py::arg("health_port"), py::arg("metrics_port"), py::arg("options"),
+      .def_static("start_runtime", &EppServer_StartShim, py::arg("args"), py::arg("log_level"),
                   py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("port", &ExtProcServer_PortShim)
       .def_property_readonly("health_port", &ExtProcServer_HealthPortShim)

@@ -280,7 +280,7 @@ void Endpoint_ValidateAddressShim(const std::string& address) { ThrowIfError(epp
 void EndpointMetrics_ValidateShim(const epp::EndpointMetrics& metrics) { ThrowIfError(epp::ValidateEndpointMetrics(metrics)); }
 
 std::vector<epp::Endpoint> Endpoints_LoadShim(const std::string& path, const epp::CheckOptions& check,
-                                              bool fail_on_metrics_error) {
+                                              bool fail_on_metrics_error, const SchedulerHolder* scheduler) {
   const std::vector<epp::EndpointSpec> specs = Unwrap(epp::LoadEndpointsFile(path));
   // A clock stopped at 0 stamps what was read as "fresh at the pick" (shims.h, Time).
   epp::ManualClock clock(0);
@@ -288,6 +288,7 @@ std::vector<epp::Endpoint> Endpoints_LoadShim(const std::string& path, const epp
   options.scrape = check;
   options.clock = &clock;
   options.fail_on_metrics_error = fail_on_metrics_error;
+  if (scheduler != nullptr) scheduler->scheduler->ConfigureScrape(options.scrape);
   return Unwrap(epp::ResolveEndpoints(specs, options));
 }
 
@@ -723,24 +724,51 @@ void ServeHolder::Close(std::chrono::milliseconds drain) {
 
 namespace {
 
-std::chrono::microseconds Seconds(double s, const char* what) {
-  if (!(s > 0) || s > 1e9) ThrowIfError(absl::InvalidArgumentError(std::string(what) + " must be a number of seconds > 0"));
-  return std::chrono::microseconds(std::llround(s * 1e6));
+// ServeArgs' setting names as pyepp.serve's keyword arguments (its errors and log lines).
+const std::map<std::string, std::string, std::less<>>& KeywordNames() {
+  static const std::map<std::string, std::string, std::less<>> names = {
+      {"config_file", "config"},
+      {"endpoint_flags", "endpoint"},
+      {"pool_resync_interval", "pool_resync_interval_s"},
+      {"refresh_metrics_interval", "refresh_interval_s"},
+      {"scrape_timeout", "scrape_timeout_s"},
+      {"metrics_staleness_threshold", "staleness_s"},
+      {"detector_staleness", "detector_staleness_s"},
+      {"listen_address", "host"},
+      {"grpc_port", "port"},
+      {"grpc_health_port", "health_port"},
+      {"secure_serving", "tls"},
+      {"stream_request_timeout", "request_timeout_s"},
+      {"stream_idle_timeout", "idle_timeout_s"},
+      {"handshake_timeout", "handshake_timeout_s"},
+      {"objective_flags", "objective_priorities"},
+      {"disable_endpoint_subset_filter", "ignore_subset_hint"},
+  };
+  return names;
 }
 
-// Ports and TLS, the same for both modes.
-void SetServers(epp::ServeConfig& c, const std::string& host, int port, bool tls, std::optional<int> health_port,
-                std::optional<int> metrics_port, const epp::ExtProcOptions& options) {
-  c.listen_address = host;
-  c.grpc_port = port;
-  c.health_port = health_port.value_or(-1);
-  c.metrics_port = metrics_port.value_or(-1);
-  c.tls = tls;
-  c.session = options;
+class KeywordNamingLogger final : public epp::Logger {
+ public:
+  explicit KeywordNamingLogger(epp::LogLevel level) : inner_(level) {}
+  bool Enabled(epp::LogLevel level) const override { return inner_.Enabled(level); }
+  void Write(epp::LogLevel level, std::string_view message) const override {
+    inner_.Write(level, epp::RenameServeSettings(message, KeywordNames()));
+  }
+
+ private:
+  epp::StderrLogger inner_;
+};
+
+epp::ServeConfig BuildConfig(const epp::ServeArgs& args) {
+  absl::StatusOr<epp::ServeConfig> c = epp::BuildServeConfig(args);
+  if (!c.ok()) ThrowIfError(epp::RenameServeSettings(c.status(), KeywordNames()));
+  return *std::move(c);
 }
 
 std::shared_ptr<ServeHolder> Run(std::shared_ptr<ServeHolder> holder, epp::ServeConfig config) {
-  holder->server = Unwrap(epp::EppServer::Start(std::move(config)));
+  absl::StatusOr<std::unique_ptr<epp::EppServer>> started = epp::EppServer::Start(std::move(config));
+  if (!started.ok()) ThrowIfError(epp::RenameServeSettings(started.status(), KeywordNames()));
+  holder->server = *std::move(started);
   holder->server->SetReady(true);
   return holder;
 }
@@ -748,61 +776,32 @@ std::shared_ptr<ServeHolder> Run(std::shared_ptr<ServeHolder> holder, epp::Serve
 }  // namespace
 
 std::shared_ptr<ServeHolder> ExtProcServer_StartShim(std::shared_ptr<SchedulerHolder> scheduler,
-                                                     std::vector<epp::Endpoint> endpoints, const std::string& host,
-                                                     int port, bool tls, std::optional<int> health_port,
-                                                     std::optional<int> metrics_port, const epp::ExtProcOptions& options) {
+                                                     std::vector<epp::Endpoint> endpoints, const epp::ServeArgs& args) {
   auto holder = std::make_shared<ServeHolder>();
   holder->endpoints = std::make_shared<PythonEndpointSource>(std::move(endpoints), scheduler->clock);
   holder->scheduler = std::move(scheduler);
-  epp::ServeConfig c;
-  SetServers(c, host, port, tls, health_port, metrics_port, options);
+  epp::ServeArgs servers = args;  // what static mode takes: the servers and the streams
+  servers.config_file.clear();
+  servers.endpoints_file.clear();
+  servers.endpoint_flags.clear();
+  servers.pool_name.reset();
+  servers.pool_import.clear();
+  servers.clusters_file.clear();
+  epp::ServeConfig c = BuildConfig(servers);
   // Shares the holder's ownership: the scheduler lives while the server does.
   c.scheduler = std::shared_ptr<const epp::Scheduler>(holder->scheduler, holder->scheduler->scheduler.get());
   c.endpoint_source = holder->endpoints;
   return Run(std::move(holder), std::move(c));
 }
 
-std::shared_ptr<ServeHolder> EppServer_StartShim(const ServeArgs& a, const std::string& host, int port, bool tls,
-                                                 std::optional<int> health_port, std::optional<int> metrics_port,
-                                                 const epp::ExtProcOptions& options) {
+std::shared_ptr<ServeHolder> EppServer_StartShim(const epp::ServeArgs& args, const std::string& log_level) {
   auto holder = std::make_shared<ServeHolder>();
   epp::LogLevel level = epp::LogLevel::kWarn;
-  if (!epp::ParseLogLevel(a.log_level, level))
-    ThrowIfError(absl::InvalidArgumentError("log_level must be error, warn, info or debug, not '" + a.log_level + "'"));
-  holder->log = std::make_unique<epp::StderrLogger>(level);
-  epp::ServeConfig c;
-  SetServers(c, host, port, tls, health_port, metrics_port, options);
+  if (!epp::ParseLogLevel(log_level, level))
+    ThrowIfError(absl::InvalidArgumentError("log_level must be error, warn, info or debug, not '" + log_level + "'"));
+  holder->log = std::make_unique<KeywordNamingLogger>(level);
+  epp::ServeConfig c = BuildConfig(args);
   c.log = holder->log.get();
-  c.config_file = a.config_file;
-  c.watch_config = a.watch_config;
-  c.seed = a.seed;
-  c.endpoints_file = a.endpoints_file;
-  for (size_t i = 0; i < a.endpoint_flags.size(); ++i)
-    c.endpoints.push_back(Unwrap(epp::ParseEndpointFlag(a.endpoint_flags[i], static_cast<int>(i + 1))));
-  if (a.pool_name && a.endpoints_file.empty()) {
-    epp::PoolDiscoveryOptions d;
-    d.name = *a.pool_name;
-    d.ns = epp::PoolNamespace(a.pool_namespace);
-    if (!a.pool_group.empty()) d.group = a.pool_group;
-    d.interval = Seconds(a.pool_resync_interval_s, "pool_resync_interval_s");
-    d.kube.api_server = a.kube_api_server;
-    d.kube.token_file = a.kube_token_file;
-    d.kube.ca_file = a.kube_ca_file;
-    d.kube.insecure_skip_verify = a.kube_insecure_skip_verify;
-    c.discovery = std::move(d);
-  }
-  c.engine = a.engine;
-  c.refresh_interval = Seconds(a.refresh_interval_s, "refresh_interval_s");
-  c.scrape_timeout = Seconds(a.scrape_timeout_s, "scrape_timeout_s");
-  c.scrape_gzip = a.scrape_gzip;
-  c.staleness = Seconds(a.staleness_s, "staleness_s");
-  if (a.detector_staleness_s) c.detector_staleness = Seconds(*a.detector_staleness_s, "detector_staleness_s");
-  c.pool_name = a.metrics_pool_name;
-  c.region = a.region;
-  c.zone = a.zone;
-  if (a.decision_log < 0) ThrowIfError(absl::InvalidArgumentError("decision_log must be >= 0"));
-  if (a.decision_log_rate < 1) ThrowIfError(absl::InvalidArgumentError("decision_log_rate must be >= 1"));
-  c.decision_log = {static_cast<size_t>(a.decision_log), a.decision_log_rate, a.decision_log_prompts};
   return Run(std::move(holder), std::move(c));
 }
 

@@ -33,6 +33,7 @@
 #include "epp/request.h"
 #include "epp/scheduler.h"
 #include "epp/serve.h"
+#include "epp/serve_args.h"
 #include "epp/sim.h"
 #include "epp/status.h"
 
@@ -140,10 +141,13 @@ void Endpoint_ValidateAddressShim(const std::string& address);
 // ValidateEndpointMetrics(), errors as exceptions.
 void EndpointMetrics_ValidateShim(const epp::EndpointMetrics& metrics);
 
-// LoadEndpointsFile() + ResolveEndpoints() with `check` as the scrape options. Metrics that were
-// read get metrics_time_us 0 (fresh at every pick, see above). Call without the GIL.
+struct SchedulerHolder;
+// LoadEndpointsFile() + ResolveEndpoints() with `check` as the scrape options, then what
+// `scheduler`'s core-metrics-extractor sets (Scheduler::ConfigureScrape, as eppctl pick and serve
+// apply it); scheduler may be null. Metrics that were read get metrics_time_us 0 (fresh at every
+// pick, see above). Call without the GIL.
 std::vector<epp::Endpoint> Endpoints_LoadShim(const std::string& path, const epp::CheckOptions& check,
-                                              bool fail_on_metrics_error);
+                                              bool fail_on_metrics_error, const SchedulerHolder* scheduler);
 
 // ParseConfig() / LoadConfigFile(), errors as exceptions.
 epp::EppConfig EppConfig_ParseShim(const std::string& yaml, const std::string& source);
@@ -275,39 +279,16 @@ struct ServeHolder {
 };
 
 // What pyepp.serve(...) passes for a runtime server (ServeConfig in Python's units).
-struct ServeArgs {
-  std::string config_file;
-  bool watch_config = true;
-  std::string endpoints_file;
-  std::vector<std::string> endpoint_flags;  // ADDR[=METRICS], as --endpoint
-  std::optional<std::string> pool_name;     // discovery when set and there is no endpoints file
-  std::string pool_namespace, pool_group, kube_api_server, kube_token_file, kube_ca_file;
-  bool kube_insecure_skip_verify = false;
-  double pool_resync_interval_s = 2.0;
-  std::string engine = "auto";
-  double refresh_interval_s = 0.05, scrape_timeout_s = 0.1, staleness_s = 0.2;
-  bool scrape_gzip = false;
-  std::optional<double> detector_staleness_s;
-  std::string metrics_pool_name = "default";
-  std::string region, zone;  // --region / --zone
-  uint64_t seed = 0;
-  std::string log_level = "warn";
-  // The live decision log (ServeConfig::decision_log): 0 = off.
-  int decision_log = 0;
-  int decision_log_rate = 50;
-  bool decision_log_prompts = false;
-};
-
-// Static mode. Ports: 0 picks a free one; a health or metrics port of None means no such server.
-// The health server (when any) reports ready at once. Call without the GIL.
+// Both modes build their settings with epp::BuildServeConfig (the one builder eppctl serve uses
+// too); its errors name pyepp.serve's keyword arguments. Ports: 0 picks a free one; a health or
+// metrics port of -1 means no such server. The health server (when any) reports ready at once.
+// Call without the GIL.
+// Static mode: the caller's scheduler over a static pool (ExtProcServer_SetEndpointsShim); only
+// the server and stream settings of `args` apply.
 std::shared_ptr<ServeHolder> ExtProcServer_StartShim(std::shared_ptr<SchedulerHolder> scheduler,
-                                                     std::vector<epp::Endpoint> endpoints, const std::string& host,
-                                                     int port, bool tls, std::optional<int> health_port,
-                                                     std::optional<int> metrics_port, const epp::ExtProcOptions& options);
-// Runtime mode, same ports and readiness. Call without the GIL.
-std::shared_ptr<ServeHolder> EppServer_StartShim(const ServeArgs& args, const std::string& host, int port, bool tls,
-                                                 std::optional<int> health_port, std::optional<int> metrics_port,
-                                                 const epp::ExtProcOptions& options);
+                                                     std::vector<epp::Endpoint> endpoints, const epp::ServeArgs& args);
+// Runtime mode: every setting of `args`; log lines from `log_level` up go to stderr.
+std::shared_ptr<ServeHolder> EppServer_StartShim(const epp::ServeArgs& args, const std::string& log_level);
 int ExtProcServer_PortShim(const ServeHolder& holder);
 std::optional<int> ExtProcServer_HealthPortShim(const ServeHolder& holder);
 std::optional<int> ExtProcServer_MetricsPortShim(const ServeHolder& holder);

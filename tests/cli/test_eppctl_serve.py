@@ -1021,6 +1021,12 @@ def test_startup_errors_exit_2(eppctl, pool, tmp_path):
         (["--endpoints", pool, "--objective", "low=x"], "--objective"),
         (["--endpoints", pool, "--log-level", "loud"], "log-level"),
         (["--endpoints", pool, "--grpc-port", "70000"], "grpc-port"),
+        # libepp's BuildServeConfig checks these for eppctl and pyepp alike (test_serve_runtime.py):
+        # the same limits and messages, named by the flags here.
+        (["--endpoints", pool, "--decision-log", "1000001"], "--decision-log: must be in [0, 1000000], got 1000001"),
+        (["--endpoints", pool, "--pool-group", "example.com"], "--pool-group: 'example.com' is neither"),
+        (["--pool-import", "imp"], "--pool-import needs --clusters FILE"),
+        (["--endpoints", pool, "--stream-idle-timeout", "-1s"], "--stream-idle-timeout: must be >= 0"),
     ]
     for args, needle in cases:
         r = eppctl("serve", *ports, *args, timeout=30)

@@ -826,3 +826,23 @@ def test_observe_first_token_calibrates_the_prefill_rate() -> None:
     assert 1000 <= rate < 20000, after
     with pytest.raises(TypeError):
         s.observe_first_token("not a result")  # type: ignore[arg-type]
+
+
+def test_load_endpoints_reads_metrics_the_way_the_schedulers_config_says(tmp_path: Path) -> None:
+    # The same endpoints file read with and without the scheduler: its core-metrics-extractor
+    # reads the queue from another gauge (as eppctl pick --config and eppctl serve do).
+    page = tmp_path / "a.prom"
+    page.write_text("# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 2\n"
+                    "# TYPE my_waiting gauge\nmy_waiting 7\n")
+    endpoints = tmp_path / "pool.yaml"
+    endpoints.write_text(f"endpoints:\n- address: 10.0.0.1:8000\n  engine: vllm\n  metrics: {page}\n")
+    s = pyepp.Scheduler.from_yaml(
+        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: core-metrics-extractor\n"
+        "  parameters:\n    engineConfigs:\n    - name: vllm\n      queuedRequestsSpec: my_waiting\n"
+        "- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: queue-scorer}]\n")
+    (plain,) = pyepp.load_endpoints(endpoints)
+    (configured,) = pyepp.load_endpoints(endpoints, scheduler=s)
+    assert plain.metrics is not None and plain.metrics.waiting_queue_size == 2
+    assert configured.metrics is not None and configured.metrics.waiting_queue_size == 7
+    with pytest.raises(TypeError, match="pyepp.Scheduler"):
+        pyepp.load_endpoints(endpoints, scheduler="not a scheduler")  # type: ignore[arg-type]

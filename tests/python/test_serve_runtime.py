@@ -208,3 +208,29 @@ def test_decision_log(runtime: Any) -> None:
         off.decisions()
     with pytest.raises(pyepp.ConfigError, match="decision_log"):
         pyepp.serve(endpoint=[f"{A}=none"], decision_log=-1)
+
+
+
+def test_settings_are_checked_by_the_library_eppctl_serve_uses(tmp_path: Path) -> None:
+    # pyepp.serve and eppctl serve fill one ServeArgs and libepp's BuildServeConfig checks it: the
+    # same limits and the same messages, with the settings named by this API's keywords
+    # (tests/cli/test_eppctl_serve.py checks the flags' side).
+    with pytest.raises(pyepp.ConfigError, match=r"^decision_log: must be in \[0, 1000000\], got 1000001"):
+        pyepp.serve(endpoint=[f"{A}=none"], decision_log=1000001)
+    with pytest.raises(pyepp.ConfigError, match=r"^decision_log_rate: must be >= 1"):
+        pyepp.serve(endpoint=[f"{A}=none"], decision_log_rate=0)
+    with pytest.raises(pyepp.ConfigError, match=r"^pool_group: 'example.com' is neither inference.networking.k8s.io"):
+        pyepp.serve(endpoint=[f"{A}=none"], pool_group="example.com")
+    with pytest.raises(pyepp.ConfigError, match=r"^pool_import needs clusters_file FILE"):
+        pyepp.serve(pool_import="imp")
+    clusters = tmp_path / "clusters.yaml"
+    clusters.write_text("endpoints: []\n")
+    with pytest.raises(pyepp.ConfigError, match=r"^clusters_file is the cluster directory of pool_import"):
+        pyepp.serve(endpoint=[f"{A}=none"], clusters_file=clusters)
+    with pytest.raises(pyepp.ConfigError, match=r"^pool_import and pool_name cannot be combined"):
+        pyepp.serve(pool_import="imp", pool_name="p", clusters_file=clusters)
+    with pytest.raises(pyepp.ConfigError, match=r"^pool_import and endpoints_file cannot be combined"):
+        pyepp.serve(pool_import="imp", clusters_file=clusters, endpoints_file=tmp_path / "pool.yaml")
+    # Static mode: its servers' and streams' settings go through the same function.
+    with pytest.raises(pyepp.ConfigError, match=r"^decision_log: must be in \[0, 1000000\]"):
+        pyepp.serve(pyepp.Scheduler.default(), [], decision_log=1000001)

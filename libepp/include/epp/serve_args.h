@@ -1,0 +1,108 @@
+// The server's settings as an operator writes them, and the one function that turns them into a
+// ServeConfig: `eppctl serve` (flags) and `pyepp.serve` (keyword arguments) both fill a ServeArgs
+// and call BuildServeConfig, so both get the same defaults, limits, discovery modes and checks.
+//
+// Defaults are written once, here. Durations are Go duration text ("50ms", "1.5s", "2m"), as the
+// reference EPP's flags take them; endpoints are "ADDR[=METRICS]" specs and objectives
+// "NAME=PRIORITY", as the flags take them.
+//
+// Errors name the setting by its field name ("refresh_metrics_interval: must be > 0, got '0s'");
+// so do the server's own messages and log lines about these settings. Each edge maps those names
+// to its own spelling with RenameServeSettings (the CLI to its flags, pyepp to its keyword
+// arguments); every name is a snake_case word with an underscore, so the renaming never touches
+// other words of a message.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "epp/extproc.h"
+#include "epp/serve.h"
+#include "epp/status.h"
+
+namespace epp {
+
+struct ServeArgs {
+  // ---- Scheduling
+  std::string config_file;  // EndpointPickerConfig; empty: GIE's default profile
+  bool watch_config = true;
+  uint64_t seed = 0;
+
+  // ---- Endpoints: a file, flags, an InferencePool's Pods or an InferencePoolImport's clusters
+  std::string endpoints_file;
+  std::vector<std::string> endpoint_flags;  // "ADDR[=METRICS]", after the file's or the pool's
+  // Given: the InferencePool whose Ready Pods are the endpoints (unless endpoints_file is set,
+  // when it only names the pool in metrics), and the `name` label of the inference_pool_* gauges.
+  std::optional<std::string> pool_name;
+  std::string pool_namespace;  // empty: $NAMESPACE, the Pod's namespace, else "default"
+  std::string pool_group = std::string(kInferencePoolGroupV1);
+  std::string pool_resync_interval = "2s";
+  std::string pool_import;    // an InferencePoolImport: its exporting clusters are the endpoints
+  std::string clusters_file;  // the cluster directory pool_import needs
+  std::string cluster_label = std::string(kClusterLabel);
+  std::string kube_api_server;  // empty: in-cluster configuration
+  std::string kube_token_file;
+  std::string kube_ca_file;
+  bool kube_insecure_skip_verify = false;
+
+  // ---- Reading metrics
+  std::string engine = "auto";  // dialect of endpoints that name none
+  std::string refresh_metrics_interval = "50ms";
+  std::string scrape_timeout = "100ms";
+  bool scrape_gzip = false;
+  // Metrics older than this are stale in the pool-average gauges.
+  std::string metrics_staleness_threshold = "200ms";
+  // Set: also the default saturation detector's metricsStalenessThreshold, unless the config sets
+  // one (eppctl serve sets it when --metrics-staleness-threshold is given).
+  std::optional<std::string> detector_staleness;
+  std::string metrics_pool_name;  // the inference_pool_* `name` label; empty: pool_name, else "default"
+
+  // ---- Servers. Port 0 picks a free one; grpc_health_port or metrics_port -1: no such server.
+  std::string listen_address = "0.0.0.0";
+  int grpc_port = 9002;
+  int grpc_health_port = 9003;
+  int metrics_port = 9090;
+  bool secure_serving = true;
+  std::string cert_path;  // directory with tls.crt and tls.key; empty: a self-signed certificate
+
+  // ---- Streams
+  size_t max_request_bytes = kDefaultMaxRequestBytes;
+  std::string stream_request_timeout = "60s";  // "0s": no limit
+  std::string stream_idle_timeout = "15m";     // "0s": no limit
+  std::string handshake_timeout = "10s";
+  std::vector<std::string> objective_flags;  // "NAME=PRIORITY" (negative = sheddable)
+  bool disable_endpoint_subset_filter = false;
+  bool emit_endpoint_scores = false;
+  std::string capture_dir;  // created when missing
+
+  // ---- Decisions
+  int decision_log = 0;  // recent decisions kept for /debug/decisions, 0..kMaxDecisionLog
+  int decision_log_rate = 50;
+  bool decision_log_prompts = false;
+
+  // ---- Where this EPP runs (the locality plugins' home region and gateway zone)
+  std::string region, zone;
+};
+
+inline constexpr int kMaxDecisionLog = 1000000;
+
+// Checks every setting and builds the server's configuration (the logger is the caller's:
+// ServeConfig::log stays null). kInvalidArgument naming the setting for a bad value or a
+// combination that cannot work; kNotFound for a file that cannot be read (cert_path's, the
+// cluster directory).
+absl::StatusOr<ServeConfig> BuildServeConfig(const ServeArgs& args);
+
+// Every setting name BuildServeConfig and the server may put in a message, in ServeArgs order.
+const std::vector<std::string_view>& ServeSettingNames();
+
+// `message` with each whole-word setting name (ServeSettingNames) replaced by names.at(it) where
+// `names` has it; other text unchanged.
+std::string RenameServeSettings(std::string_view message, const std::map<std::string, std::string, std::less<>>& names);
+absl::Status RenameServeSettings(const absl::Status& status, const std::map<std::string, std::string, std::less<>>& names);
+
+}  // namespace epp
