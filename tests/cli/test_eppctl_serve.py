@@ -1024,9 +1024,9 @@ def test_startup_errors_exit_2(eppctl, pool, tmp_path):
         # libepp's BuildServeConfig checks these for eppctl and pyepp alike (test_serve_runtime.py):
         # the same limits and messages, named by the flags here.
         (["--endpoints", pool, "--decision-log", "1000001"], "--decision-log: must be in [0, 1000000], got 1000001"),
-        (["--endpoints", pool, "--pool-group", "example.com"], "--pool-group: 'example.com' is neither"),
+        (["--endpoints", pool, "--pool-group", "example.com"], "--pool-group: example.com not in"),
         (["--pool-import", "imp"], "--pool-import needs --clusters FILE"),
-        (["--endpoints", pool, "--stream-idle-timeout", "-1s"], "--stream-idle-timeout: must be >= 0"),
+        (["--endpoints", pool, "--stream-idle-timeout", "-1s"], "--stream-idle-timeout: expected a non-negative duration"),
     ]
     for args, needle in cases:
         r = eppctl("serve", *ports, *args, timeout=30)
