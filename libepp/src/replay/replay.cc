@@ -377,8 +377,9 @@ ReplaySetup MakeSetup(const std::vector<ReplayRequest>& trace, const std::vector
 }
 
 // One policy's replay of the trace: its EPP replicas, its servers and their endpoints, the event
-// loop's queues and what it measures. The public methods are the steps RunPolicy calls, in
-// order; the others are the event loop's parts (see the file comment for the event order).
+// loop's queues and what it measures. The first five methods are the steps RunPolicy calls, in
+// order; the others are the event loop's parts (the file comment gives the event order). A
+// struct: its fields are the state the former lambdas of RunReplay shared, under the same names.
 struct PolicyRun {
   PolicyRun(const ReplaySetup& setup, const ReplayPolicy& policy, replay_internal::PromptRenderer& renderer)
       : setup(setup), policy(policy), renderer(renderer) {}
@@ -680,8 +681,8 @@ absl::Status PolicyRun::ReplayTrace(size_t policy_index) {
 }
 
 // One arrival: the replica's pick (a shed request ends here), then the request on the picked
-// server, or, when the policy disaggregated it (x-prefiller-host-port, as llm-d's P/D sidecar
-// reads it), its prefill stage on the prefill server with the decode stage to follow.
+// server, or, when the policy disaggregated it (the x-prefiller-host-port header of llm-d's P/D
+// handler), its prefill stage on the prefill server with the decode stage to follow.
 absl::Status PolicyRun::PickAndSubmit(const ReplayRequest& r, const InferenceRequest& req, size_t replica) {
   PickResult pr = replicas[replica]->Pick(req, endpoints);
   if (pr.status != 200) {
