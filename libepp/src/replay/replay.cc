@@ -12,8 +12,6 @@
 #include <limits>
 #include <queue>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -290,16 +288,31 @@ ReplayTraceInfo AnalyzeTrace(const std::vector<ReplayRequest>& trace, int64_t po
   return Analyze(trace, pooled_capacity_blocks, block_size_tokens, renderer, servers);
 }
 
-absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, const std::vector<ReplayPolicy>& policies,
-                                       const ReplayOptions& options) {
-  const bool pd_pool = options.prefill_servers > 0 || options.decode_servers > 0;
+namespace {
+
+// RunReplay's steps. The inputs are checked and what every policy shares is derived once
+// (ReplaySetup); then each policy replays the whole trace on a fresh pool of its own
+// (PolicyRun), so the policies compare on the same requests and the same hardware.
+
+// A disaggregated (llm-d P/D) pool: ReplayOptions::prefill_servers / decode_servers.
+bool IsPdPool(const ReplayOptions& options) { return options.prefill_servers > 0 || options.decode_servers > 0; }
+
+int ServerCount(const ReplayOptions& options) {
+  return IsPdPool(options) ? options.prefill_servers + options.decode_servers : options.servers;
+}
+
+// The options and the trace, before anything is built (ServerParams checks each server's own
+// parameters). The first problem found is the one reported.
+absl::Status ValidateInputs(const std::vector<ReplayRequest>& trace, const std::vector<ReplayPolicy>& policies,
+                            const ReplayOptions& options) {
+  const bool pd_pool = IsPdPool(options);
   if (options.prefill_servers < 0 || options.decode_servers < 0)
     return absl::InvalidArgumentError("prefill and decode server counts must be >= 0");
   if (pd_pool && (options.prefill_servers == 0 || options.decode_servers == 0))
     return absl::InvalidArgumentError("a P/D pool needs at least one prefill and one decode server");
   if (pd_pool && !(options.kv_link_gbytes_per_s > 0)) return absl::InvalidArgumentError("kv_link_gbytes_per_s must be > 0");
   if (pd_pool && options.kv_bytes_per_token < 0) return absl::InvalidArgumentError("kv_bytes_per_token must be >= 0");
-  const int server_count = pd_pool ? options.prefill_servers + options.decode_servers : options.servers;
+  const int server_count = ServerCount(options);
   if (server_count <= 0) return absl::InvalidArgumentError("servers must be > 0");
   if (options.epp_replicas < 1 || options.epp_replicas > 64) return absl::InvalidArgumentError("epp_replicas must be in [1, 64]");
   if (options.kv_event_delay_us < 0) return absl::InvalidArgumentError("the KV event delay must be >= 0");
@@ -309,463 +322,501 @@ absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, 
   if (policies.empty()) return absl::InvalidArgumentError("no policy to replay");
   for (size_t i = 1; i < trace.size(); ++i)
     if (trace[i].arrival_us < trace[i - 1].arrival_us) return absl::InvalidArgumentError("the trace is not sorted by arrival time");
-  std::vector<SimParams> params(static_cast<size_t>(server_count), options.server);
+  return absl::OkStatus();
+}
+
+// One SimParams per server (ReplayOptions::per_server, or copies of `server`), each with its own
+// seed and at least one model, validated.
+absl::StatusOr<std::vector<SimParams>> ServerParams(const ReplayOptions& options) {
+  std::vector<SimParams> params(static_cast<size_t>(ServerCount(options)), options.server);
   if (!options.per_server.empty()) params = options.per_server;
-  int64_t total_kv = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     params[i].seed = options.seed + i;
     if (params[i].models.empty()) params[i].models = {"model"};
     EPP_RETURN_IF_ERROR(params[i].Validate());
-    total_kv += params[i].kv_blocks * params[i].block_size / 16;
   }
-  const int sim_block = params.front().block_size;
-  std::vector<std::string> trace_models;
+  return params;
+}
+
+// The pooled-cache bound's size: every server's KV cache, in the analysis's 16-token blocks.
+int64_t PooledCapacityBlocks(const std::vector<SimParams>& params) {
+  int64_t total_kv = 0;
+  for (const SimParams& p : params) total_kv += p.kv_blocks * p.block_size / 16;
+  return total_kv;
+}
+
+// What every policy's run shares: the checked inputs and the figures derived from them.
+struct ReplaySetup {
+  const std::vector<ReplayRequest>& trace;
+  const ReplayOptions& options;
+  std::vector<SimParams> params;          // one per server
+  bool pd_pool = false;                   // IsPdPool
+  int sim_block = 0;                      // the servers' block size (what their caches hash)
+  std::vector<std::string> trace_models;  // the trace's models, in first-use order
+  int64_t t0 = 0;                         // the first arrival: virtual time starts there
+  int64_t span = 1;                       // first to last arrival + 1 us: the timeline's width
+  size_t buckets = 1;                     // points of the hit-rate timeline
+  double total_work = 0;                  // requests x policies, for ReplayOptions::progress
+};
+
+ReplaySetup MakeSetup(const std::vector<ReplayRequest>& trace, const std::vector<ReplayPolicy>& policies,
+                      const ReplayOptions& options, std::vector<SimParams> params) {
+  ReplaySetup setup{trace, options, std::move(params)};
+  setup.pd_pool = IsPdPool(options);
+  setup.sim_block = setup.params.front().block_size;
   {
     absl::flat_hash_set<std::string> seen;
     for (const ReplayRequest& r : trace)
-      if (seen.insert(r.model).second) trace_models.push_back(r.model);
+      if (seen.insert(r.model).second) setup.trace_models.push_back(r.model);
   }
+  setup.t0 = trace.empty() ? 0 : trace.front().arrival_us;
+  setup.span = trace.empty() ? 1 : std::max<int64_t>(1, trace.back().arrival_us - setup.t0 + 1);
+  setup.buckets = static_cast<size_t>(std::max(1, options.timeline_buckets));
+  setup.total_work = static_cast<double>(trace.size() * policies.size());
+  return setup;
+}
+
+// One policy's replay of the trace: its EPP replicas, its servers and their endpoints, the event
+// loop's queues and what it measures. The first five methods are the steps RunPolicy calls, in
+// order; the others are the event loop's parts (the file comment gives the event order). A
+// struct: its fields are the state the former lambdas of RunReplay shared, under the same names.
+struct PolicyRun {
+  PolicyRun(const ReplaySetup& setup, const ReplayPolicy& policy, replay_internal::PromptRenderer& renderer)
+      : setup(setup), policy(policy), renderer(renderer) {}
+
+  // Independent EPP replicas behind one gateway (round robin): each has its own state; with a
+  // precise prefix producer each also gets every server's KV events.
+  absl::Status BuildReplicas(const PluginRegistry& registry);
+  // The simulated servers and the endpoints the replicas see: multi-profile policies (P/D) get
+  // the labelled pool, the others the same servers unlabelled.
+  absl::Status BuildPool();
+  // The event loop: scrapes due, then each arrival is picked by the next replica and submitted.
+  absl::Status ReplayTrace(size_t policy_index);
+  // Every request still on a server runs to its end.
+  absl::Status Drain();
+  // The policy's line of the report, from what the run measured.
+  ReplayPolicyReport Report(const Percentiles& ttft_bound, std::chrono::steady_clock::time_point wall0);
+
+  void DeliverKvEvents(int64_t now_us);
+  absl::Status PickAndSubmit(const ReplayRequest& r, const InferenceRequest& req, size_t replica);
+  void AccountHits(const Pending& pd, const SimRequestResult& res);
+  void Collect(size_t s);
+  void FinishPrefill(size_t s, const Pending& pd, const std::optional<SimRequestResult>& res, bool rejected);
+  void FinishRequest(size_t s, const Pending& pd, const std::optional<SimRequestResult>& res, bool rejected);
+  absl::Status AdvancePd(int64_t until);
+  void Scrape(int64_t t);
+
+  const ReplaySetup& setup;
+  const ReplayPolicy& policy;
+  replay_internal::PromptRenderer& renderer;  // shared by the analysis and every policy's run
+  const ReplayOptions& options = setup.options;
+  const std::vector<SimParams>& params = setup.params;
+  const int sim_block = setup.sim_block;
+  const int64_t t0 = setup.t0, span = setup.span;
+  const size_t buckets = setup.buckets;
+
+  // The EPP replicas (the schedulers use the clock and their RNG: declared after them).
+  ManualClock clock{t0};
+  std::vector<std::unique_ptr<SeededRng>> rngs;
+  std::vector<std::unique_ptr<Scheduler>> replicas;
+  std::vector<const KvEventsBinding*> kv_of;
+  bool kv_on = false;  // a precise policy: the servers publish what their caches do
+  bool on_pd = false;  // runs on the P/D pool
+  // The pool.
+  std::vector<std::unique_ptr<SimServer>> servers;
+  std::vector<Endpoint> endpoints = std::vector<Endpoint>(params.size());
+  absl::flat_hash_map<std::string, size_t> server_of;
+  // A server's metrics change only when a request is submitted or one of its events passes;
+  // otherwise a scrape would read what the previous one did and is skipped.
+  std::vector<char> dirty = std::vector<char>(params.size(), 1);
+  // The event loop's queues.
+  std::vector<SimEvent> events;
+  std::priority_queue<KvDelivery, std::vector<KvDelivery>, std::greater<KvDelivery>> kv_in_flight;
+  std::priority_queue<Deferred, std::vector<Deferred>, std::greater<Deferred>> deferred;
+  std::vector<int> prefill_pending = std::vector<int>(params.size(), 0);
+  absl::flat_hash_map<uint64_t, Pending> pending;
+  uint64_t next_id = 1;
+  // What the run measures.
+  ReplayPolicyReport rep;
+  std::vector<double> itl;
+  int64_t transfer_us_sum = 0;
+  int64_t scrapes = 0;
+  std::vector<double> ttft, e2e, queue;
+  int64_t hit_blocks = 0, all_blocks = 0, hit_tokens = 0, all_tokens = 0, wrong = 0, judged = 0;
+  int64_t first_arrival = INT64_MAX, last_finish = 0;
+  std::vector<int64_t> bucket_hits = std::vector<int64_t>(buckets, 0), bucket_blocks = std::vector<int64_t>(buckets, 0);
+  std::vector<int64_t> bucket_server = std::vector<int64_t>(buckets * params.size(), 0);  // requests per (bucket, server)
+};
+
+absl::Status PolicyRun::BuildReplicas(const PluginRegistry& registry) {
+  for (int r = 0; r < std::max(1, options.epp_replicas); ++r) {
+    rngs.push_back(std::make_unique<SeededRng>(options.seed + static_cast<uint64_t>(r)));
+    EPP_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> built,
+                         BuildScheduler(policy.config, registry, PluginContext{&clock, rngs.back().get()}));
+    kv_of.push_back(built->KvEvents());
+    replicas.push_back(std::move(built));
+  }
+  kv_on = kv_of.front() != nullptr;
+  return absl::OkStatus();
+}
+
+absl::Status PolicyRun::BuildPool() {
+  on_pd = setup.pd_pool && replicas.front()->ProfileNames().size() > 1;
+  for (size_t i = 0; i < params.size(); ++i) {
+    SimParams p = params[i];
+    p.kv_events = kv_on;  // a precise policy: the servers publish what their caches do
+    // Every model the trace uses is served by every server.
+    for (const std::string& m : setup.trace_models)
+      if (std::find(p.models.begin(), p.models.end(), m) == p.models.end()) p.models.push_back(m);
+    EPP_ASSIGN_OR_RETURN(auto s, SimServer::Create(p));
+    servers.push_back(std::move(s));
+    endpoints[i].address = absl::StrCat("10.0.", i / 250, ".", i % 250 + 1, ":8000");
+    endpoints[i].engine = p.engine;
+    endpoints[i].metrics.cache_block_size = p.block_size;
+    endpoints[i].metrics.cache_num_blocks = p.kv_blocks;
+    server_of[endpoints[i].address] = i;
+  }
+  rep.name = policy.name;
+  rep.disaggregated_pool = on_pd;
+  rep.precise = kv_on;
+  // The P/D roles as llm-d labels them (the disagg-profile-handler's filters read them).
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::string role;
+    if (on_pd) role = static_cast<int>(i) < options.prefill_servers ? "prefill" : "decode";
+    if (!role.empty()) endpoints[i].labels["llm-d.ai/role"] = role;
+    rep.server_roles.push_back(role);
+  }
+  rep.requests_per_server.assign(params.size(), 0);
+  rep.kv_usage_mean_per_server.assign(params.size(), 0.0);
+  return absl::OkStatus();
+}
+
+// The prompt's cache hits, pool-wide and in the request's timeline bucket.
+void PolicyRun::AccountHits(const Pending& pd, const SimRequestResult& res) {
+  const int64_t cached_blocks = res.cached_tokens / sim_block;
+  hit_blocks += cached_blocks;
+  all_blocks += pd.blocks;
+  hit_tokens += res.cached_tokens;
+  all_tokens += res.prompt_tokens;
+  bucket_hits[pd.bucket] += cached_blocks;
+  bucket_blocks[pd.bucket] += pd.blocks;
+}
+
+// What server `s` did since it was last advanced: its KV events start on their way to the
+// replicas, and each event in `events` is accounted (a first token, a finished or rejected stage).
+void PolicyRun::Collect(size_t s) {
+  if (kv_on) {
+    std::vector<KvEvent> kv = servers[s]->TakeKvEvents();
+    if (!kv.empty()) kv_in_flight.push(KvDelivery{servers[s]->now_us() + options.kv_event_delay_us, s, std::move(kv)});
+  }
+  for (const SimEvent& ev : events) {
+    if (ev.kind == SimEvent::Kind::kFirstToken) {
+      // The response path's first token (aggregated requests; a P/D request's first token
+      // is not its server's alone).
+      auto it = pending.find(ev.id);
+      if (it != pending.end() && !it->second.pd)
+        replicas[it->second.replica]->ObserveFirstToken(it->second.pick_id, endpoints[s].address, ev.time_us);
+      continue;
+    }
+    auto it = pending.find(ev.id);
+    if (it == pending.end()) continue;
+    const Pending pd = it->second;
+    pending.erase(it);
+    std::optional<SimRequestResult> res = servers[s]->TakeResult(ev.id);
+    const bool rejected = ev.kind == SimEvent::Kind::kRejected || !res || res->rejected;
+    if (pd.prefill_stage) {
+      FinishPrefill(s, pd, res, rejected);
+    } else {
+      FinishRequest(s, pd, res, rejected);
+    }
+  }
+  events.clear();
+}
+
+// A P/D request's prefill stage ended on `s`: its decode stage waits for the KV transfer
+// (`deferred`), or the request fails with it.
+void PolicyRun::FinishPrefill(size_t s, const Pending& pd, const std::optional<SimRequestResult>& res, bool rejected) {
+  --prefill_pending[s];
+  if (rejected) {
+    replicas[pd.replica]->Release(endpoints[pd.decode_server].address, pd.load_tokens);
+    rep.failed++;
+    return;
+  }
+  // The prompt was computed here: its cache hits are the request's.
+  AccountHits(pd, *res);
+  // The decode server receives the KV of the tokens it does not hold itself.
+  const size_t d = pd.decode_server;
+  SimRequest dr = pd.decode_req;
+  const int64_t local = std::min(dr.prompt_tokens, servers[d]->CachedPrefixBlocks(dr.block_hashes) * sim_block);
+  dr.remote_prefilled_tokens = dr.prompt_tokens - local;
+  const double bytes = static_cast<double>(dr.remote_prefilled_tokens) * static_cast<double>(options.kv_bytes_per_token);
+  Pending next = pd;
+  next.prefill_stage = false;
+  next.server = d;
+  next.transfer_us = std::llround(bytes / (options.kv_link_gbytes_per_s * 1e9) * 1e6);
+  next.prefill_queue_us = res->admitted_us - res->arrival_us;
+  pending.emplace(dr.id, next);
+  deferred.push(Deferred{res->finish_us + next.transfer_us, d, std::move(dr)});
+}
+
+// A request ended on `s` (an aggregated one, or a P/D request's decode stage): the replica's load
+// is released, its latencies recorded and the EPP's prefix prediction judged.
+void PolicyRun::FinishRequest(size_t s, const Pending& pd, const std::optional<SimRequestResult>& res, bool rejected) {
+  replicas[pd.replica]->Release(endpoints[s].address, pd.load_tokens);
+  if (rejected) {
+    rep.failed++;
+    return;
+  }
+  rep.completed++;
+  ttft.push_back(static_cast<double>(res->first_token_us - pd.arrival_us) / 1e6);
+  e2e.push_back(static_cast<double>(res->finish_us - pd.arrival_us) / 1e6);
+  queue.push_back(static_cast<double>(pd.prefill_queue_us + res->admitted_us - res->arrival_us) / 1e6);
+  if (res->output_tokens > 1)
+    itl.push_back(static_cast<double>(res->finish_us - res->first_token_us) / 1e6 / static_cast<double>(res->output_tokens - 1));
+  last_finish = std::max(last_finish, res->finish_us);
+  if (pd.pd) {
+    rep.disaggregated++;
+    transfer_us_sum += pd.transfer_us;
+    return;  // hits were counted at the prefill; the EPP predicted the decode server's
+  }
+  AccountHits(pd, *res);
+  // The EPP's guess is wrong when it is off by at least one of the server's blocks, within
+  // the window it hashes (maxPrefixBlocksToMatch caps what it can predict).
+  if (!pd.predicts) return;
+  ++judged;
+  const int64_t truth = std::min(res->cached_tokens, pd.matchable_tokens);
+  if (std::llabs(pd.predicted_tokens - truth) >= sim_block) ++wrong;
+}
+
+// P/D: runs the prefill servers' events and the decode stages due by `until`, in time order,
+// so a decode stage starts exactly when its KV has arrived.
+absl::Status PolicyRun::AdvancePd(int64_t until) {
+  if (!on_pd) return absl::OkStatus();
+  constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+  while (true) {
+    int64_t t_ev = kNever;
+    size_t s_ev = 0;
+    for (size_t s = 0; s < servers.size(); ++s) {
+      if (prefill_pending[s] <= 0) continue;
+      const int64_t t = servers[s]->NextEventTime();
+      if (t < t_ev) {
+        t_ev = t;
+        s_ev = s;
+      }
+    }
+    const int64_t t_def = deferred.empty() ? kNever : deferred.top().t_us;
+    const int64_t t = std::min(t_ev, t_def);
+    if (t == kNever || t > until) return absl::OkStatus();
+    if (t_ev <= t_def) {
+      servers[s_ev]->AdvanceTo(t_ev, &events);
+      dirty[s_ev] = 1;
+      Collect(s_ev);
+    } else {
+      Deferred d = deferred.top();
+      deferred.pop();
+      dirty[d.server] = 1;
+      absl::Status st = servers[d.server]->Submit(d.request, std::max(d.t_us, servers[d.server]->now_us()), &events);
+      if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("policy ", policy.name, ": ", st.message()));
+      Collect(d.server);
+    }
+  }
+}
+
+// The EPP's metrics refresh at `t` (--refresh-metrics-interval): every endpoint's metrics as its
+// server has them then; also the samples of the per-server mean KV usage.
+void PolicyRun::Scrape(int64_t t) {
+  for (size_t s = 0; s < servers.size(); ++s) {
+    Endpoint& e = endpoints[s];
+    e.metrics_time_us = t;
+    if (dirty[s] || servers[s]->NextEventTime() <= t) {
+      servers[s]->AdvanceTo(t, &events);
+      Collect(s);
+      const SimSnapshot snap = servers[s]->Snapshot();
+      e.metrics.waiting_queue_size = snap.waiting;
+      e.metrics.running_requests = snap.running;
+      e.metrics.kv_cache_usage = snap.kv_usage;
+      dirty[s] = 0;
+    }
+    rep.kv_usage_mean_per_server[s] += e.metrics.kv_cache_usage.value_or(0);
+  }
+  ++scrapes;
+}
+
+// KV events that reached the EPPs by `now_us` are in their indexes.
+void PolicyRun::DeliverKvEvents(int64_t now_us) {
+  while (!kv_in_flight.empty() && kv_in_flight.top().t_us <= now_us) {
+    KvEventBatch batch;
+    batch.events = kv_in_flight.top().events;
+    const size_t from = kv_in_flight.top().server;
+    kv_in_flight.pop();
+    for (const KvEventsBinding* b : kv_of) b->index->Apply(endpoints[from].address, "", batch);
+  }
+}
+
+absl::Status PolicyRun::ReplayTrace(size_t policy_index) {
+  int64_t next_scrape = t0;
+  size_t done = 0;
+  InferenceRequest req;
+  req.path = "/v1/completions";
+  for (const ReplayRequest& r : setup.trace) {
+    while (next_scrape <= r.arrival_us) {
+      EPP_RETURN_IF_ERROR(AdvancePd(next_scrape));
+      Scrape(next_scrape);
+      next_scrape += options.scrape_interval_us;
+    }
+    EPP_RETURN_IF_ERROR(AdvancePd(r.arrival_us));
+    clock.Set(r.arrival_us);
+    first_arrival = std::min(first_arrival, r.arrival_us);
+    req.model = r.model;
+    req.prompt.assign(renderer.Render(r));
+    req.prompt_tokens = r.prompt_tokens;
+    req.priority = r.priority;
+    DeliverKvEvents(r.arrival_us);
+    EPP_RETURN_IF_ERROR(PickAndSubmit(r, req, done % replicas.size()));
+    ++done;
+    if (options.progress && (done & 1023) == 0)
+      options.progress((static_cast<double>(policy_index * setup.trace.size() + done)) / std::max(1.0, setup.total_work));
+  }
+  return absl::OkStatus();
+}
+
+// One arrival: the replica's pick (a shed request ends here), then the request on the picked
+// server, or, when the policy disaggregated it (the x-prefiller-host-port header of llm-d's P/D
+// handler), its prefill stage on the prefill server with the decode stage to follow.
+absl::Status PolicyRun::PickAndSubmit(const ReplayRequest& r, const InferenceRequest& req, size_t replica) {
+  PickResult pr = replicas[replica]->Pick(req, endpoints);
+  if (pr.status != 200) {
+    rep.shed++;
+    return absl::OkStatus();
+  }
+  const size_t s = server_of.at(pr.endpoints.front());
+  Pending pd;
+  pd.arrival_us = r.arrival_us;
+  pd.server = s;
+  pd.replica = replica;
+  pd.predicted_tokens = static_cast<int64_t>(pr.prefix_match_blocks) * pr.prefix_block_size_tokens;
+  // Without a prefix producer the EPP makes no prediction to judge.
+  pd.predicts = pr.prefix_block_size_tokens > 0;
+  pd.matchable_tokens = static_cast<int64_t>(pr.prefix_blocks) * pr.prefix_block_size_tokens;
+  pd.load_tokens = pr.load_tokens;
+  pd.pick_id = pr.pick_id;
+  pd.bucket = std::min(buckets - 1, static_cast<size_t>((r.arrival_us - t0) * static_cast<int64_t>(buckets) / span));
+  SimRequest sr;
+  sr.id = next_id++;
+  sr.block_hashes = ChainedBlockHashes(req.prompt, static_cast<size_t>(sim_block) * kCharsPerToken, PrefixSeed(r.model));
+  if (kv_on) sr.token_ids = EstimateTokenIds(req.prompt);  // what its BlockStored events carry
+  pd.blocks = static_cast<int64_t>(sr.block_hashes.size());
+  sr.prompt_tokens = std::max<int64_t>(1, r.prompt_tokens);
+  sr.output_tokens = std::max<int64_t>(1, r.output_tokens);
+  const std::string* prefiller = nullptr;
+  for (const auto& [k, v] : pr.headers)
+    if (k == "x-prefiller-host-port") prefiller = &v;
+  size_t target = s;
+  if (on_pd && prefiller != nullptr && server_of.count(*prefiller)) {
+    // Prefill on the prefill server (one output token), decode later on s.
+    target = server_of.at(*prefiller);
+    pd.pd = true;
+    pd.prefill_stage = true;
+    pd.server = target;
+    pd.decode_server = s;
+    pd.decode_req = sr;
+    pd.decode_req.id = next_id++;
+    sr.output_tokens = 1;
+    prefill_pending[target]++;
+  }
+  pending.emplace(sr.id, pd);
+  rep.requests_per_server[target]++;
+  if (target != s) rep.requests_per_server[s]++;
+  bucket_server[pd.bucket * params.size() + s]++;
+  dirty[target] = 1;
+  absl::Status st = servers[target]->Submit(sr, r.arrival_us, &events);
+  if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("policy ", policy.name, ": ", st.message()));
+  Collect(target);
+  return absl::OkStatus();
+}
+
+// Drain: the prefill stages and the decode stages they start, then every server until idle.
+absl::Status PolicyRun::Drain() {
+  EPP_RETURN_IF_ERROR(AdvancePd(std::numeric_limits<int64_t>::max() - 1));
+  for (size_t s = 0; s < servers.size(); ++s) {
+    for (int guard = 0; guard < 100000000; ++guard) {
+      const int64_t t = servers[s]->NextEventTime();
+      if (t == std::numeric_limits<int64_t>::max()) break;
+      servers[s]->AdvanceTo(t, &events);
+      Collect(s);
+    }
+  }
+  return absl::OkStatus();
+}
+
+ReplayPolicyReport PolicyRun::Report(const Percentiles& ttft_bound, std::chrono::steady_clock::time_point wall0) {
+  rep.failed += static_cast<int64_t>(pending.size());  // never finished (should not happen)
+  rep.ttft_s = Summarize(ttft);
+  rep.e2e_s = Summarize(e2e);
+  rep.queue_s = Summarize(queue);
+  rep.itl_s = Summarize(itl);
+  rep.kv_transfer_s_mean = rep.disaggregated ? static_cast<double>(transfer_us_sum) / 1e6 / static_cast<double>(rep.disaggregated) : 0;
+  if (!ttft.empty()) {
+    const size_t keep = std::min<size_t>(2000, ttft.size());
+    for (size_t k = 0; k < keep; ++k) rep.ttft_samples_s.push_back(ttft[k * ttft.size() / keep]);
+  }
+  rep.block_hit_rate = all_blocks ? static_cast<double>(hit_blocks) / static_cast<double>(all_blocks) : 0;
+  rep.token_hit_rate = all_tokens ? static_cast<double>(hit_tokens) / static_cast<double>(all_tokens) : 0;
+  rep.prediction_error_rate =
+      judged ? static_cast<double>(wrong) / static_cast<double>(judged) : std::numeric_limits<double>::quiet_NaN();
+  if (rep.completed > 0 && last_finish > first_arrival)
+    rep.throughput_rps = static_cast<double>(rep.completed) / (static_cast<double>(last_finish - first_arrival) / 1e6);
+  int64_t mx = 0, sum = 0;
+  for (int64_t c : rep.requests_per_server) {
+    mx = std::max(mx, c);
+    sum += c;
+  }
+  rep.load_max_over_mean = sum ? static_cast<double>(mx) / (static_cast<double>(sum) / static_cast<double>(params.size())) : 0;
+  for (double& k : rep.kv_usage_mean_per_server) k = scrapes ? k / static_cast<double>(scrapes) : 0;
+  for (size_t b = 0; b < buckets; ++b)
+    rep.hit_rate_timeline.push_back(bucket_blocks[b] ? static_cast<double>(bucket_hits[b]) / static_cast<double>(bucket_blocks[b]) : 0);
+  const Percentiles& b = ttft_bound;
+  auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
+  rep.ttft_over_bound = {ratio(rep.ttft_s.p50, b.p50), ratio(rep.ttft_s.p90, b.p90), ratio(rep.ttft_s.p99, b.p99),
+                         ratio(rep.ttft_s.mean, b.mean)};
+  AddLoadFlags(rep, bucket_server, buckets, static_cast<double>(span) / 1e6);
+  rep.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  return std::move(rep);
+}
+
+// One policy, start to end; wall_s counts all of it.
+absl::StatusOr<ReplayPolicyReport> RunPolicy(const ReplaySetup& setup, const ReplayPolicy& policy, size_t policy_index,
+                                             const PluginRegistry& registry, replay_internal::PromptRenderer& renderer,
+                                             const Percentiles& ttft_bound) {
+  const auto wall0 = std::chrono::steady_clock::now();
+  PolicyRun run(setup, policy, renderer);
+  EPP_RETURN_IF_ERROR(run.BuildReplicas(registry));
+  EPP_RETURN_IF_ERROR(run.BuildPool());
+  EPP_RETURN_IF_ERROR(run.ReplayTrace(policy_index));
+  EPP_RETURN_IF_ERROR(run.Drain());
+  return run.Report(ttft_bound, wall0);
+}
+
+}  // namespace
+
+absl::StatusOr<ReplayReport> RunReplay(const std::vector<ReplayRequest>& trace, const std::vector<ReplayPolicy>& policies,
+                                       const ReplayOptions& options) {
+  EPP_RETURN_IF_ERROR(ValidateInputs(trace, policies, options));
+  EPP_ASSIGN_OR_RETURN(std::vector<SimParams> params, ServerParams(options));
+  const ReplaySetup setup = MakeSetup(trace, policies, options, std::move(params));
   ReplayReport report;
   replay_internal::PromptRenderer renderer;  // shared by the analysis and every policy's run
-  report.trace = Analyze(trace, total_kv, 16, renderer, params);
+  report.trace = Analyze(trace, PooledCapacityBlocks(setup.params), 16, renderer, setup.params);
   const PluginRegistry registry = BuiltinRegistry();
-  const int64_t t0 = trace.empty() ? 0 : trace.front().arrival_us;
-  const int64_t span = trace.empty() ? 1 : std::max<int64_t>(1, trace.back().arrival_us - t0 + 1);
-  const size_t buckets = static_cast<size_t>(std::max(1, options.timeline_buckets));
-  const double total_work = static_cast<double>(trace.size() * policies.size());
-
   for (size_t pi = 0; pi < policies.size(); ++pi) {
-    const auto wall0 = std::chrono::steady_clock::now();
-    const ReplayPolicy& policy = policies[pi];
-    ManualClock clock(t0);
-    // Independent EPP replicas behind one gateway (round robin): each has its own state; with a
-    // precise prefix producer each also gets every server's KV events.
-    std::vector<std::unique_ptr<SeededRng>> rngs;
-    std::vector<std::unique_ptr<Scheduler>> replicas;
-    std::vector<const KvEventsBinding*> kv_of;
-    for (int r = 0; r < std::max(1, options.epp_replicas); ++r) {
-      rngs.push_back(std::make_unique<SeededRng>(options.seed + static_cast<uint64_t>(r)));
-      EPP_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> built,
-                           BuildScheduler(policy.config, registry, PluginContext{&clock, rngs.back().get()}));
-      kv_of.push_back(built->KvEvents());
-      replicas.push_back(std::move(built));
-    }
-    const bool kv_on = kv_of.front() != nullptr;
-    std::priority_queue<KvDelivery, std::vector<KvDelivery>, std::greater<KvDelivery>> kv_in_flight;
-    // Multi-profile policies (P/D) get the labelled pool; the others the same servers unlabelled.
-    const bool on_pd = pd_pool && replicas.front()->ProfileNames().size() > 1;
-    std::vector<std::unique_ptr<SimServer>> servers;
-    std::vector<Endpoint> endpoints(params.size());
-    absl::flat_hash_map<std::string, size_t> server_of;
-    // A server's metrics change only when a request is submitted or one of its events passes;
-    // otherwise a scrape would read what the previous one did and is skipped.
-    std::vector<char> dirty(params.size(), 1);
-    for (size_t i = 0; i < params.size(); ++i) {
-      SimParams p = params[i];
-      p.kv_events = kv_on;  // a precise policy: the servers publish what their caches do
-      // Every model the trace uses is served by every server.
-      for (const std::string& m : trace_models)
-        if (std::find(p.models.begin(), p.models.end(), m) == p.models.end()) p.models.push_back(m);
-      EPP_ASSIGN_OR_RETURN(auto s, SimServer::Create(p));
-      servers.push_back(std::move(s));
-      endpoints[i].address = absl::StrCat("10.0.", i / 250, ".", i % 250 + 1, ":8000");
-      endpoints[i].engine = p.engine;
-      endpoints[i].metrics.cache_block_size = p.block_size;
-      endpoints[i].metrics.cache_num_blocks = p.kv_blocks;
-      server_of[endpoints[i].address] = i;
-    }
-    ReplayPolicyReport rep;
-    rep.name = policy.name;
-    rep.disaggregated_pool = on_pd;
-    rep.precise = kv_on;
-    for (size_t i = 0; i < params.size(); ++i) {
-      std::string role;
-      if (on_pd) role = static_cast<int>(i) < options.prefill_servers ? "prefill" : "decode";
-      if (!role.empty()) endpoints[i].labels["llm-d.ai/role"] = role;
-      rep.server_roles.push_back(role);
-    }
-    std::priority_queue<Deferred, std::vector<Deferred>, std::greater<Deferred>> deferred;
-    std::vector<int> prefill_pending(params.size(), 0);
-    std::vector<double> itl;
-    int64_t transfer_us_sum = 0;
-    rep.requests_per_server.assign(params.size(), 0);
-    rep.kv_usage_mean_per_server.assign(params.size(), 0.0);
-    int64_t scrapes = 0;
-    absl::flat_hash_map<uint64_t, Pending> pending;
-    std::vector<double> ttft, e2e, queue;
-    int64_t hit_blocks = 0, all_blocks = 0, hit_tokens = 0, all_tokens = 0, wrong = 0, judged = 0;
-    int64_t first_arrival = INT64_MAX, last_finish = 0;
-    std::vector<int64_t> bucket_hits(buckets, 0), bucket_blocks(buckets, 0);
-    std::vector<int64_t> bucket_server(buckets * params.size(), 0);  // requests per (bucket, server)
-    std::vector<SimEvent> events;
-
-    auto account_hits = [&](const Pending& pd, const SimRequestResult& res) {
-      const int64_t cached_blocks = res.cached_tokens / sim_block;
-      hit_blocks += cached_blocks;
-      all_blocks += pd.blocks;
-      hit_tokens += res.cached_tokens;
-      all_tokens += res.prompt_tokens;
-      bucket_hits[pd.bucket] += cached_blocks;
-      bucket_blocks[pd.bucket] += pd.blocks;
-    };
-    auto collect = [&](size_t s) {
-      if (kv_on) {
-        std::vector<KvEvent> kv = servers[s]->TakeKvEvents();
-        if (!kv.empty()) kv_in_flight.push(KvDelivery{servers[s]->now_us() + options.kv_event_delay_us, s, std::move(kv)});
-      }
-      for (const SimEvent& ev : events) {
-        if (ev.kind == SimEvent::Kind::kFirstToken) {
-          // The response path's first token (aggregated requests; a P/D request's first token
-          // is not its server's alone).
-          auto it = pending.find(ev.id);
-          if (it != pending.end() && !it->second.pd)
-            replicas[it->second.replica]->ObserveFirstToken(it->second.pick_id, endpoints[s].address, ev.time_us);
-          continue;
-        }
-        auto it = pending.find(ev.id);
-        if (it == pending.end()) continue;
-        const Pending pd = it->second;
-        pending.erase(it);
-        std::optional<SimRequestResult> res = servers[s]->TakeResult(ev.id);
-        const bool rejected = ev.kind == SimEvent::Kind::kRejected || !res || res->rejected;
-        if (pd.prefill_stage) {
-          --prefill_pending[s];
-          if (rejected) {
-            replicas[pd.replica]->Release(endpoints[pd.decode_server].address, pd.load_tokens);
-            rep.failed++;
-            continue;
-          }
-          // The prompt was computed here: its cache hits are the request's.
-          account_hits(pd, *res);
-          // The decode server receives the KV of the tokens it does not hold itself.
-          const size_t d = pd.decode_server;
-          SimRequest dr = pd.decode_req;
-          const int64_t local = std::min(dr.prompt_tokens, servers[d]->CachedPrefixBlocks(dr.block_hashes) * sim_block);
-          dr.remote_prefilled_tokens = dr.prompt_tokens - local;
-          const double bytes = static_cast<double>(dr.remote_prefilled_tokens) * static_cast<double>(options.kv_bytes_per_token);
-          Pending next = pd;
-          next.prefill_stage = false;
-          next.server = d;
-          next.transfer_us = std::llround(bytes / (options.kv_link_gbytes_per_s * 1e9) * 1e6);
-          next.prefill_queue_us = res->admitted_us - res->arrival_us;
-          pending.emplace(dr.id, next);
-          deferred.push(Deferred{res->finish_us + next.transfer_us, d, std::move(dr)});
-          continue;
-        }
-        replicas[pd.replica]->Release(endpoints[s].address, pd.load_tokens);
-        if (rejected) {
-          rep.failed++;
-          continue;
-        }
-        rep.completed++;
-        ttft.push_back(static_cast<double>(res->first_token_us - pd.arrival_us) / 1e6);
-        e2e.push_back(static_cast<double>(res->finish_us - pd.arrival_us) / 1e6);
-        queue.push_back(static_cast<double>(pd.prefill_queue_us + res->admitted_us - res->arrival_us) / 1e6);
-        if (res->output_tokens > 1)
-          itl.push_back(static_cast<double>(res->finish_us - res->first_token_us) / 1e6 / static_cast<double>(res->output_tokens - 1));
-        last_finish = std::max(last_finish, res->finish_us);
-        if (pd.pd) {
-          rep.disaggregated++;
-          transfer_us_sum += pd.transfer_us;
-          continue;  // hits were counted at the prefill; the EPP predicted the decode server's
-        }
-        account_hits(pd, *res);
-        // The EPP's guess is wrong when it is off by at least one of the server's blocks, within
-        // the window it hashes (maxPrefixBlocksToMatch caps what it can predict).
-        if (!pd.predicts) continue;
-        ++judged;
-        const int64_t truth = std::min(res->cached_tokens, pd.matchable_tokens);
-        if (std::llabs(pd.predicted_tokens - truth) >= sim_block) ++wrong;
-      }
-      events.clear();
-    };
-    // P/D: runs the prefill servers' events and the decode stages due by `until`, in time order,
-    // so a decode stage starts exactly when its KV has arrived.
-    auto advance_pd = [&](int64_t until) -> absl::Status {
-      if (!on_pd) return absl::OkStatus();
-      constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
-      while (true) {
-        int64_t t_ev = kNever;
-        size_t s_ev = 0;
-        for (size_t s = 0; s < servers.size(); ++s) {
-          if (prefill_pending[s] <= 0) continue;
-          const int64_t t = servers[s]->NextEventTime();
-          if (t < t_ev) {
-            t_ev = t;
-            s_ev = s;
-          }
-        }
-        const int64_t t_def = deferred.empty() ? kNever : deferred.top().t_us;
-        const int64_t t = std::min(t_ev, t_def);
-        if (t == kNever || t > until) return absl::OkStatus();
-        if (t_ev <= t_def) {
-          servers[s_ev]->AdvanceTo(t_ev, &events);
-          dirty[s_ev] = 1;
-          collect(s_ev);
-        } else {
-          Deferred d = deferred.top();
-          deferred.pop();
-          dirty[d.server] = 1;
-          absl::Status st = servers[d.server]->Submit(d.request, std::max(d.t_us, servers[d.server]->now_us()), &events);
-          if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("policy ", policy.name, ": ", st.message()));
-          collect(d.server);
-        }
-      }
-    };
-    auto scrape = [&](int64_t t) {
-      for (size_t s = 0; s < servers.size(); ++s) {
-        Endpoint& e = endpoints[s];
-        e.metrics_time_us = t;
-        if (dirty[s] || servers[s]->NextEventTime() <= t) {
-          servers[s]->AdvanceTo(t, &events);
-          collect(s);
-          const SimSnapshot snap = servers[s]->Snapshot();
-          e.metrics.waiting_queue_size = snap.waiting;
-          e.metrics.running_requests = snap.running;
-          e.metrics.kv_cache_usage = snap.kv_usage;
-          dirty[s] = 0;
-        }
-        rep.kv_usage_mean_per_server[s] += e.metrics.kv_cache_usage.value_or(0);
-      }
-      ++scrapes;
-    };
-
-    int64_t next_scrape = t0;
-    uint64_t next_id = 1;
-    size_t done = 0;
-    InferenceRequest req;
-    req.path = "/v1/completions";
-    for (const ReplayRequest& r : trace) {
-      while (next_scrape <= r.arrival_us) {
-        EPP_RETURN_IF_ERROR(advance_pd(next_scrape));
-        scrape(next_scrape);
-        next_scrape += options.scrape_interval_us;
-      }
-      EPP_RETURN_IF_ERROR(advance_pd(r.arrival_us));
-      clock.Set(r.arrival_us);
-      first_arrival = std::min(first_arrival, r.arrival_us);
-      req.model = r.model;
-      req.prompt.assign(renderer.Render(r));
-      req.prompt_tokens = r.prompt_tokens;
-      req.priority = r.priority;
-      // KV events that reached the EPPs by now are in their indexes.
-      while (!kv_in_flight.empty() && kv_in_flight.top().t_us <= r.arrival_us) {
-        KvEventBatch batch;
-        batch.events = kv_in_flight.top().events;
-        const size_t from = kv_in_flight.top().server;
-        kv_in_flight.pop();
-        for (const KvEventsBinding* b : kv_of) b->index->Apply(endpoints[from].address, "", batch);
-      }
-      const size_t replica = done % replicas.size();
-      PickResult pr = replicas[replica]->Pick(req, endpoints);
-      if (pr.status != 200) {
-        rep.shed++;
-      } else {
-        const size_t s = server_of.at(pr.endpoints.front());
-        Pending pd;
-        pd.arrival_us = r.arrival_us;
-        pd.server = s;
-        pd.replica = replica;
-        pd.predicted_tokens = static_cast<int64_t>(pr.prefix_match_blocks) * pr.prefix_block_size_tokens;
-        // Without a prefix producer the EPP makes no prediction to judge.
-        pd.predicts = pr.prefix_block_size_tokens > 0;
-        pd.matchable_tokens = static_cast<int64_t>(pr.prefix_blocks) * pr.prefix_block_size_tokens;
-        pd.load_tokens = pr.load_tokens;
-        pd.pick_id = pr.pick_id;
-        pd.bucket = std::min(buckets - 1, static_cast<size_t>((r.arrival_us - t0) * static_cast<int64_t>(buckets) / span));
-        SimRequest sr;
-        sr.id = next_id++;
-        sr.block_hashes = ChainedBlockHashes(req.prompt, static_cast<size_t>(sim_block) * kCharsPerToken, PrefixSeed(r.model));
-        if (kv_on) sr.token_ids = EstimateTokenIds(req.prompt);  // what its BlockStored events carry
-        pd.blocks = static_cast<int64_t>(sr.block_hashes.size());
-        sr.prompt_tokens = std::max<int64_t>(1, r.prompt_tokens);
-        sr.output_tokens = std::max<int64_t>(1, r.output_tokens);
-        const std::string* prefiller = nullptr;
-        for (const auto& [k, v] : pr.headers)
-          if (k == "x-prefiller-host-port") prefiller = &v;
-        size_t target = s;
-        if (on_pd && prefiller != nullptr && server_of.count(*prefiller)) {
-          // Prefill on the prefill server (one output token), decode later on s.
-          target = server_of.at(*prefiller);
-          pd.pd = true;
-          pd.prefill_stage = true;
-          pd.server = target;
-          pd.decode_server = s;
-          pd.decode_req = sr;
-          pd.decode_req.id = next_id++;
-          sr.output_tokens = 1;
-          prefill_pending[target]++;
-        }
-        pending.emplace(sr.id, pd);
-        rep.requests_per_server[target]++;
-        if (target != s) rep.requests_per_server[s]++;
-        bucket_server[pd.bucket * params.size() + s]++;
-        dirty[target] = 1;
-        absl::Status st = servers[target]->Submit(sr, r.arrival_us, &events);
-        if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("policy ", policy.name, ": ", st.message()));
-        collect(target);
-      }
-      ++done;
-      if (options.progress && (done & 1023) == 0)
-        options.progress((static_cast<double>(pi * trace.size() + done)) / std::max(1.0, total_work));
-    }
-    // Drain: the prefill stages and the decode stages they start, then every server until idle.
-    EPP_RETURN_IF_ERROR(advance_pd(std::numeric_limits<int64_t>::max() - 1));
-    for (size_t s = 0; s < servers.size(); ++s) {
-      for (int guard = 0; guard < 100000000; ++guard) {
-        const int64_t t = servers[s]->NextEventTime();
-        if (t == std::numeric_limits<int64_t>::max()) break;
-        servers[s]->AdvanceTo(t, &events);
-        collect(s);
-      }
-    }
-    rep.failed += static_cast<int64_t>(pending.size());  // never finished (should not happen)
-    rep.ttft_s = Summarize(ttft);
-    rep.e2e_s = Summarize(e2e);
-    rep.queue_s = Summarize(queue);
-    rep.itl_s = Summarize(itl);
-    rep.kv_transfer_s_mean = rep.disaggregated ? static_cast<double>(transfer_us_sum) / 1e6 / static_cast<double>(rep.disaggregated) : 0;
-    if (!ttft.empty()) {
-      const size_t keep = std::min<size_t>(2000, ttft.size());
-      for (size_t k = 0; k < keep; ++k) rep.ttft_samples_s.push_back(ttft[k * ttft.size() / keep]);
-    }
-    rep.block_hit_rate = all_blocks ? static_cast<double>(hit_blocks) / static_cast<double>(all_blocks) : 0;
-    rep.token_hit_rate = all_tokens ? static_cast<double>(hit_tokens) / static_cast<double>(all_tokens) : 0;
-    rep.prediction_error_rate =
-        judged ? static_cast<double>(wrong) / static_cast<double>(judged) : std::numeric_limits<double>::quiet_NaN();
-    if (rep.completed > 0 && last_finish > first_arrival)
-      rep.throughput_rps = static_cast<double>(rep.completed) / (static_cast<double>(last_finish - first_arrival) / 1e6);
-    int64_t mx = 0, sum = 0;
-    for (int64_t c : rep.requests_per_server) {
-      mx = std::max(mx, c);
-      sum += c;
-    }
-    rep.load_max_over_mean = sum ? static_cast<double>(mx) / (static_cast<double>(sum) / static_cast<double>(params.size())) : 0;
-    for (double& k : rep.kv_usage_mean_per_server) k = scrapes ? k / static_cast<double>(scrapes) : 0;
-    for (size_t b = 0; b < buckets; ++b)
-      rep.hit_rate_timeline.push_back(bucket_blocks[b] ? static_cast<double>(bucket_hits[b]) / static_cast<double>(bucket_blocks[b]) : 0);
-    const Percentiles& b = report.trace.ttft_bound_s;
-    auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
-    rep.ttft_over_bound = {ratio(rep.ttft_s.p50, b.p50), ratio(rep.ttft_s.p90, b.p90), ratio(rep.ttft_s.p99, b.p99),
-                           ratio(rep.ttft_s.mean, b.mean)};
-    AddLoadFlags(rep, bucket_server, buckets, static_cast<double>(span) / 1e6);
-    rep.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    EPP_ASSIGN_OR_RETURN(ReplayPolicyReport rep,
+                         RunPolicy(setup, policies[pi], pi, registry, renderer, report.trace.ttft_bound_s));
     report.policies.push_back(std::move(rep));
   }
+  // Across policies, once all have run.
   AddHitRateGapFlags(report);
   if (options.progress) options.progress(1.0);
   return report;
-}
-
-std::string ReplayReportToJson(const ReplayReport& report, int indent) {
-  using json = nlohmann::ordered_json;
-  auto pct = [](const Percentiles& p) { return json{{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"mean", p.mean}}; };
-  json j;
-  j["trace"] = {{"requests", report.trace.requests},
-                {"blocks", report.trace.blocks},
-                {"prompt_tokens", report.trace.prompt_tokens},
-                {"duration_s", report.trace.duration_s},
-                {"upper_bound_block_hit_rate", report.trace.upper_bound_block_hit_rate},
-                {"pooled_cache_bound_block_hit_rate", report.trace.pooled_cache_bound_block_hit_rate},
-                {"ttft_bound_s", pct(report.trace.ttft_bound_s)}};
-  json ps = json::array();
-  for (const ReplayPolicyReport& p : report.policies) {
-    ps.push_back({{"name", p.name},
-                  {"completed", p.completed},
-                  {"failed", p.failed},
-                  {"shed", p.shed},
-                  {"block_hit_rate", p.block_hit_rate},
-                  {"token_hit_rate", p.token_hit_rate},
-                  {"ttft_s", pct(p.ttft_s)},
-                  {"ttft_over_bound", pct(p.ttft_over_bound)},
-                  {"e2e_s", pct(p.e2e_s)},
-                  {"queue_s", pct(p.queue_s)},
-                  {"itl_s", pct(p.itl_s)},
-                  {"disaggregated_pool", p.disaggregated_pool},
-                  {"disaggregated", p.disaggregated},
-                  {"kv_transfer_s_mean", p.kv_transfer_s_mean},
-                  {"server_roles", p.server_roles},
-                  {"throughput_rps", p.throughput_rps},
-                  {"load_max_over_mean", p.load_max_over_mean},
-                  {"prediction_error_rate", p.prediction_error_rate},
-                  {"precise", p.precise},
-                  {"requests_per_server", p.requests_per_server},
-                  {"kv_usage_mean_per_server", p.kv_usage_mean_per_server},
-                  {"hit_rate_timeline", p.hit_rate_timeline},
-                  {"ttft_samples_s", p.ttft_samples_s},
-                  {"flags", [&] {
-                     json f = json::array();
-                     for (const ReplayFlag& x : p.flags) f.push_back({{"code", x.code}, {"message", x.message}});
-                     return f;
-                   }()},
-                  {"wall_s", p.wall_s}});
-  }
-  j["policies"] = ps;
-  return j.dump(indent);
-}
-
-namespace replay_internal {
-
-std::string RatioToBound(const Percentiles& over_bound) {
-  if (!(over_bound.p90 > 0)) return "-";
-  return absl::StrCat(Num(over_bound.p50), "/", Num(over_bound.p90), "/", Num(over_bound.p99), "x");
-}
-
-}  // namespace replay_internal
-
-std::string ReplayReportToText(const ReplayReport& r) {
-  std::string out = absl::StrCat("trace: ", r.trace.requests, " requests over ", Num(r.trace.duration_s), " s, ", r.trace.blocks,
-                                 " prompt blocks; block hit-rate bounds: upper ", Num(r.trace.upper_bound_block_hit_rate),
-                                 ", pooled cache ", Num(r.trace.pooled_cache_bound_block_hit_rate), "\n");
-  if (r.trace.ttft_bound_s.p50 > 0)
-    absl::StrAppend(&out, "TTFT bound (no queueing, infinite cache): p50 ", Num(r.trace.ttft_bound_s.p50), " p90 ",
-                    Num(r.trace.ttft_bound_s.p90), " p99 ", Num(r.trace.ttft_bound_s.p99), " s\n");
-  out += "\n";
-  const std::vector<std::string> header = {"policy", "blocks hit", "tokens hit", "TTFT p50", "p90", "p99", "p50/p90/p99 over bound", "E2E p50", "p99",
-                                           "req/s", "load max/mean", "mispredicted", "failed", "shed"};
-  std::vector<std::vector<std::string>> rows;
-  for (const ReplayPolicyReport& p : r.policies) {
-    rows.push_back({p.name, Num(p.block_hit_rate), Num(p.token_hit_rate), Num(p.ttft_s.p50), Num(p.ttft_s.p90), Num(p.ttft_s.p99),
-                    replay_internal::RatioToBound(p.ttft_over_bound), Num(p.e2e_s.p50), Num(p.e2e_s.p99), Num(p.throughput_rps), Num(p.load_max_over_mean),
-                    std::isnan(p.prediction_error_rate) ? "n/a" : Num(p.prediction_error_rate), std::to_string(p.failed), std::to_string(p.shed)});
-  }
-  std::vector<size_t> w(header.size());
-  for (size_t c = 0; c < header.size(); ++c) w[c] = header[c].size();
-  for (const auto& row : rows)
-    for (size_t c = 0; c < row.size(); ++c) w[c] = std::max(w[c], row[c].size());
-  auto line = [&](const std::vector<std::string>& row) {
-    for (size_t c = 0; c < row.size(); ++c) absl::StrAppend(&out, row[c], std::string(w[c] - row[c].size() + 2, ' '));
-    while (!out.empty() && out.back() == ' ') out.pop_back();
-    out += "\n";
-  };
-  line(header);
-  for (const auto& row : rows) line(row);
-  bool any_flag = false;
-  for (const ReplayPolicyReport& p : r.policies)
-    for (const ReplayFlag& f : p.flags) {
-      if (!any_flag) out += "\nflags:\n";
-      any_flag = true;
-      absl::StrAppend(&out, "  ", p.name, ": ", f.code, ": ", f.message, "\n");
-    }
-  for (const ReplayPolicyReport& p : r.policies) {
-    if (!p.disaggregated_pool) continue;
-    int prefill = 0, decode = 0;
-    int64_t prefill_requests = 0, decode_requests = 0;
-    for (size_t i = 0; i < p.server_roles.size(); ++i) {
-      const bool is_prefill = p.server_roles[i] == "prefill";
-      (is_prefill ? prefill : decode)++;
-      (is_prefill ? prefill_requests : decode_requests) += i < p.requests_per_server.size() ? p.requests_per_server[i] : 0;
-    }
-    absl::StrAppend(&out, "\n", p.name, ": P/D pool (", prefill, " prefill + ", decode, " decode servers): ", p.disaggregated, " of ",
-                    p.completed, " requests prefilled remotely, KV transfer mean ", Num(p.kv_transfer_s_mean), " s; stage requests ",
-                    prefill_requests, " on prefill, ", decode_requests, " on decode servers; ITL p50 ", Num(p.itl_s.p50), " p99 ",
-                    Num(p.itl_s.p99), "\n");
-  }
-  out +=
-      "\n(times in seconds of simulated time; figures come from the simulator's cost model, not GPUs; "
-      "mispredicted: share of requests whose predicted prefix match was off by a block or more, n/a without a prefix "
-      "producer)\n";
-  return out;
 }
 
 }  // namespace epp

@@ -23,18 +23,16 @@ namespace {
 // Serve's samples are integers where they count (exactly) and doubles otherwise.
 std::string Num(double v) { return FormatNumber(v, NumberStyle::kShortest); }
 
-}  // namespace
+// The steps of RenderServeMetrics, one per group of families, in the order they are exposed
+// (docs/serve.md lists them; tests compare the text). Each only appends to `x`.
 
-std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
-  Exposition x;
-  const ExtProcStats& s = *src.stats;
-  std::shared_ptr<const std::vector<Endpoint>> pool = src.endpoints->Snapshot();
-  const EndpointPoolCounters pc = src.pool ? src.pool->counters() : EndpointPoolCounters{};
-
+void WriteBuildInfo(Exposition& x) {
   x.Family("epp_info", "gauge", "Build information of this eppctl serve.");
   x.Sample("epp_info", {{"version", EPP_VERSION_STRING}}, int64_t{1});
+}
 
-  // Requests and streams.
+// Requests decided, by the HTTP status the ext_proc answer carries.
+void WriteRequestOutcomes(Exposition& x, const ExtProcStats& s) {
   x.Family("epp_requests_total", "counter",
            "Requests decided, by outcome: 200 picked, 400 bad request, 413 body too large, 429 shed, 503 no endpoint, "
            "500 internal.");
@@ -42,7 +40,10 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
                                                       {"413", s.outcome_413.load()}, {"429", s.outcome_429.load()},
                                                       {"503", s.outcome_503.load()}, {"500", s.outcome_500.load()}};
   for (const auto& [name, value] : outcomes) x.Sample("epp_requests_total", {{"outcome", name}}, value);
+}
 
+// ExtProcStats keeps per-bucket counts; Prometheus wants them cumulative, +Inf last.
+void WritePickLatency(Exposition& x, const ExtProcStats& s) {
   x.Family("epp_pick_duration_seconds", "histogram", "Time to decide a request: parse, schedule and encode.");
   int64_t cumulative = 0;
   for (size_t i = 0; i < ExtProcStats::kLatencyBuckets; ++i) {
@@ -54,7 +55,10 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   x.Sample("epp_pick_duration_seconds_bucket", {{"le", "+Inf"}}, cumulative);
   x.Sample("epp_pick_duration_seconds_sum", {}, static_cast<double>(s.latency_sum_us.load()) / 1e6);
   x.Sample("epp_pick_duration_seconds_count", {}, cumulative);
+}
 
+// The ext_proc streams and what their responses told us (served endpoint, usage).
+void WriteStreamCounters(Exposition& x, const ExtProcStats& s) {
   x.Single("epp_streams_active", "gauge", "ext_proc streams open now.", s.streams_active.load());
   x.Single("epp_streams_total", "counter", "ext_proc streams opened since start.", s.streams_total.load());
   x.Single("epp_requests_in_flight", "gauge", "Requests picked whose response has not finished.",
@@ -71,76 +75,78 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   x.Sample("epp_response_tokens_total", {{"kind", "prompt"}}, s.prompt_tokens.load());
   x.Sample("epp_response_tokens_total", {{"kind", "completion"}}, s.completion_tokens.load());
   x.Sample("epp_response_tokens_total", {{"kind", "cached"}}, s.cached_tokens.load());
+}
 
-  // KV events (precise prefix).
-  if (src.kv_index) {
-    x.Single("epp_kv_index_blocks", "gauge", "Block keys in the precise prefix index (from KV events).", src.kv_index->blocks);
-    x.Single("epp_kv_index_holders", "gauge", "(block, endpoint, medium) entries in the precise prefix index.",
-             src.kv_index->holders);
-    x.Single("epp_kv_index_bytes", "gauge", "Estimated memory of the precise prefix index.", src.kv_index->approx_bytes);
-    x.Single("epp_kv_index_evicted_total", "counter", "Blocks dropped from the index for its size bound.",
-             src.kv_index->evicted);
-    x.Single("epp_kv_index_speculative", "gauge", "Speculative entries (speculativeIndexing) not yet confirmed.",
-             src.kv_index->speculative);
-    x.Single("epp_kv_index_speculative_confirmed_total", "counter",
-             "Speculative entries the engine's events confirmed.", src.kv_index->speculative_confirmed);
-    x.Single("epp_kv_index_speculative_expired_total", "counter",
-             "Speculative entries dropped at speculativeTTL unconfirmed.", src.kv_index->speculative_expired);
-    x.Family("epp_endpoint_kv_blocks", "gauge", "Blocks the endpoint holds according to its KV events.");
-    for (const KvEndpointSummary& h : src.kv_holdings)
-      x.Sample("epp_endpoint_kv_blocks", {{"endpoint", h.endpoint}}, h.blocks);
-    struct Counter {
-      const char* name;
-      const char* help;
-      int64_t KvEndpointStats::*field;
-    };
-    const Counter counters[] = {
-        {"epp_endpoint_kv_batches_total", "KV-event batches applied.", &KvEndpointStats::batches},
-        {"epp_endpoint_kv_events_total", "KV events in applied batches.", &KvEndpointStats::events},
-        {"epp_endpoint_kv_malformed_total", "KV-event messages or payloads skipped as malformed.", &KvEndpointStats::malformed},
-        {"epp_endpoint_kv_skipped_events_total", "KV events the index skipped (unknown parent, token count).",
-         &KvEndpointStats::skipped_events},
-        {"epp_endpoint_kv_gaps_total", "Sequence gaps in the endpoint's KV-event stream.", &KvEndpointStats::gaps},
-        {"epp_endpoint_kv_replays_total", "Replays of missed KV-event batches completed.", &KvEndpointStats::replays},
-        {"epp_endpoint_kv_replay_failures_total", "Replays that failed.", &KvEndpointStats::replay_failures},
-        {"epp_endpoint_kv_resets_total", "Times the endpoint's index entries were dropped (gap, restart, clear).",
-         &KvEndpointStats::resets},
-    };
-    for (const Counter& c : counters) {
-      x.Family(c.name, "counter", c.help);
-      for (const KvEndpointStats& e : src.kv_endpoints) x.Sample(c.name, {{"endpoint", e.endpoint}}, e.*(c.field));
-    }
-    x.Family("epp_endpoint_kv_last_sequence", "gauge", "Last KV-event sequence number applied (-1: none).");
-    for (const KvEndpointStats& e : src.kv_endpoints) x.Sample("epp_endpoint_kv_last_sequence", {{"endpoint", e.endpoint}}, e.last_seq);
-    x.Family("epp_endpoint_kv_lag_seconds", "gauge",
-             "Arrival time of the last KV-event batch minus its timestamp (clock skew included).");
-    for (const KvEndpointStats& e : src.kv_endpoints)
-      if (e.last_event_unix_us > 0) x.Sample("epp_endpoint_kv_lag_seconds", {{"endpoint", e.endpoint}}, e.last_lag_s);
+// KV events (precise prefix): the index's size and each endpoint's subscription health. Only
+// called with a precise prefix producer configured (src.kv_index set).
+void WriteKvEventMetrics(Exposition& x, const ServeMetricsSources& src) {
+  x.Single("epp_kv_index_blocks", "gauge", "Block keys in the precise prefix index (from KV events).", src.kv_index->blocks);
+  x.Single("epp_kv_index_holders", "gauge", "(block, endpoint, medium) entries in the precise prefix index.",
+           src.kv_index->holders);
+  x.Single("epp_kv_index_bytes", "gauge", "Estimated memory of the precise prefix index.", src.kv_index->approx_bytes);
+  x.Single("epp_kv_index_evicted_total", "counter", "Blocks dropped from the index for its size bound.",
+           src.kv_index->evicted);
+  x.Single("epp_kv_index_speculative", "gauge", "Speculative entries (speculativeIndexing) not yet confirmed.",
+           src.kv_index->speculative);
+  x.Single("epp_kv_index_speculative_confirmed_total", "counter",
+           "Speculative entries the engine's events confirmed.", src.kv_index->speculative_confirmed);
+  x.Single("epp_kv_index_speculative_expired_total", "counter",
+           "Speculative entries dropped at speculativeTTL unconfirmed.", src.kv_index->speculative_expired);
+  x.Family("epp_endpoint_kv_blocks", "gauge", "Blocks the endpoint holds according to its KV events.");
+  for (const KvEndpointSummary& h : src.kv_holdings)
+    x.Sample("epp_endpoint_kv_blocks", {{"endpoint", h.endpoint}}, h.blocks);
+  struct Counter {
+    const char* name;
+    const char* help;
+    int64_t KvEndpointStats::*field;
+  };
+  const Counter counters[] = {
+      {"epp_endpoint_kv_batches_total", "KV-event batches applied.", &KvEndpointStats::batches},
+      {"epp_endpoint_kv_events_total", "KV events in applied batches.", &KvEndpointStats::events},
+      {"epp_endpoint_kv_malformed_total", "KV-event messages or payloads skipped as malformed.", &KvEndpointStats::malformed},
+      {"epp_endpoint_kv_skipped_events_total", "KV events the index skipped (unknown parent, token count).",
+       &KvEndpointStats::skipped_events},
+      {"epp_endpoint_kv_gaps_total", "Sequence gaps in the endpoint's KV-event stream.", &KvEndpointStats::gaps},
+      {"epp_endpoint_kv_replays_total", "Replays of missed KV-event batches completed.", &KvEndpointStats::replays},
+      {"epp_endpoint_kv_replay_failures_total", "Replays that failed.", &KvEndpointStats::replay_failures},
+      {"epp_endpoint_kv_resets_total", "Times the endpoint's index entries were dropped (gap, restart, clear).",
+       &KvEndpointStats::resets},
+  };
+  for (const Counter& c : counters) {
+    x.Family(c.name, "counter", c.help);
+    for (const KvEndpointStats& e : src.kv_endpoints) x.Sample(c.name, {{"endpoint", e.endpoint}}, e.*(c.field));
   }
+  x.Family("epp_endpoint_kv_last_sequence", "gauge", "Last KV-event sequence number applied (-1: none).");
+  for (const KvEndpointStats& e : src.kv_endpoints) x.Sample("epp_endpoint_kv_last_sequence", {{"endpoint", e.endpoint}}, e.last_seq);
+  x.Family("epp_endpoint_kv_lag_seconds", "gauge",
+           "Arrival time of the last KV-event batch minus its timestamp (clock skew included).");
+  for (const KvEndpointStats& e : src.kv_endpoints)
+    if (e.last_event_unix_us > 0) x.Sample("epp_endpoint_kv_lag_seconds", {{"endpoint", e.endpoint}}, e.last_lag_s);
+}
 
-  // Token producers.
-  const std::vector<TokenizerCounters> tokenizers = src.scheduler->Tokenizers();
-  if (!tokenizers.empty()) {
-    x.Family("epp_tokenizer_requests_total", "counter", "Requests a token-producer tokenized.");
-    for (const TokenizerCounters& t : tokenizers)
-      x.Sample("epp_tokenizer_requests_total", {{"plugin", t.plugin}, {"backend", t.backend}}, t.requests);
-    x.Family("epp_tokenizer_calls_total", "counter", "Requests sent to the model server to render and tokenize.");
-    for (const TokenizerCounters& t : tokenizers) x.Sample("epp_tokenizer_calls_total", {{"plugin", t.plugin}}, t.calls);
-    x.Family("epp_tokenizer_cache_hits_total", "counter", "Requests answered from the cache of earlier answers.");
-    for (const TokenizerCounters& t : tokenizers)
-      x.Sample("epp_tokenizer_cache_hits_total", {{"plugin", t.plugin}}, t.cache_hits);
-    x.Family("epp_tokenizer_fallbacks_total", "counter",
-             "Requests whose tokens were estimated because the model server could not be asked or did not answer.");
-    for (const TokenizerCounters& t : tokenizers)
-      for (const auto& [reason, n] : t.fallbacks)
-        x.Sample("epp_tokenizer_fallbacks_total", {{"plugin", t.plugin}, {"reason", reason}}, n);
-    x.Family("epp_tokenizer_cache_tokens", "gauge", "Token ids held in the answer cache.");
-    for (const TokenizerCounters& t : tokenizers)
-      x.Sample("epp_tokenizer_cache_tokens", {{"plugin", t.plugin}}, t.cache_tokens);
-  }
+// Token producers (a tokenizer plugin configured); nothing without one.
+void WriteTokenizerMetrics(Exposition& x, const std::vector<TokenizerCounters>& tokenizers) {
+  if (tokenizers.empty()) return;
+  x.Family("epp_tokenizer_requests_total", "counter", "Requests a token-producer tokenized.");
+  for (const TokenizerCounters& t : tokenizers)
+    x.Sample("epp_tokenizer_requests_total", {{"plugin", t.plugin}, {"backend", t.backend}}, t.requests);
+  x.Family("epp_tokenizer_calls_total", "counter", "Requests sent to the model server to render and tokenize.");
+  for (const TokenizerCounters& t : tokenizers) x.Sample("epp_tokenizer_calls_total", {{"plugin", t.plugin}}, t.calls);
+  x.Family("epp_tokenizer_cache_hits_total", "counter", "Requests answered from the cache of earlier answers.");
+  for (const TokenizerCounters& t : tokenizers)
+    x.Sample("epp_tokenizer_cache_hits_total", {{"plugin", t.plugin}}, t.cache_hits);
+  x.Family("epp_tokenizer_fallbacks_total", "counter",
+           "Requests whose tokens were estimated because the model server could not be asked or did not answer.");
+  for (const TokenizerCounters& t : tokenizers)
+    for (const auto& [reason, n] : t.fallbacks)
+      x.Sample("epp_tokenizer_fallbacks_total", {{"plugin", t.plugin}, {"reason", reason}}, n);
+  x.Family("epp_tokenizer_cache_tokens", "gauge", "Token ids held in the answer cache.");
+  for (const TokenizerCounters& t : tokenizers)
+    x.Sample("epp_tokenizer_cache_tokens", {{"plugin", t.plugin}}, t.cache_tokens);
+}
 
-  // Prefix cache.
-  const int64_t prefix_entries = static_cast<int64_t>(src.scheduler->PrefixIndexEntries());
+// The approximate prefix cache: the index's size and the pool-wide hit ratio of picked requests.
+void WritePrefixCacheMetrics(Exposition& x, const ExtProcStats& s, int64_t prefix_entries) {
   const int64_t blocks = s.prefix_blocks.load(), matched = s.prefix_match_blocks.load();
   x.Single("epp_prefix_index_entries", "gauge", "Entries in the prefix-cache index.", prefix_entries);
   x.Single("epp_prefix_blocks_total", "counter", "Prompt blocks hashed over picked requests.", blocks);
@@ -149,10 +155,12 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   x.Single("epp_prefix_hit_ratio", "gauge",
            "epp_prefix_match_blocks_total / epp_prefix_blocks_total (0 before any block).",
            blocks > 0 ? static_cast<double>(matched) / static_cast<double>(blocks) : 0.0);
+}
 
-  // Endpoints.
-  const EndpointPoolCounters& counters = pc;
-  x.Single("epp_endpoints", "gauge", "Endpoints in the pool.", static_cast<int64_t>(pool->size()));
+// The pool as a whole: its size, the scrape loop, and the reloads of endpoints and configuration.
+void WritePoolCounters(Exposition& x, const ServeMetricsSources& src, const std::vector<Endpoint>& pool,
+                       const EndpointPoolCounters& counters) {
+  x.Single("epp_endpoints", "gauge", "Endpoints in the pool.", static_cast<int64_t>(pool.size()));
   x.Single("epp_scrape_cycles_total", "counter",
            "Scrape intervals completed (every endpoint is scraped once per interval, at its own phase).",
            counters.scrape_cycles);
@@ -178,10 +186,14 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
            "1 with the error of the last configuration reload while it failed; absent after a success.");
   if (!src.config_reloads.last_error.empty())
     x.Sample("epp_config_reload_error", {{"error", src.config_reloads.last_error}}, int64_t{1});
+}
 
+// What the EPP last read from each endpoint and how fresh that is; a value never read is left out.
+void WriteEndpointGauges(Exposition& x, const ServeMetricsSources& src, const std::vector<Endpoint>& pool,
+                         const EndpointPoolCounters& counters, int64_t now_us) {
   auto per_endpoint = [&](const char* name, const char* type, const char* help, auto value_of) {
     x.Family(name, type, help);
-    for (const Endpoint& e : *pool) {
+    for (const Endpoint& e : pool) {
       std::optional<double> v = value_of(e);
       if (v) x.Sample(name, {{"endpoint", e.address}}, *v);
     }
@@ -207,46 +219,58 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
                "1 when the endpoint's last scrape was refused (the server is gone): picks pass it over.",
                [&](const Endpoint& e) -> std::optional<double> { return e.unreachable ? 1.0 : 0.0; });
   x.Family("epp_endpoint_scrape_errors_total", "counter", "Metrics reads of the endpoint that failed.");
-  for (const Endpoint& e : *pool) {
+  for (const Endpoint& e : pool) {
     auto it = counters.scrape_errors.find(e.address);
     x.Sample("epp_endpoint_scrape_errors_total", {{"endpoint", e.address}},
              it == counters.scrape_errors.end() ? 0 : it->second);
   }
-  {
-    const std::map<std::string, ExtProcStats::EndpointPicks> picks =
-        src.stats ? src.stats->PicksByEndpoint() : std::map<std::string, ExtProcStats::EndpointPicks>{};
-    const struct {
-      const char* name;
-      const char* help;
-      int64_t ExtProcStats::EndpointPicks::*field;
-    } pick_counters[] = {
-        {"epp_endpoint_picks_total", "Requests picked with the endpoint as the primary destination.",
-         &ExtProcStats::EndpointPicks::picks},
-        {"epp_endpoint_prefix_blocks_total", "Prompt blocks hashed for the requests picked for the endpoint.",
-         &ExtProcStats::EndpointPicks::prefix_blocks},
-        {"epp_endpoint_prefix_match_blocks_total", "Of those, blocks the prefix index placed on the endpoint.",
-         &ExtProcStats::EndpointPicks::prefix_match_blocks},
-        {"epp_endpoint_unreachable_skips_total", "Picks that passed the endpoint over because its last scrape was refused.",
-         &ExtProcStats::EndpointPicks::unreachable_skips},
-    };
-    for (const auto& c : pick_counters) {
-      x.Family(c.name, "counter", c.help);
-      for (const Endpoint& e : *pool) {
-        auto it = picks.find(e.address);
-        x.Sample(c.name, {{"endpoint", e.address}}, it == picks.end() ? int64_t{0} : it->second.*(c.field));
-      }
+}
+
+// Picks per endpoint and their prefix blocks (a per-endpoint hit rate); every endpoint of the
+// pool has a sample, 0 before its first pick.
+void WriteEndpointPickCounters(Exposition& x, const ServeMetricsSources& src, const std::vector<Endpoint>& pool) {
+  const std::map<std::string, ExtProcStats::EndpointPicks> picks =
+      src.stats ? src.stats->PicksByEndpoint() : std::map<std::string, ExtProcStats::EndpointPicks>{};
+  const struct {
+    const char* name;
+    const char* help;
+    int64_t ExtProcStats::EndpointPicks::*field;
+  } pick_counters[] = {
+      {"epp_endpoint_picks_total", "Requests picked with the endpoint as the primary destination.",
+       &ExtProcStats::EndpointPicks::picks},
+      {"epp_endpoint_prefix_blocks_total", "Prompt blocks hashed for the requests picked for the endpoint.",
+       &ExtProcStats::EndpointPicks::prefix_blocks},
+      {"epp_endpoint_prefix_match_blocks_total", "Of those, blocks the prefix index placed on the endpoint.",
+       &ExtProcStats::EndpointPicks::prefix_match_blocks},
+      {"epp_endpoint_unreachable_skips_total", "Picks that passed the endpoint over because its last scrape was refused.",
+       &ExtProcStats::EndpointPicks::unreachable_skips},
+  };
+  for (const auto& c : pick_counters) {
+    x.Family(c.name, "counter", c.help);
+    for (const Endpoint& e : pool) {
+      auto it = picks.find(e.address);
+      x.Sample(c.name, {{"endpoint", e.address}}, it == picks.end() ? int64_t{0} : it->second.*(c.field));
     }
   }
+}
+
+// The scheduler's own in-flight load per endpoint (what its load-aware scorers read), read once
+// per endpoint so the requests and tokens families agree.
+void WriteEndpointInflight(Exposition& x, const Scheduler& scheduler, const std::vector<Endpoint>& pool) {
   x.Family("epp_endpoint_inflight_requests", "gauge", "Requests picked for the endpoint and not finished.");
   std::vector<std::pair<int64_t, int64_t>> inflight;
-  for (const Endpoint& e : *pool) inflight.push_back(src.scheduler->Inflight(e.address));
-  for (size_t i = 0; i < pool->size(); ++i)
-    x.Sample("epp_endpoint_inflight_requests", {{"endpoint", (*pool)[i].address}}, inflight[i].first);
+  for (const Endpoint& e : pool) inflight.push_back(scheduler.Inflight(e.address));
+  for (size_t i = 0; i < pool.size(); ++i)
+    x.Sample("epp_endpoint_inflight_requests", {{"endpoint", pool[i].address}}, inflight[i].first);
   x.Family("epp_endpoint_inflight_tokens", "gauge", "Estimated tokens of those requests (input + expected output).");
-  for (size_t i = 0; i < pool->size(); ++i)
-    x.Sample("epp_endpoint_inflight_tokens", {{"endpoint", (*pool)[i].address}}, inflight[i].second);
+  for (size_t i = 0; i < pool.size(); ++i)
+    x.Sample("epp_endpoint_inflight_tokens", {{"endpoint", pool[i].address}}, inflight[i].second);
+}
 
-  // GIE-compatible names (gie-epp.md section 6.3), for existing dashboards.
+// GIE-compatible names (gie-epp.md section 6.3), for existing dashboards, and llm-d Router's
+// names for the same pool averages.
+void WriteGiePoolGauges(Exposition& x, const ServeMetricsSources& src, const std::vector<Endpoint>& pool,
+                        int64_t prefix_entries, int64_t now_us) {
   const Labels name{{"name", src.pool_name}};
   x.Single("inference_extension_prefix_indexer_size", "gauge", "Entries in the prefix-cache index (GIE name).",
            prefix_entries);
@@ -255,7 +279,7 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   double q = 0, r = 0, kv = 0;
   int nq = 0, nr = 0, nkv = 0;
   int64_t ready = 0;
-  for (const Endpoint& e : *pool) {
+  for (const Endpoint& e : pool) {
     if (MetricsStale(e, now_us, src.staleness_us) || e.unreachable) continue;
     ++ready;
     if (e.metrics.waiting_queue_size) q += *e.metrics.waiting_queue_size, ++nq;
@@ -285,24 +309,52 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
     x.Sample(g.name, name, g.value);
   }
   x.Family("inference_pool_per_pod_queue_size", "gauge", "Waiting queue per endpoint with fresh metrics (GIE name).");
-  for (const Endpoint& e : *pool) {
+  for (const Endpoint& e : pool) {
     if (MetricsStale(e, now_us, src.staleness_us) || !e.metrics.waiting_queue_size) continue;
     x.Sample("inference_pool_per_pod_queue_size", {{"name", src.pool_name}, {"model_server_pod", e.address}},
              *e.metrics.waiting_queue_size);
   }
+}
 
-  // Scheduler timings (GIE names): the whole cycle, and every plugin call per extension point.
-  const DurationHistogram cycle = src.scheduler->CycleTiming();
+// Scheduler timings (GIE names): the whole cycle, and every plugin call per extension point.
+void WriteSchedulerTimings(Exposition& x, const Scheduler& scheduler) {
+  const DurationHistogram cycle = scheduler.CycleTiming();
   x.Family("inference_extension_scheduler_e2e_duration_seconds", "histogram",
            "End-to-end scheduling latency distribution in seconds (one scheduling cycle, without parsing).");
   x.Histogram("inference_extension_scheduler_e2e_duration_seconds", {}, kTimingBucketBoundsSeconds, cycle.bucket_counts,
               cycle.count, cycle.sum_seconds);
   x.Family("inference_extension_plugin_duration_seconds", "histogram",
            "Plugin processing latency distribution in seconds for each extension point, plugin type and plugin name.");
-  for (const PluginTiming& t : src.scheduler->PluginTimings())
+  for (const PluginTiming& t : scheduler.PluginTimings())
     x.Histogram("inference_extension_plugin_duration_seconds",
                 {{"extension_point", t.extension_point}, {"plugin_type", t.plugin_type}, {"plugin_name", t.plugin_name}},
                 kTimingBucketBoundsSeconds, t.bucket_counts, t.count, t.sum_seconds);
+}
+
+}  // namespace
+
+// The pool and its counters are read once up front, so every endpoint family of one scrape
+// describes the same endpoint set.
+std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
+  Exposition x;
+  const ExtProcStats& s = *src.stats;
+  std::shared_ptr<const std::vector<Endpoint>> pool = src.endpoints->Snapshot();
+  const EndpointPoolCounters pc = src.pool ? src.pool->counters() : EndpointPoolCounters{};
+
+  WriteBuildInfo(x);
+  WriteRequestOutcomes(x, s);
+  WritePickLatency(x, s);
+  WriteStreamCounters(x, s);
+  if (src.kv_index) WriteKvEventMetrics(x, src);
+  WriteTokenizerMetrics(x, src.scheduler->Tokenizers());
+  const int64_t prefix_entries = static_cast<int64_t>(src.scheduler->PrefixIndexEntries());
+  WritePrefixCacheMetrics(x, s, prefix_entries);
+  WritePoolCounters(x, src, *pool, pc);
+  WriteEndpointGauges(x, src, *pool, pc, now_us);
+  WriteEndpointPickCounters(x, src, *pool);
+  WriteEndpointInflight(x, *src.scheduler, *pool);
+  WriteGiePoolGauges(x, src, *pool, prefix_entries, now_us);
+  WriteSchedulerTimings(x, *src.scheduler);
   return x.Take();
 }
 
