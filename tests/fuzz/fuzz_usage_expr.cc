@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "epp/usage_expr.h"
+#include "plugins/response/usage_expr.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -49,6 +49,15 @@ inline constexpr std::string_view kDefaultRequestPath = "/v1/completions";
 // the empty one) is kCompletions.
 ApiKind ApiKindForPath(std::string_view path);
 
+// The token usage a model server reports in its response (`usage` of an OpenAI response, or its
+// last streamed chunk): what response observers and the request-attribute-reporter read.
+struct ResponseUsage {
+  double prompt_tokens = 0;
+  double completion_tokens = 0;
+  double total_tokens = 0;
+  std::optional<double> cached_tokens;  // prompt_tokens_details.cached_tokens, when sent
+};
+
 struct InferenceRequest {
   ApiKind api = ApiKind::kCompletions;
   std::string path;        // as received (kDefaultRequestPath when none was given)

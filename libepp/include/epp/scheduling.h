@@ -23,7 +23,6 @@
 #include "epp/plugin.h"
 #include "epp/request.h"
 #include "epp/status.h"
-#include "epp/usage_expr.h"
 
 namespace epp {
 

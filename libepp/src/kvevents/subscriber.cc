@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "epp/serve.h"
+#include "epp/logger.h"
 
 namespace epp {
 namespace {

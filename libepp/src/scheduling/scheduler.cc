@@ -53,18 +53,6 @@ void LoadTracker::Forget(std::string_view endpoint) {
   load_.erase(absl::string_view(endpoint.data(), endpoint.size()));
 }
 
-std::string_view ScorerCategoryName(ScorerCategory category) {
-  switch (category) {
-    case ScorerCategory::kAffinity:
-      return "affinity";
-    case ScorerCategory::kDistribution:
-      return "distribution";
-    case ScorerCategory::kBalance:
-      return "balance";
-  }
-  return "unknown";
-}
-
 std::string PickResult::DestinationValue() const { return absl::StrJoin(endpoints, ","); }
 
 PickResult PickResult::BadRequest(const absl::Status& parse_error) {

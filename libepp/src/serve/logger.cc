@@ -4,7 +4,7 @@
 #include <ctime>
 #include <mutex>
 
-#include "epp/serve.h"
+#include "epp/logger.h"
 
 namespace epp {
 

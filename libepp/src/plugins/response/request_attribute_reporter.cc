@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "epp/scheduling.h"
-#include "epp/usage_expr.h"
+#include "plugins/response/usage_expr.h"
 #include "plugins/response/response.h"
 
 namespace epp::plugins {

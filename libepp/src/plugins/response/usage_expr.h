@@ -13,6 +13,8 @@
 // prompt_tokens_details is present only when it was sent. Anything outside the subset (another
 // variable, a function or macro, an index, a list) fails at Compile with kInvalidArgument naming
 // the construct and its offset; a field the usage lacks fails at Evaluate ("no such field").
+// Private to the plugin: the plugin contract (scheduling.h) hands ResponseMetadataSources a
+// ResponseUsage (request.h) and knows nothing of the expressions.
 #pragma once
 
 #include <memory>
@@ -21,16 +23,10 @@
 #include <string_view>
 #include <variant>
 
+#include "epp/request.h"
 #include "epp/status.h"
 
 namespace epp {
-
-struct ResponseUsage {
-  double prompt_tokens = 0;
-  double completion_tokens = 0;
-  double total_tokens = 0;
-  std::optional<double> cached_tokens;  // prompt_tokens_details.cached_tokens, when sent
-};
 
 using UsageValue = std::variant<double, bool, std::string>;
 

@@ -2,7 +2,7 @@
 // sample config and tests use, the rest of the subset, and errors naming the construct.
 #include <gtest/gtest.h>
 
-#include "epp/usage_expr.h"
+#include "plugins/response/usage_expr.h"
 
 namespace epp {
 namespace {

@@ -1,6 +1,6 @@
 // UsageExpression (usage_expr.h): a tokenizer, a recursive-descent parser bounded in depth, and
 // a tree evaluator over ResponseUsage.
-#include "epp/usage_expr.h"
+#include "plugins/response/usage_expr.h"
 
 #include <cctype>
 #include <charconv>
