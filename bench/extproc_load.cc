@@ -65,7 +65,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "envoy/service/ext_proc/v3/external_processor.pb.h"
-#include "epp/extproc.h"
+#include "epp/runtime/extproc.h"
 
 namespace {
 

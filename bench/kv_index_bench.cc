@@ -1,4 +1,4 @@
-// The precise prefix index (kv_index.h) at llm-d-router issue 2390's scale: one request of 240K
+// The precise prefix index (kv/index.h) at llm-d-router issue 2390's scale: one request of 240K
 // tokens (3,750 blocks of 64) looked up over 96 endpoints whose index holds all of its blocks,
 // next to the same over 8 endpoints; heap bytes allocated per lookup (a counting operator new);
 // the index's memory per held block; and event ingestion: BlockStored batches decoded from
@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "epp/config.h"
-#include "epp/kv_events.h"
-#include "epp/kv_index.h"
-#include "epp/kv_subscriber.h"
+#include "epp/kv/events.h"
+#include "epp/kv/index.h"
+#include "epp/kv/subscriber.h"
 #include "epp/registry.h"
 #include "epp/request.h"
 #include "epp/scheduler.h"

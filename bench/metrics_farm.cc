@@ -37,7 +37,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "epp/sim.h"
+#include "epp/tools/sim.h"
 #include "http/gzip_stream.h"
 
 namespace {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "epp/http.h"
+#include "epp/runtime/http.h"
 #include "epp/prefix_cache.h"
-#include "epp/sim.h"
+#include "epp/tools/sim.h"
 
 namespace {
 

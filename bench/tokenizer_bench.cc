@@ -21,8 +21,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "epp/chat_template.h"
-#include "epp/tokenizer.h"
+#include "epp/text/chat_template.h"
+#include "epp/text/tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace {

@@ -4,7 +4,7 @@
 #include <iostream>
 #include <memory>
 
-#include "epp/check.h"
+#include "epp/tools/check.h"
 #include "output.h"
 
 namespace eppctl {

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "epp/config.h"
-#include "epp/endpoints.h"
+#include "epp/runtime/endpoints.h"
 #include "epp/metrics.h"
 #include "epp/registry.h"
 #include "epp/scheduler.h"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "epp/conformance.h"
+#include "epp/tools/conformance.h"
 #include "output.h"
 
 namespace eppctl {

@@ -1,4 +1,4 @@
-// `eppctl conformance`: the black-box ext_proc suite for any Endpoint Picker (epp/conformance.h).
+// `eppctl conformance`: the black-box ext_proc suite for any Endpoint Picker (epp/tools/conformance.h).
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "epp/extproc.h"
-#include "epp/kv_subscriber.h"
+#include "epp/runtime/extproc.h"
+#include "epp/kv/subscriber.h"
 #include "epp/request.h"
 #include "epp/scheduler.h"
 #include "output.h"

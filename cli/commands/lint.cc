@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "epp/lint.h"
+#include "epp/tools/lint.h"
 #include "output.h"
 
 namespace eppctl {

@@ -1,4 +1,4 @@
-// `eppctl lint FILE|DIR...`: InferencePool deployment manifests checked for wiring mistakes (epp/lint.h).
+// `eppctl lint FILE|DIR...`: InferencePool deployment manifests checked for wiring mistakes (epp/tools/lint.h).
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "epp/config.h"
-#include "epp/endpoints.h"
+#include "epp/runtime/endpoints.h"
 #include "epp/registry.h"
 
 namespace eppctl {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "epp/endpoint.h"
-#include "epp/kv_subscriber.h"
+#include "epp/kv/subscriber.h"
 #include "epp/plugin.h"
 #include "epp/scheduler.h"
 #include "epp/status.h"

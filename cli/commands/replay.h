@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "epp/replay.h"
+#include "epp/tools/replay.h"
 
 namespace eppctl {
 

@@ -1,4 +1,4 @@
-// `eppctl serve`: flags to an epp::ServeConfig, then epp::EppServer (epp/serve.h) does the work.
+// `eppctl serve`: flags to an epp::ServeConfig, then epp::EppServer (epp/runtime/serve.h) does the work.
 // What stays here is process policy: the allocator and Abseil settings, the stop signals, the
 // ready file and the drain timing.
 #include "commands/serve.h"
@@ -21,10 +21,10 @@
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
-#include "epp/kube.h"
+#include "epp/runtime/kube.h"
 #include "epp/params.h"
-#include "epp/serve.h"
-#include "epp/serve_args.h"
+#include "epp/runtime/serve.h"
+#include "epp/runtime/serve_args.h"
 #include "epp/version.h"
 #include "output.h"
 

@@ -10,7 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
-#include "epp/serve_args.h"
+#include "epp/runtime/serve_args.h"
 
 namespace eppctl {
 

@@ -4,7 +4,7 @@
 #include <iostream>
 #include <memory>
 
-#include "epp/sim.h"
+#include "epp/tools/sim.h"
 #include "output.h"
 
 namespace eppctl {

@@ -5,9 +5,9 @@
 #include <memory>
 #include <vector>
 
-#include "epp/chat_template.h"
+#include "epp/text/chat_template.h"
 #include "epp/request.h"
-#include "epp/tokenizer.h"
+#include "epp/text/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "output.h"
 

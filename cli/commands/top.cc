@@ -16,8 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "epp/http.h"
-#include "epp/top.h"
+#include "epp/runtime/http.h"
+#include "epp/tools/top.h"
 #include "output.h"
 
 namespace eppctl {

@@ -1,4 +1,4 @@
-// `eppctl top --target HOST:PORT`: a live terminal view of a running EPP (epp/top.h).
+// `eppctl top --target HOST:PORT`: a live terminal view of a running EPP (epp/tools/top.h).
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -1,4 +1,4 @@
-"""The black-box ext_proc conformance suite (libepp's epp/conformance.h, as ``eppctl conformance``).
+"""The black-box ext_proc conformance suite (libepp's epp/tools/conformance.h, as ``eppctl conformance``).
 
     report = pyepp.conformance(launch="eppctl serve --endpoints {endpoints_file} "
                                       "--grpc-port {grpc_port} --grpc-health-port {health_port} "

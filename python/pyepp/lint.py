@@ -1,4 +1,4 @@
-"""Lint for InferencePool deployment manifests (libepp's epp/lint.h, the same as ``eppctl lint``).
+"""Lint for InferencePool deployment manifests (libepp's epp/tools/lint.h, the same as ``eppctl lint``).
 
     report = pyepp.lint("deploy/", "overlays/prod/out.yaml")
     report["summary"]            # {"errors": 0, "warnings": 1, "notes": 0}

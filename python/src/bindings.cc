@@ -5,23 +5,23 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "epp/check.h"
+#include "epp/tools/check.h"
 #include "epp/config.h"
 #include "epp/endpoint.h"
-#include "epp/endpoints.h"
-#include "epp/extproc.h"
+#include "epp/runtime/endpoints.h"
+#include "epp/runtime/extproc.h"
 #include "epp/metrics.h"
 #include "epp/prefix_cache.h"
 #include "epp/registry.h"
-#include "epp/replay.h"
+#include "epp/tools/replay.h"
 #include "epp/request.h"
 #include "epp/scheduler.h"
-#include "epp/sim.h"
-#include "epp/chat_template.h"
-#include "epp/conformance.h"
-#include "epp/lint.h"
+#include "epp/tools/sim.h"
+#include "epp/text/chat_template.h"
+#include "epp/tools/conformance.h"
+#include "epp/tools/lint.h"
 #include "epp/version.h"
-#include "epp/tokenizer.h"
+#include "epp/text/tokenizer.h"
 #include "shims.h"
 
 namespace pyepp {

@@ -20,21 +20,21 @@
 
 #include <pybind11/pybind11.h>
 
-#include "epp/check.h"
+#include "epp/tools/check.h"
 #include "epp/config.h"
 #include "epp/endpoint.h"
-#include "epp/endpoints.h"
-#include "epp/extproc.h"
+#include "epp/runtime/endpoints.h"
+#include "epp/runtime/extproc.h"
 #include "epp/metrics.h"
 #include "epp/plugin.h"
 #include "epp/prefix_cache.h"
 #include "epp/registry.h"
-#include "epp/replay.h"
+#include "epp/tools/replay.h"
 #include "epp/request.h"
 #include "epp/scheduler.h"
-#include "epp/serve.h"
-#include "epp/serve_args.h"
-#include "epp/sim.h"
+#include "epp/runtime/serve.h"
+#include "epp/runtime/serve_args.h"
+#include "epp/tools/sim.h"
 #include "epp/status.h"
 
 namespace pyepp {

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "absl/strings/ascii.h"
-#include "epp/extproc.h"
+#include "epp/runtime/extproc.h"
 #include "epp/request.h"
 #include "fuzz_util.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "epp/chat_template.h"
+#include "epp/text/chat_template.h"
 #include "fuzz_util.h"
 
 namespace {

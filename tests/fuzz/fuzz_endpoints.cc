@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "epp/endpoints.h"
+#include "epp/runtime/endpoints.h"
 #include "fuzz_util.h"
 
 namespace {

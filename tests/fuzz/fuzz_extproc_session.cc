@@ -35,7 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "envoy/service/ext_proc/v3/external_processor.pb.h"
 #include "epp/config.h"
-#include "epp/extproc.h"
+#include "epp/runtime/extproc.h"
 #include "fuzz_util.h"
 
 namespace {

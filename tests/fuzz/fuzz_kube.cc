@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "epp/endpoints.h"
-#include "epp/kube.h"
+#include "epp/runtime/endpoints.h"
+#include "epp/runtime/kube.h"
 #include "fuzz_util.h"
 
 namespace {

@@ -15,7 +15,7 @@
 #define MSGPACK_NO_BOOST
 #include <msgpack.hpp>
 
-#include "epp/kv_events.h"
+#include "epp/kv/events.h"
 #include "fuzz_util.h"
 
 namespace {

@@ -4,7 +4,7 @@
 #include <set>
 #include <string>
 
-#include "epp/lint.h"
+#include "epp/tools/lint.h"
 #include "fuzz_util.h"
 #include "nlohmann/json.hpp"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "epp/replay.h"
+#include "epp/tools/replay.h"
 #include "fuzz_util.h"
 
 namespace {

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "epp/tokenize.h"
+#include "epp/text/tokenize.h"
 #include "fuzz_util.h"
 
 namespace {

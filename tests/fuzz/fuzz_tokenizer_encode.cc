@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "epp/tokenizer.h"
+#include "epp/text/tokenizer.h"
 #include "fuzz_util.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/tokenizer_impl.h"

@@ -1,4 +1,4 @@
-"""pyepp.conformance: the black-box ext_proc suite (epp/conformance.h) run from Python against
+"""pyepp.conformance: the black-box ext_proc suite (epp/tools/conformance.h) run from Python against
 pyepp.serve in this very process, through the --target / --endpoints-out form: the suite writes
 the pool into the endpoints file the server watches and waits until a pick lands in it."""
 from __future__ import annotations

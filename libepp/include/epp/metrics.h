@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "epp/endpoint.h"
-#include "epp/http.h"
+#include "epp/runtime/http.h"
 #include "epp/status.h"
 
 namespace epp {

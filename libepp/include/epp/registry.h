@@ -1,7 +1,7 @@
 // PluginRegistry: plugin type string -> factory.
 //
 // The registry is a value, never a global: RegisterBuiltinPlugins() fills one with every in-tree
-// plugin (the one list, in src/plugins/builtin.cc), tests may register fakes, and pyepp adds
+// plugin (the one list, in src/plugins/registry.cc), tests may register fakes, and pyepp adds
 // factories for scorers and filters written in Python. Not thread-safe for Register; Create may
 // run concurrently once registration is over.
 #pragma once

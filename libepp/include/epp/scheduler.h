@@ -214,7 +214,7 @@ struct TokenizerCounters {
 // config reload: it feeds `kv_events`' index from the engines' KV events, and re-reads metrics
 // the way ConfigureScrape says when `scrape_settings` is set.
 struct RuntimeNeeds {
-  // The precise-prefix-cache-producer's binding (kv_subscriber.h): the index to feed and where
+  // The precise-prefix-cache-producer's binding (kv/subscriber.h): the index to feed and where
   // each endpoint publishes; nullptr without one.
   const struct KvEventsBinding* kv_events = nullptr;
   bool scrape_settings = false;   // a core-metrics-extractor changes how metrics are read
@@ -255,7 +255,7 @@ class Scheduler {
   const RuntimeNeeds& Needs() const;
   // Entries in the prefix index of the approx-prefix-cache-producer (0 without one).
   size_t PrefixIndexEntries() const;
-  // The KV-event binding of the configured precise-prefix-cache-producer (kv_subscriber.h);
+  // The KV-event binding of the configured precise-prefix-cache-producer (kv/subscriber.h);
   // nullptr without one.
   const struct KvEventsBinding* KvEvents() const;
   // Applies the configured core-metrics-extractor's parameters to how metrics are read: its

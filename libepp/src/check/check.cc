@@ -1,5 +1,5 @@
 // `eppctl check` logic: scrape, parse, detect, extract, probe the OpenAI APIs, report.
-#include "epp/check.h"
+#include "epp/tools/check.h"
 
 #include "common/strings.h"
 

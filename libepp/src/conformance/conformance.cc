@@ -1,6 +1,6 @@
-// The black-box ext_proc conformance suite (epp/conformance.h): simulators, the EPP under test
+// The black-box ext_proc conformance suite (epp/tools/conformance.h): simulators, the EPP under test
 // (launched or given), an ext_proc client over gRPC, and the checks.
-#include "epp/conformance.h"
+#include "epp/tools/conformance.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -40,9 +40,9 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "envoy/service/ext_proc/v3/external_processor.grpc.pb.h"
-#include "epp/extproc.h"
-#include "epp/http.h"
-#include "epp/sim.h"
+#include "epp/runtime/extproc.h"
+#include "epp/runtime/http.h"
+#include "epp/tools/sim.h"
 #include "common/strings.h"
 
 namespace epp {

@@ -1,6 +1,6 @@
 // Endpoint sets: parsing endpoints files and --endpoint flags, and resolving them into Endpoints.
 // yaml-cpp throws; ParseEndpointsYaml() is the one place its exceptions are caught.
-#include "epp/endpoints.h"
+#include "epp/runtime/endpoints.h"
 
 #include <arpa/inet.h>
 #include <yaml-cpp/yaml.h>

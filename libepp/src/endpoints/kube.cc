@@ -1,5 +1,5 @@
 // Kubernetes API reads for pool discovery: InferencePool GET, Pod list, over epp::HttpClient.
-#include "epp/kube.h"
+#include "epp/runtime/kube.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

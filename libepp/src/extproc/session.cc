@@ -1,4 +1,4 @@
-// The ext_proc per-stream state machine (behaviour in epp/extproc.h; GIE reference in
+// The ext_proc per-stream state machine (behaviour in epp/runtime/extproc.h; GIE reference in
 // gie-epp.md section 1.4). Deliberate differences from GIE's EPP:
 //   - request headers are not echoed back (GIE re-sets every original header; it changes
 //     nothing), and no debug header is added to responses;
@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
 #include "common/strings.h"
-#include "epp/decision_log.h"
+#include "epp/runtime/decision_log.h"
 #include "extproc/session_impl.h"
 
 namespace epp {

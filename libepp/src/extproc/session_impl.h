@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "envoy/service/ext_proc/v3/external_processor.pb.h"
-#include "epp/extproc.h"
+#include "epp/runtime/extproc.h"
 
 namespace epp {
 

@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "epp/extproc.h"
+#include "epp/runtime/extproc.h"
 
 namespace epp {
 namespace {

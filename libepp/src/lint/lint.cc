@@ -1,6 +1,6 @@
-// eppctl lint (epp/lint.h). The facts behind each rule (API fields and defaults, flag defaults,
+// eppctl lint (epp/tools/lint.h). The facts behind each rule (API fields and defaults, flag defaults,
 // what each gateway does) are cited in docs/lint.md.
-#include "epp/lint.h"
+#include "epp/tools/lint.h"
 
 #include <yaml-cpp/yaml.h>
 

@@ -1,5 +1,5 @@
 // Private: what every plugin folder shares. Users reach plugins through the registry by type
-// string (builtin.cc is the one list of them); tests include plugins.h, which includes every
+// string (registry.cc is the one list of them); tests include plugins.h, which includes every
 // folder's header, to build one directly.
 //
 // One folder per extension point: scorer/, filter/, picker/, profile/ (profile handlers and the
@@ -18,7 +18,7 @@
 #include <string_view>
 
 #include "epp/params.h"
-#include "epp/kv_subscriber.h"
+#include "epp/kv/subscriber.h"
 #include "epp/plugin.h"
 #include "epp/scheduler.h"
 #include "epp/status.h"

@@ -1,4 +1,4 @@
-// Private: every built-in plugin folder's header (plugin_util.h explains the layout). builtin.cc,
+// Private: every built-in plugin folder's header (plugin_util.h explains the layout). registry.cc,
 // the scheduler and tests include this one.
 #pragma once
 

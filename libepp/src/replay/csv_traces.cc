@@ -15,7 +15,7 @@
 #include "absl/time/civil_time.h"
 #include "absl/time/time.h"
 #include "common/strings.h"
-#include "epp/replay.h"
+#include "epp/tools/replay.h"
 
 namespace epp {
 namespace {

@@ -11,7 +11,7 @@
 #include "common/json.h"
 #include "common/strings.h"
 #include "epp/config.h"
-#include "epp/replay.h"
+#include "epp/tools/replay.h"
 
 namespace epp {
 

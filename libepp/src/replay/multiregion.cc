@@ -1,4 +1,4 @@
-// The multi-region replay (epp/replay.h, "Multi-region replay"): one trace over several regions of
+// The multi-region replay (epp/tools/replay.h, "Multi-region replay"): one trace over several regions of
 // SimServers, routed three ways (a global EPP, region-level EPPs over pools then the pools' own
 // EPPs, local EPPs with blind overflow), in virtual time.
 //
@@ -24,7 +24,7 @@
 #include "epp/metrics.h"
 #include "epp/prefix_cache.h"
 #include "epp/registry.h"
-#include "epp/replay.h"
+#include "epp/tools/replay.h"
 #include "epp/scheduler.h"
 #include "replay/render.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "epp/replay.h"
+#include "epp/tools/replay.h"
 
 namespace epp::replay_internal {
 

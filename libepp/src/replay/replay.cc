@@ -1,5 +1,5 @@
 // The replay engine: a discrete-event loop in virtual time over N SimServers and one Scheduler
-// per policy (behaviour in epp/replay.h).
+// per policy (behaviour in epp/tools/replay.h).
 //
 // Event order at a given microsecond: scrapes due at or before an arrival run first (so a
 // request sees metrics at most one interval old, as a deployed EPP does), then the arrival is
@@ -19,9 +19,9 @@
 #include "common/strings.h"
 #include "epp/prefix_cache.h"
 #include "epp/registry.h"
-#include "epp/replay.h"
-#include "epp/kv_index.h"
-#include "epp/kv_subscriber.h"
+#include "epp/tools/replay.h"
+#include "epp/kv/index.h"
+#include "epp/kv/subscriber.h"
 #include "epp/scheduler.h"
 #include "replay/render.h"
 
@@ -153,7 +153,7 @@ struct Deferred {
 
 namespace {
 
-// The cost model's first step for a request alone on a server (sim_server.cc's PlanStep with one
+// The cost model's first step for a request alone on a server (sim.cc's PlanStep with one
 // running request): in microseconds, as the simulator rounds it.
 int64_t LoneFirstStepMicros(const SimParams& p, int64_t prefill_tokens) {
   return std::llround((p.decode_step_ms + p.decode_ms_per_seq) * 1000.0) +

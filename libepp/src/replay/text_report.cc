@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/strings.h"
-#include "epp/replay.h"
+#include "epp/tools/replay.h"
 #include "replay/render.h"
 
 namespace epp {

@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/json.h"
 #include "epp/prefix_cache.h"
-#include "epp/replay.h"
+#include "epp/tools/replay.h"
 #include "epp/request.h"
 #include "replay/render.h"
 

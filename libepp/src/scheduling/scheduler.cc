@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/strings.h"
-#include "epp/kv_subscriber.h"
+#include "epp/kv/subscriber.h"
 #include "epp/scheduler.h"
 #include "plugins/plugins.h"
 #include "scheduling/scheduler_impl.h"

@@ -1,5 +1,5 @@
-// The live decision log (epp/decision_log.h).
-#include "epp/decision_log.h"
+// The live decision log (epp/runtime/decision_log.h).
+#include "epp/runtime/decision_log.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/json.h"
-#include "epp/extproc.h"
+#include "epp/runtime/extproc.h"
 
 namespace epp {
 namespace {

@@ -1,10 +1,10 @@
-// EndpointPool (epp/serve.h): the endpoint set behind a serving scheduler, kept current.
+// EndpointPool (epp/runtime/serve.h): the endpoint set behind a serving scheduler, kept current.
 #include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
 
-#include "epp/kube.h"
+#include "epp/runtime/kube.h"
 #include "serve/endpoint_pool_impl.h"
 
 namespace epp {

@@ -1,4 +1,4 @@
-// Private: EndpointPool's state (epp/serve.h describes the behaviour).
+// Private: EndpointPool's state (epp/runtime/serve.h describes the behaviour).
 //
 // Threads: the scrape thread (RunCycle) owns specs, endpoints, last_error and the file watch;
 // the discovery thread (RunDiscovery) owns discovered and discovery_state; `mu` guards what they
@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "epp/http.h"
-#include "epp/serve.h"
+#include "epp/runtime/http.h"
+#include "epp/runtime/serve.h"
 #include "serve/file_watch.h"
 
 namespace epp {

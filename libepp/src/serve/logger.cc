@@ -1,10 +1,10 @@
-// StderrLogger, NullLogger and log level names (epp/serve.h).
+// StderrLogger, NullLogger and log level names (epp/runtime/logger.h).
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <mutex>
 
-#include "epp/logger.h"
+#include "epp/runtime/logger.h"
 
 namespace epp {
 

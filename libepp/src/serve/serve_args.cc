@@ -1,6 +1,6 @@
 // BuildServeConfig: ServeArgs (what an operator writes) -> ServeConfig (what EppServer runs).
 // Each group of settings is one step; every error starts with the setting's name.
-#include "epp/serve_args.h"
+#include "epp/runtime/serve_args.h"
 
 #include <cctype>
 #include <charconv>
@@ -8,8 +8,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "epp/endpoints.h"
-#include "epp/kube.h"
+#include "epp/runtime/endpoints.h"
+#include "epp/runtime/kube.h"
 #include "epp/params.h"
 
 namespace epp {

@@ -3,7 +3,7 @@
 #pragma once
 
 #include <optional>
-#include "epp/kv_subscriber.h"
+#include "epp/kv/subscriber.h"
 
 #include <cstdint>
 #include <functional>
@@ -11,10 +11,10 @@
 #include <memory>
 #include <string>
 
-#include "epp/decision_log.h"
-#include "epp/extproc.h"
+#include "epp/runtime/decision_log.h"
+#include "epp/runtime/extproc.h"
 #include "epp/scheduler.h"
-#include "epp/serve.h"
+#include "epp/runtime/serve.h"
 #include "epp/status.h"
 
 namespace epp::internal {

@@ -1,5 +1,5 @@
-// `eppctl top`'s model and frame (epp/top.h).
-#include "epp/top.h"
+// `eppctl top`'s model and frame (epp/tools/top.h).
+#include "epp/tools/top.h"
 
 #include <algorithm>
 #include <cmath>

@@ -22,13 +22,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "epp/prefix_cache.h"
-#include "epp/kv_index.h"
-#include "epp/kv_publisher.h"
+#include "epp/kv/index.h"
+#include "epp/kv/publisher.h"
 #include "epp/request.h"
-#include "epp/sim.h"
-#include "epp/tokenize.h"
-#include "epp/chat_template.h"
-#include "epp/tokenizer.h"
+#include "epp/tools/sim.h"
+#include "epp/text/tokenize.h"
+#include "epp/text/chat_template.h"
+#include "epp/text/tokenizer.h"
 
 namespace epp {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "common/strings.h"
 #include "metrics/exposition.h"
-#include "epp/sim.h"
+#include "epp/tools/sim.h"
 
 namespace epp {
 namespace {

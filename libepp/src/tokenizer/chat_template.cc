@@ -1,8 +1,8 @@
-// ChatTemplate (epp/chat_template.h): loading, and vLLM's rules for what a chat request's
+// ChatTemplate (epp/text/chat_template.h): loading, and vLLM's rules for what a chat request's
 // template sees. The facts are from vLLM's OpenAI server (entrypoints/chat_utils.py,
 // renderers/hf.py, chat_completion/protocol.py) and transformers' apply_chat_template; see
 // docs/tokenizer.md ("Chat templates") for the list and where epp differs.
-#include "epp/chat_template.h"
+#include "epp/text/chat_template.h"
 
 #include <simdjson.h>
 

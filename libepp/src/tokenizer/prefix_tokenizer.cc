@@ -1,4 +1,4 @@
-// PrefixTokenizer (epp/tokenizer.h): reuse of earlier texts' ids at safe cuts.
+// PrefixTokenizer (epp/text/tokenizer.h): reuse of earlier texts' ids at safe cuts.
 #include <xxhash.h>
 
 #include <algorithm>
@@ -7,7 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "epp/tokenizer.h"
+#include "epp/text/tokenizer.h"
 #include "tokenizer/tokenizer_impl.h"
 
 namespace epp {

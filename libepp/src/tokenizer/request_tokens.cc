@@ -1,7 +1,7 @@
-// TokenizeRequestBody (epp/tokenizer.h).
+// TokenizeRequestBody (epp/text/tokenizer.h).
 #include "absl/strings/str_cat.h"
-#include "epp/chat_template.h"
-#include "epp/tokenizer.h"
+#include "epp/text/chat_template.h"
+#include "epp/text/tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace epp {

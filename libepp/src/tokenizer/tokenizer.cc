@@ -1,6 +1,6 @@
-// Tokenizer (epp/tokenizer.h): tokenizer.json loading and the encode pipeline. The regex
+// Tokenizer (epp/text/tokenizer.h): tokenizer.json loading and the encode pipeline. The regex
 // pre-tokenizer is in regex_split.cc, the BPE model in bpe.cc.
-#include "epp/tokenizer.h"
+#include "epp/text/tokenizer.h"
 
 #include <utf8proc.h>
 

@@ -12,7 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "epp/status.h"
-#include "epp/tokenizer.h"
+#include "epp/text/tokenizer.h"
 
 namespace epp::tokenizer_internal {
 

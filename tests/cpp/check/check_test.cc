@@ -1,4 +1,4 @@
-#include "epp/check.h"
+#include "epp/tools/check.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,13 +1,13 @@
-// epp/conformance.h in process: the suite against libepp's own EppServer through the target form
+// epp/tools/conformance.h in process: the suite against libepp's own EppServer through the target form
 // (the suite rewrites the endpoints file the server watches), option errors, and the formats.
-#include "epp/conformance.h"
+#include "epp/tools/conformance.h"
 
 #include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
 
-#include "epp/serve.h"
+#include "epp/runtime/serve.h"
 
 namespace epp {
 namespace {

@@ -1,4 +1,4 @@
-#include "epp/endpoints.h"
+#include "epp/runtime/endpoints.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "epp/plugin.h"
-#include "epp/sim.h"
+#include "epp/tools/sim.h"
 #include "testing/test_server.h"
 
 namespace epp {

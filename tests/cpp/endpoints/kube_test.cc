@@ -1,5 +1,5 @@
 // Pool discovery against a fake Kubernetes API server on 127.0.0.1 (cpp-httplib, real sockets).
-#include "epp/kube.h"
+#include "epp/runtime/kube.h"
 
 #include <stdlib.h>
 

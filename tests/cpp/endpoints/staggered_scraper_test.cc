@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "epp/endpoints.h"
-#include "epp/http.h"
+#include "epp/runtime/endpoints.h"
+#include "epp/runtime/http.h"
 #include "testing/test_server.h"
 
 namespace epp {

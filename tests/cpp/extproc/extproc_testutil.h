@@ -18,7 +18,7 @@
 
 #include "envoy/service/ext_proc/v3/external_processor.pb.h"
 #include "epp/config.h"
-#include "epp/extproc.h"
+#include "epp/runtime/extproc.h"
 #include "epp/registry.h"
 #include "epp/scheduler.h"
 #include "testing/epp_testing.h"

@@ -1,4 +1,4 @@
-#include "epp/http.h"
+#include "epp/runtime/http.h"
 
 #include <atomic>
 #include <condition_variable>

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "epp/config.h"
-#include "epp/endpoints.h"
+#include "epp/runtime/endpoints.h"
 #include "epp/metrics.h"
 #include "epp/registry.h"
 #include "epp/request.h"

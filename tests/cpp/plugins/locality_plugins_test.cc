@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "epp/config.h"
-#include "epp/endpoints.h"
-#include "epp/kube.h"
+#include "epp/runtime/endpoints.h"
+#include "epp/runtime/kube.h"
 #include "epp/metrics.h"
 #include "epp/registry.h"
 #include "epp/request.h"

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "epp/replay.h"
+#include "epp/tools/replay.h"
 
 namespace epp {
 namespace {

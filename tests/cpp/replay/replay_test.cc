@@ -1,7 +1,7 @@
 // Replay: exact virtual-time results on tiny cases computed by hand from the cost model in
 // docs/sim.md (default SimParams: step = 1000 x (6.0 + 0.05 x running) us + prefill tokens x 50 us),
 // the trace bounds, determinism, the baselines, the workloads and loaders, and the report writers.
-#include "epp/replay.h"
+#include "epp/tools/replay.h"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "epp/config.h"
-#include "epp/kv_subscriber.h"
+#include "epp/kv/subscriber.h"
 #include "epp/registry.h"
 #include "epp/request.h"
 #include "epp/scheduler.h"

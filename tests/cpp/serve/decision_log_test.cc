@@ -1,10 +1,10 @@
-// The decision log (epp/decision_log.h) and eppctl top's model and frame (epp/top.h).
-#include "epp/decision_log.h"
+// The decision log (epp/runtime/decision_log.h) and eppctl top's model and frame (epp/tools/top.h).
+#include "epp/runtime/decision_log.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "epp/top.h"
+#include "epp/tools/top.h"
 
 namespace epp {
 namespace {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "epp/serve.h"
+#include "epp/runtime/serve.h"
 
 namespace epp {
 namespace {

@@ -10,8 +10,8 @@
 
 #include "epp/config.h"
 #include "epp/registry.h"
-#include "epp/serve.h"
-#include "epp/http.h"
+#include "epp/runtime/serve.h"
+#include "epp/runtime/http.h"
 #include "testing/epp_testing.h"
 
 namespace epp {

@@ -1,7 +1,7 @@
 // BuildServeConfig, the one function eppctl serve and pyepp.serve build the server's settings
 // with: the defaults it fills in, the checks (each error names its setting), the discovery modes,
 // and RenameServeSettings, which each edge uses to speak its own names.
-#include "epp/serve_args.h"
+#include "epp/runtime/serve_args.h"
 
 #include <gtest/gtest.h>
 

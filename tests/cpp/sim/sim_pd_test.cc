@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "epp/sim.h"
+#include "epp/tools/sim.h"
 
 namespace epp {
 namespace {

@@ -1,6 +1,6 @@
 // Virtual-time tests of the simulator's cost model: every time below is computed by hand from
 // the formulas in docs/sim.md, in integer microseconds.
-#include "epp/sim.h"
+#include "epp/tools/sim.h"
 
 #include <gtest/gtest.h>
 

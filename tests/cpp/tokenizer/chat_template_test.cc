@@ -1,7 +1,7 @@
-// Chat templates (epp/chat_template.h): errors that name the construct and line, vLLM's request
+// Chat templates (epp/text/chat_template.h): errors that name the construct and line, vLLM's request
 // rules, and the pieces the Python parity tests cannot see (continue_final_message, named
 // templates, limits). Rendering against Python Jinja2 is tests/python/test_chat_template_parity.py.
-#include "epp/chat_template.h"
+#include "epp/text/chat_template.h"
 
 #include <gtest/gtest.h>
 

@@ -2,8 +2,8 @@
 // byte alphabet with a few merges), and on the real Llama 3.1 file when the npm test data is
 // installed (scripts/setup; skipped otherwise). Parity with Hugging Face's reference on a large
 // corpus is tests/python/test_tokenizer_parity.py.
-#include "epp/chat_template.h"
-#include "epp/tokenizer.h"
+#include "epp/text/chat_template.h"
+#include "epp/text/tokenizer.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

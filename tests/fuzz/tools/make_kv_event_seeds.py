@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the KV-event payload seeds of tests/fuzz/corpus/kv_events/ (the msgpack frame of a model
-server's ZeroMQ messages, see libepp/include/epp/kv_events.h): vLLM map-event batches as 0.26+
+server's ZeroMQ messages, see libepp/include/epp/kv/events.h): vLLM map-event batches as 0.26+
 sends them, legacy array events, the oldest 2-element batches, SGLang's shapes (signed hashes,
 short events, metadata, location-only stores), bytes hashes, and invalid neighbours of each
 (EAGLE token pairs, truncations, trailing bytes, unknown tags, wrong types, huge declared lengths,

@@ -1,19 +1,19 @@
 // precise-prefix-cache-producer (llm-d's name): prefix matches from what the model servers
-// report they hold (KV-cache events, kv_index.h) instead of what the EPP routed. The runtime
+// report they hold (KV-cache events, kv/index.h) instead of what the EPP routed. The runtime
 // (eppctl serve) subscribes to every endpoint's events and feeds the index this plugin owns;
 // Prepare tokenizes the request, walks its block keys and gives every candidate its run of
 // consecutive held blocks, medium-weighted, for prefix-cache-scorer to read. The deprecated
 // precise-prefix-cache-scorer is this producer and a prefix-cache-scorer in one plugin.
 //
 // The token ids come from a token-producer (token_producer.cc) when the config has one, else
-// from llm-d's `estimate` byte packing (kv_index.h EstimateTokenIds) of the canonical prompt.
+// from llm-d's `estimate` byte packing (kv/index.h EstimateTokenIds) of the canonical prompt.
 // endpoint-notification-source is accepted with llm-d's (empty) parameters.
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "epp/kv_index.h"
-#include "epp/kv_subscriber.h"
+#include "epp/kv/index.h"
+#include "epp/kv/subscriber.h"
 #include "epp/scheduling.h"
 #include "plugins/producer/producer.h"
 #include "plugins/scorer/scorer.h"
@@ -117,7 +117,7 @@ class PrecisePrefixProducer : public Plugin,
   }
 
   // speculativeIndexing: the request's blocks go on the picked endpoint until its events confirm
-  // them or speculativeTTL passes (kv_index.h AddSpeculative).
+  // them or speculativeTTL passes (kv/index.h AddSpeculative).
   void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const override {
     if (!ctx.tokens.computed) return;
     std::span<const uint32_t> tokens = ctx.tokens.ids;

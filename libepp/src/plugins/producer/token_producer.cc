@@ -1,6 +1,6 @@
 // token-producer (llm-d's name; legacy name tokenizer): the request's token ids, for the precise
 // prefix producer. Two backends as llm-d has them, and epp's own in-process one:
-//   estimate  llm-d's byte packing (4 bytes a token, kv_index.h EstimateTokenIds) of the
+//   estimate  llm-d's byte packing (4 bytes a token, kv/index.h EstimateTokenIds) of the
 //             canonical prompt: no model needed, matches only servers that tokenize the same way
 //             (eppctl sim's default tokenizer).
 //   vllm      the model server renders and tokenizes the request (tokenize.h): the request body
@@ -16,7 +16,7 @@
 //             local.adapters maps LoRA adapter names to their base model. Completions prompts
 //             are tokenized as vLLM does (BOS added; token ids passed through); chat requests
 //             are rendered with the model's chat template (chat_template.jinja or
-//             tokenizer_config.json beside the tokenizer.json, epp/chat_template.h) and
+//             tokenizer_config.json beside the tokenizer.json, epp/text/chat_template.h) and
 //             tokenized without adding special tokens, as vLLM's OpenAI server does. A model
 //             without a template, or a request its template refuses, is estimated (reason
 //             "template").
@@ -40,12 +40,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
-#include "epp/chat_template.h"
-#include "epp/http.h"
-#include "epp/kv_index.h"
+#include "epp/text/chat_template.h"
+#include "epp/runtime/http.h"
+#include "epp/kv/index.h"
 #include "epp/scheduling.h"
-#include "epp/tokenize.h"
-#include "epp/tokenizer.h"
+#include "epp/text/tokenize.h"
+#include "epp/text/tokenizer.h"
 #include "plugins/producer/producer.h"
 
 namespace epp::plugins {

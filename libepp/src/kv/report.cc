@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
-#include "epp/kv_subscriber.h"
+#include "epp/kv/subscriber.h"
 
 namespace epp {
 

@@ -1,5 +1,5 @@
 // The precise prefix index: which prompt blocks each model server really holds, built from the
-// KV-cache events it publishes (kv_events.h), and the token ids those blocks are keyed by.
+// KV-cache events it publishes (kv/events.h), and the token ids those blocks are keyed by.
 //
 // Block keys are our own: XXH3 chained over token ids, block by block, from a root that mixes the
 // hash seed, the block size and the LoRA adapter (vLLM keys an adapter's blocks apart from the
@@ -29,7 +29,7 @@
 #include <string_view>
 #include <vector>
 
-#include "epp/kv_events.h"
+#include "epp/kv/events.h"
 
 namespace epp {
 

@@ -1,6 +1,6 @@
 // Reading the model server's render / tokenize answers (tokenize.h), and the simulator's words
 // tokenizer.
-#include "epp/tokenize.h"
+#include "epp/text/tokenize.h"
 
 #include <simdjson.h>
 #include <xxhash.h>

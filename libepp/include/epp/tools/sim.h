@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "epp/kv_events.h"
+#include "epp/kv/events.h"
 #include "epp/status.h"
 
 namespace epp {
@@ -186,7 +186,7 @@ struct SimHttpOptions {
   // epp_sim_kv_transfer_bytes_total, epp_sim_kv_transfer_seconds_total (decode side),
   // epp_sim_remote_prefills_total (prefill side).
   std::string role = "both";
-  // KV-cache events (kv_publisher.h), as vLLM's --kv-events-config publishes them: when
+  // KV-cache events (kv/publisher.h), as vLLM's --kv-events-config publishes them: when
   // kv_events_endpoint is set ("tcp://127.0.0.1:5557", port 0 = a free one), every block the
   // cache stores or evicts goes out as BlockStored / BlockRemoved, one batch per request admitted
   // (token ids: EstimateTokenIds of the request's canonical prompt, as libepp's OpenAI parser
@@ -199,7 +199,7 @@ struct SimHttpOptions {
   // it; blocks are then hashed over token ids, not characters), or the path of a tokenizer.json
   // (or its directory): epp's in-process tokenizer, a completions prompt tokenized as vLLM does
   // (BOS added), a chat rendered with the chat template beside it (chat_template.jinja or
-  // tokenizer_config.json; epp/chat_template.h) and tokenized without special tokens, as vLLM
+  // tokenizer_config.json; epp/text/chat_template.h) and tokenized without special tokens, as vLLM
   // does; a chat as its canonical prompt's text when there is no template.
   std::string tokenizer = "estimate";
   // Serve vLLM's render endpoints (POST /v1/completions/render, /v1/chat/completions/render);

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "epp/endpoint.h"
-#include "epp/http.h"
+#include "epp/runtime/http.h"
 #include "epp/metrics.h"
 #include "epp/status.h"
 

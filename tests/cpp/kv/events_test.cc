@@ -1,4 +1,4 @@
-// The KV-event codec (kv_events.h): the byte examples of the research notes, every engine shape
+// The KV-event codec (kv/events.h): the byte examples of the research notes, every engine shape
 // (vLLM map and array events, the oldest 2-element batches, SGLang's signed hashes and short
 // events), round trips in both encodings, the exact bytes the encoder writes (checked against
 // msgpack-cxx as an independent reader too), every error message, and the topic and sequence
@@ -17,7 +17,7 @@
 #define MSGPACK_NO_BOOST
 #include <msgpack.hpp>
 
-#include "epp/kv_events.h"
+#include "epp/kv/events.h"
 
 namespace epp {
 namespace {

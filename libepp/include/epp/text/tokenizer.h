@@ -123,7 +123,7 @@ struct TokenizedPrompt {
 //   .../completions: `prompt` a string, tokenized with the tokenizer's special tokens (BOS) added
 //     unless the body says "add_special_tokens": false; or token ids (a list of integers, or a
 //     list holding one such list), passed through.
-//   .../chat/completions: the messages rendered with `chat` (epp/chat_template.h, vLLM's rules),
+//   .../chat/completions: the messages rendered with `chat` (epp/text/chat_template.h, vLLM's rules),
 //     tokenized without special tokens unless the body says "add_special_tokens": true (vLLM's
 //     chat default is false: the template writes BOS itself). Without a template,
 //     kFailedPrecondition.

@@ -1,6 +1,6 @@
-// KvBlockIndex (kv_index.h): block keys chained over token ids, holders per key, engine hashes
+// KvBlockIndex (kv/index.h): block keys chained over token ids, holders per key, engine hashes
 // per endpoint and medium, an LRU bound on the keys.
-#include "epp/kv_index.h"
+#include "epp/kv/index.h"
 
 #include <xxhash.h>
 

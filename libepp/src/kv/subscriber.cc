@@ -1,6 +1,6 @@
-// KvEventSubscriber (kv_subscriber.h) over libzmq's C API: no exceptions on a thread that must
+// KvEventSubscriber (kv/subscriber.h) over libzmq's C API: no exceptions on a thread that must
 // never stop, and one zmq_poll over every endpoint's SUB socket.
-#include "epp/kv_subscriber.h"
+#include "epp/kv/subscriber.h"
 
 #include <zmq.h>
 
@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "epp/logger.h"
+#include "epp/runtime/logger.h"
 
 namespace epp {
 namespace {

@@ -59,7 +59,7 @@ inline constexpr std::string_view kExtProcServiceName = "envoy.service.ext_proc.
 inline constexpr size_t kBodyChunkBytes = 62000;
 inline constexpr size_t kDefaultMaxRequestBytes = size_t{16} << 20;
 
-class DecisionLog;  // epp/decision_log.h
+class DecisionLog;  // epp/runtime/decision_log.h
 
 // The pool as of now. Implementations return an immutable snapshot; readers keep it alive for as
 // long as they use it.

@@ -1,6 +1,6 @@
-// KvEventPublisher (kv_publisher.h): one thread owns the PUB and ROUTER sockets (ZeroMQ sockets
+// KvEventPublisher (kv/publisher.h): one thread owns the PUB and ROUTER sockets (ZeroMQ sockets
 // are not thread-safe); Publish() only queues.
-#include "epp/kv_publisher.h"
+#include "epp/kv/publisher.h"
 
 #include <zmq.h>
 

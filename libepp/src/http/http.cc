@@ -12,7 +12,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/string_view.h"
-#include "epp/http.h"
+#include "epp/runtime/http.h"
 #include "http/gzip_stream.h"
 
 namespace epp {

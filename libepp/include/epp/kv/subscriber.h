@@ -1,5 +1,5 @@
 // The KV-event subscriber: one ZeroMQ SUB socket per model server, all read by one thread, every
-// batch decoded (kv_events.h) and applied to a KvBlockIndex (kv_index.h).
+// batch decoded (kv/events.h) and applied to a KvBlockIndex (kv/index.h).
 //
 // Per endpoint it follows the sequence numbers:
 //   - with a replay address, a new subscription first replays the engine's buffer from 0, so a
@@ -25,8 +25,8 @@
 
 #include <span>
 
-#include "epp/endpoints.h"
-#include "epp/kv_index.h"
+#include "epp/runtime/endpoints.h"
+#include "epp/kv/index.h"
 
 namespace epp {
 

@@ -6,7 +6,7 @@
 #include <list>
 
 #include "absl/container/flat_hash_map.h"
-#include "epp/sim.h"
+#include "epp/tools/sim.h"
 
 namespace epp {
 namespace {

@@ -21,8 +21,8 @@
 #include <string_view>
 #include <vector>
 
-#include "epp/extproc.h"
-#include "epp/serve.h"
+#include "epp/runtime/extproc.h"
+#include "epp/runtime/serve.h"
 #include "epp/status.h"
 
 namespace epp {

@@ -13,13 +13,13 @@
 #include <string>
 
 #include "epp/config.h"
-#include "epp/kv_index.h"
-#include "epp/kv_subscriber.h"
+#include "epp/kv/index.h"
+#include "epp/kv/subscriber.h"
 #include "epp/registry.h"
 #include "epp/request.h"
 #include "epp/scheduler.h"
-#include "epp/sim.h"
-#include "epp/tokenize.h"
+#include "epp/tools/sim.h"
+#include "epp/text/tokenize.h"
 #include "testing/epp_testing.h"
 
 namespace epp {

@@ -36,8 +36,8 @@
 #include <string_view>
 #include <vector>
 
-#include "epp/endpoints.h"
-#include "epp/http.h"
+#include "epp/runtime/endpoints.h"
+#include "epp/runtime/http.h"
 #include "epp/status.h"
 
 namespace epp {

@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "epp/config.h"
-#include "epp/kv_index.h"
-#include "epp/kv_publisher.h"
-#include "epp/kv_subscriber.h"
+#include "epp/kv/index.h"
+#include "epp/kv/publisher.h"
+#include "epp/kv/subscriber.h"
 #include "epp/registry.h"
 #include "epp/request.h"
 #include "epp/scheduler.h"

@@ -1,4 +1,4 @@
-// A KV-event publisher that speaks the engines' wire format (kv_events.h): a ZeroMQ PUB socket
+// A KV-event publisher that speaks the engines' wire format (kv/events.h): a ZeroMQ PUB socket
 // sending [topic, 8-byte sequence, msgpack batch], and optionally a ROUTER replay socket serving
 // the last `buffer_steps` batches as vLLM's does. `eppctl sim --kv-events` publishes through it;
 // tests use it as a model server's publisher, with fault options to exercise subscribers: drop
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "epp/kv_events.h"
+#include "epp/kv/events.h"
 
 namespace epp {
 

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "epp/config.h"
-#include "epp/sim.h"
+#include "epp/tools/sim.h"
 #include "epp/status.h"
 
 namespace epp {

@@ -45,11 +45,11 @@
 #include <string_view>
 #include <vector>
 
-#include "epp/endpoints.h"
-#include "epp/decision_log.h"
-#include "epp/extproc.h"
-#include "epp/kube.h"
-#include "epp/logger.h"
+#include "epp/runtime/endpoints.h"
+#include "epp/runtime/decision_log.h"
+#include "epp/runtime/extproc.h"
+#include "epp/runtime/kube.h"
+#include "epp/runtime/logger.h"
 #include "epp/scheduler.h"
 #include "epp/status.h"
 
@@ -224,7 +224,7 @@ struct ServeConfig {
   std::string tls_source;         // how the certificate came, for the start-up line
   ExtProcOptions session;         // request limits, objectives, subset hint handling
   std::string capture_dir;
-  // The live decision log (epp/decision_log.h): decision_log.capacity > 0 keeps that many recent
+  // The live decision log (epp/runtime/decision_log.h): decision_log.capacity > 0 keeps that many recent
   // decisions with their explain trace, served on the metrics port at /debug/decisions.
   DecisionLogOptions decision_log{0, 50, false};
   std::string pool_name = "default";  // `name` label of the inference_pool_* metrics

@@ -1,4 +1,4 @@
-// EppServer (epp/serve.h): a scheduler, its endpoint pool, and the ext_proc, health and metrics
+// EppServer (epp/runtime/serve.h): a scheduler, its endpoint pool, and the ext_proc, health and metrics
 // servers around them; the configuration file watch and reload.
 #include <condition_variable>
 #include <cstdio>
@@ -6,10 +6,10 @@
 #include <thread>
 
 #include "epp/config.h"
-#include "epp/kv_subscriber.h"
+#include "epp/kv/subscriber.h"
 #include "epp/params.h"
 #include "epp/registry.h"
-#include "epp/serve.h"
+#include "epp/runtime/serve.h"
 #include "epp/version.h"
 #include "serve/file_watch.h"
 #include "serve/serve_metrics.h"

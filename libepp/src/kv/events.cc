@@ -1,5 +1,5 @@
 // KV-cache event payloads (msgpack) <-> KvEventBatch, and the topic and sequence frames
-// (kv_events.h has the wire format).
+// (kv/events.h has the wire format).
 //
 // Decoding reads the payload with the small bounds-checked msgpack reader below rather than with
 // msgpack-cxx's unpack, for three reasons: errors name the place and byte ("events[2].token_ids[5]:
@@ -29,7 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "epp/kv_events.h"
+#include "epp/kv/events.h"
 #include "epp/status.h"
 
 namespace epp {
