@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "jinja.h"
@@ -45,6 +46,12 @@ struct Expr {
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
 };
+
+// The filters and tests epp implements. The parser rejects other names; the answer comes from
+// the evaluator's own tables (kFilters in jinja_filters.cc, kTests in jinja_tests.cc), so what
+// parses is what renders.
+bool IsJinjaFilter(std::string_view name);
+bool IsJinjaTest(std::string_view name);
 
 // The name a block set's filter chain reads its body's text from (not a valid identifier).
 inline constexpr std::string_view kSetBlockBody = " body";
