@@ -5,7 +5,6 @@
 #include <charconv>
 #include <cstring>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "jinja_ast.h"
 
@@ -339,22 +338,6 @@ class Lexer {
   size_t line_pos_ = 0;
   int line_ = 1;
 };
-
-// Filters, tests and statements epp implements; anything else fails at parse time.
-const absl::flat_hash_set<std::string_view>& KnownFilters() {
-  static const auto* s = new absl::flat_hash_set<std::string_view>{
-      "abs", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first", "float", "indent", "int", "items",
-      "join", "last", "length", "list", "lower", "map", "max", "min", "reject", "rejectattr", "replace", "reverse", "round",
-      "safe", "select", "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique", "upper", "wordcount"};
-  return *s;
-}
-const absl::flat_hash_set<std::string_view>& KnownTests() {
-  static const auto* s = new absl::flat_hash_set<std::string_view>{
-      "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "==", "escaped", "even", "false", "float", "ge", ">=",
-      "gt", ">", "greaterthan", "in", "integer", "iterable", "le", "<=", "lower", "lt", "<", "lessthan", "mapping", "ne", "!=",
-      "none", "number", "odd", "sameas", "sequence", "string", "true", "undefined", "upper"};
-  return *s;
-}
 
 class Parser {
  public:
@@ -983,6 +966,8 @@ class Parser {
     }
   }
 
+  // `| name(args)` and `is [not] name arg`. Names are checked against the evaluator's own tables
+  // (IsJinjaFilter / IsJinjaTest), so a filter or test epp lacks fails when the template loads.
   absl::StatusOr<ExprPtr> ParseFilterTail(ExprPtr e) {
     while (true) {
       const int line = Cur().line;
@@ -995,7 +980,7 @@ class Parser {
           name += "." + Peek(1).text;
           tok_ += 2;
         }
-        if (!KnownFilters().contains(name)) return Error(line, Cat("the filter '", name, "' is not supported by epp"));
+        if (!IsJinjaFilter(name)) return Error(line, Cat("the filter '", name, "' is not supported by epp"));
         auto f = Make(Expr::kFilter, line);
         f->name = name;
         f->args.push_back(std::move(e));
@@ -1011,7 +996,7 @@ class Parser {
         }
         if (Cur().kind == Token::kName) {
           t->name = Cur().text;
-        } else if (Cur().kind == Token::kOp && KnownTests().contains(Cur().text)) {
+        } else if (Cur().kind == Token::kOp && IsJinjaTest(Cur().text)) {
           t->name = Cur().text;
         } else {
           return Error(line, "expected a test name after 'is'");
@@ -1020,7 +1005,7 @@ class Parser {
         if (t->name == "None") t->name = "none";
         if (t->name == "True") t->name = "true";
         if (t->name == "False") t->name = "false";
-        if (!KnownTests().contains(t->name)) return Error(line, Cat("the test '", t->name, "' is not supported by epp"));
+        if (!IsJinjaTest(t->name)) return Error(line, Cat("the test '", t->name, "' is not supported by epp"));
         t->args.push_back(std::move(e));
         if (IsOp("(")) {
           EPP_RETURN_IF_ERROR(ParseArgs(*t));
