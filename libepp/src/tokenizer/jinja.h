@@ -1,4 +1,4 @@
-// Private: the Jinja subset chat templates use (jinja_parse.cc, jinja_eval.cc), for
+// Private: the Jinja subset chat templates use (jinja_parse.cc, jinja_eval.cc + its parts), for
 // chat_template.cc. The rules are Python Jinja2's as transformers configures it for chat
 // templates (ImmutableSandboxedEnvironment, trim_blocks and lstrip_blocks on, one trailing
 // newline dropped, loop controls, tojson as json.dumps(ensure_ascii=False), globals
