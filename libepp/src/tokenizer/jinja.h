@@ -60,6 +60,9 @@ struct Value {
   static Value View(std::string_view x) { Value v; v.kind = kStr; v.s = x; return v; }
   static Value Str(std::string x);
   static Value Undefined(std::string_view name) { Value v; v.s = name; return v; }
+  // An Undefined whose name is made at render time (the Value owns the text, which a view of a
+  // temporary would not).
+  static Value OwnedUndefined(std::string name) { Value v = Str(std::move(name)); v.kind = kUndefined; return v; }
   static Value OfList(List l);
   static Value OfTuple(List l) { Value v = OfList(std::move(l)); v.tuple = true; return v; }
   static Value OfDict(Dict d);

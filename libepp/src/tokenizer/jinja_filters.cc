@@ -225,7 +225,7 @@ absl::StatusOr<Value> Renderer::FilterList(std::string_view /*f*/, const Value& 
 // first, last: an item of the sequence; an empty one gives Undefined, as in Jinja2.
 absl::StatusOr<Value> Renderer::FilterFirstLast(std::string_view f, const Value& v, const Args& /*a*/, int line) {
   EPP_ASSIGN_OR_RETURN(List items, Items(v, line));
-  if (items.empty()) return Value::Undefined(Cat("the ", f, " item of an empty sequence"));
+  if (items.empty()) return Value::OwnedUndefined(Cat("the ", f, " item of an empty sequence"));
   return f == "first" ? items.front() : items.back();
 }
 
@@ -408,7 +408,7 @@ absl::StatusOr<Value> Renderer::FilterMinMaxSum(std::string_view f, const Value&
     }
     return acc;
   }
-  if (items.empty()) return Value::Undefined(Cat(f, " of an empty sequence"));
+  if (items.empty()) return Value::OwnedUndefined(Cat(f, " of an empty sequence"));
   Value best = items[0];
   for (size_t i = 1; i < items.size(); ++i) {
     EPP_ASSIGN_OR_RETURN(int o, Order(items[i], best, line));

@@ -65,6 +65,11 @@ TEST(ChatTemplateTest, RenderErrorsNameTheLine) {
   EXPECT_EQ(Render("{{ 9223372036854775807 + 1 }}"), "ERROR: t.jinja line 1: integer overflow (epp's integers are 64-bit)");
   EXPECT_EQ(Render("{{ range(200000)|length }}"), "ERROR: t.jinja line 1: range() longer than 100000 items (the sandbox's limit)");
   EXPECT_EQ(Render("{{ missing|tojson }}"), "ERROR: t.jinja line 1: tojson: 'missing' is undefined (Undefined is not JSON serializable)");
+  // The name of an Undefined made at render time outlives the filter that made it.
+  EXPECT_EQ(Render("{{ (xs|first).y }}", R"({"xs": []})"),
+            "ERROR: t.jinja line 1: 'the first item of an empty sequence' is undefined (reading its attribute 'y')");
+  EXPECT_EQ(Render("{{ (xs|max).y }}", R"({"xs": []})"),
+            "ERROR: t.jinja line 1: 'max of an empty sequence' is undefined (reading its attribute 'y')");
 }
 
 TEST(ChatTemplateTest, RunawayTemplatesStop) {
