@@ -114,9 +114,58 @@ void SetupConfigCommand(CLI::App& app, int& exit_code) {
     exit_code = kExitOk;
   });
 
-  CLI::App* plugins = cmd->add_subcommand("plugins", "List the plugin types epp implements");
-  plugins->callback([&exit_code] {
-    for (const std::string& t : epp::BuiltinRegistry().Types()) std::cout << t << "\n";
+  struct PluginsOptions {
+    std::vector<std::string> types;  // empty: all
+    bool json = false;
+    bool markdown = false;
+  };
+  auto po = std::make_shared<PluginsOptions>();
+  CLI::App* plugins = cmd->add_subcommand("plugins", "List the plugin types epp implements with their parameters");
+  plugins->add_option("type", po->types, "Only these types");
+  CLI::Option* json = plugins->add_flag("--json", po->json, "One JSON object: each type's declared parameters");
+  plugins->add_flag("--markdown", po->markdown, "Markdown, as docs/plugin-parameters.md holds it (all types)")->excludes(json);
+  plugins->callback([po, &exit_code] {
+    const epp::PluginRegistry registry = epp::BuiltinRegistry();
+    if (po->markdown) {
+      std::cout << epp::PluginParametersMarkdown(registry);
+      exit_code = kExitOk;
+      return;
+    }
+    std::vector<std::string> types = po->types.empty() ? registry.Types() : po->types;
+    for (const std::string& t : types) {
+      if (!registry.Has(t)) {
+        exit_code = PrintError(absl::NotFoundError("unknown plugin type '" + t + "'"));
+        return;
+      }
+    }
+    if (po->json) {
+      epp::Params doc = epp::Params::Map();
+      for (const std::string& t : types) doc.Set(t, registry.Schema(t)->ToParams());
+      std::cout << doc.ToJson() << "\n";
+      exit_code = kExitOk;
+      return;
+    }
+    // The type on its own line (so `cut`/`grep -v '^ '` still list the types), its parameters
+    // indented below it.
+    for (const std::string& t : types) {
+      std::cout << t << "\n";
+      const epp::PluginSchema& s = *registry.Schema(t);
+      if (!s.declared) std::cout << "  (parameters not declared)\n";
+      for (const epp::ParamInfo& p : s.params) {
+        std::cout << "  " << p.name << " (" << epp::ParamTypeName(p.type);
+        if (!p.default_text.empty()) std::cout << ", default " << p.default_text;
+        if (!p.choices.empty()) {
+          std::cout << ", one of";
+          for (size_t i = 0; i < p.choices.size(); ++i) std::cout << (i ? ", " : " ") << p.choices[i];
+        } else if (p.range.bounded()) {
+          std::cout << ", " << p.RangeText();
+        }
+        for (const std::string& a : p.aliases) std::cout << "; also " << a;
+        if (p.deprecated) std::cout << "; deprecated";
+        std::cout << "): " << p.doc << "\n";
+      }
+      if (!s.other_keys.empty()) std::cout << "  (other keys: " << s.other_keys << ")\n";
+    }
     exit_code = kExitOk;
   });
 }

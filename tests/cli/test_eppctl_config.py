@@ -1,5 +1,6 @@
 """`eppctl config validate | effective | plugins` end to end, on examples/configs, on invalid
 configs written here and on the production configs in ../shared/fixtures/configs."""
+import json
 import os
 import pathlib
 import re
@@ -30,7 +31,8 @@ def effective(eppctl, *args):
 def known_types(eppctl):
     r = eppctl("config", "plugins")
     assert r.returncode == 0, r.stderr
-    return r.stdout.split()
+    # One type per line; its parameters are indented below it.
+    return [line for line in r.stdout.splitlines() if line and not line.startswith(" ")]
 
 
 def by_name(doc):
@@ -144,6 +146,45 @@ def test_plugins_lists_the_known_types(eppctl):
             "prefix-cache-affinity-filter"} <= set(types)
     used = {p["type"] for f in EXAMPLE_CONFIGS for p in yaml.safe_load(f.read_text())["plugins"]}
     assert used <= set(types)
+
+
+def test_plugins_shows_each_types_parameters(eppctl):
+    r = eppctl("config", "plugins", "approx-prefix-cache-producer", "queue-scorer")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "approx-prefix-cache-producer"
+    assert "  blockSizeTokens (int, default 16, [1, 65536]): tokens per hashed block" in r.stdout
+    assert "  blockSize (int; deprecated): characters per block; use blockSizeTokens" in lines
+    assert lines[-1] == "queue-scorer"  # no parameters: nothing below it
+    bad = eppctl("config", "plugins", "frobnicate-scorer")
+    assert bad.returncode == 2 and "unknown plugin type 'frobnicate-scorer'" in bad.stderr
+
+
+def test_plugins_json_carries_every_types_schema(eppctl):
+    r = eppctl("config", "plugins", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert sorted(doc) == known_types(eppctl)
+    assert all(s["declared"] for s in doc.values())
+    assert doc["queue-scorer"] == {"declared": True, "params": []}
+    params = {p["name"]: p for p in doc["dynamo-kv-cost-scorer"]["params"]}
+    assert params["prefillLoadModel"] == {
+        "name": "prefillLoadModel", "type": "string", "default": "drain", "choices": ["drain", "firstToken"],
+        "doc": params["prefillLoadModel"]["doc"]}
+    assert params["blockSize"]["range"] == "[1, 4096]"
+    disagg = {p["name"]: p for p in doc["disagg-profile-handler"]["params"]}
+    assert disagg["prefillDeciderPluginName"]["aliases"] == ["deciderPluginName"]
+    assert disagg["prefillDeciderPluginName"]["deprecated"] is True
+    assert "otherKeys" in doc["metrics-data-source"]
+
+
+def test_plugins_markdown_is_the_committed_doc(eppctl):
+    r = eppctl("config", "plugins", "--markdown")
+    assert r.returncode == 0, r.stderr
+    doc = (ROOT / "docs" / "plugin-parameters.md").read_text()
+    marker = "<!-- generated: eppctl config plugins --markdown -->\n"
+    assert doc.split(marker, 1)[1] == r.stdout, "regenerate docs/plugin-parameters.md"
+    assert eppctl("config", "plugins", "--json", "--markdown").returncode != 0
 
 
 @pytest.mark.parametrize("name,body,needle", [

@@ -76,11 +76,13 @@ class Params {
   absl::StatusOr<int64_t> AsInt() const;
   absl::StatusOr<bool> AsBool() const;
   absl::StatusOr<std::string> AsString() const;
+  absl::StatusOr<int64_t> AsDurationMicros() const;  // see GetDurationMicros
 
   // kInvalidArgument when this map has a key outside `known`:
   //   "plugins[2].parameters: unknown parameter 'blokSize' (known: blockSizeTokens, autoTune)"
   // A null value (no parameters given) passes; a non-map value is an error.
   absl::Status CheckKeys(std::initializer_list<std::string_view> known) const;
+  absl::Status CheckKeys(const std::vector<std::string_view>& known) const;
 
   // JSON rendering: unquoted scalars that look like numbers or booleans become JSON numbers or
   // booleans, others strings; maps keep source order.
@@ -102,5 +104,7 @@ class Params {
 // Parses a Go-style duration ("200ms", "1.5s", "1m30s", "250us", "0") or a bare number of
 // seconds into microseconds. kInvalidArgument on anything else or a negative value.
 absl::StatusOr<int64_t> ParseDurationMicros(std::string_view text);
+// The shortest exact spelling ParseDurationMicros reads back: "2s", "50ms", "150us".
+std::string FormatDurationMicros(int64_t micros);
 
 }  // namespace epp

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "epp/param_table.h"
 #include "epp/params.h"
 #include "epp/plugin.h"
 #include "epp/status.h"
@@ -27,8 +28,12 @@ using PluginFactory = std::function<absl::StatusOr<std::unique_ptr<Plugin>>(
 class PluginRegistry {
  public:
   // kAlreadyExists when `type` is registered; kInvalidArgument for an empty type or factory.
-  absl::Status Register(std::string type, PluginFactory factory);
+  // `schema` describes the type's parameters (a ParamTable's Schema()); a type registered
+  // without one (a Python plugin, a test's fake) reports `declared: false`.
+  absl::Status Register(std::string type, PluginFactory factory, PluginSchema schema = {});
   bool Has(std::string_view type) const;
+  // The type's declared parameters; nullptr for an unknown type.
+  const PluginSchema* Schema(std::string_view type) const;
   // kNotFound listing the known types when `type` is not registered; the factory's error,
   // prefixed "failed to create plugin 'NAME' (type: TYPE): ", when it fails.
   absl::StatusOr<std::unique_ptr<Plugin>> Create(const std::string& type, const std::string& name,
@@ -36,7 +41,11 @@ class PluginRegistry {
   std::vector<std::string> Types() const;  // sorted
 
  private:
-  std::map<std::string, PluginFactory, std::less<>> factories_;
+  struct Entry {
+    PluginFactory factory;
+    PluginSchema schema;
+  };
+  std::map<std::string, Entry, std::less<>> factories_;
 };
 
 // Registers every built-in plugin type (docs/scheduling.md lists them with their parameters).
@@ -44,5 +53,9 @@ void RegisterBuiltinPlugins(PluginRegistry& registry);
 
 // A registry holding the built-ins.
 PluginRegistry BuiltinRegistry();
+
+// Every type of `registry` with its parameters as Markdown: the generated part of
+// docs/plugin-parameters.md (`eppctl config plugins --markdown`).
+std::string PluginParametersMarkdown(const PluginRegistry& registry);
 
 }  // namespace epp

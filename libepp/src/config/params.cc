@@ -382,13 +382,21 @@ absl::StatusOr<int64_t> Params::GetDurationMicros(std::string_view key, int64_t 
   Params scratch;
   const Params* v = Member(*this, key, scratch);
   if (v == nullptr || v->is_null()) return default_value;
-  if (v->kind() != Kind::kScalar) return ConversionError(*v, "a duration");
-  auto d = ParseDurationMicros(v->text());
-  if (!d.ok()) return absl::InvalidArgumentError(Prefix(v->path()) + std::string(d.status().message()));
+  return v->AsDurationMicros();
+}
+
+absl::StatusOr<int64_t> Params::AsDurationMicros() const {
+  if (kind_ != Kind::kScalar) return ConversionError(*this, "a duration");
+  auto d = ParseDurationMicros(text_);
+  if (!d.ok()) return absl::InvalidArgumentError(Prefix(path_) + std::string(d.status().message()));
   return d;
 }
 
 absl::Status Params::CheckKeys(std::initializer_list<std::string_view> known) const {
+  return CheckKeys(std::vector<std::string_view>(known));
+}
+
+absl::Status Params::CheckKeys(const std::vector<std::string_view>& known) const {
   if (kind_ == Kind::kNull) return absl::OkStatus();
   if (kind_ != Kind::kMap) return ConversionError(*this, "a map of parameters");
   for (const auto& [key, value] : entries_) {
@@ -400,7 +408,7 @@ absl::Status Params::CheckKeys(std::initializer_list<std::string_view> known) co
       if (!list.empty()) list += ", ";
       list += k;
     }
-    std::string hint = known.size() == 0 ? "this plugin takes no parameters" : "known: " + list;
+    std::string hint = known.empty() ? "this plugin takes no parameters" : "known: " + list;
     return absl::InvalidArgumentError(Prefix(path_) + "unknown parameter '" + key + "' (" + hint + ")");
   }
   return absl::OkStatus();
@@ -484,6 +492,14 @@ absl::StatusOr<int64_t> ParseDurationMicros(std::string_view text) {
     return absl::InvalidArgumentError("expected a non-negative duration, got '" + std::string(original) + "'");
   }
   return total_nanos / 1000;
+}
+
+std::string FormatDurationMicros(int64_t us) {
+  // The largest unit that divides exactly, so "1500ms" stays exact rather than "1.5s" rounding
+  // through a double, and ParseDurationMicros reads every output back to the same value.
+  if (us % 1000000 == 0) return std::to_string(us / 1000000) + "s";
+  if (us % 1000 == 0) return std::to_string(us / 1000) + "ms";
+  return std::to_string(us) + "us";
 }
 
 }  // namespace epp

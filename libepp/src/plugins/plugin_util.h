@@ -17,8 +17,9 @@
 #include <string>
 #include <string_view>
 
-#include "epp/params.h"
 #include "epp/kv/subscriber.h"
+#include "epp/param_table.h"
+#include "epp/params.h"
 #include "epp/plugin.h"
 #include "epp/scheduler.h"
 #include "epp/status.h"
@@ -28,6 +29,10 @@ namespace epp::plugins {
 using PluginOr = absl::StatusOr<std::unique_ptr<Plugin>>;
 
 inline TypedName TN(std::string_view type, const std::string& name) { return TypedName{std::string(type), name}; }
+
+// For plugins that take no parameters: the factory's check and the registry's schema.
+inline absl::Status ReadNoParams(const Params& params) { return NoParamsTable().Read(params).status(); }
+inline PluginSchema NoParamsSchema() { return NoParamsTable().Schema(); }
 
 // A plugin with no scheduling hook: a type of GIE's or llm-d's configs that names what epp does
 // anyway, or a deprecated no-op. Its parameters (checked by its factory) are kept for the

@@ -8,74 +8,81 @@ namespace epp {
 
 void RegisterBuiltinPlugins(PluginRegistry& registry) {
   using namespace plugins;  // NOLINT: the factory list reads better unqualified
-  const std::pair<std::string_view, PluginFactory> builtins[] = {
-      {kQueueScorerType, CreateQueueScorer},
-      {kRunningRequestsScorerType, CreateRunningRequestsScorer},
-      {kKvCacheScorerType, CreateKvCacheScorer},
-      {kLoraAffinityScorerType, CreateLoraAffinityScorer},
-      {kTokenLoadScorerType, CreateTokenLoadScorer},
-      {kPrefixCacheScorerType, CreatePrefixCacheScorer},
-      {kCacheAwareScorerType, CreateCacheAwareScorer},
-      {kNoHitLruScorerType, CreateNoHitLruScorer},
-      {kLoadAwareScorerType, CreateLoadAwareScorer},
-      {kActiveRequestScorerType, CreateActiveRequestScorer},
-      {kEstimatedTtftScorerType, CreateEstimatedTtftScorer},
-      {kVllmLoadAwareScorerType, CreateVllmLoadAwareScorer},
-      {kDynamoKvCostScorerType, CreateDynamoKvCostScorer},
-      {kProbabilisticAdmitterType, CreateProbabilisticAdmitter},
-      {kLabelSelectorFilterType, CreateLabelSelectorFilter},
-      {kByLabelSelectorFilterType, CreateLabelSelectorFilter},
-      {kByLabelFilterType, CreateByLabelFilter},
-      {kDecodeFilterType, CreateDecodeFilter},
-      {kPrefillFilterType, CreatePrefillFilter},
-      {kEncodeFilterType, CreateEncodeFilter},
-      {kPrefixAffinityFilterType, CreatePrefixAffinityFilter},
-      {kMaxScorePickerType, CreateMaxScorePicker},
-      {kRandomPickerType, CreateRandomPicker},
-      {kWeightedRandomPickerType, CreateWeightedRandomPicker},
-      {kRoundRobinPickerType, CreateRoundRobinPicker},
-      {kOrcaWrrPickerType, CreateOrcaWrrPicker},
-      {kSoftmaxPickerType, CreateSoftmaxPicker},
-      {kSingleProfileHandlerType, CreateSingleProfileHandler},
-      {kDisaggProfileHandlerType, CreateDisaggProfileHandler},
-      {kPdProfileHandlerType, CreatePdProfileHandler},
-      {kSessionAffinityScorerType, CreateSessionAffinityScorer},
-      {kSessionAffinityFilterType, CreateSessionAffinityFilter},
-      {kHeaderProfileHandlerType, CreateHeaderProfileHandler},
-      {kDataParallelProfileHandlerType, CreateDataParallelProfileHandler},
-      {kDisaggHeadersHandlerType, CreateDisaggHeadersHandler},
-      {kPrefillHeaderHandlerType, CreateDisaggHeadersHandler},
-      {kPrefixBasedPdDeciderType, CreatePrefixBasedPdDecider},
-      {kAlwaysDisaggPdDeciderType, CreateAlwaysDisaggPdDecider},
-      {kAlwaysDisaggMultimodalDeciderType, CreateAlwaysDisaggMultimodalDecider},
-      {kUtilizationDetectorType, CreateUtilizationDetector},
-      {kApproxPrefixProducerType, CreateApproxPrefixProducer},
-      {kPrecisePrefixProducerType, CreatePrecisePrefixProducer},
-      {kPrecisePrefixScorerType, CreatePrecisePrefixScorer},
-      {kTokenProducerType, CreateTokenProducer},
-      {kTokenizerType, CreateTokenProducer},
-      {kEndpointNotificationSourceType, CreateEndpointNotificationSource},
-      {kMetricsDataSourceType, CreateMetricsDataSource},
-      {kCoreMetricsExtractorType, CreateCoreMetricsExtractor},
-      {kOpenAIParserType, CreateOpenAIParser},
-      {kPassthroughParserType, CreatePassthroughParser},
-      {kTopologyExtractorType, CreateTopologyExtractor},
-      {kEndpointAttributeFilterType, CreateEndpointAttributeFilter},
-      {kEndpointAttributeScorerType, CreateEndpointAttributeScorer},
-      {kTopologyAffinityFilterType, CreateTopologyAffinityFilter},
-      {kTopologyAffinityScorerType, CreateTopologyAffinityScorer},
-      {kInflightLoadProducerType, CreateInflightLoadProducer},
-      {kRequestAttributeReporterType, CreateRequestAttributeReporter},
-      {kCapacityFilterType, CreateCapacityFilter},
-      {kCapacityScorerType, CreateCapacityScorer},
-      {kRegionSpilloverFilterType, CreateRegionSpilloverFilter},
-      {kRegionRttScorerType, CreateRegionRttScorer},
-      {kZonePreferenceScorerType, CreateZonePreferenceScorer},
+  // type, factory, and the function giving its declared parameters (ParamTable::Schema());
+  // every built-in declares them (registry_test.cc checks).
+  struct Builtin {
+    std::string_view type;
+    PluginFactory factory;
+    PluginSchema (*schema)();
   };
-  for (const auto& [type, factory] : builtins) {
+  const Builtin builtins[] = {
+      {kQueueScorerType, CreateQueueScorer, NoParamsSchema},
+      {kRunningRequestsScorerType, CreateRunningRequestsScorer, NoParamsSchema},
+      {kKvCacheScorerType, CreateKvCacheScorer, NoParamsSchema},
+      {kLoraAffinityScorerType, CreateLoraAffinityScorer, NoParamsSchema},
+      {kTokenLoadScorerType, CreateTokenLoadScorer, TokenLoadScorerSchema},
+      {kPrefixCacheScorerType, CreatePrefixCacheScorer, PrefixCacheScorerSchema},
+      {kCacheAwareScorerType, CreateCacheAwareScorer, CacheAwareScorerSchema},
+      {kNoHitLruScorerType, CreateNoHitLruScorer, NoHitLruScorerSchema},
+      {kLoadAwareScorerType, CreateLoadAwareScorer, LoadAwareScorerSchema},
+      {kActiveRequestScorerType, CreateActiveRequestScorer, ActiveRequestScorerSchema},
+      {kEstimatedTtftScorerType, CreateEstimatedTtftScorer, EstimatedTtftScorerSchema},
+      {kVllmLoadAwareScorerType, CreateVllmLoadAwareScorer, VllmLoadAwareScorerSchema},
+      {kDynamoKvCostScorerType, CreateDynamoKvCostScorer, DynamoKvCostScorerSchema},
+      {kProbabilisticAdmitterType, CreateProbabilisticAdmitter, ProbabilisticAdmitterSchema},
+      {kLabelSelectorFilterType, CreateLabelSelectorFilter, LabelSelectorFilterSchema},
+      {kByLabelSelectorFilterType, CreateLabelSelectorFilter, LabelSelectorFilterSchema},
+      {kByLabelFilterType, CreateByLabelFilter, ByLabelFilterSchema},
+      {kDecodeFilterType, CreateDecodeFilter, NoParamsSchema},
+      {kPrefillFilterType, CreatePrefillFilter, NoParamsSchema},
+      {kEncodeFilterType, CreateEncodeFilter, NoParamsSchema},
+      {kPrefixAffinityFilterType, CreatePrefixAffinityFilter, PrefixAffinityFilterSchema},
+      {kMaxScorePickerType, CreateMaxScorePicker, PickerSchema},
+      {kRandomPickerType, CreateRandomPicker, PickerSchema},
+      {kWeightedRandomPickerType, CreateWeightedRandomPicker, PickerSchema},
+      {kRoundRobinPickerType, CreateRoundRobinPicker, PickerSchema},
+      {kOrcaWrrPickerType, CreateOrcaWrrPicker, OrcaWrrPickerSchema},
+      {kSoftmaxPickerType, CreateSoftmaxPicker, SoftmaxPickerSchema},
+      {kSingleProfileHandlerType, CreateSingleProfileHandler, NoParamsSchema},
+      {kDisaggProfileHandlerType, CreateDisaggProfileHandler, DisaggProfileHandlerSchema},
+      {kPdProfileHandlerType, CreatePdProfileHandler, PdProfileHandlerSchema},
+      {kSessionAffinityScorerType, CreateSessionAffinityScorer, SessionAffinityScorerSchema},
+      {kSessionAffinityFilterType, CreateSessionAffinityFilter, SessionAffinityFilterSchema},
+      {kHeaderProfileHandlerType, CreateHeaderProfileHandler, HeaderProfileHandlerSchema},
+      {kDataParallelProfileHandlerType, CreateDataParallelProfileHandler, DataParallelProfileHandlerSchema},
+      {kDisaggHeadersHandlerType, CreateDisaggHeadersHandler, DisaggHeadersHandlerSchema},
+      {kPrefillHeaderHandlerType, CreateDisaggHeadersHandler, DisaggHeadersHandlerSchema},
+      {kPrefixBasedPdDeciderType, CreatePrefixBasedPdDecider, PrefixBasedPdDeciderSchema},
+      {kAlwaysDisaggPdDeciderType, CreateAlwaysDisaggPdDecider, NoParamsSchema},
+      {kAlwaysDisaggMultimodalDeciderType, CreateAlwaysDisaggMultimodalDecider, NoParamsSchema},
+      {kUtilizationDetectorType, CreateUtilizationDetector, UtilizationDetectorSchema},
+      {kApproxPrefixProducerType, CreateApproxPrefixProducer, ApproxPrefixProducerSchema},
+      {kPrecisePrefixProducerType, CreatePrecisePrefixProducer, PrecisePrefixProducerSchema},
+      {kPrecisePrefixScorerType, CreatePrecisePrefixScorer, PrecisePrefixProducerSchema},
+      {kTokenProducerType, CreateTokenProducer, TokenProducerSchema},
+      {kTokenizerType, CreateTokenProducer, TokenProducerSchema},
+      {kEndpointNotificationSourceType, CreateEndpointNotificationSource, NoParamsSchema},
+      {kMetricsDataSourceType, CreateMetricsDataSource, MetricsDataSourceSchema},
+      {kCoreMetricsExtractorType, CreateCoreMetricsExtractor, CoreMetricsExtractorSchema},
+      {kOpenAIParserType, CreateOpenAIParser, NoParamsSchema},
+      {kPassthroughParserType, CreatePassthroughParser, NoParamsSchema},
+      {kTopologyExtractorType, CreateTopologyExtractor, TopologyExtractorSchema},
+      {kEndpointAttributeFilterType, CreateEndpointAttributeFilter, EndpointAttributeFilterSchema},
+      {kEndpointAttributeScorerType, CreateEndpointAttributeScorer, EndpointAttributeScorerSchema},
+      {kTopologyAffinityFilterType, CreateTopologyAffinityFilter, TopologyAffinityFilterSchema},
+      {kTopologyAffinityScorerType, CreateTopologyAffinityScorer, TopologyAffinityScorerSchema},
+      {kInflightLoadProducerType, CreateInflightLoadProducer, InflightLoadProducerSchema},
+      {kRequestAttributeReporterType, CreateRequestAttributeReporter, RequestAttributeReporterSchema},
+      {kCapacityFilterType, CreateCapacityFilter, CapacityPluginSchema},
+      {kCapacityScorerType, CreateCapacityScorer, CapacityPluginSchema},
+      {kRegionSpilloverFilterType, CreateRegionSpilloverFilter, RegionSpilloverFilterSchema},
+      {kRegionRttScorerType, CreateRegionRttScorer, RegionRttScorerSchema},
+      {kZonePreferenceScorerType, CreateZonePreferenceScorer, ZonePreferenceScorerSchema},
+  };
+  for (const Builtin& b : builtins) {
     // Registering into a fresh registry cannot collide; a user registry that already has the
     // type keeps its own factory.
-    (void)registry.Register(std::string(type), factory);
+    (void)registry.Register(std::string(b.type), b.factory, b.schema());
   }
 }
 
@@ -85,15 +92,20 @@ PluginRegistry BuiltinRegistry() {
   return r;
 }
 
-absl::Status PluginRegistry::Register(std::string type, PluginFactory factory) {
+absl::Status PluginRegistry::Register(std::string type, PluginFactory factory, PluginSchema schema) {
   if (type.empty()) return absl::InvalidArgumentError("plugin type must not be empty");
   if (!factory) return absl::InvalidArgumentError(absl::StrCat("plugin type '", type, "': no factory"));
   if (factories_.count(type)) return absl::AlreadyExistsError(absl::StrCat("plugin type '", type, "' is already registered"));
-  factories_.emplace(std::move(type), std::move(factory));
+  factories_.emplace(std::move(type), Entry{std::move(factory), std::move(schema)});
   return absl::OkStatus();
 }
 
 bool PluginRegistry::Has(std::string_view type) const { return factories_.find(type) != factories_.end(); }
+
+const PluginSchema* PluginRegistry::Schema(std::string_view type) const {
+  auto it = factories_.find(type);
+  return it == factories_.end() ? nullptr : &it->second.schema;
+}
 
 std::vector<std::string> PluginRegistry::Types() const {
   std::vector<std::string> out;
@@ -106,12 +118,71 @@ absl::StatusOr<std::unique_ptr<Plugin>> PluginRegistry::Create(const std::string
   auto it = factories_.find(type);
   if (it == factories_.end())
     return absl::NotFoundError(absl::StrCat("unknown plugin type '", type, "' (known: ", absl::StrJoin(Types(), ", "), ")"));
-  absl::StatusOr<std::unique_ptr<Plugin>> p = it->second(name, params, context);
+  absl::StatusOr<std::unique_ptr<Plugin>> p = it->second.factory(name, params, context);
   if (!p.ok())
     return absl::Status(p.status().code(), absl::StrCat("failed to create plugin '", name, "' (type: ", type,
                                                         "): ", p.status().message()));
   if (!*p) return absl::InternalError(absl::StrCat("failed to create plugin '", name, "' (type: ", type, "): factory returned null"));
   return p;
+}
+
+namespace {
+
+// A table cell: pipes escaped (GitHub's tables split on them, even inside code spans), line
+// breaks flattened.
+std::string Cell(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') out += "\\|";
+    else if (c == '\n') out += ' ';
+    else out += c;
+  }
+  return out;
+}
+
+std::string Code(std::string_view text) { return text.empty() ? "" : absl::StrCat("`", Cell(text), "`"); }
+
+}  // namespace
+
+std::string PluginParametersMarkdown(const PluginRegistry& registry) {
+  std::string out;
+  for (const std::string& type : registry.Types()) {
+    const PluginSchema& schema = *registry.Schema(type);
+    absl::StrAppend(&out, "### `", type, "`\n\n");
+    if (!schema.declared) {
+      out += "Parameters not declared.\n\n";
+      continue;
+    }
+    if (schema.params.empty() && schema.other_keys.empty()) {
+      out += "No parameters.\n\n";
+      continue;
+    }
+    if (!schema.params.empty()) {
+      out += "| Parameter | Type | Default | Allowed | Description |\n| --- | --- | --- | --- | --- |\n";
+      for (const ParamInfo& p : schema.params) {
+        std::string allowed;
+        if (!p.choices.empty()) {
+          std::vector<std::string> codes;
+          for (const std::string& c : p.choices) codes.push_back(Code(c));
+          allowed = absl::StrJoin(codes, ", ");
+        } else if (p.range.bounded()) {
+          allowed = Cell(p.RangeText());
+        }
+        std::string doc = p.deprecated ? absl::StrCat("Deprecated. ", p.doc) : p.doc;
+        if (!p.aliases.empty()) {
+          std::vector<std::string> codes;
+          for (const std::string& a : p.aliases) codes.push_back(Code(a));
+          if (!doc.empty() && doc.back() != '.') doc += '.';
+          absl::StrAppend(&doc, doc.empty() ? "" : " ", "Older spelling: ", absl::StrJoin(codes, ", "), ".");
+        }
+        absl::StrAppend(&out, "| ", Code(p.name), " | ", std::string(ParamTypeName(p.type)), " | ", Code(p.default_text), " | ", allowed,
+                        " | ", Cell(doc), " |\n");
+      }
+      out += "\n";
+    }
+    if (!schema.other_keys.empty()) absl::StrAppend(&out, "Other keys: ", Cell(schema.other_keys), "\n\n");
+  }
+  return out;
 }
 
 }  // namespace epp

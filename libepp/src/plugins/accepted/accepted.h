@@ -21,4 +21,8 @@ PluginOr CreateOpenAIParser(const std::string& name, const Params& params, const
 PluginOr CreateInflightLoadProducer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreatePassthroughParser(const std::string& name, const Params& params, const PluginContext& ctx);
 
+// Declared parameters; the parsers use NoParamsSchema().
+PluginSchema MetricsDataSourceSchema();
+PluginSchema InflightLoadProducerSchema();
+
 }  // namespace epp::plugins

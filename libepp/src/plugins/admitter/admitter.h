@@ -11,5 +11,6 @@ namespace epp::plugins {
 inline constexpr std::string_view kProbabilisticAdmitterType = "probabilistic-admitter";
 
 PluginOr CreateProbabilisticAdmitter(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginSchema ProbabilisticAdmitterSchema();
 
 }  // namespace epp::plugins

@@ -24,18 +24,25 @@ struct AdmitterOptions {
   double k = 300.0;
 };
 
+// llm-d's names and defaults.
+const ParamTable<AdmitterOptions>& Table() {
+  static const auto* t =
+      &(*new ParamTable<AdmitterOptions>())
+           .Int("queueDepthThreshold", &AdmitterOptions::queue_depth, Range::Above(0),
+                "waiting requests at which an endpoint's saturation is 1")
+           .Number("kvCacheUtilThreshold", &AdmitterOptions::kv_util, Range::Above(0),
+                   "KV-cache use at which an endpoint's saturation is 1")
+           .Number("power", &AdmitterOptions::power, Range::Above(0), "exponent of the saturation")
+           .Number("k", &AdmitterOptions::k, Range::Above(0), "multiplier: p = min(saturation^power x k, 1)");
+  return *t;
+}
+
 class ProbabilisticAdmitter : public Plugin, public Admitter {
  public:
   ProbabilisticAdmitter(TypedName tn, AdmitterOptions o) : Plugin(std::move(tn)), o_(o) {}
   const Admitter* AsAdmitter() const override { return this; }
   PluginInputs Consumes() const override { return {PluginInput::kWaitingQueue, PluginInput::kKvCacheUsage}; }
-  Params EffectiveParams() const override {
-    return Params::Map()
-        .Set("queueDepthThreshold", Params::Int(o_.queue_depth))
-        .Set("kvCacheUtilThreshold", Params::Number(o_.kv_util))
-        .Set("power", Params::Number(o_.power))
-        .Set("k", Params::Number(o_.k));
-  }
+  Params EffectiveParams() const override { return Table().Effective(o_); }
 
   bool Admit(const SchedulingContext& ctx, Candidates candidates, std::string& why) const override {
     if (ctx.request == nullptr || ctx.request->priority >= 0 || candidates.empty()) return true;
@@ -64,21 +71,10 @@ class ProbabilisticAdmitter : public Plugin, public Admitter {
 }  // namespace
 
 PluginOr CreateProbabilisticAdmitter(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"queueDepthThreshold", "kvCacheUtilThreshold", "power", "k"}));
-  AdmitterOptions o;
-  EPP_ASSIGN_OR_RETURN(o.queue_depth, params.GetInt("queueDepthThreshold", o.queue_depth));
-  EPP_ASSIGN_OR_RETURN(o.kv_util, params.GetDouble("kvCacheUtilThreshold", o.kv_util));
-  EPP_ASSIGN_OR_RETURN(o.power, params.GetDouble("power", o.power));
-  EPP_ASSIGN_OR_RETURN(o.k, params.GetDouble("k", o.k));
-  auto positive = [&](const char* key, double v) -> absl::Status {
-    if (v > 0 && std::isfinite(v)) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".", key, ": must be > 0, got ", Num(v)));
-  };
-  EPP_RETURN_IF_ERROR(positive("queueDepthThreshold", static_cast<double>(o.queue_depth)));
-  EPP_RETURN_IF_ERROR(positive("kvCacheUtilThreshold", o.kv_util));
-  EPP_RETURN_IF_ERROR(positive("power", o.power));
-  EPP_RETURN_IF_ERROR(positive("k", o.k));
+  EPP_ASSIGN_OR_RETURN(AdmitterOptions o, Table().Read(params));
   return std::make_unique<ProbabilisticAdmitter>(TN(kProbabilisticAdmitterType, name), o);
 }
+
+PluginSchema ProbabilisticAdmitterSchema() { return Table().Schema(); }
 
 }  // namespace epp::plugins

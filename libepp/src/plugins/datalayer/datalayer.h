@@ -19,6 +19,8 @@ inline constexpr std::string_view kTopologyExtractorType = "topology-extractor";
 
 PluginOr CreateCoreMetricsExtractor(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateTopologyExtractor(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginSchema CoreMetricsExtractorSchema();
+PluginSchema TopologyExtractorSchema();
 
 // Implemented by core-metrics-extractor (Scheduler::ConfigureScrape finds it).
 class ScrapeSettingsSource {

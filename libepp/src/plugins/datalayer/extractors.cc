@@ -15,6 +15,7 @@ struct ExtractorSettings {
   std::string engine_label;    // empty: the pool's default labels
   std::string default_engine;  // empty: auto-detection
   std::vector<MetricMapping> mappings;
+  Params engine_configs;  // as written, for EffectiveParams
 };
 
 absl::StatusOr<MetricMapping> EngineConfig(const Params& entry) {
@@ -53,11 +54,40 @@ absl::StatusOr<MetricMapping> EngineConfig(const Params& entry) {
   return m;
 }
 
+absl::Status ReadEngineConfigs(const Params& list, ExtractorSettings& s) {
+  if (list.kind() != Params::Kind::kList) return absl::InvalidArgumentError(list.path() + ": expected a list");
+  for (const Params& entry : list.items()) {
+    EPP_ASSIGN_OR_RETURN(MetricMapping m, EngineConfig(entry));
+    for (const MetricMapping& prev : s.mappings)
+      if (prev.engine == m.engine)
+        return absl::InvalidArgumentError(absl::StrCat(entry.path(), ".name: duplicate engine '", m.engine, "'"));
+    s.mappings.push_back(std::move(m));
+  }
+  s.engine_configs = list;
+  return absl::OkStatus();
+}
+
+// llm-d's names. Strings left empty mean "not set" and are not written out.
+const ParamTable<ExtractorSettings>& ExtractorTable() {
+  static const auto* t =
+      &(*new ParamTable<ExtractorSettings>())
+           .String("engineLabelKey", &ExtractorSettings::engine_label,
+                   "the endpoint label naming its engine; empty: the pool's default labels")
+           .OmitEmpty()
+           .String("defaultEngine", &ExtractorSettings::default_engine,
+                   "the engine of endpoints without the label: a built-in or one of engineConfigs; empty: detected")
+           .OmitEmpty()
+           .Custom("engineConfigs", ParamType::kList,
+                   "[{name, queuedRequestsSpec, runningRequestsSpec, kvUsageSpec, loraSpec, cacheInfoSpec, ..., "
+                   "customMetrics: [{attributeKey, metricSpec}]}]: engines added or replaced",
+                   ReadEngineConfigs, [](const ExtractorSettings& s) { return s.engine_configs; });
+  return *t;
+}
+
 class CoreMetricsExtractor : public Plugin, public ScrapeSettingsSource {
  public:
-  CoreMetricsExtractor(TypedName tn, Params params, ExtractorSettings s)
-      : Plugin(std::move(tn)), params_(std::move(params)), s_(std::move(s)) {}
-  Params EffectiveParams() const override { return params_.is_null() ? Params::Map() : params_; }
+  CoreMetricsExtractor(TypedName tn, ExtractorSettings s) : Plugin(std::move(tn)), s_(std::move(s)) {}
+  Params EffectiveParams() const override { return ExtractorTable().Effective(s_); }
 
   void ConfigureScrape(ScrapeOptions& options) const override {
     for (const MetricMapping& m : s_.mappings) {
@@ -78,7 +108,6 @@ class CoreMetricsExtractor : public Plugin, public ScrapeSettingsSource {
   }
 
  private:
-  Params params_;
   ExtractorSettings s_;
 };
 
@@ -91,18 +120,37 @@ struct TopologyLabels {
   std::string region = "topology.kubernetes.io/region";
 };
 
+// Empty label names mean the default, as in llm-d.
+ParamTable<TopologyLabels>::Reader LabelOrDefault(std::string TopologyLabels::*field) {
+  return [field](const Params& v, TopologyLabels& l) -> absl::Status {
+    EPP_ASSIGN_OR_RETURN(std::string s, v.AsString());
+    if (!s.empty()) l.*field = std::move(s);
+    return absl::OkStatus();
+  };
+}
+ParamTable<TopologyLabels>::Writer LabelOf(std::string TopologyLabels::*field) {
+  return [field](const TopologyLabels& l) { return Params::String(l.*field); };
+}
+
+const ParamTable<TopologyLabels>& TopologyTable() {
+  static const auto* t =
+      &(*new ParamTable<TopologyLabels>())
+           .Custom("hostname", ParamType::kString, "label naming the endpoint's host", LabelOrDefault(&TopologyLabels::host),
+                   LabelOf(&TopologyLabels::host))
+           .Custom("rack", ParamType::kString, "label naming its rack", LabelOrDefault(&TopologyLabels::rack),
+                   LabelOf(&TopologyLabels::rack))
+           .Custom("zone", ParamType::kString, "label naming its zone", LabelOrDefault(&TopologyLabels::zone),
+                   LabelOf(&TopologyLabels::zone))
+           .Custom("region", ParamType::kString, "label naming its region", LabelOrDefault(&TopologyLabels::region),
+                   LabelOf(&TopologyLabels::region));
+  return *t;
+}
+
 class TopologyExtractor : public Plugin, public TopologySource {
  public:
   TopologyExtractor(TypedName tn, TopologyLabels labels) : Plugin(std::move(tn)), l_(std::move(labels)) {}
   PluginInputs Consumes() const override { return {PluginInput::kLabels}; }
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    p.Set("hostname", Params::String(l_.host));
-    p.Set("rack", Params::String(l_.rack));
-    p.Set("zone", Params::String(l_.zone));
-    p.Set("region", Params::String(l_.region));
-    return p;
-  }
+  Params EffectiveParams() const override { return TopologyTable().Effective(l_); }
   std::optional<Topology> TopologyOf(const Endpoint& e) const override {
     auto get = [&](const std::string& label) {
       auto it = e.labels.find(label);
@@ -120,20 +168,7 @@ class TopologyExtractor : public Plugin, public TopologySource {
 }  // namespace
 
 PluginOr CreateCoreMetricsExtractor(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"engineLabelKey", "defaultEngine", "engineConfigs"}));
-  ExtractorSettings s;
-  EPP_ASSIGN_OR_RETURN(s.engine_label, params.GetString("engineLabelKey", ""));
-  EPP_ASSIGN_OR_RETURN(s.default_engine, params.GetString("defaultEngine", ""));
-  if (const Params* list = params.Find("engineConfigs"); list != nullptr && !list->is_null()) {
-    if (list->kind() != Params::Kind::kList) return absl::InvalidArgumentError(list->path() + ": expected a list");
-    for (const Params& entry : list->items()) {
-      EPP_ASSIGN_OR_RETURN(MetricMapping m, EngineConfig(entry));
-      for (const MetricMapping& prev : s.mappings)
-        if (prev.engine == m.engine)
-          return absl::InvalidArgumentError(absl::StrCat(entry.path(), ".name: duplicate engine '", m.engine, "'"));
-      s.mappings.push_back(std::move(m));
-    }
-  }
+  EPP_ASSIGN_OR_RETURN(ExtractorSettings s, ExtractorTable().Read(params));
   if (!s.default_engine.empty()) {
     const bool configured = std::any_of(s.mappings.begin(), s.mappings.end(),
                                         [&](const MetricMapping& m) { return m.engine == s.default_engine; });
@@ -143,19 +178,16 @@ PluginOr CreateCoreMetricsExtractor(const std::string& name, const Params& param
                                                      absl::StrJoin(MetricMapping::BuiltInEngines(), ", "),
                                                      ") nor one of engineConfigs"));
   }
-  return std::make_unique<CoreMetricsExtractor>(TN(kCoreMetricsExtractorType, name), params, std::move(s));
+  return std::make_unique<CoreMetricsExtractor>(TN(kCoreMetricsExtractorType, name), std::move(s));
 }
 
 PluginOr CreateTopologyExtractor(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"hostname", "rack", "zone", "region"}));
-  TopologyLabels l;
-  for (auto [key, field] : {std::pair{"hostname", &l.host}, std::pair{"rack", &l.rack}, std::pair{"zone", &l.zone},
-                            std::pair{"region", &l.region}}) {
-    EPP_ASSIGN_OR_RETURN(std::string v, params.GetString(key, ""));
-    if (!v.empty()) *field = v;  // empty means the default, as in llm-d
-  }
+  EPP_ASSIGN_OR_RETURN(TopologyLabels l, TopologyTable().Read(params));
   return std::make_unique<TopologyExtractor>(TN(kTopologyExtractorType, name), std::move(l));
 }
+
+PluginSchema CoreMetricsExtractorSchema() { return ExtractorTable().Schema(); }
+PluginSchema TopologyExtractorSchema() { return TopologyTable().Schema(); }
 
 TopologyLevel CompareTopology(const Topology& a, const Topology& b) {
   auto same = [](const std::string& x, const std::string& y) { return !x.empty() && x == y; };

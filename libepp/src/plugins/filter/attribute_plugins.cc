@@ -36,20 +36,53 @@ struct AttributeKey {
   std::string ToString() const { return producer ? absl::StrCat(attribute, " (producer '", *producer, "')") : attribute; }
 };
 
-absl::StatusOr<AttributeKey> ReadAttributeKey(const Params& params, const char* key_param, const char* what) {
-  AttributeKey k;
-  EPP_ASSIGN_OR_RETURN(k.attribute, params.GetString(key_param, ""));
+// After Read(): the attribute is required, and a '/' in it needs an explicit producer.
+absl::Status CheckAttributeKey(const Params& params, const AttributeKey& k, const char* key_param, const char* what) {
   if (k.attribute.empty())
     return absl::InvalidArgumentError(absl::StrCat(params.path(), ".", key_param, ": ", what, " requires a non-empty ", key_param));
-  if (const Params* p = params.Find("producer"); p != nullptr && !p->is_null()) {
-    EPP_ASSIGN_OR_RETURN(std::string producer, p->AsString());
-    k.producer = producer;
-  }
   if (!k.producer && k.attribute.find('/') != std::string::npos)
     return absl::InvalidArgumentError(absl::StrCat(params.path(), ".", key_param, ": attribute '", k.attribute,
                                                    "' contains '/' but no producer is set; give the producer "
                                                    "separately (producer: ...)"));
-  return k;
+  return absl::OkStatus();
+}
+
+// The endpoint-attribute plugins report their parameters as written (llm-d's nested algorithm
+// blocks included): each reader records the value in `written`, each writer returns it.
+template <class O>
+typename ParamTable<O>::Reader Recorded(std::string name, typename ParamTable<O>::Reader read) {
+  return [name, read](const Params& v, O& o) {
+    o.written.Set(name, v);
+    return read(v, o);
+  };
+}
+template <class O>
+typename ParamTable<O>::Writer AsWritten(std::string name) {
+  return [name](const O& o) {
+    const Params* v = o.written.Find(name);
+    return v != nullptr ? *v : Params();
+  };
+}
+
+// attribute / attributeKey and producer, shared by both tables.
+template <class O>
+void DeclareAttributeKey(ParamTable<O>& t, const char* key_param) {
+  t.Custom(key_param, ParamType::kString, "the endpoint attribute read: a customMetrics attributeKey (required)",
+           Recorded<O>(key_param,
+                       [](const Params& v, O& o) -> absl::Status {
+                         EPP_ASSIGN_OR_RETURN(o.key.attribute, v.AsString());
+                         return absl::OkStatus();
+                       }),
+           AsWritten<O>(key_param))
+      .Custom("producer", ParamType::kString,
+              "the plugin producing the attribute; only core-metrics-extractor's are endpoint attributes",
+              Recorded<O>("producer",
+                          [](const Params& v, O& o) -> absl::Status {
+                            EPP_ASSIGN_OR_RETURN(std::string producer, v.AsString());
+                            o.key.producer = producer;
+                            return absl::OkStatus();
+                          }),
+              AsWritten<O>("producer"));
 }
 
 // At load: whether the attribute can ever be present, with a warning when it cannot.
@@ -104,19 +137,24 @@ const char* Symbol(Op op) {
   return "?";
 }
 
+struct AttributeFilterOptions {
+  AttributeKey key;
+  bool fail_on_missing = false;
+  bool fallback_on_empty = false;
+  bool has_algorithm = false;
+  Op op = Op::kLt;
+  double threshold = 0;
+  Params written = Params::Map();
+};
+
+const ParamTable<AttributeFilterOptions>& AttributeFilterTable();
+
 class EndpointAttributeFilter : public Plugin, public Filter {
  public:
-  struct Options {
-    AttributeKey key;
-    bool fail_on_missing = false;
-    bool fallback_on_empty = false;
-    Op op = Op::kLt;
-    double threshold = 0;
-  };
-  EndpointAttributeFilter(TypedName tn, Options o, Params params)
-      : Plugin(std::move(tn)), o_(std::move(o)), params_(std::move(params)) {}
+  using Options = AttributeFilterOptions;
+  EndpointAttributeFilter(TypedName tn, Options o) : Plugin(std::move(tn)), o_(std::move(o)) {}
   const Filter* AsFilter() const override { return this; }
-  Params EffectiveParams() const override { return params_; }
+  Params EffectiveParams() const override { return AttributeFilterTable().Effective(o_); }
   bool HasReferences() const override { return true; }
   absl::Status Resolve(const PluginReferences& refs) override {
     available_ = ResolveAttribute(o_.key, refs, name());
@@ -144,22 +182,26 @@ class EndpointAttributeFilter : public Plugin, public Filter {
     return Holds(o_.op, *v, o_.threshold);
   }
   Options o_;
-  Params params_;
   bool available_ = true;
 };
 
+struct AttributeScorerOptions {
+  AttributeKey key;
+  bool has_algorithm = false;
+  bool lower_is_better = true;
+  std::optional<std::pair<double, double>> fixed;  // nullopt: adaptive over the candidates
+  Params written = Params::Map();
+};
+
+const ParamTable<AttributeScorerOptions>& AttributeScorerTable();
+
 class EndpointAttributeScorer : public Plugin, public Scorer {
  public:
-  struct Options {
-    AttributeKey key;
-    bool lower_is_better = true;
-    std::optional<std::pair<double, double>> fixed;  // nullopt: adaptive over the candidates
-  };
-  EndpointAttributeScorer(TypedName tn, Options o, Params params)
-      : Plugin(std::move(tn)), o_(std::move(o)), params_(std::move(params)) {}
+  using Options = AttributeScorerOptions;
+  EndpointAttributeScorer(TypedName tn, Options o) : Plugin(std::move(tn)), o_(std::move(o)) {}
   const Scorer* AsScorer() const override { return this; }
   ScorerCategory category() const override { return ScorerCategory::kDistribution; }
-  Params EffectiveParams() const override { return params_; }
+  Params EffectiveParams() const override { return AttributeScorerTable().Effective(o_); }
   bool HasReferences() const override { return true; }
   absl::Status Resolve(const PluginReferences& refs) override {
     available_ = ResolveAttribute(o_.key, refs, name());
@@ -202,19 +244,52 @@ class EndpointAttributeScorer : public Plugin, public Scorer {
     return o_.lower_is_better ? 1.0 - n : n;
   }
   Options o_;
-  Params params_;
   bool available_ = true;
 };
 
 // ---- topology affinity
 
-absl::StatusOr<TopologyLevel> ParseLevel(const Params& params, const char* key, TopologyLevel def) {
-  EPP_ASSIGN_OR_RETURN(std::string text, params.GetString(key, ""));
-  if (text.empty()) return def;
+struct TopologyOptions {
+  TopologyLevel min = TopologyLevel::kHost;  // minAffinity (the filter only)
+  std::string producer = std::string(kTopologyExtractorType);
+};
+
+// minAffinity: a level name; empty means host.
+absl::Status ReadLevel(const Params& v, TopologyOptions& o) {
+  EPP_ASSIGN_OR_RETURN(std::string text, v.AsString());
+  if (text.empty()) return absl::OkStatus();
   for (TopologyLevel l : {TopologyLevel::kHost, TopologyLevel::kRack, TopologyLevel::kZone, TopologyLevel::kRegion})
-    if (text == TopologyLevelName(l)) return l;
-  return absl::InvalidArgumentError(absl::StrCat(params.path(), ".", key, ": invalid topology level '", text,
-                                                 "', must be one of host, rack, zone, region"));
+    if (text == TopologyLevelName(l)) {
+      o.min = l;
+      return absl::OkStatus();
+    }
+  return absl::InvalidArgumentError(
+      absl::StrCat(v.path(), ": invalid topology level '", text, "', must be one of host, rack, zone, region"));
+}
+
+ParamTable<TopologyOptions>& DeclareTopologyProducer(ParamTable<TopologyOptions>& t) {
+  return t.Custom(
+      "topologyProducerName", ParamType::kString, "the topology-extractor read; empty means topology-extractor",
+      [](const Params& v, TopologyOptions& o) -> absl::Status {
+        EPP_ASSIGN_OR_RETURN(std::string producer, v.AsString());
+        if (!producer.empty()) o.producer = std::move(producer);
+        return absl::OkStatus();
+      },
+      [](const TopologyOptions& o) { return Params::String(o.producer); });
+}
+
+const ParamTable<TopologyOptions>& TopologyFilterTable() {
+  static const auto* t = &DeclareTopologyProducer(
+      (*new ParamTable<TopologyOptions>())
+          .Custom("minAffinity", ParamType::kString,
+                  "the farthest level (host, rack, zone, region) a candidate may share with the peer", ReadLevel,
+                  [](const TopologyOptions& o) { return Params::String(TopologyLevelName(o.min)); }));
+  return *t;
+}
+
+const ParamTable<TopologyOptions>& TopologyScorerTable() {
+  static const auto* t = &DeclareTopologyProducer(*new ParamTable<TopologyOptions>());
+  return *t;
 }
 
 // Finds the extractor named `producer`; warns when there is none (topology is optional in llm-d:
@@ -232,11 +307,11 @@ const TopologySource* ResolveTopology(const PluginReferences& refs, const std::s
 
 class TopologyBase : public Plugin {
  public:
-  TopologyBase(TypedName tn, std::string producer) : Plugin(std::move(tn)), producer_(std::move(producer)) {}
+  TopologyBase(TypedName tn, TopologyOptions o) : Plugin(std::move(tn)), o_(std::move(o)) {}
   bool HasReferences() const override { return true; }
   PluginInputs Consumes() const override { return {PluginInput::kLabels}; }
   absl::Status Resolve(const PluginReferences& refs) override {
-    source_ = ResolveTopology(refs, producer_, name());
+    source_ = ResolveTopology(refs, o_.producer, name());
     return absl::OkStatus();
   }
 
@@ -245,28 +320,22 @@ class TopologyBase : public Plugin {
     if (source_ == nullptr || e == nullptr) return std::nullopt;
     return source_->TopologyOf(*e);
   }
-  std::string producer_;
+  TopologyOptions o_;
   const TopologySource* source_ = nullptr;
 };
 
 class TopologyAffinityFilter : public TopologyBase, public Filter {
  public:
-  TopologyAffinityFilter(TypedName tn, std::string producer, TopologyLevel min)
-      : TopologyBase(std::move(tn), std::move(producer)), min_(min) {}
+  using TopologyBase::TopologyBase;
   const Filter* AsFilter() const override { return this; }
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    p.Set("minAffinity", Params::String(TopologyLevelName(min_)));
-    p.Set("topologyProducerName", Params::String(producer_));
-    return p;
-  }
+  Params EffectiveParams() const override { return TopologyFilterTable().Effective(o_); }
   std::vector<const Endpoint*> Apply(const SchedulingContext& ctx, Candidates candidates) const override {
     const std::optional<Topology> peer = Of(ctx.peer);
     if (!peer) return {candidates.begin(), candidates.end()};
     std::vector<const Endpoint*> out;
     for (const Endpoint* e : candidates) {
       const std::optional<Topology> t = Of(e);
-      if (t && CompareTopology(*peer, *t) <= min_) out.push_back(e);
+      if (t && CompareTopology(*peer, *t) <= o_.min) out.push_back(e);
     }
     if (out.empty()) return {candidates.begin(), candidates.end()};  // fail open, as llm-d
     return out;
@@ -277,11 +346,8 @@ class TopologyAffinityFilter : public TopologyBase, public Filter {
     const std::optional<Topology> peer = Of(ctx.peer);
     const TopologyLevel level = peer ? CompareTopology(*peer, *t) : TopologyLevel::kNone;
     return absl::StrCat("closest level shared with peer ", ctx.peer ? ctx.peer->address : "?", ": ",
-                        TopologyLevelName(level), " (minAffinity ", TopologyLevelName(min_), ")");
+                        TopologyLevelName(level), " (minAffinity ", TopologyLevelName(o_.min), ")");
   }
-
- private:
-  TopologyLevel min_;
 };
 
 class TopologyAffinityScorer : public TopologyBase, public Scorer {
@@ -289,11 +355,7 @@ class TopologyAffinityScorer : public TopologyBase, public Scorer {
   using TopologyBase::TopologyBase;
   const Scorer* AsScorer() const override { return this; }
   ScorerCategory category() const override { return ScorerCategory::kAffinity; }
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    p.Set("topologyProducerName", Params::String(producer_));
-    return p;
-  }
+  Params EffectiveParams() const override { return TopologyScorerTable().Effective(o_); }
   // llm-d's fixed scores: host (NVLink) 1, rack (one switch) 0.2, zone 0.05, region 0.02.
   static double LevelScore(TopologyLevel l) {
     switch (l) {
@@ -322,34 +384,28 @@ class TopologyAffinityScorer : public TopologyBase, public Scorer {
 };
 
 // onMissing: "Pass" (the default, also when empty) or "Fail".
-absl::StatusOr<bool> OnMissingFails(const Params& params) {
-  const Params* v = params.Find("onMissing");
-  if (v == nullptr || v->is_null()) return false;
-  absl::StatusOr<std::string> text = v->AsString();
-  if (!text.ok()) return text.status();
-  if (text->empty() || *text == "Pass") return false;
-  if (*text == "Fail") return true;
-  return absl::InvalidArgumentError(absl::StrCat(params.path(), ".onMissing: must be \"Pass\" or \"Fail\", got \"", *text, "\""));
+absl::Status ReadOnMissing(const Params& v, AttributeFilterOptions& o) {
+  EPP_ASSIGN_OR_RETURN(std::string text, v.AsString());
+  if (text.empty() || text == "Pass") {
+    o.fail_on_missing = false;
+  } else if (text == "Fail") {
+    o.fail_on_missing = true;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(v.path(), ": must be \"Pass\" or \"Fail\", got \"", text, "\""));
+  }
+  return absl::OkStatus();
 }
 
-}  // namespace
-
-PluginOr CreateEndpointAttributeFilter(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"attribute", "producer", "onMissing", "fallbackOnEmpty", "algorithm"}));
-  EndpointAttributeFilter::Options o;
-  EPP_ASSIGN_OR_RETURN(o.key, ReadAttributeKey(params, "attribute", "endpoint attribute filter"));
-  EPP_ASSIGN_OR_RETURN(o.fail_on_missing, OnMissingFails(params));
-  EPP_ASSIGN_OR_RETURN(o.fallback_on_empty, params.GetBool("fallbackOnEmpty", false));
-  const Params* alg = params.Find("algorithm");
-  if (alg == nullptr || alg->is_null())
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".algorithm: required (type: threshold)"));
-  EPP_RETURN_IF_ERROR(alg->CheckKeys({"type", "threshold"}));
-  EPP_ASSIGN_OR_RETURN(std::string type, alg->GetString("type", ""));
+// {type: threshold, threshold: {operator, value}}
+absl::Status ReadFilterAlgorithm(const Params& alg, AttributeFilterOptions& o) {
+  o.has_algorithm = true;
+  EPP_RETURN_IF_ERROR(alg.CheckKeys({"type", "threshold"}));
+  EPP_ASSIGN_OR_RETURN(std::string type, alg.GetString("type", ""));
   if (type != "threshold")
-    return absl::InvalidArgumentError(absl::StrCat(alg->path(), ".type: must be \"threshold\", got \"", type, "\""));
-  const Params* th = alg->Find("threshold");
+    return absl::InvalidArgumentError(absl::StrCat(alg.path(), ".type: must be \"threshold\", got \"", type, "\""));
+  const Params* th = alg.Find("threshold");
   if (th == nullptr || th->is_null())
-    return absl::InvalidArgumentError(absl::StrCat(alg->path(), ".threshold: required with type threshold"));
+    return absl::InvalidArgumentError(absl::StrCat(alg.path(), ".threshold: required with type threshold"));
   EPP_RETURN_IF_ERROR(th->CheckKeys({"operator", "value"}));
   EPP_ASSIGN_OR_RETURN(std::string op, th->GetString("operator", ""));
   bool known = false;
@@ -363,24 +419,20 @@ PluginOr CreateEndpointAttributeFilter(const std::string& name, const Params& pa
                                                    "GreaterThan, GreaterThanOrEqual, Equal, NotEqual"));
   EPP_ASSIGN_OR_RETURN(o.threshold, th->GetDouble("value", 0));
   if (!std::isfinite(o.threshold)) return absl::InvalidArgumentError(absl::StrCat(th->path(), ".value: must be finite"));
-  return std::make_unique<EndpointAttributeFilter>(TN(kEndpointAttributeFilterType, name), std::move(o), params.is_null() ? Params::Map() : params);
+  return absl::OkStatus();
 }
 
-PluginOr CreateEndpointAttributeScorer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"attributeKey", "producer", "algorithm"}));
-  EndpointAttributeScorer::Options o;
-  EPP_ASSIGN_OR_RETURN(o.key, ReadAttributeKey(params, "attributeKey", "endpoint attribute scorer"));
-  const Params* alg = params.Find("algorithm");
-  if (alg == nullptr || alg->is_null())
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".algorithm: required (type: linear_lower_is_better or linear_higher_is_better)"));
-  EPP_RETURN_IF_ERROR(alg->CheckKeys({"type", "normalization"}));
-  EPP_ASSIGN_OR_RETURN(std::string type, alg->GetString("type", ""));
+// {type: linear_lower_is_better | linear_higher_is_better, normalization: {fixedRange: {min, max}} | {adaptiveRange: {}}}
+absl::Status ReadScorerAlgorithm(const Params& alg, AttributeScorerOptions& o) {
+  o.has_algorithm = true;
+  EPP_RETURN_IF_ERROR(alg.CheckKeys({"type", "normalization"}));
+  EPP_ASSIGN_OR_RETURN(std::string type, alg.GetString("type", ""));
   if (type == "linear_lower_is_better") o.lower_is_better = true;
   else if (type == "linear_higher_is_better") o.lower_is_better = false;
   else
-    return absl::InvalidArgumentError(absl::StrCat(alg->path(), ".type: must be linear_lower_is_better or "
+    return absl::InvalidArgumentError(absl::StrCat(alg.path(), ".type: must be linear_lower_is_better or "
                                                    "linear_higher_is_better, got \"", type, "\""));
-  if (const Params* norm = alg->Find("normalization"); norm != nullptr && !norm->is_null()) {
+  if (const Params* norm = alg.Find("normalization"); norm != nullptr && !norm->is_null()) {
     EPP_RETURN_IF_ERROR(norm->CheckKeys({"fixedRange", "adaptiveRange"}));
     const Params* fixed = norm->Find("fixedRange");
     const Params* adaptive = norm->Find("adaptiveRange");
@@ -396,22 +448,77 @@ PluginOr CreateEndpointAttributeScorer(const std::string& name, const Params& pa
       o.fixed = std::pair{lo, hi};
     }
   }
-  return std::make_unique<EndpointAttributeScorer>(TN(kEndpointAttributeScorerType, name), std::move(o), params.is_null() ? Params::Map() : params);
+  return absl::OkStatus();
+}
+
+const ParamTable<AttributeFilterOptions>& AttributeFilterTable() {
+  using O = AttributeFilterOptions;
+  static const auto* t = [] {
+    auto* t = new ParamTable<O>();
+    DeclareAttributeKey(*t, "attribute");
+    t->Custom("onMissing", ParamType::kString, "Pass (keep endpoints without the attribute, the default) or Fail",
+              Recorded<O>("onMissing", ReadOnMissing), AsWritten<O>("onMissing"))
+        .Custom("fallbackOnEmpty", ParamType::kBool, "keep every candidate when none passes",
+                Recorded<O>("fallbackOnEmpty",
+                            [](const Params& v, O& o) -> absl::Status {
+                              EPP_ASSIGN_OR_RETURN(o.fallback_on_empty, v.AsBool());
+                              return absl::OkStatus();
+                            }),
+                AsWritten<O>("fallbackOnEmpty"))
+        .Custom("algorithm", ParamType::kMap,
+                "{type: threshold, threshold: {operator: LessThan|LessThanOrEqual|GreaterThan|GreaterThanOrEqual|Equal|"
+                "NotEqual, value}} (required)",
+                Recorded<O>("algorithm", ReadFilterAlgorithm), AsWritten<O>("algorithm"));
+    return t;
+  }();
+  return *t;
+}
+
+const ParamTable<AttributeScorerOptions>& AttributeScorerTable() {
+  using O = AttributeScorerOptions;
+  static const auto* t = [] {
+    auto* t = new ParamTable<O>();
+    DeclareAttributeKey(*t, "attributeKey");
+    t->Custom("algorithm", ParamType::kMap,
+              "{type: linear_lower_is_better|linear_higher_is_better, normalization: {fixedRange: {min, max}} or "
+              "{adaptiveRange: {}}} (required; adaptive by default)",
+              Recorded<O>("algorithm", ReadScorerAlgorithm), AsWritten<O>("algorithm"));
+    return t;
+  }();
+  return *t;
+}
+
+}  // namespace
+
+PluginOr CreateEndpointAttributeFilter(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_ASSIGN_OR_RETURN(AttributeFilterOptions o, AttributeFilterTable().Read(params));
+  EPP_RETURN_IF_ERROR(CheckAttributeKey(params, o.key, "attribute", "endpoint attribute filter"));
+  if (!o.has_algorithm)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".algorithm: required (type: threshold)"));
+  return std::make_unique<EndpointAttributeFilter>(TN(kEndpointAttributeFilterType, name), std::move(o));
+}
+
+PluginOr CreateEndpointAttributeScorer(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_ASSIGN_OR_RETURN(AttributeScorerOptions o, AttributeScorerTable().Read(params));
+  EPP_RETURN_IF_ERROR(CheckAttributeKey(params, o.key, "attributeKey", "endpoint attribute scorer"));
+  if (!o.has_algorithm)
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".algorithm: required (type: linear_lower_is_better or linear_higher_is_better)"));
+  return std::make_unique<EndpointAttributeScorer>(TN(kEndpointAttributeScorerType, name), std::move(o));
 }
 
 PluginOr CreateTopologyAffinityFilter(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"minAffinity", "topologyProducerName"}));
-  EPP_ASSIGN_OR_RETURN(TopologyLevel min, ParseLevel(params, "minAffinity", TopologyLevel::kHost));
-  EPP_ASSIGN_OR_RETURN(std::string producer, params.GetString("topologyProducerName", std::string(kTopologyExtractorType)));
-  if (producer.empty()) producer = kTopologyExtractorType;
-  return std::make_unique<TopologyAffinityFilter>(TN(kTopologyAffinityFilterType, name), std::move(producer), min);
+  EPP_ASSIGN_OR_RETURN(TopologyOptions o, TopologyFilterTable().Read(params));
+  return std::make_unique<TopologyAffinityFilter>(TN(kTopologyAffinityFilterType, name), std::move(o));
 }
 
 PluginOr CreateTopologyAffinityScorer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"topologyProducerName"}));
-  EPP_ASSIGN_OR_RETURN(std::string producer, params.GetString("topologyProducerName", std::string(kTopologyExtractorType)));
-  if (producer.empty()) producer = kTopologyExtractorType;
-  return std::make_unique<TopologyAffinityScorer>(TN(kTopologyAffinityScorerType, name), std::move(producer));
+  EPP_ASSIGN_OR_RETURN(TopologyOptions o, TopologyScorerTable().Read(params));
+  return std::make_unique<TopologyAffinityScorer>(TN(kTopologyAffinityScorerType, name), std::move(o));
 }
+
+PluginSchema EndpointAttributeFilterSchema() { return AttributeFilterTable().Schema(); }
+PluginSchema EndpointAttributeScorerSchema() { return AttributeScorerTable().Schema(); }
+PluginSchema TopologyAffinityFilterSchema() { return TopologyFilterTable().Schema(); }
+PluginSchema TopologyAffinityScorerSchema() { return TopologyScorerTable().Schema(); }
 
 }  // namespace epp::plugins

@@ -36,4 +36,13 @@ PluginOr CreateEndpointAttributeScorer(const std::string& name, const Params& pa
 PluginOr CreateTopologyAffinityFilter(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateTopologyAffinityScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 
+// Declared parameters (ParamTable::Schema()); the role filters use NoParamsSchema().
+PluginSchema LabelSelectorFilterSchema();
+PluginSchema ByLabelFilterSchema();
+PluginSchema PrefixAffinityFilterSchema();
+PluginSchema EndpointAttributeFilterSchema();
+PluginSchema EndpointAttributeScorerSchema();
+PluginSchema TopologyAffinityFilterSchema();
+PluginSchema TopologyAffinityScorerSchema();
+
 }  // namespace epp::plugins

@@ -103,25 +103,34 @@ class RoleFilter : public Plugin, public Filter {
 // unless exploring (probability explorationProbability) or the best sticky endpoint's estimated
 // TTFT (in-flight tokens / peak prefill throughput) exceeds the best other one's by more than
 // maxTTFTPenaltyMs. llm-d-router's defaults.
+struct PrefixAffinityOptions {
+  double threshold = 0.80;
+  double exploration = 0.0;
+  double max_ttft_penalty_ms = 18000;
+  double peak_prefill_tokens_per_s = 15928;
+};
+
+const ParamTable<PrefixAffinityOptions>& PrefixAffinityTable() {
+  static const auto* t =
+      &(*new ParamTable<PrefixAffinityOptions>())
+           .Number("affinityThreshold", &PrefixAffinityOptions::threshold, Range::Closed(0, 1),
+                   "prefix match ratio from which an endpoint is sticky")
+           .Number("explorationProbability", &PrefixAffinityOptions::exploration, Range::Closed(0, 1),
+                   "chance of keeping every candidate anyway")
+           .Number("maxTTFTPenaltyMs", &PrefixAffinityOptions::max_ttft_penalty_ms, Range::Any(),
+                   "estimated TTFT the best sticky endpoint may exceed the best other one by")
+           .Number("peakPrefillThroughput", &PrefixAffinityOptions::peak_prefill_tokens_per_s, Range::Above(0),
+                   "prefill tokens per second the TTFT estimate assumes");
+  return *t;
+}
+
 class PrefixAffinityFilter : public Plugin, public Filter {
  public:
-  struct Options {
-    double threshold = 0.80;
-    double exploration = 0.0;
-    double max_ttft_penalty_ms = 18000;
-    double peak_prefill_tokens_per_s = 15928;
-  };
+  using Options = PrefixAffinityOptions;
   PrefixAffinityFilter(TypedName tn, Options o, Rng* rng) : Plugin(std::move(tn)), o_(o), rng_(rng) {}
   const Filter* AsFilter() const override { return this; }
   PluginInputs Consumes() const override { return {PluginInput::kPrefixMatch, PluginInput::kInflightLoad}; }
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    p.Set("affinityThreshold", Params::Number(o_.threshold));
-    p.Set("explorationProbability", Params::Number(o_.exploration));
-    p.Set("maxTTFTPenaltyMs", Params::Number(o_.max_ttft_penalty_ms));
-    p.Set("peakPrefillThroughput", Params::Number(o_.peak_prefill_tokens_per_s));
-    return p;
-  }
+  Params EffectiveParams() const override { return PrefixAffinityTable().Effective(o_); }
   std::vector<const Endpoint*> Apply(const SchedulingContext& ctx, Candidates candidates) const override {
     std::vector<const Endpoint*> all(candidates.begin(), candidates.end());
     if (!ctx.prefix.computed || ctx.prefix.hashes.empty()) return all;
@@ -168,70 +177,116 @@ absl::Status ReadStringList(const Params& list, std::vector<std::string>& out) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Selector> ReadSelector(const Params& p) {
+absl::Status ReadMatchLabels(const Params& ml, Selector& sel) {
+  if (!ml.is_map()) return absl::InvalidArgumentError(absl::StrCat(ml.path(), ": expected a map of label: value"));
+  for (const auto& [k, v] : ml.entries()) {
+    EPP_ASSIGN_OR_RETURN(std::string s, v.AsString());
+    sel.match_labels.emplace_back(k, s);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadMatchExpressions(const Params& me, Selector& sel) {
+  if (me.kind() != Params::Kind::kList) return absl::InvalidArgumentError(absl::StrCat(me.path(), ": expected a list"));
+  for (const Params& item : me.items()) {
+    EPP_RETURN_IF_ERROR(item.CheckKeys({"key", "operator", "values"}));
+    Requirement r;
+    EPP_ASSIGN_OR_RETURN(r.key, item.GetString("key", ""));
+    EPP_ASSIGN_OR_RETURN(r.op, item.GetString("operator", ""));
+    if (r.key.empty()) return absl::InvalidArgumentError(absl::StrCat(item.path(), ".key: required"));
+    if (r.op != "In" && r.op != "NotIn" && r.op != "Exists" && r.op != "DoesNotExist")
+      return absl::InvalidArgumentError(absl::StrCat(item.path(), ".operator: '", r.op,
+                                                     "' is not one of In, NotIn, Exists, DoesNotExist"));
+    if (const Params* vals = item.Find("values"); vals && !vals->is_null()) EPP_RETURN_IF_ERROR(ReadStringList(*vals, r.values));
+    if ((r.op == "In" || r.op == "NotIn") && r.values.empty())
+      return absl::InvalidArgumentError(absl::StrCat(item.path(), ".values: required for operator ", r.op));
+    sel.expressions.push_back(std::move(r));
+  }
+  return absl::OkStatus();
+}
+
+// label-selector-filter takes the selector at the top level of its parameters or under
+// `selector`; either way the parameters are reported as written.
+struct SelectorOptions {
   Selector sel;
-  EPP_RETURN_IF_ERROR(p.CheckKeys({"matchLabels", "matchExpressions"}));
-  if (const Params* ml = p.Find("matchLabels"); ml && !ml->is_null()) {
-    if (!ml->is_map()) return absl::InvalidArgumentError(absl::StrCat(ml->path(), ": expected a map of label: value"));
-    for (const auto& [k, v] : ml->entries()) {
-      EPP_ASSIGN_OR_RETURN(std::string s, v.AsString());
-      sel.match_labels.emplace_back(k, s);
-    }
-  }
-  if (const Params* me = p.Find("matchExpressions"); me && !me->is_null()) {
-    if (me->kind() != Params::Kind::kList) return absl::InvalidArgumentError(absl::StrCat(me->path(), ": expected a list"));
-    for (const Params& item : me->items()) {
-      EPP_RETURN_IF_ERROR(item.CheckKeys({"key", "operator", "values"}));
-      Requirement r;
-      EPP_ASSIGN_OR_RETURN(r.key, item.GetString("key", ""));
-      EPP_ASSIGN_OR_RETURN(r.op, item.GetString("operator", ""));
-      if (r.key.empty()) return absl::InvalidArgumentError(absl::StrCat(item.path(), ".key: required"));
-      if (r.op != "In" && r.op != "NotIn" && r.op != "Exists" && r.op != "DoesNotExist")
-        return absl::InvalidArgumentError(absl::StrCat(item.path(), ".operator: '", r.op,
-                                                       "' is not one of In, NotIn, Exists, DoesNotExist"));
-      if (const Params* vals = item.Find("values"); vals && !vals->is_null()) EPP_RETURN_IF_ERROR(ReadStringList(*vals, r.values));
-      if ((r.op == "In" || r.op == "NotIn") && r.values.empty())
-        return absl::InvalidArgumentError(absl::StrCat(item.path(), ".values: required for operator ", r.op));
-      sel.expressions.push_back(std::move(r));
-    }
-  }
-  return sel;
+  Params match_labels, match_expressions, selector;  // as written, for EffectiveParams
+};
+
+const ParamTable<SelectorOptions>& SelectorTable() {
+  static const auto* t =
+      &(*new ParamTable<SelectorOptions>())
+           .Custom("matchLabels", ParamType::kMap, "label: value pairs an endpoint must all have",
+                   [](const Params& v, SelectorOptions& o) {
+                     o.match_labels = v;
+                     return ReadMatchLabels(v, o.sel);
+                   },
+                   [](const SelectorOptions& o) { return o.match_labels; })
+           .Custom("matchExpressions", ParamType::kList,
+                   "[{key, operator: In|NotIn|Exists|DoesNotExist, values}] an endpoint must all satisfy",
+                   [](const Params& v, SelectorOptions& o) {
+                     o.match_expressions = v;
+                     return ReadMatchExpressions(v, o.sel);
+                   },
+                   [](const SelectorOptions& o) { return o.match_expressions; })
+           .Custom("selector", ParamType::kMap, "{matchLabels, matchExpressions}: the same selector, nested (alone)",
+                   [](const Params& v, SelectorOptions& o) -> absl::Status {
+                     o.selector = v;
+                     EPP_RETURN_IF_ERROR(v.CheckKeys({"matchLabels", "matchExpressions"}));
+                     if (const Params* ml = v.Find("matchLabels"); ml && !ml->is_null())
+                       EPP_RETURN_IF_ERROR(ReadMatchLabels(*ml, o.sel));
+                     if (const Params* me = v.Find("matchExpressions"); me && !me->is_null())
+                       EPP_RETURN_IF_ERROR(ReadMatchExpressions(*me, o.sel));
+                     return absl::OkStatus();
+                   },
+                   [](const SelectorOptions& o) { return o.selector; });
+  return *t;
 }
 
 }  // namespace
 
 PluginOr CreateLabelSelectorFilter(const std::string& name, const Params& params, const PluginContext&) {
-  // Accept the selector at the top level of the parameters or under `selector`.
-  const Params* sel_params = &params;
-  if (const Params* s = params.Find("selector")) {
-    EPP_RETURN_IF_ERROR(params.CheckKeys({"selector"}));
-    sel_params = s;
-  }
-  EPP_ASSIGN_OR_RETURN(Selector sel, ReadSelector(*sel_params));
-  if (sel.match_labels.empty() && sel.expressions.empty())
+  // A nested selector stands alone.
+  if (params.Has("selector")) EPP_RETURN_IF_ERROR(params.CheckKeys({"selector"}));
+  EPP_ASSIGN_OR_RETURN(SelectorOptions o, SelectorTable().Read(params));
+  if (o.sel.match_labels.empty() && o.sel.expressions.empty())
     return absl::InvalidArgumentError(absl::StrCat(params.path().empty() ? name : params.path(),
                                                    ": a label selector needs matchLabels or matchExpressions"));
-  Params effective = params.is_null() ? Params::Map() : params;
-  return std::make_unique<SelectorFilter>(TN(kLabelSelectorFilterType, name), std::move(sel), std::move(effective));
+  Params effective = SelectorTable().Effective(o);
+  return std::make_unique<SelectorFilter>(TN(kLabelSelectorFilterType, name), std::move(o.sel), std::move(effective));
 }
 
 // by-label (deprecated in llm-d): keep endpoints whose `label` has one of `validValues` (any
 // value when none are listed); unlabeled endpoints pass only with allowsNoLabel.
+namespace {
+
+struct ByLabelOptions {
+  std::string label;
+  std::vector<std::string> values;
+  bool allow_missing = false;
+};
+
+const ParamTable<ByLabelOptions>& ByLabelTable() {
+  static const auto* t =
+      &(*new ParamTable<ByLabelOptions>())
+           .String("label", &ByLabelOptions::label, "the label read (required)")
+           .Custom("validValues", ParamType::kStringList, "values kept; empty: any value",
+                   [](const Params& v, ByLabelOptions& o) { return ReadStringList(v, o.values); },
+                   [](const ByLabelOptions& o) {
+                     Params vals = Params::List();
+                     for (const auto& v : o.values) vals.Append(Params::String(v));
+                     return vals;
+                   })
+           .Bool("allowsNoLabel", &ByLabelOptions::allow_missing, "keep endpoints without the label");
+  return *t;
+}
+
 class ByLabelFilter : public Plugin, public Filter {
  public:
-  ByLabelFilter(TypedName tn, std::string label, std::vector<std::string> values, bool allow_missing)
-      : Plugin(std::move(tn)), label_(std::move(label)), values_(std::move(values)), allow_missing_(allow_missing) {}
+  ByLabelFilter(TypedName tn, ByLabelOptions o)
+      : Plugin(std::move(tn)), label_(std::move(o.label)), values_(std::move(o.values)), allow_missing_(o.allow_missing) {}
   const Filter* AsFilter() const override { return this; }
   PluginInputs Consumes() const override { return {PluginInput::kLabels}; }
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    p.Set("label", Params::String(label_));
-    Params vals = Params::List();
-    for (const auto& v : values_) vals.Append(Params::String(v));
-    p.Set("validValues", std::move(vals));
-    p.Set("allowsNoLabel", Params::Bool(allow_missing_));
-    return p;
-  }
+  Params EffectiveParams() const override { return ByLabelTable().Effective(ByLabelOptions{label_, values_, allow_missing_}); }
   std::vector<const Endpoint*> Apply(const SchedulingContext& ctx, Candidates candidates) const override {
     std::vector<const Endpoint*> out;
     for (const Endpoint* e : candidates)
@@ -251,25 +306,23 @@ class ByLabelFilter : public Plugin, public Filter {
   bool allow_missing_;
 };
 
+}  // namespace
+
 PluginOr CreateByLabelFilter(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"label", "validValues", "allowsNoLabel"}));
-  EPP_ASSIGN_OR_RETURN(std::string label, params.GetString("label", ""));
-  EPP_ASSIGN_OR_RETURN(bool allows_no_label, params.GetBool("allowsNoLabel", false));
-  if (label.empty()) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".label: required"));
-  std::vector<std::string> values;
-  if (const Params* v = params.Find("validValues"); v && !v->is_null()) EPP_RETURN_IF_ERROR(ReadStringList(*v, values));
-  return std::make_unique<ByLabelFilter>(TN(kByLabelFilterType, name), label, std::move(values), allows_no_label);
+  EPP_ASSIGN_OR_RETURN(ByLabelOptions o, ByLabelTable().Read(params));
+  if (o.label.empty()) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".label: required"));
+  return std::make_unique<ByLabelFilter>(TN(kByLabelFilterType, name), std::move(o));
 }
 
 PluginOr CreateDecodeFilter(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  EPP_RETURN_IF_ERROR(ReadNoParams(params));
   return std::make_unique<RoleFilter>(TN(kDecodeFilterType, name),
                                       std::set<std::string>{"decode", "prefill-decode", "both", "encode-prefill-decode"},
                                       /*keep_unlabeled=*/true);
 }
 
 PluginOr CreatePrefillFilter(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  EPP_RETURN_IF_ERROR(ReadNoParams(params));
   return std::make_unique<RoleFilter>(
       TN(kPrefillFilterType, name),
       std::set<std::string>{"prefill", "encode-prefill", "prefill-decode", "both", "encode-prefill-decode"},
@@ -277,27 +330,19 @@ PluginOr CreatePrefillFilter(const std::string& name, const Params& params, cons
 }
 
 PluginOr CreateEncodeFilter(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  EPP_RETURN_IF_ERROR(ReadNoParams(params));
   return std::make_unique<RoleFilter>(TN(kEncodeFilterType, name),
                                       std::set<std::string>{"encode", "encode-prefill", "encode-prefill-decode"},
                                       /*keep_unlabeled=*/false);
 }
 
 PluginOr CreatePrefixAffinityFilter(const std::string& name, const Params& params, const PluginContext& ctx) {
-  EPP_RETURN_IF_ERROR(
-      params.CheckKeys({"affinityThreshold", "explorationProbability", "maxTTFTPenaltyMs", "peakPrefillThroughput"}));
-  PrefixAffinityFilter::Options o;
-  EPP_ASSIGN_OR_RETURN(o.threshold, params.GetDouble("affinityThreshold", o.threshold));
-  EPP_ASSIGN_OR_RETURN(o.exploration, params.GetDouble("explorationProbability", o.exploration));
-  EPP_ASSIGN_OR_RETURN(o.max_ttft_penalty_ms, params.GetDouble("maxTTFTPenaltyMs", o.max_ttft_penalty_ms));
-  EPP_ASSIGN_OR_RETURN(o.peak_prefill_tokens_per_s, params.GetDouble("peakPrefillThroughput", o.peak_prefill_tokens_per_s));
-  if (o.threshold < 0 || o.threshold > 1)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".affinityThreshold: must be in [0, 1]"));
-  if (o.exploration < 0 || o.exploration > 1)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".explorationProbability: must be in [0, 1]"));
-  if (o.peak_prefill_tokens_per_s <= 0)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".peakPrefillThroughput: must be > 0"));
+  EPP_ASSIGN_OR_RETURN(PrefixAffinityOptions o, PrefixAffinityTable().Read(params));
   return std::make_unique<PrefixAffinityFilter>(TN(kPrefixAffinityFilterType, name), o, ctx.rng);
 }
+
+PluginSchema LabelSelectorFilterSchema() { return SelectorTable().Schema(); }
+PluginSchema ByLabelFilterSchema() { return ByLabelTable().Schema(); }
+PluginSchema PrefixAffinityFilterSchema() { return PrefixAffinityTable().Schema(); }
 
 }  // namespace epp::plugins

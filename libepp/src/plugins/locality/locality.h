@@ -29,4 +29,10 @@ PluginOr CreateRegionSpilloverFilter(const std::string& name, const Params& para
 PluginOr CreateRegionRttScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateZonePreferenceScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 
+// Declared parameters; CapacityPluginSchema() is capacity-filter's and capacity-scorer's.
+PluginSchema CapacityPluginSchema();
+PluginSchema RegionSpilloverFilterSchema();
+PluginSchema RegionRttScorerSchema();
+PluginSchema ZonePreferenceScorerSchema();
+
 }  // namespace epp::plugins

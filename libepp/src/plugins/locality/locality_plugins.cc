@@ -131,18 +131,21 @@ Room RoomOf(const PickWindow& w, const Endpoint& e, int64_t now_us) {
   return r;
 }
 
-// A parameter in milliseconds, in [lo_ms, hi_ms]; microseconds out.
-absl::StatusOr<int64_t> MillisParam(const Params& params, const char* key, double def_ms, double lo_ms, double hi_ms) {
-  EPP_ASSIGN_OR_RETURN(double ms, params.GetDouble(key, def_ms));
-  if (!(ms >= lo_ms && ms <= hi_ms))
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".", key, ": must be in [", Num(lo_ms), ", ", Num(hi_ms),
-                                                   "] milliseconds, got ", Num(ms)));
-  return static_cast<int64_t>(std::llround(ms * 1000.0));
+int64_t MillisToMicros(double ms) { return static_cast<int64_t>(std::llround(ms * 1000.0)); }
+
+// The capacity plugins' one parameter: the window capacity limits are counted over.
+struct WindowOptions {
+  double window_ms = 1000;
+};
+
+const ParamTable<WindowOptions>& WindowTable() {
+  static const auto* t = &(*new ParamTable<WindowOptions>())
+                              .Number("windowMs", &WindowOptions::window_ms, Range::Closed(1, 3'600'000),
+                                      "milliseconds over which picks are counted against an endpoint's capacity");
+  return *t;
 }
 
-absl::StatusOr<int64_t> WindowParam(const Params& params) { return MillisParam(params, "windowMs", 1000, 1, 3'600'000); }
-
-Params Millis(int64_t us) { return Params::Number(static_cast<double>(us) / 1000.0); }
+Params WindowEffective(int64_t window_us) { return WindowTable().Effective(WindowOptions{static_cast<double>(window_us) / 1000.0}); }
 
 // ---- capacity-filter
 
@@ -152,7 +155,7 @@ class CapacityFilter : public Plugin, public Filter, public Admitter, public Req
   const Filter* AsFilter() const override { return this; }
   const Admitter* AsAdmitter() const override { return this; }
   const RequestObserver* AsRequestObserver() const override { return this; }
-  Params EffectiveParams() const override { return Params::Map().Set("windowMs", Millis(window_.window_us())); }
+  Params EffectiveParams() const override { return WindowEffective(window_.window_us()); }
 
   std::vector<const Endpoint*> Apply(const SchedulingContext& ctx, Candidates candidates) const override {
     std::vector<const Endpoint*> out;
@@ -195,7 +198,7 @@ class CapacityScorer : public Plugin, public Scorer, public RequestObserver, pub
   const Scorer* AsScorer() const override { return this; }
   const RequestObserver* AsRequestObserver() const override { return this; }
   ScorerCategory category() const override { return ScorerCategory::kDistribution; }
-  Params EffectiveParams() const override { return Params::Map().Set("windowMs", Millis(window_.window_us())); }
+  Params EffectiveParams() const override { return WindowEffective(window_.window_us()); }
   void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
     for (size_t i = 0; i < candidates.size(); ++i)
       scores[i] = std::clamp(1.0 - RoomOf(window_, *candidates[i], ctx.now_us).UsedFraction(), 0.0, 1.0);
@@ -222,9 +225,51 @@ struct SpilloverOptions {
   double queue_threshold = 5;
   double kv_threshold = 0.8;
   double capacity_threshold = 0.9;
-  int64_t staleness_us = 2'000'000;
-  int64_t window_us = 1'000'000;
+  double staleness_ms = 2000;
+  double window_ms = 1000;
+  int64_t staleness_us = 2'000'000;  // from staleness_ms
+  int64_t window_us = 1'000'000;     // from window_ms
 };
+
+absl::Status ReadSpilloverOrder(const Params& order, SpilloverOptions& o) {
+  if (order.kind() != Params::Kind::kList)
+    return absl::InvalidArgumentError(absl::StrCat(order.path(), ": expected a list of region names"));
+  for (const Params& item : order.items()) {
+    EPP_ASSIGN_OR_RETURN(std::string r, item.AsString());
+    if (r.empty()) return absl::InvalidArgumentError(absl::StrCat(item.path(), ": empty region name"));
+    if (std::find(o.order.begin(), o.order.end(), r) != o.order.end())
+      return absl::InvalidArgumentError(absl::StrCat(item.path(), ": region '", r, "' listed twice"));
+    o.order.push_back(std::move(r));
+  }
+  return absl::OkStatus();
+}
+
+// homeRegion defaults to the runtime's region (--region) and regionLabel to "region"; an empty
+// value means the default too.
+const ParamTable<SpilloverOptions>& SpilloverTable() {
+  static const auto* t =
+      &(*new ParamTable<SpilloverOptions>())
+           .String("homeRegion", &SpilloverOptions::home, "the region requests stay in first; default: the runtime's region")
+           .String("regionLabel", &SpilloverOptions::region_label, "the endpoint label naming its region")
+           .Custom("spilloverOrder", ParamType::kStringList, "regions tried after the home region, in order",
+                   ReadSpilloverOrder,
+                   [](const SpilloverOptions& o) {
+                     Params order = Params::List();
+                     for (const std::string& r : o.order) order.Append(Params::String(r));
+                     return order;
+                   })
+           .Number("queueThreshold", &SpilloverOptions::queue_threshold, Range::Closed(0, 1e9),
+                   "waiting requests at which an endpoint counts as saturated")
+           .Number("kvCacheThreshold", &SpilloverOptions::kv_threshold, Range::Closed(0, 1),
+                   "KV-cache use at which an endpoint counts as saturated")
+           .Number("capacityThreshold", &SpilloverOptions::capacity_threshold, Range::Closed(0, 1),
+                   "share of its capacity limit at which an endpoint counts as saturated")
+           .Number("metricsStalenessMs", &SpilloverOptions::staleness_ms, Range::Closed(1, 3'600'000),
+                   "metrics older than this count the endpoint as saturated")
+           .Number("windowMs", &SpilloverOptions::window_ms, Range::Closed(1, 3'600'000),
+                   "milliseconds over which picks are counted against capacity");
+  return *t;
+}
 
 class RegionSpilloverFilter : public Plugin, public Filter, public RequestObserver, public EndpointState {
  public:
@@ -233,17 +278,11 @@ class RegionSpilloverFilter : public Plugin, public Filter, public RequestObserv
   const RequestObserver* AsRequestObserver() const override { return this; }
   PluginInputs Consumes() const override { return {PluginInput::kLabels, PluginInput::kWaitingQueue, PluginInput::kKvCacheUsage}; }
   Params EffectiveParams() const override {
-    Params order = Params::List();
-    for (const std::string& r : o_.order) order.Append(Params::String(r));
-    return Params::Map()
-        .Set("homeRegion", Params::String(o_.home))
-        .Set("regionLabel", Params::String(o_.region_label))
-        .Set("spilloverOrder", std::move(order))
-        .Set("queueThreshold", Params::Number(o_.queue_threshold))
-        .Set("kvCacheThreshold", Params::Number(o_.kv_threshold))
-        .Set("capacityThreshold", Params::Number(o_.capacity_threshold))
-        .Set("metricsStalenessMs", Millis(o_.staleness_us))
-        .Set("windowMs", Millis(o_.window_us));
+    // Written from the microseconds in use, as before the table (1.0004 ms runs as 1 ms).
+    SpilloverOptions shown = o_;
+    shown.staleness_ms = static_cast<double>(o_.staleness_us) / 1000.0;
+    shown.window_ms = static_cast<double>(o_.window_us) / 1000.0;
+    return SpilloverTable().Effective(shown);
   }
 
   std::vector<const Endpoint*> Apply(const SchedulingContext& ctx, Candidates candidates) const override {
@@ -330,6 +369,47 @@ class RegionSpilloverFilter : public Plugin, public Filter, public RequestObserv
 
 // ---- region-rtt-scorer
 
+struct RttOptions {
+  std::string home;
+  std::string label = std::string(kRegionLabel);
+  std::map<std::string, std::map<std::string, double>> rtt;
+  double largest = 0;  // the largest RTT in rtt
+  Params rtt_params = Params::Map();  // rttMs as written
+  double max_rtt = 0;  // 0: not given (the factory takes the largest RTT, else 100)
+};
+
+absl::Status ReadRtt(const Params& m, RttOptions& o) {
+  if (!m.is_map()) return absl::InvalidArgumentError(absl::StrCat(m.path(), ": expected a map FROM: {TO: milliseconds}"));
+  o.rtt_params = m;
+  for (const auto& [from, row] : m.entries()) {
+    if (!row.is_map()) return absl::InvalidArgumentError(absl::StrCat(row.path(), ": expected a map TO: milliseconds"));
+    for (const auto& [to, v] : row.entries()) {
+      EPP_ASSIGN_OR_RETURN(double ms, v.AsDouble());
+      if (!(ms >= 0) || std::isinf(ms)) return absl::InvalidArgumentError(absl::StrCat(v.path(), ": must be a finite number >= 0"));
+      o.rtt[from][to] = ms;
+      o.largest = std::max(o.largest, ms);
+    }
+  }
+  return absl::OkStatus();
+}
+
+const ParamTable<RttOptions>& RttTable() {
+  static const auto* t =
+      &(*new ParamTable<RttOptions>())
+           .String("homeRegion", &RttOptions::home, "the region RTTs are measured from; default: the runtime's region")
+           .String("regionLabel", &RttOptions::label, "the endpoint label naming its region")
+           .Custom("rttMs", ParamType::kMap, "FROM: {TO: milliseconds}; one direction suffices", ReadRtt,
+                   [](const RttOptions& o) { return o.rtt_params; })
+           .Custom("maxRttMs", ParamType::kNumber, "the RTT that scores 0; default: the largest in rttMs, else 100",
+                   [](const Params& v, RttOptions& o) -> absl::Status {
+                     EPP_ASSIGN_OR_RETURN(o.max_rtt, v.AsDouble());
+                     if (!(o.max_rtt > 0)) return absl::InvalidArgumentError(absl::StrCat(v.path(), ": must be a finite number > 0"));
+                     return absl::OkStatus();
+                   },
+                   [](const RttOptions& o) { return o.max_rtt > 0 ? Params::Number(o.max_rtt) : Params(); });
+  return *t;
+}
+
 class RegionRttScorer : public Plugin, public Scorer {
  public:
   RegionRttScorer(TypedName tn, std::string home, std::string label, std::map<std::string, std::map<std::string, double>> rtt,
@@ -340,11 +420,12 @@ class RegionRttScorer : public Plugin, public Scorer {
   PluginInputs Consumes() const override { return {PluginInput::kLabels}; }
   ScorerCategory category() const override { return ScorerCategory::kAffinity; }
   Params EffectiveParams() const override {
-    return Params::Map()
-        .Set("homeRegion", Params::String(home_))
-        .Set("regionLabel", Params::String(label_))
-        .Set("rttMs", rtt_params_)
-        .Set("maxRttMs", Params::Number(max_rtt_));
+    RttOptions o;
+    o.home = home_;
+    o.label = label_;
+    o.rtt_params = rtt_params_;
+    o.max_rtt = max_rtt_;
+    return RttTable().Effective(o);
   }
   void Score(const SchedulingContext&, Candidates candidates, std::span<double> scores) const override {
     for (size_t i = 0; i < candidates.size(); ++i) {
@@ -378,6 +459,23 @@ class RegionRttScorer : public Plugin, public Scorer {
 
 // ---- zone-preference-scorer
 
+struct ZoneOptions {
+  std::string zone;  // default: the runtime's zone
+  std::string header = "x-gateway-zone";
+  std::string label = std::string(kZoneLabel);
+  double other = 0;
+};
+
+const ParamTable<ZoneOptions>& ZoneTable() {
+  static const auto* t =
+      &(*new ParamTable<ZoneOptions>())
+           .String("zone", &ZoneOptions::zone, "the gateway's zone when no header names it; default: the runtime's zone")
+           .String("zoneHeader", &ZoneOptions::header, "the request header naming the gateway's zone (lower case)")
+           .String("zoneLabel", &ZoneOptions::label, "the endpoint label naming its zone (else topology.kubernetes.io/zone)")
+           .Number("otherZoneScore", &ZoneOptions::other, Range::Closed(0, 1), "the score of an endpoint in another zone");
+  return *t;
+}
+
 class ZonePreferenceScorer : public Plugin, public Scorer {
  public:
   ZonePreferenceScorer(TypedName tn, std::string zone, std::string header, std::string label, double other)
@@ -385,13 +483,7 @@ class ZonePreferenceScorer : public Plugin, public Scorer {
   const Scorer* AsScorer() const override { return this; }
   PluginInputs Consumes() const override { return {PluginInput::kLabels}; }
   ScorerCategory category() const override { return ScorerCategory::kAffinity; }
-  Params EffectiveParams() const override {
-    return Params::Map()
-        .Set("zone", Params::String(zone_))
-        .Set("zoneHeader", Params::String(header_))
-        .Set("zoneLabel", Params::String(label_))
-        .Set("otherZoneScore", Params::Number(other_));
-  }
+  Params EffectiveParams() const override { return ZoneTable().Effective(ZoneOptions{zone_, header_, label_, other_}); }
   void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
     const std::string gw = GatewayZone(ctx);
     for (size_t i = 0; i < candidates.size(); ++i) {
@@ -422,98 +514,56 @@ class ZonePreferenceScorer : public Plugin, public Scorer {
   double other_;
 };
 
-absl::StatusOr<double> InRange(const Params& params, const char* key, double def, double lo, double hi) {
-  EPP_ASSIGN_OR_RETURN(double v, params.GetDouble(key, def));
-  if (!(v >= lo && v <= hi) || std::isnan(v))
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".", key, ": must be in [", Num(lo), ", ", Num(hi), "], got ", Num(v)));
-  return v;
-}
-
-absl::StatusOr<std::string> LabelParam(const Params& params, const char* key, std::string_view def) {
-  EPP_ASSIGN_OR_RETURN(std::string v, params.GetString(key, std::string(def)));
-  return v.empty() ? std::string(def) : v;
-}
-
 }  // namespace
 
 PluginOr CreateCapacityFilter(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"windowMs"}));
-  EPP_ASSIGN_OR_RETURN(int64_t window_us, WindowParam(params));
-  return std::make_unique<CapacityFilter>(TN(kCapacityFilterType, name), window_us);
+  EPP_ASSIGN_OR_RETURN(WindowOptions o, WindowTable().Read(params));
+  return std::make_unique<CapacityFilter>(TN(kCapacityFilterType, name), MillisToMicros(o.window_ms));
 }
 
 PluginOr CreateCapacityScorer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"windowMs"}));
-  EPP_ASSIGN_OR_RETURN(int64_t window_us, WindowParam(params));
-  return std::make_unique<CapacityScorer>(TN(kCapacityScorerType, name), window_us);
+  EPP_ASSIGN_OR_RETURN(WindowOptions o, WindowTable().Read(params));
+  return std::make_unique<CapacityScorer>(TN(kCapacityScorerType, name), MillisToMicros(o.window_ms));
 }
 
 PluginOr CreateRegionSpilloverFilter(const std::string& name, const Params& params, const PluginContext& ctx) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"homeRegion", "regionLabel", "spilloverOrder", "queueThreshold", "kvCacheThreshold",
-                                        "capacityThreshold", "metricsStalenessMs", "windowMs"}));
-  SpilloverOptions o;
-  EPP_ASSIGN_OR_RETURN(o.home, params.GetString("homeRegion", ctx.region));
+  SpilloverOptions defaults;
+  defaults.home = ctx.region;
+  EPP_ASSIGN_OR_RETURN(SpilloverOptions o, SpilloverTable().Read(params, defaults));
   if (o.home.empty()) o.home = ctx.region;
-  EPP_ASSIGN_OR_RETURN(o.region_label, LabelParam(params, "regionLabel", kRegionLabel));
-  if (const Params* order = params.Find("spilloverOrder"); order != nullptr && !order->is_null()) {
-    if (order->kind() != Params::Kind::kList)
-      return absl::InvalidArgumentError(absl::StrCat(order->path(), ": expected a list of region names"));
-    for (const Params& item : order->items()) {
-      EPP_ASSIGN_OR_RETURN(std::string r, item.AsString());
-      if (r.empty()) return absl::InvalidArgumentError(absl::StrCat(item.path(), ": empty region name"));
-      if (std::find(o.order.begin(), o.order.end(), r) != o.order.end())
-        return absl::InvalidArgumentError(absl::StrCat(item.path(), ": region '", r, "' listed twice"));
-      o.order.push_back(std::move(r));
-    }
-  }
-  EPP_ASSIGN_OR_RETURN(o.queue_threshold, InRange(params, "queueThreshold", 5, 0, 1e9));
-  EPP_ASSIGN_OR_RETURN(o.kv_threshold, InRange(params, "kvCacheThreshold", 0.8, 0, 1));
-  EPP_ASSIGN_OR_RETURN(o.capacity_threshold, InRange(params, "capacityThreshold", 0.9, 0, 1));
-  EPP_ASSIGN_OR_RETURN(o.staleness_us, MillisParam(params, "metricsStalenessMs", 2000, 1, 3'600'000));
-  EPP_ASSIGN_OR_RETURN(o.window_us, WindowParam(params));
+  if (o.region_label.empty()) o.region_label = kRegionLabel;
+  o.staleness_us = MillisToMicros(o.staleness_ms);
+  o.window_us = MillisToMicros(o.window_ms);
   return std::make_unique<RegionSpilloverFilter>(TN(kRegionSpilloverFilterType, name), std::move(o));
 }
 
 PluginOr CreateRegionRttScorer(const std::string& name, const Params& params, const PluginContext& ctx) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"homeRegion", "regionLabel", "rttMs", "maxRttMs"}));
-  EPP_ASSIGN_OR_RETURN(std::string home, params.GetString("homeRegion", ctx.region));
-  if (home.empty()) home = ctx.region;
-  EPP_ASSIGN_OR_RETURN(std::string label, LabelParam(params, "regionLabel", kRegionLabel));
-  std::map<std::string, std::map<std::string, double>> rtt;
-  double largest = 0;
-  Params rtt_params = Params::Map();
-  if (const Params* m = params.Find("rttMs"); m != nullptr && !m->is_null()) {
-    if (!m->is_map()) return absl::InvalidArgumentError(absl::StrCat(m->path(), ": expected a map FROM: {TO: milliseconds}"));
-    rtt_params = *m;
-    for (const auto& [from, row] : m->entries()) {
-      if (!row.is_map()) return absl::InvalidArgumentError(absl::StrCat(row.path(), ": expected a map TO: milliseconds"));
-      for (const auto& [to, v] : row.entries()) {
-        EPP_ASSIGN_OR_RETURN(double ms, v.AsDouble());
-        if (!(ms >= 0) || std::isinf(ms)) return absl::InvalidArgumentError(absl::StrCat(v.path(), ": must be a finite number >= 0"));
-        rtt[from][to] = ms;
-        largest = std::max(largest, ms);
-      }
-    }
-  }
-  if (home.empty() && !rtt.empty() && ctx.warnings)
+  RttOptions defaults;
+  defaults.home = ctx.region;
+  EPP_ASSIGN_OR_RETURN(RttOptions o, RttTable().Read(params, defaults));
+  if (o.home.empty()) o.home = ctx.region;
+  if (o.label.empty()) o.label = kRegionLabel;
+  if (o.home.empty() && !o.rtt.empty() && ctx.warnings)
     ctx.warnings->push_back(absl::StrCat("plugin '", name, "': no homeRegion and no --region; every candidate scores 0"));
-  EPP_ASSIGN_OR_RETURN(double max_rtt, params.GetDouble("maxRttMs", largest > 0 ? largest : 100));
-  if (!(max_rtt > 0) || std::isinf(max_rtt))
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".maxRttMs: must be a finite number > 0"));
-  return std::make_unique<RegionRttScorer>(TN(kRegionRttScorerType, name), std::move(home), std::move(label), std::move(rtt),
-                                           max_rtt, std::move(rtt_params));
+  if (o.max_rtt <= 0) o.max_rtt = o.largest > 0 ? o.largest : 100;
+  return std::make_unique<RegionRttScorer>(TN(kRegionRttScorerType, name), std::move(o.home), std::move(o.label), std::move(o.rtt),
+                                           o.max_rtt, std::move(o.rtt_params));
 }
 
 PluginOr CreateZonePreferenceScorer(const std::string& name, const Params& params, const PluginContext& ctx) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"zone", "zoneHeader", "zoneLabel", "otherZoneScore"}));
-  EPP_ASSIGN_OR_RETURN(std::string zone, params.GetString("zone", ctx.zone));
-  if (zone.empty()) zone = ctx.zone;
-  EPP_ASSIGN_OR_RETURN(std::string header, params.GetString("zoneHeader", "x-gateway-zone"));
-  std::transform(header.begin(), header.end(), header.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  EPP_ASSIGN_OR_RETURN(std::string label, LabelParam(params, "zoneLabel", kZoneLabel));
-  EPP_ASSIGN_OR_RETURN(double other, InRange(params, "otherZoneScore", 0, 0, 1));
-  return std::make_unique<ZonePreferenceScorer>(TN(kZonePreferenceScorerType, name), std::move(zone), std::move(header),
-                                                std::move(label), other);
+  ZoneOptions defaults;
+  defaults.zone = ctx.zone;
+  EPP_ASSIGN_OR_RETURN(ZoneOptions o, ZoneTable().Read(params, defaults));
+  if (o.zone.empty()) o.zone = ctx.zone;
+  std::transform(o.header.begin(), o.header.end(), o.header.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (o.label.empty()) o.label = kZoneLabel;
+  return std::make_unique<ZonePreferenceScorer>(TN(kZonePreferenceScorerType, name), std::move(o.zone), std::move(o.header),
+                                                std::move(o.label), o.other);
 }
+
+PluginSchema CapacityPluginSchema() { return WindowTable().Schema(); }
+PluginSchema RegionSpilloverFilterSchema() { return SpilloverTable().Schema(); }
+PluginSchema RegionRttScorerSchema() { return RttTable().Schema(); }
+PluginSchema ZonePreferenceScorerSchema() { return ZoneTable().Schema(); }
 
 }  // namespace epp::plugins

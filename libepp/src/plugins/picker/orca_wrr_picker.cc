@@ -22,18 +22,36 @@
 namespace epp::plugins {
 namespace {
 
+struct OrcaOptions {
+  double update_ms = 1000;
+  double blackout_ms = 10000;
+  double penalty = 1.0;
+};
+
+// Envoy's client-side weighted round robin settings, in milliseconds.
+const ParamTable<OrcaOptions>& Table() {
+  static const auto* t =
+      &(*new ParamTable<OrcaOptions>())
+           .Number("weightUpdatePeriodMs", &OrcaOptions::update_ms, Range::Closed(100, 3.6e6),
+                   "how often weights are recomputed (Envoy's floor is 100 ms)")
+           .Number("blackoutPeriodMs", &OrcaOptions::blackout_ms, Range::Closed(0, 3.6e6),
+                   "an endpoint's first load reports are ignored this long")
+           .Number("errorUtilizationPenalty", &OrcaOptions::penalty, Range::AtLeast(0),
+                   "weight of the error rate in the utilization");
+  return *t;
+}
+
 class OrcaWrrPicker : public Plugin, public Picker {
  public:
-  OrcaWrrPicker(TypedName tn, int64_t update_us, int64_t blackout_us, double penalty)
-      : Plugin(std::move(tn)), update_us_(update_us), blackout_us_(blackout_us), penalty_(penalty) {}
+  OrcaWrrPicker(TypedName tn, OrcaOptions o)
+      : Plugin(std::move(tn)),
+        o_(o),
+        update_us_(static_cast<int64_t>(o.update_ms * 1000)),
+        blackout_us_(static_cast<int64_t>(o.blackout_ms * 1000)),
+        penalty_(o.penalty) {}
   const Picker* AsPicker() const override { return this; }
   PluginInputs Consumes() const override { return {PluginInput::kKvCacheUsage}; }
-  Params EffectiveParams() const override {
-    return Params::Map()
-        .Set("weightUpdatePeriodMs", Params::Number(static_cast<double>(update_us_) / 1000.0))
-        .Set("blackoutPeriodMs", Params::Number(static_cast<double>(blackout_us_) / 1000.0))
-        .Set("errorUtilizationPenalty", Params::Number(penalty_));
-  }
+  Params EffectiveParams() const override { return Table().Effective(o_); }
 
   std::vector<const Endpoint*> Pick(const SchedulingContext& ctx, std::span<const ScoredEndpoint> scored) const override {
     if (scored.empty()) return {};
@@ -90,6 +108,7 @@ class OrcaWrrPicker : public Plugin, public Picker {
     last_update_us_ = ctx.now_us;
   }
 
+  const OrcaOptions o_;  // as configured, for EffectiveParams
   const int64_t update_us_, blackout_us_;
   const double penalty_;
   mutable std::mutex mu_;
@@ -101,18 +120,10 @@ class OrcaWrrPicker : public Plugin, public Picker {
 }  // namespace
 
 PluginOr CreateOrcaWrrPicker(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"weightUpdatePeriodMs", "blackoutPeriodMs", "errorUtilizationPenalty"}));
-  EPP_ASSIGN_OR_RETURN(double update_ms, params.GetDouble("weightUpdatePeriodMs", 1000));
-  EPP_ASSIGN_OR_RETURN(double blackout_ms, params.GetDouble("blackoutPeriodMs", 10000));
-  EPP_ASSIGN_OR_RETURN(double penalty, params.GetDouble("errorUtilizationPenalty", 1.0));
-  if (!(update_ms >= 100) || !std::isfinite(update_ms) || update_ms > 3.6e6)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".weightUpdatePeriodMs: must be in [100, 3600000] (Envoy's floor is 100 ms)"));
-  if (!(blackout_ms >= 0) || !std::isfinite(blackout_ms) || blackout_ms > 3.6e6)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".blackoutPeriodMs: must be in [0, 3600000]"));
-  if (!(penalty >= 0) || !std::isfinite(penalty))
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".errorUtilizationPenalty: must be >= 0"));
-  return std::make_unique<OrcaWrrPicker>(TN(kOrcaWrrPickerType, name), static_cast<int64_t>(update_ms * 1000),
-                                         static_cast<int64_t>(blackout_ms * 1000), penalty);
+  EPP_ASSIGN_OR_RETURN(OrcaOptions o, Table().Read(params));
+  return std::make_unique<OrcaWrrPicker>(TN(kOrcaWrrPickerType, name), o);
 }
+
+PluginSchema OrcaWrrPickerSchema() { return Table().Schema(); }
 
 }  // namespace epp::plugins

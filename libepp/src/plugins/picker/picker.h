@@ -22,4 +22,10 @@ PluginOr CreateRoundRobinPicker(const std::string& name, const Params& params, c
 PluginOr CreateSoftmaxPicker(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateOrcaWrrPicker(const std::string& name, const Params& params, const PluginContext& ctx);
 
+// Declared parameters: PickerSchema() is the max-score, random, weighted-random and round-robin
+// pickers' (maxNumOfEndpoints).
+PluginSchema PickerSchema();
+PluginSchema SoftmaxPickerSchema();
+PluginSchema OrcaWrrPickerSchema();
+
 }  // namespace epp::plugins

@@ -29,16 +29,40 @@ void WeightedOrder(std::vector<ScoredEndpoint>& v, Rng& rng, Weight weight) {
   for (size_t i = 0; i < v.size(); ++i) v[i] = keyed[i].second;
 }
 
+struct PickerOptions {
+  int64_t max_endpoints = 1;
+  double temperature = 0;  // softmax-picker only
+};
+
+// GIE: an invalid (non-positive) count falls back to 1.
+int EndpointCount(const PickerOptions& o) {
+  return o.max_endpoints <= 0 ? 1 : static_cast<int>(std::min<int64_t>(o.max_endpoints, 1 << 20));
+}
+
+ParamTable<PickerOptions>& DeclareMaxEndpoints(ParamTable<PickerOptions>& t) {
+  return t.Int("maxNumOfEndpoints", &PickerOptions::max_endpoints, Range::Any(),
+               "endpoints returned, best first (the rest are fallbacks); non-positive means 1");
+}
+
+const ParamTable<PickerOptions>& PickerTable() {
+  static const auto* t = &DeclareMaxEndpoints(*new ParamTable<PickerOptions>());
+  return *t;
+}
+
+const ParamTable<PickerOptions>& SoftmaxTable() {
+  static const auto* t = &DeclareMaxEndpoints(
+      (*new ParamTable<PickerOptions>())
+          .Number("temperature", &PickerOptions::temperature, Range::Closed(0, 1e6),
+                  "0: the best score; higher spreads picks over lower scores"));
+  return *t;
+}
+
 class BasicPicker : public Plugin, public Picker {
  public:
   BasicPicker(TypedName tn, PickKind kind, int max_endpoints, Rng* rng)
       : Plugin(std::move(tn)), kind_(kind), max_(max_endpoints), rng_(rng) {}
   const Picker* AsPicker() const override { return this; }
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    p.Set("maxNumOfEndpoints", Params::Int(max_));
-    return p;
-  }
+  Params EffectiveParams() const override { return PickerTable().Effective(PickerOptions{max_}); }
 
   std::vector<const Endpoint*> Pick(const SchedulingContext& ctx, std::span<const ScoredEndpoint> scored) const override {
     Rng& rng = *(ctx.rng ? ctx.rng : rng_);
@@ -74,12 +98,9 @@ class BasicPicker : public Plugin, public Picker {
 
 PluginOr MakePicker(std::string_view type, PickKind kind, const std::string& name, const Params& params,
                     const PluginContext& ctx) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"maxNumOfEndpoints"}));
-  EPP_ASSIGN_OR_RETURN(int64_t n, params.GetInt("maxNumOfEndpoints", 1));
-  // GIE: an invalid (non-positive) count falls back to 1.
-  if (n <= 0) n = 1;
+  EPP_ASSIGN_OR_RETURN(PickerOptions o, PickerTable().Read(params));
   if (!ctx.rng) return absl::InvalidArgumentError(absl::StrCat("plugin '", name, "' needs a random number generator"));
-  return std::make_unique<BasicPicker>(TN(type, name), kind, static_cast<int>(std::min<int64_t>(n, 1 << 20)), ctx.rng);
+  return std::make_unique<BasicPicker>(TN(type, name), kind, EndpointCount(o), ctx.rng);
 }
 
 // epp's own: candidates in turn (a shared counter modulo the candidate count), for baselines.
@@ -87,11 +108,7 @@ class RoundRobinPicker : public Plugin, public Picker {
  public:
   RoundRobinPicker(TypedName tn, int max_endpoints) : Plugin(std::move(tn)), max_(max_endpoints) {}
   const Picker* AsPicker() const override { return this; }
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    p.Set("maxNumOfEndpoints", Params::Int(max_));
-    return p;
-  }
+  Params EffectiveParams() const override { return PickerTable().Effective(PickerOptions{max_}); }
   std::vector<const Endpoint*> Pick(const SchedulingContext&, std::span<const ScoredEndpoint> scored) const override {
     std::vector<const Endpoint*> out;
     if (scored.empty()) return out;
@@ -117,9 +134,7 @@ class SoftmaxPicker : public Plugin, public Picker {
   SoftmaxPicker(TypedName tn, double temperature, int max_endpoints, Rng* rng)
       : Plugin(std::move(tn)), t_(temperature), max_(max_endpoints), rng_(rng) {}
   const Picker* AsPicker() const override { return this; }
-  Params EffectiveParams() const override {
-    return Params::Map().Set("temperature", Params::Number(t_)).Set("maxNumOfEndpoints", Params::Int(max_));
-  }
+  Params EffectiveParams() const override { return SoftmaxTable().Effective(PickerOptions{max_, t_}); }
   std::vector<const Endpoint*> Pick(const SchedulingContext& ctx, std::span<const ScoredEndpoint> scored) const override {
     Rng& rng = *(ctx.rng ? ctx.rng : rng_);
     std::vector<ScoredEndpoint> v(scored.begin(), scored.end());
@@ -149,14 +164,9 @@ class SoftmaxPicker : public Plugin, public Picker {
 }  // namespace
 
 PluginOr CreateSoftmaxPicker(const std::string& name, const Params& params, const PluginContext& ctx) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"temperature", "maxNumOfEndpoints"}));
-  EPP_ASSIGN_OR_RETURN(double t, params.GetDouble("temperature", 0));
-  EPP_ASSIGN_OR_RETURN(int64_t n, params.GetInt("maxNumOfEndpoints", 1));
-  if (!(t >= 0) || !std::isfinite(t) || t > 1e6)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".temperature: must be in [0, 1000000]"));
-  if (n <= 0) n = 1;
+  EPP_ASSIGN_OR_RETURN(PickerOptions o, SoftmaxTable().Read(params));
   if (!ctx.rng) return absl::InvalidArgumentError(absl::StrCat("plugin '", name, "' needs a random number generator"));
-  return std::make_unique<SoftmaxPicker>(TN(kSoftmaxPickerType, name), t, static_cast<int>(std::min<int64_t>(n, 1 << 20)), ctx.rng);
+  return std::make_unique<SoftmaxPicker>(TN(kSoftmaxPickerType, name), o.temperature, EndpointCount(o), ctx.rng);
 }
 
 PluginOr CreateMaxScorePicker(const std::string& name, const Params& params, const PluginContext& ctx) {
@@ -170,10 +180,12 @@ PluginOr CreateWeightedRandomPicker(const std::string& name, const Params& param
 }
 
 PluginOr CreateRoundRobinPicker(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"maxNumOfEndpoints"}));
-  EPP_ASSIGN_OR_RETURN(int64_t n, params.GetInt("maxNumOfEndpoints", 1));
-  if (n <= 0) n = 1;
-  return std::make_unique<RoundRobinPicker>(TN(kRoundRobinPickerType, name), static_cast<int>(std::min<int64_t>(n, 1 << 20)));
+  EPP_ASSIGN_OR_RETURN(PickerOptions o, PickerTable().Read(params));
+  return std::make_unique<RoundRobinPicker>(TN(kRoundRobinPickerType, name), EndpointCount(o));
 }
+
+// max-score, random, weighted-random and round-robin pickers share one table.
+PluginSchema PickerSchema() { return PickerTable().Schema(); }
+PluginSchema SoftmaxPickerSchema() { return SoftmaxTable().Schema(); }
 
 }  // namespace epp::plugins

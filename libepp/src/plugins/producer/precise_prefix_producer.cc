@@ -28,8 +28,15 @@ struct PreciseOptions {
   bool speculative = false;             // speculativeIndexing
   int64_t speculative_ttl_us = 2000000;  // speculativeTTL
   KvIndexOptions index;
-  KvEventsBinding binding;
+  // llm-d's topic filter when kvEventsConfig is absent ("" given explicitly means every topic).
+  KvEventsBinding binding = [] {
+    KvEventsBinding b;
+    b.topic_filter = "kv@";
+    return b;
+  }();
 };
+
+const ParamTable<PreciseOptions>& Table();
 
 class PrecisePrefixProducer : public Plugin,
                               public DataProducer,
@@ -42,41 +49,7 @@ class PrecisePrefixProducer : public Plugin,
   }
   const DataProducer* AsDataProducer() const override { return this; }
   const RequestObserver* AsRequestObserver() const override { return o_.speculative ? this : nullptr; }
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    Params tp = Params::Map();
-    tp.Set("blockSizeTokens", Params::Int(o_.block_size_tokens));
-    tp.Set("hashSeed", Params::String(o_.hash_seed));
-    p.Set("tokenProcessorConfig", std::move(tp));
-    Params backends = Params::List();
-    for (const auto& [name, w] : o_.index.medium_weights) {
-      Params b = Params::Map();
-      b.Set("name", Params::String(name));
-      b.Set("weight", Params::Number(w));
-      backends.Append(std::move(b));
-    }
-    Params ic = Params::Map();
-    Params mem = Params::Map();
-    mem.Set("size", Params::Int(static_cast<int64_t>(o_.index.max_blocks)));
-    Params kbi = Params::Map();
-    kbi.Set("inMemoryConfig", std::move(mem));
-    ic.Set("kvBlockIndexConfig", std::move(kbi));
-    ic.Set("kvCacheBackendConfigs", std::move(backends));
-    p.Set("indexerConfig", std::move(ic));
-    Params ke = Params::Map();
-    if (!o_.binding.central_endpoint.empty()) ke.Set("zmqEndpoint", Params::String(o_.binding.central_endpoint));
-    ke.Set("topicFilter", Params::String(o_.binding.topic_filter));
-    ke.Set("discoverPods", Params::Bool(o_.binding.discover_pods));
-    Params pd = Params::Map();
-    pd.Set("socketPort", Params::Int(o_.binding.socket_port));
-    pd.Set("replaySocketPort", Params::Int(o_.binding.replay_socket_port));
-    ke.Set("podDiscoveryConfig", std::move(pd));
-    p.Set("kvEventsConfig", std::move(ke));
-    p.Set("maxPrefixTokensToMatch", Params::Int(o_.max_prefix_tokens));
-    p.Set("speculativeIndexing", Params::Bool(o_.speculative));
-    p.Set("speculativeTTL", Params::String(absl::StrCat(o_.speculative_ttl_us / 1000, "ms")));
-    return p;
-  }
+  Params EffectiveParams() const override { return Table().Effective(o_); }
 
   void Prepare(SchedulingContext& ctx, Candidates candidates) const override {
     PrefixState& st = ctx.prefix;
@@ -160,97 +133,144 @@ absl::Status Bad(const Params& at, std::string_view key, std::string_view messag
   return absl::InvalidArgumentError(absl::StrCat(at.path(), key.empty() ? "" : ".", std::string(key), ": ", std::string(message)));
 }
 
+absl::Status ReadTokenProcessor(const Params& tp, PreciseOptions& o) {
+  EPP_RETURN_IF_ERROR(tp.CheckKeys({"blockSizeTokens", "blockSize", "hashSeed", "hashAlgorithm"}));
+  EPP_ASSIGN_OR_RETURN(int64_t bs, tp.GetInt("blockSizeTokens", 0));
+  if (bs == 0) {
+    EPP_ASSIGN_OR_RETURN(bs, tp.GetInt("blockSize", 16));  // llm-d's deprecated alias (tokens here)
+  }
+  if (bs <= 0 || bs > 65536) return Bad(tp, "blockSizeTokens", "must be in [1, 65536]");
+  o.block_size_tokens = static_cast<int>(bs);
+  EPP_ASSIGN_OR_RETURN(o.hash_seed, tp.GetString("hashSeed", ""));
+  EPP_ASSIGN_OR_RETURN(std::string algo, tp.GetString("hashAlgorithm", ""));
+  // Our block keys are our own (XXH3 chained over token ids); llm-d's choice between its two
+  // algorithms does not change what matches, so both names are accepted.
+  if (!algo.empty() && algo != "cbor-fnv" && algo != "xxh64")
+    return Bad(tp, "hashAlgorithm", "expected cbor-fnv or xxh64, got '" + algo + "'");
+  return absl::OkStatus();
+}
+
+Params WriteTokenProcessor(const PreciseOptions& o) {
+  return Params::Map().Set("blockSizeTokens", Params::Int(o.block_size_tokens)).Set("hashSeed", Params::String(o.hash_seed));
+}
+
+absl::Status ReadIndexer(const Params& ic, PreciseOptions& o) {
+  EPP_RETURN_IF_ERROR(ic.CheckKeys({"kvBlockIndexConfig", "kvCacheBackendConfigs", "tokenizersPoolConfig"}));
+  if (ic.Has("tokenizersPoolConfig"))
+    return Bad(ic, "tokenizersPoolConfig", "tokenize with a token-producer plugin instead (as llm-d requires)");
+  if (const Params* kbi = ic.Find("kvBlockIndexConfig"); kbi && !kbi->is_null()) {
+    EPP_RETURN_IF_ERROR(kbi->CheckKeys({"inMemoryConfig", "enableMetrics", "metricsLoggingInterval",
+                                        "costAwareMemoryConfig", "redisConfig"}));
+    if (kbi->Has("redisConfig"))
+      return Bad(*kbi, "redisConfig", "a Redis index is not supported: every epp replica subscribes to every server");
+    if (kbi->Has("costAwareMemoryConfig"))
+      return Bad(*kbi, "costAwareMemoryConfig", "not supported; bound the in-memory index with inMemoryConfig.size");
+    EPP_ASSIGN_OR_RETURN(bool metrics, kbi->GetBool("enableMetrics", false));
+    (void)metrics;  // /metrics always shows the index
+    if (const Params* mem = kbi->Find("inMemoryConfig"); mem && !mem->is_null()) {
+      EPP_RETURN_IF_ERROR(mem->CheckKeys({"size", "podCacheSize"}));
+      EPP_ASSIGN_OR_RETURN(int64_t size, mem->GetInt("size", static_cast<int64_t>(o.index.max_blocks)));
+      if (size <= 0 || size > (int64_t{1} << 32)) return Bad(*mem, "size", "must be in [1, 2^32]");
+      o.index.max_blocks = static_cast<size_t>(size);
+      EPP_ASSIGN_OR_RETURN(int64_t pods, mem->GetInt("podCacheSize", 10));
+      if (pods <= 0) return Bad(*mem, "podCacheSize", "must be > 0");
+    }
+  }
+  if (const Params* be = ic.Find("kvCacheBackendConfigs"); be && !be->is_null()) {
+    if (be->kind() != Params::Kind::kList) return Bad(*be, "", "expected a list of {name, weight}");
+    o.index.medium_weights.clear();
+    for (const Params& b : be->items()) {
+      EPP_RETURN_IF_ERROR(b.CheckKeys({"name", "weight"}));
+      EPP_ASSIGN_OR_RETURN(std::string n, b.GetString("name", ""));
+      EPP_ASSIGN_OR_RETURN(double w, b.GetDouble("weight", 1.0));
+      if (n.empty()) return Bad(b, "name", "must not be empty");
+      if (!(w >= 0) || !std::isfinite(w)) return Bad(b, "weight", "must be a finite number >= 0");
+      o.index.medium_weights[n] = w;
+    }
+  }
+  return absl::OkStatus();
+}
+
+Params WriteIndexer(const PreciseOptions& o) {
+  Params backends = Params::List();
+  for (const auto& [name, w] : o.index.medium_weights)
+    backends.Append(Params::Map().Set("name", Params::String(name)).Set("weight", Params::Number(w)));
+  Params mem = Params::Map().Set("size", Params::Int(static_cast<int64_t>(o.index.max_blocks)));
+  return Params::Map()
+      .Set("kvBlockIndexConfig", Params::Map().Set("inMemoryConfig", std::move(mem)))
+      .Set("kvCacheBackendConfigs", std::move(backends));
+}
+
+absl::Status ReadKvEvents(const Params& ke, PreciseOptions& o) {
+  EPP_RETURN_IF_ERROR(ke.CheckKeys({"zmqEndpoint", "topicFilter", "concurrency", "engineType", "discoverPods",
+                                    "podDiscoveryConfig"}));
+  EPP_ASSIGN_OR_RETURN(o.binding.central_endpoint, ke.GetString("zmqEndpoint", ""));
+  if (!o.binding.central_endpoint.empty() && o.binding.central_endpoint.rfind("tcp://", 0) != 0 &&
+      o.binding.central_endpoint.rfind("ipc://", 0) != 0)
+    return Bad(ke, "zmqEndpoint", "expected tcp://HOST:PORT or ipc://PATH, got '" + o.binding.central_endpoint + "'");
+  EPP_ASSIGN_OR_RETURN(o.binding.topic_filter, ke.GetString("topicFilter", "kv@"));
+  EPP_ASSIGN_OR_RETURN(int64_t conc, ke.GetInt("concurrency", 4));
+  if (conc <= 0) return Bad(ke, "concurrency", "must be > 0");
+  EPP_ASSIGN_OR_RETURN(std::string engine, ke.GetString("engineType", "vllm"));
+  if (engine != "vllm" && engine != "sglang") return Bad(ke, "engineType", "expected vllm or sglang");
+  EPP_ASSIGN_OR_RETURN(o.binding.discover_pods, ke.GetBool("discoverPods", true));
+  // As in llm-d, a central socket without podDiscoveryConfig means the engines come to us:
+  // no per-pod subscriptions then.
+  if (!o.binding.central_endpoint.empty() && !ke.Has("podDiscoveryConfig")) o.binding.discover_pods = false;
+  if (const Params* pd = ke.Find("podDiscoveryConfig"); pd && !pd->is_null()) {
+    EPP_RETURN_IF_ERROR(pd->CheckKeys({"socketPort", "replaySocketPort", "podLabelSelector", "podNamespace"}));
+    EPP_ASSIGN_OR_RETURN(int64_t port, pd->GetInt("socketPort", 5557));
+    EPP_ASSIGN_OR_RETURN(int64_t replay, pd->GetInt("replaySocketPort", 0));
+    if (port <= 0 || port > 65535) return Bad(*pd, "socketPort", "must be in [1, 65535]");
+    if (replay < 0 || replay > 65535) return Bad(*pd, "replaySocketPort", "must be in [0, 65535] (0: no replay)");
+    o.binding.socket_port = static_cast<int>(port);
+    o.binding.replay_socket_port = static_cast<int>(replay);
+  }
+  return absl::OkStatus();
+}
+
+Params WriteKvEvents(const PreciseOptions& o) {
+  Params ke = Params::Map();
+  if (!o.binding.central_endpoint.empty()) ke.Set("zmqEndpoint", Params::String(o.binding.central_endpoint));
+  ke.Set("topicFilter", Params::String(o.binding.topic_filter));
+  ke.Set("discoverPods", Params::Bool(o.binding.discover_pods));
+  ke.Set("podDiscoveryConfig", Params::Map()
+                                   .Set("socketPort", Params::Int(o.binding.socket_port))
+                                   .Set("replaySocketPort", Params::Int(o.binding.replay_socket_port)));
+  return ke;
+}
+
+// llm-d's precise prefix producer's names; its nested blocks are read whole (their inner keys are
+// checked by the readers above).
+const ParamTable<PreciseOptions>& Table() {
+  static const auto* t =
+      &(*new ParamTable<PreciseOptions>())
+           .Custom("tokenProcessorConfig", ParamType::kMap,
+                   "{blockSizeTokens (16; blockSize is the old name), hashSeed, hashAlgorithm: cbor-fnv|xxh64}",
+                   ReadTokenProcessor, WriteTokenProcessor)
+           .Custom("indexerConfig", ParamType::kMap,
+                   "{kvBlockIndexConfig: {inMemoryConfig: {size, podCacheSize}, enableMetrics}, "
+                   "kvCacheBackendConfigs: [{name, weight}]}: the in-memory block index",
+                   ReadIndexer, WriteIndexer)
+           .Custom("kvEventsConfig", ParamType::kMap,
+                   "{zmqEndpoint, topicFilter (kv@), concurrency, engineType: vllm|sglang, discoverPods, "
+                   "podDiscoveryConfig: {socketPort (5557), replaySocketPort}}: where KV events come from",
+                   ReadKvEvents, WriteKvEvents)
+           .Int("maxPrefixTokensToMatch", &PreciseOptions::max_prefix_tokens, Range::Above(0),
+                "prompt tokens hashed and matched")
+           .Bool("speculativeIndexing", &PreciseOptions::speculative,
+                 "record a pick's blocks at once, before the server's events confirm them")
+           .Duration("speculativeTTL", &PreciseOptions::speculative_ttl_us, Range::Any(),
+                     "how long an unconfirmed speculative entry counts; 0 means 2s");
+  return *t;
+}
+
 }  // namespace
 
 PluginOr CreatePrecisePrefixProducer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"tokenProcessorConfig", "indexerConfig", "kvEventsConfig", "speculativeIndexing",
-                                        "speculativeTTL", "maxPrefixTokensToMatch"}));
-  PreciseOptions o;
-  if (const Params* tp = params.Find("tokenProcessorConfig"); tp && !tp->is_null()) {
-    EPP_RETURN_IF_ERROR(tp->CheckKeys({"blockSizeTokens", "blockSize", "hashSeed", "hashAlgorithm"}));
-    EPP_ASSIGN_OR_RETURN(int64_t bs, tp->GetInt("blockSizeTokens", 0));
-    if (bs == 0) {
-      EPP_ASSIGN_OR_RETURN(bs, tp->GetInt("blockSize", 16));  // llm-d's deprecated alias (tokens here)
-    }
-    if (bs <= 0 || bs > 65536) return Bad(*tp, "blockSizeTokens", "must be in [1, 65536]");
-    o.block_size_tokens = static_cast<int>(bs);
-    EPP_ASSIGN_OR_RETURN(o.hash_seed, tp->GetString("hashSeed", ""));
-    EPP_ASSIGN_OR_RETURN(std::string algo, tp->GetString("hashAlgorithm", ""));
-    // Our block keys are our own (XXH3 chained over token ids); llm-d's choice between its two
-    // algorithms does not change what matches, so both names are accepted.
-    if (!algo.empty() && algo != "cbor-fnv" && algo != "xxh64")
-      return Bad(*tp, "hashAlgorithm", "expected cbor-fnv or xxh64, got '" + algo + "'");
-  }
+  EPP_ASSIGN_OR_RETURN(PreciseOptions o, Table().Read(params));
   o.index.hash_seed = o.hash_seed;
-  if (const Params* ic = params.Find("indexerConfig"); ic && !ic->is_null()) {
-    EPP_RETURN_IF_ERROR(ic->CheckKeys({"kvBlockIndexConfig", "kvCacheBackendConfigs", "tokenizersPoolConfig"}));
-    if (ic->Has("tokenizersPoolConfig"))
-      return Bad(*ic, "tokenizersPoolConfig", "tokenize with a token-producer plugin instead (as llm-d requires)");
-    if (const Params* kbi = ic->Find("kvBlockIndexConfig"); kbi && !kbi->is_null()) {
-      EPP_RETURN_IF_ERROR(kbi->CheckKeys({"inMemoryConfig", "enableMetrics", "metricsLoggingInterval",
-                                          "costAwareMemoryConfig", "redisConfig"}));
-      if (kbi->Has("redisConfig"))
-        return Bad(*kbi, "redisConfig", "a Redis index is not supported: every epp replica subscribes to every server");
-      if (kbi->Has("costAwareMemoryConfig"))
-        return Bad(*kbi, "costAwareMemoryConfig", "not supported; bound the in-memory index with inMemoryConfig.size");
-      EPP_ASSIGN_OR_RETURN(bool metrics, kbi->GetBool("enableMetrics", false));
-      (void)metrics;  // /metrics always shows the index
-      if (const Params* mem = kbi->Find("inMemoryConfig"); mem && !mem->is_null()) {
-        EPP_RETURN_IF_ERROR(mem->CheckKeys({"size", "podCacheSize"}));
-        EPP_ASSIGN_OR_RETURN(int64_t size, mem->GetInt("size", static_cast<int64_t>(o.index.max_blocks)));
-        if (size <= 0 || size > (int64_t{1} << 32)) return Bad(*mem, "size", "must be in [1, 2^32]");
-        o.index.max_blocks = static_cast<size_t>(size);
-        EPP_ASSIGN_OR_RETURN(int64_t pods, mem->GetInt("podCacheSize", 10));
-        if (pods <= 0) return Bad(*mem, "podCacheSize", "must be > 0");
-      }
-    }
-    if (const Params* be = ic->Find("kvCacheBackendConfigs"); be && !be->is_null()) {
-      if (be->kind() != Params::Kind::kList) return Bad(*be, "", "expected a list of {name, weight}");
-      o.index.medium_weights.clear();
-      for (const Params& b : be->items()) {
-        EPP_RETURN_IF_ERROR(b.CheckKeys({"name", "weight"}));
-        EPP_ASSIGN_OR_RETURN(std::string n, b.GetString("name", ""));
-        EPP_ASSIGN_OR_RETURN(double w, b.GetDouble("weight", 1.0));
-        if (n.empty()) return Bad(b, "name", "must not be empty");
-        if (!(w >= 0) || !std::isfinite(w)) return Bad(b, "weight", "must be a finite number >= 0");
-        o.index.medium_weights[n] = w;
-      }
-    }
-  }
-  if (const Params* ke = params.Find("kvEventsConfig"); ke && !ke->is_null()) {
-    EPP_RETURN_IF_ERROR(ke->CheckKeys({"zmqEndpoint", "topicFilter", "concurrency", "engineType", "discoverPods",
-                                       "podDiscoveryConfig"}));
-    EPP_ASSIGN_OR_RETURN(o.binding.central_endpoint, ke->GetString("zmqEndpoint", ""));
-    if (!o.binding.central_endpoint.empty() && o.binding.central_endpoint.rfind("tcp://", 0) != 0 &&
-        o.binding.central_endpoint.rfind("ipc://", 0) != 0)
-      return Bad(*ke, "zmqEndpoint", "expected tcp://HOST:PORT or ipc://PATH, got '" + o.binding.central_endpoint + "'");
-    EPP_ASSIGN_OR_RETURN(o.binding.topic_filter, ke->GetString("topicFilter", "kv@"));
-    EPP_ASSIGN_OR_RETURN(int64_t conc, ke->GetInt("concurrency", 4));
-    if (conc <= 0) return Bad(*ke, "concurrency", "must be > 0");
-    EPP_ASSIGN_OR_RETURN(std::string engine, ke->GetString("engineType", "vllm"));
-    if (engine != "vllm" && engine != "sglang") return Bad(*ke, "engineType", "expected vllm or sglang");
-    EPP_ASSIGN_OR_RETURN(o.binding.discover_pods, ke->GetBool("discoverPods", true));
-    // As in llm-d, a central socket without podDiscoveryConfig means the engines come to us:
-    // no per-pod subscriptions then.
-    if (!o.binding.central_endpoint.empty() && !ke->Has("podDiscoveryConfig")) o.binding.discover_pods = false;
-    if (const Params* pd = ke->Find("podDiscoveryConfig"); pd && !pd->is_null()) {
-      EPP_RETURN_IF_ERROR(pd->CheckKeys({"socketPort", "replaySocketPort", "podLabelSelector", "podNamespace"}));
-      EPP_ASSIGN_OR_RETURN(int64_t port, pd->GetInt("socketPort", 5557));
-      EPP_ASSIGN_OR_RETURN(int64_t replay, pd->GetInt("replaySocketPort", 0));
-      if (port <= 0 || port > 65535) return Bad(*pd, "socketPort", "must be in [1, 65535]");
-      if (replay < 0 || replay > 65535) return Bad(*pd, "replaySocketPort", "must be in [0, 65535] (0: no replay)");
-      o.binding.socket_port = static_cast<int>(port);
-      o.binding.replay_socket_port = static_cast<int>(replay);
-    }
-  } else {
-    o.binding.topic_filter = "kv@";
-  }
-  EPP_ASSIGN_OR_RETURN(o.speculative, params.GetBool("speculativeIndexing", false));
-  EPP_ASSIGN_OR_RETURN(int64_t ttl, params.GetDurationMicros("speculativeTTL", o.speculative_ttl_us));
-  if (ttl <= 0) ttl = 2000000;  // llm-d: zero or negative means its default
-  o.speculative_ttl_us = ttl;
-  EPP_ASSIGN_OR_RETURN(o.max_prefix_tokens, params.GetInt("maxPrefixTokensToMatch", o.max_prefix_tokens));
-  if (o.max_prefix_tokens <= 0) return Bad(params, "maxPrefixTokensToMatch", "must be > 0");
+  if (o.speculative_ttl_us <= 0) o.speculative_ttl_us = 2000000;  // llm-d: zero or negative means its default
   return std::make_unique<PrecisePrefixProducer>(TypedName{std::string(kPrecisePrefixProducerType), name}, std::move(o));
 }
 
@@ -266,9 +286,12 @@ PluginOr CreatePrecisePrefixScorer(const std::string& name, const Params& params
 }
 
 PluginOr CreateEndpointNotificationSource(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  EPP_RETURN_IF_ERROR(ReadNoParams(params));
   // eppctl serve delivers endpoint add/remove events to the precise producer itself.
   return std::make_unique<ParamsOnlyPlugin>(TypedName{std::string(kEndpointNotificationSourceType), name}, Params::Map());
 }
+
+// precise-prefix-cache-scorer takes the producer's parameters.
+PluginSchema PrecisePrefixProducerSchema() { return Table().Schema(); }
 
 }  // namespace epp::plugins

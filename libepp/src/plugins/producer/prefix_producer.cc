@@ -17,7 +17,36 @@ struct ProducerOptions {
   int max_prefix_blocks = 256;
   int64_t max_prefix_tokens = 0;  // 0: use max_prefix_blocks
   int64_t lru_capacity = 31250;   // 500k tokens of KV (H100 80GB, 8B model) / 16 tokens per block
+  int64_t block_size_chars = 0;   // the deprecated blockSize (characters), converted by the factory
 };
+
+// GIE's approximate prefix producer's names and defaults; maxPrefixTokensToMatch is llm-d's.
+const ParamTable<ProducerOptions>& Table() {
+  static const auto* t =
+      &(*new ParamTable<ProducerOptions>())
+           .Bool("autoTune", &ProducerOptions::auto_tune,
+                 "take the block size and per-server capacity from the servers' cache metrics")
+           .Int("blockSizeTokens", &ProducerOptions::block_size_tokens, Range::Closed(1, 65536),
+                "tokens per hashed block (also the smallest block autoTune uses)")
+           .Int("maxPrefixBlocksToMatch", &ProducerOptions::max_prefix_blocks, Range::Closed(1, 1 << 20),
+                "blocks of the prompt hashed and matched")
+           .Int("maxPrefixTokensToMatch", &ProducerOptions::max_prefix_tokens, Range::AtLeast(0),
+                "tokens of the prompt matched; overrides maxPrefixBlocksToMatch when > 0")
+           .Int("lruCapacityPerServer", &ProducerOptions::lru_capacity, Range::Above(0),
+                "blocks remembered per server when autoTune has no capacity")
+           .Custom("blockSize", ParamType::kInt, "characters per block; use blockSizeTokens",
+                   [](const Params& v, ProducerOptions& o) -> absl::Status {
+                     EPP_ASSIGN_OR_RETURN(o.block_size_chars, v.AsInt());
+                     if (o.block_size_chars <= 0 || o.block_size_chars % kCharsPerToken != 0)
+                       return absl::InvalidArgumentError(
+                           absl::StrCat(v.path(), ": deprecated character block size must be a positive multiple of ",
+                                        kCharsPerToken, "; use blockSizeTokens"));
+                     return absl::OkStatus();
+                   },
+                   nullptr)
+           .Deprecated();
+  return *t;
+}
 
 class ApproxPrefixProducer : public Plugin, public DataProducer, public RequestObserver, public EndpointState {
  public:
@@ -30,15 +59,7 @@ class ApproxPrefixProducer : public Plugin, public DataProducer, public RequestO
     return o_.auto_tune ? PluginInputs{PluginInput::kCacheGeometry} : PluginInputs{};
   }
   const RequestObserver* AsRequestObserver() const override { return this; }
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    p.Set("autoTune", Params::Bool(o_.auto_tune));
-    p.Set("blockSizeTokens", Params::Int(o_.block_size_tokens));
-    p.Set("maxPrefixBlocksToMatch", Params::Int(o_.max_prefix_blocks));
-    p.Set("maxPrefixTokensToMatch", Params::Int(o_.max_prefix_tokens));
-    p.Set("lruCapacityPerServer", Params::Int(o_.lru_capacity));
-    return p;
-  }
+  Params EffectiveParams() const override { return Table().Effective(o_); }
 
   void Prepare(SchedulingContext& ctx, Candidates candidates) const override {
     PrefixState& st = ctx.prefix;
@@ -100,33 +121,18 @@ class ApproxPrefixProducer : public Plugin, public DataProducer, public RequestO
 
 }  // namespace
 
+PluginSchema ApproxPrefixProducerSchema() { return Table().Schema(); }
+
 PluginOr CreateApproxPrefixProducer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"autoTune", "blockSizeTokens", "blockSize", "maxPrefixBlocksToMatch",
-                                        "maxPrefixTokensToMatch", "lruCapacityPerServer"}));
-  ProducerOptions o;
-  EPP_ASSIGN_OR_RETURN(o.auto_tune, params.GetBool("autoTune", o.auto_tune));
-  EPP_ASSIGN_OR_RETURN(int64_t bst, params.GetInt("blockSizeTokens", o.block_size_tokens));
-  if (params.Has("blockSize") && !params.Has("blockSizeTokens")) {
-    // The deprecated character block size: accepted when it converts to whole tokens.
-    EPP_ASSIGN_OR_RETURN(int64_t chars, params.GetInt("blockSize", 64));
-    if (chars <= 0 || chars % kCharsPerToken != 0)
-      return absl::InvalidArgumentError(absl::StrCat(params.path(), ".blockSize: deprecated character block size must be a positive multiple of ",
-                                                     kCharsPerToken, "; use blockSizeTokens"));
-    bst = chars / kCharsPerToken;
+  EPP_ASSIGN_OR_RETURN(ProducerOptions o, Table().Read(params));
+  // The deprecated character block size counts only when blockSizeTokens is not given.
+  if (o.block_size_chars > 0 && !params.Has("blockSizeTokens")) {
+    if (o.block_size_chars / kCharsPerToken > 65536)
+      return absl::InvalidArgumentError(absl::StrCat(params.path(), ".blockSize: must be at most ",
+                                                     65536 * kCharsPerToken, " characters"));
+    o.block_size_tokens = static_cast<int>(o.block_size_chars / kCharsPerToken);
   }
-  EPP_ASSIGN_OR_RETURN(int64_t mb, params.GetInt("maxPrefixBlocksToMatch", o.max_prefix_blocks));
-  EPP_ASSIGN_OR_RETURN(o.max_prefix_tokens, params.GetInt("maxPrefixTokensToMatch", o.max_prefix_tokens));
-  EPP_ASSIGN_OR_RETURN(o.lru_capacity, params.GetInt("lruCapacityPerServer", o.lru_capacity));
-  if (bst <= 0 || bst > 65536)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".blockSizeTokens: must be in [1, 65536]"));
-  if (mb <= 0 || mb > (1 << 20))
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".maxPrefixBlocksToMatch: must be in [1, 1048576]"));
-  if (o.max_prefix_tokens < 0)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".maxPrefixTokensToMatch: must be >= 0"));
-  if (o.lru_capacity <= 0)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".lruCapacityPerServer: must be > 0"));
-  o.block_size_tokens = static_cast<int>(bst);
-  o.max_prefix_blocks = static_cast<int>(mb);
+  o.block_size_chars = 0;
   return std::make_unique<ApproxPrefixProducer>(TypedName{std::string(kApproxPrefixProducerType), name}, o);
 }
 

@@ -11,6 +11,7 @@ namespace epp::plugins {
 inline constexpr std::string_view kApproxPrefixProducerType = "approx-prefix-cache-producer";
 
 PluginOr CreateApproxPrefixProducer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginSchema ApproxPrefixProducerSchema();
 
 inline constexpr std::string_view kPrecisePrefixProducerType = "precise-prefix-cache-producer";
 inline constexpr std::string_view kPrecisePrefixScorerType = "precise-prefix-cache-scorer";  // deprecated wrapper
@@ -22,5 +23,7 @@ PluginOr CreatePrecisePrefixProducer(const std::string& name, const Params& para
 PluginOr CreatePrecisePrefixScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateTokenProducer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateEndpointNotificationSource(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginSchema PrecisePrefixProducerSchema();  // precise-prefix-cache-scorer's too
+PluginSchema TokenProducerSchema();
 
 }  // namespace epp::plugins

@@ -63,6 +63,7 @@ struct TokenOptions {
   std::string model_name;  // sent as the body's model (empty: the request's own)
   bool vllm = false;
   bool local = false;
+  bool has_vllm = false, has_estimate = false;  // the blocks given (the factory picks the backend)
   // local: the default tokenizer, per-model ones, adapter -> base model (paths as configured,
   // for the effective config; the loaded tokenizers beside them).
   std::string local_default;
@@ -150,38 +151,14 @@ class AnswerCache {
   int64_t tokens_ = 0;
 };
 
+const ParamTable<TokenOptions>& Table();
+
 class TokenProducer : public Plugin, public DataProducer, public TokenSource {
  public:
   TokenProducer(TypedName tn, TokenOptions o) : Plugin(std::move(tn)), o_(std::move(o)), cache_(o_.cache_tokens) {}
   const DataProducer* AsDataProducer() const override { return this; }
 
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    if (!o_.model_name.empty()) p.Set("modelName", Params::String(o_.model_name));
-    if (o_.local) {
-      Params l = Params::Map();
-      if (!o_.local_default.empty()) l.Set("tokenizer", Params::String(o_.local_default));
-      for (const auto& [key, list] : {std::pair{"models", &o_.local_models}, std::pair{"adapters", &o_.local_adapters}}) {
-        if (list->empty()) continue;
-        Params m = Params::Map();
-        for (const auto& [k, v] : *list) m.Set(k, Params::String(v));
-        l.Set(key, std::move(m));
-      }
-      p.Set("local", std::move(l));
-      return p;
-    }
-    if (!o_.vllm) {
-      p.Set("estimate", Params::Map());
-      return p;
-    }
-    Params v = Params::Map();
-    v.Set("url", Params::String(o_.url));
-    v.Set("timeout", Params::String(absl::StrCat(o_.timeout_us / 1000, "ms")));
-    v.Set("mmTimeout", Params::String(absl::StrCat(o_.mm_timeout_us / 1000, "ms")));
-    v.Set("cacheTokens", Params::Int(o_.cache_tokens));
-    p.Set("vllm", std::move(v));
-    return p;
-  }
+  Params EffectiveParams() const override { return Table().Effective(o_); }
 
   void Prepare(SchedulingContext& ctx, Candidates) const override {
     TokenState& t = ctx.tokens;
@@ -316,73 +293,125 @@ absl::Status Bad(const Params& at, std::string_view key, std::string_view messag
       absl::StrCat(at.path(), key.empty() ? "" : ".", std::string(key), ": ", std::string(message)));
 }
 
+absl::Status ReadLocal(const Params& local, TokenOptions& o) {
+  EPP_RETURN_IF_ERROR(local.CheckKeys({"tokenizer", "models", "adapters"}));
+  o.local = true;
+  EPP_ASSIGN_OR_RETURN(o.local_default, local.GetString("tokenizer", ""));
+  auto load = [&](const std::string& path, const Params& at, std::string_view key) -> absl::StatusOr<std::shared_ptr<const LocalModel>> {
+    absl::StatusOr<std::shared_ptr<const LocalModel>> t = LoadShared(path);
+    if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat(at.path(), ".", std::string(key), ": ", t.status().message()));
+    return t;
+  };
+  if (!o.local_default.empty()) {
+    EPP_ASSIGN_OR_RETURN(std::shared_ptr<const LocalModel> t, load(o.local_default, local, "tokenizer"));
+    o.default_tokenizer = std::move(t);
+  }
+  for (const char* key : {"models", "adapters"}) {
+    const Params* m = local.Find(key);
+    if (m == nullptr || m->is_null()) continue;
+    if (!m->is_map()) return Bad(local, key, "expected a map of name to " + std::string(key[0] == 'm' ? "tokenizer path" : "base model"));
+    for (const auto& [name, value] : m->entries()) {
+      EPP_ASSIGN_OR_RETURN(std::string v, value.AsString());
+      if (key[0] == 'm') {
+        EPP_ASSIGN_OR_RETURN(std::shared_ptr<const LocalModel> t, load(v, *m, name));
+        o.model_tokenizers[name] = std::move(t);
+        o.local_models.emplace_back(name, v);
+      } else {
+        o.adapter_base[name] = v;
+        o.local_adapters.emplace_back(name, v);
+      }
+    }
+  }
+  for (const auto& [adapter, base] : o.local_adapters)
+    if (!o.model_tokenizers.count(base) && !o.default_tokenizer)
+      return Bad(local, "adapters." + adapter, "base model '" + base + "' has no tokenizer in local.models (and there is no local.tokenizer)");
+  if (!o.default_tokenizer && o.model_tokenizers.empty())
+    return absl::InvalidArgumentError(absl::StrCat(local.path(), ": give local.tokenizer (a tokenizer.json or its directory) or local.models"));
+  return absl::OkStatus();
+}
+
+Params WriteLocal(const TokenOptions& o) {
+  if (!o.local) return Params();
+  Params l = Params::Map();
+  if (!o.local_default.empty()) l.Set("tokenizer", Params::String(o.local_default));
+  for (const auto& [key, list] : {std::pair{"models", &o.local_models}, std::pair{"adapters", &o.local_adapters}}) {
+    if (list->empty()) continue;
+    Params m = Params::Map();
+    for (const auto& [k, v] : *list) m.Set(k, Params::String(v));
+    l.Set(key, std::move(m));
+  }
+  return l;
+}
+
+absl::Status ReadVllm(const Params& v, TokenOptions& o) {
+  o.has_vllm = true;
+  EPP_RETURN_IF_ERROR(v.CheckKeys({"url", "timeout", "mmTimeout", "cacheTokens"}));
+  EPP_ASSIGN_OR_RETURN(o.url, v.GetString("url", o.url));
+  while (!o.url.empty() && o.url.back() == '/') o.url.pop_back();
+  if (o.url.rfind("http://", 0) != 0 && o.url.rfind("https://", 0) != 0)
+    return Bad(v, "url", "expected an http:// or https:// URL, got '" + o.url + "'");
+  EPP_ASSIGN_OR_RETURN(o.timeout_us, v.GetDurationMicros("timeout", o.timeout_us));
+  EPP_ASSIGN_OR_RETURN(o.mm_timeout_us, v.GetDurationMicros("mmTimeout", o.mm_timeout_us));
+  if (o.timeout_us <= 0) return Bad(v, "timeout", "must be > 0");
+  if (o.mm_timeout_us <= 0) return Bad(v, "mmTimeout", "must be > 0");
+  EPP_ASSIGN_OR_RETURN(o.cache_tokens, v.GetInt("cacheTokens", o.cache_tokens));
+  if (o.cache_tokens < 0) return Bad(v, "cacheTokens", "must be >= 0 (0: no cache)");
+  return absl::OkStatus();
+}
+
+Params WriteVllm(const TokenOptions& o) {
+  if (o.local || !o.vllm) return Params();
+  return Params::Map()
+      .Set("url", Params::String(o.url))
+      .Set("timeout", Params::String(absl::StrCat(o.timeout_us / 1000, "ms")))
+      .Set("mmTimeout", Params::String(absl::StrCat(o.mm_timeout_us / 1000, "ms")))
+      .Set("cacheTokens", Params::Int(o.cache_tokens));
+}
+
+// llm-d's token producer's names; one backend block at most (the factory checks), and the
+// effective config names the backend in use.
+const ParamTable<TokenOptions>& Table() {
+  static const auto* t =
+      &(*new ParamTable<TokenOptions>())
+           .String("modelName", &TokenOptions::model_name,
+                   "the model sent to the tokenizer (empty: the request's); alone it selects vllm")
+           .OmitEmpty()
+           .Custom("estimate", ParamType::kMap, "{}: no tokenizer; token counts estimated from the text (the default)",
+                   [](const Params& v, TokenOptions& o) -> absl::Status {
+                     o.has_estimate = true;
+                     return v.CheckKeys({"image", "video"});
+                   },
+                   [](const TokenOptions& o) { return o.local || o.vllm ? Params() : Params::Map(); })
+           .Custom("vllm", ParamType::kMap,
+                   "{url (http://localhost:8000), timeout (5s), mmTimeout (30s), cacheTokens}: a vLLM server's "
+                   "/tokenize and /v1/chat/completions/render",
+                   ReadVllm, WriteVllm)
+           .Custom("local", ParamType::kMap,
+                   "{tokenizer, models: {name: path}, adapters: {adapter: base model}}: tokenizer.json files read here",
+                   ReadLocal, WriteLocal)
+           .Custom("udsTokenizerConfig", ParamType::kMap, "llm-d's UDS tokenizer sidecar: rejected (use vllm or estimate)",
+                   [](const Params& v, TokenOptions&) {
+                     return absl::InvalidArgumentError(absl::StrCat(
+                         v.path(), ": the UDS tokenizer sidecar is deprecated and not supported; use vllm or estimate"));
+                   },
+                   nullptr)
+           .Deprecated();
+  return *t;
+}
+
 }  // namespace
 
 PluginOr CreateTokenProducer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"modelName", "estimate", "vllm", "local", "udsTokenizerConfig"}));
-  if (params.Has("udsTokenizerConfig"))
-    return Bad(params, "udsTokenizerConfig", "the UDS tokenizer sidecar is deprecated and not supported; use vllm or estimate");
-  TokenOptions o;
-  EPP_ASSIGN_OR_RETURN(o.model_name, params.GetString("modelName", ""));
-  const Params* v = params.Find("vllm");
-  const Params* est = params.Find("estimate");
-  const bool has_vllm = v && !v->is_null(), has_est = est && !est->is_null();
-  const Params* local = params.Find("local");
-  const bool has_local = local && !local->is_null();
-  if (int(has_vllm) + int(has_est) + int(has_local) > 1) return Bad(params, "", "give one backend: estimate, vllm or local");
-  if (has_local) {
-    EPP_RETURN_IF_ERROR(local->CheckKeys({"tokenizer", "models", "adapters"}));
-    o.local = true;
-    EPP_ASSIGN_OR_RETURN(o.local_default, local->GetString("tokenizer", ""));
-    auto load = [&](const std::string& path, const Params& at, std::string_view key) -> absl::StatusOr<std::shared_ptr<const LocalModel>> {
-      absl::StatusOr<std::shared_ptr<const LocalModel>> t = LoadShared(path);
-      if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat(at.path(), ".", std::string(key), ": ", t.status().message()));
-      return t;
-    };
-    if (!o.local_default.empty()) {
-      EPP_ASSIGN_OR_RETURN(std::shared_ptr<const LocalModel> t, load(o.local_default, *local, "tokenizer"));
-      o.default_tokenizer = std::move(t);
-    }
-    for (const char* key : {"models", "adapters"}) {
-      const Params* m = local->Find(key);
-      if (m == nullptr || m->is_null()) continue;
-      if (!m->is_map()) return Bad(*local, key, "expected a map of name to " + std::string(key[0] == 'm' ? "tokenizer path" : "base model"));
-      for (const auto& [name, value] : m->entries()) {
-        EPP_ASSIGN_OR_RETURN(std::string v, value.AsString());
-        if (key[0] == 'm') {
-          EPP_ASSIGN_OR_RETURN(std::shared_ptr<const LocalModel> t, load(v, *m, name));
-          o.model_tokenizers[name] = std::move(t);
-          o.local_models.emplace_back(name, v);
-        } else {
-          o.adapter_base[name] = v;
-          o.local_adapters.emplace_back(name, v);
-        }
-      }
-    }
-    for (const auto& [adapter, base] : o.local_adapters)
-      if (!o.model_tokenizers.count(base) && !o.default_tokenizer)
-        return Bad(*local, "adapters." + adapter, "base model '" + base + "' has no tokenizer in local.models (and there is no local.tokenizer)");
-    if (!o.default_tokenizer && o.model_tokenizers.empty())
-      return Bad(params, "local", "give local.tokenizer (a tokenizer.json or its directory) or local.models");
-    return std::make_unique<TokenProducer>(TypedName{std::string(kTokenProducerType), name}, std::move(o));
-  }
+  // Checked before Read(), which would load the local tokenizers first.
+  int backends = 0;
+  for (const char* key : {"estimate", "vllm", "local"}) backends += params.Find(key) && !params.Find(key)->is_null();
+  if (backends > 1) return Bad(params, "", "give one backend: estimate, vllm or local");
+  EPP_ASSIGN_OR_RETURN(TokenOptions o, Table().Read(params));
   // As in llm-d: a vllm block, or a modelName without a backend, selects vllm.
-  o.vllm = has_vllm || (!has_est && !o.model_name.empty());
-  if (has_est) EPP_RETURN_IF_ERROR(est->CheckKeys({"image", "video"}));
-  if (has_vllm) {
-    EPP_RETURN_IF_ERROR(v->CheckKeys({"url", "timeout", "mmTimeout", "cacheTokens"}));
-    EPP_ASSIGN_OR_RETURN(o.url, v->GetString("url", o.url));
-    while (!o.url.empty() && o.url.back() == '/') o.url.pop_back();
-    if (o.url.rfind("http://", 0) != 0 && o.url.rfind("https://", 0) != 0)
-      return Bad(*v, "url", "expected an http:// or https:// URL, got '" + o.url + "'");
-    EPP_ASSIGN_OR_RETURN(o.timeout_us, v->GetDurationMicros("timeout", o.timeout_us));
-    EPP_ASSIGN_OR_RETURN(o.mm_timeout_us, v->GetDurationMicros("mmTimeout", o.mm_timeout_us));
-    if (o.timeout_us <= 0) return Bad(*v, "timeout", "must be > 0");
-    if (o.mm_timeout_us <= 0) return Bad(*v, "mmTimeout", "must be > 0");
-    EPP_ASSIGN_OR_RETURN(o.cache_tokens, v->GetInt("cacheTokens", o.cache_tokens));
-    if (o.cache_tokens < 0) return Bad(*v, "cacheTokens", "must be >= 0 (0: no cache)");
-  }
+  if (!o.local) o.vllm = o.has_vllm || (!o.has_estimate && !o.model_name.empty());
   return std::make_unique<TokenProducer>(TypedName{std::string(kTokenProducerType), name}, std::move(o));
 }
+
+PluginSchema TokenProducerSchema() { return Table().Schema(); }
 
 }  // namespace epp::plugins

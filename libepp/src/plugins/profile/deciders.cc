@@ -12,12 +12,27 @@ namespace {
 // server does not hold reach `nonCachedTokens` (0 = never) and the prompt has at least
 // `promptTokens` (0 = no gate). Cached tokens are the decode endpoint's matched prefix blocks
 // times the producer's block size; prompt tokens are the request's estimate (kCharsPerToken).
+struct PrefixDeciderOptions {
+  int64_t non_cached = 0;
+  int64_t prompt = 0;
+};
+
+const ParamTable<PrefixDeciderOptions>& PrefixDeciderTable() {
+  static const auto* t =
+      &(*new ParamTable<PrefixDeciderOptions>())
+           .Int("nonCachedTokens", &PrefixDeciderOptions::non_cached, Range::AtLeast(0),
+                "uncached prompt tokens on the decode endpoint from which prefill runs apart; 0: never")
+           .Int("promptTokens", &PrefixDeciderOptions::prompt, Range::AtLeast(0),
+                "shorter prompts never disaggregate; 0: no minimum");
+  return *t;
+}
+
 class PrefixBasedPdDecider : public Plugin, public Decider {
  public:
-  PrefixBasedPdDecider(TypedName tn, int64_t non_cached, int64_t prompt)
-      : Plugin(std::move(tn)), non_cached_(non_cached), prompt_(prompt) {}
+  PrefixBasedPdDecider(TypedName tn, PrefixDeciderOptions o)
+      : Plugin(std::move(tn)), non_cached_(o.non_cached), prompt_(o.prompt) {}
   Params EffectiveParams() const override {
-    return Params::Map().Set("nonCachedTokens", Params::Int(non_cached_)).Set("promptTokens", Params::Int(prompt_));
+    return PrefixDeciderTable().Effective(PrefixDeciderOptions{non_cached_, prompt_});
   }
   PluginInputs Consumes() const override { return {PluginInput::kPrefixMatch}; }
 
@@ -69,29 +84,23 @@ class AlwaysDisaggMultimodalDecider : public Plugin, public Decider {
   }
 };
 
-absl::StatusOr<int64_t> NonNegativeInt(const Params& params, std::string_view key) {
-  EPP_ASSIGN_OR_RETURN(int64_t v, params.GetInt(key, 0));
-  if (v < 0) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".", std::string(key), ": must be >= 0, got ", v));
-  return v;
-}
-
 }  // namespace
 
 PluginOr CreatePrefixBasedPdDecider(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"nonCachedTokens", "promptTokens"}));
-  EPP_ASSIGN_OR_RETURN(int64_t non_cached, NonNegativeInt(params, "nonCachedTokens"));
-  EPP_ASSIGN_OR_RETURN(int64_t prompt, NonNegativeInt(params, "promptTokens"));
-  return std::make_unique<PrefixBasedPdDecider>(TN(kPrefixBasedPdDeciderType, name), non_cached, prompt);
+  EPP_ASSIGN_OR_RETURN(PrefixDeciderOptions o, PrefixDeciderTable().Read(params));
+  return std::make_unique<PrefixBasedPdDecider>(TN(kPrefixBasedPdDeciderType, name), o);
 }
 
 PluginOr CreateAlwaysDisaggPdDecider(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  EPP_RETURN_IF_ERROR(ReadNoParams(params));
   return std::make_unique<AlwaysDisaggPdDecider>(TN(kAlwaysDisaggPdDeciderType, name));
 }
 
 PluginOr CreateAlwaysDisaggMultimodalDecider(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  EPP_RETURN_IF_ERROR(ReadNoParams(params));
   return std::make_unique<AlwaysDisaggMultimodalDecider>(TN(kAlwaysDisaggMultimodalDeciderType, name));
 }
+
+PluginSchema PrefixBasedPdDeciderSchema() { return PrefixDeciderTable().Schema(); }
 
 }  // namespace epp::plugins

@@ -43,7 +43,9 @@ const ProfileRun* Find(std::span<const ProfileRun> results, const std::string& p
 
 class DisaggProfileHandler : public Plugin, public ProfileHandler {
  public:
-  DisaggProfileHandler(TypedName tn, DisaggOptions o) : Plugin(std::move(tn)), o_(std::move(o)) {}
+  // `effective`: the options written out by the type's own table (the two types spell them apart).
+  DisaggProfileHandler(TypedName tn, DisaggOptions o, Params effective)
+      : Plugin(std::move(tn)), o_(std::move(o)), effective_(std::move(effective)) {}
 
   const ProfileHandler* AsProfileHandler() const override { return this; }
   bool HasReferences() const override { return true; }
@@ -61,20 +63,7 @@ class DisaggProfileHandler : public Plugin, public ProfileHandler {
     return in;
   }
 
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    p.Set("profiles", Params::Map()
-                          .Set("decode", Params::String(o_.decode))
-                          .Set("prefill", Params::String(o_.prefill))
-                          .Set("encode", Params::String(o_.encode)));
-    Params deciders = Params::Map();
-    if (!o_.prefill_decider.empty()) deciders.Set("prefill", Params::String(o_.prefill_decider));
-    if (!o_.encode_decider.empty()) deciders.Set("encode", Params::String(o_.encode_decider));
-    p.Set("deciders", std::move(deciders));
-    p.Set("stageOrder", Params::String(o_.order == StageOrder::kDecodeFirst ? "decode-first" : "prefill-first"));
-    if (o_.legacy_threshold_chars) p.Set("threshold", Params::Int(*o_.legacy_threshold_chars));
-    return p;
-  }
+  Params EffectiveParams() const override { return effective_; }
 
   absl::Status Resolve(const PluginReferences& refs) override {
     auto has_profile = [&](const std::string& n) { return std::find(refs.profiles.begin(), refs.profiles.end(), n) != refs.profiles.end(); };
@@ -202,6 +191,7 @@ class DisaggProfileHandler : public Plugin, public ProfileHandler {
   }
 
   DisaggOptions o_;
+  Params effective_;
   bool has_prefill_ = false, has_encode_ = false;
   const Decider* prefill_decider_ = nullptr;
   const Decider* encode_decider_ = nullptr;
@@ -213,15 +203,114 @@ absl::StatusOr<std::string> OptString(const Params& params, std::string_view key
   return params.GetString(key, std::move(def));
 }
 
-absl::StatusOr<StageOrder> ParseStageOrder(const Params& params) {
-  EPP_ASSIGN_OR_RETURN(std::string s, params.GetString("stageOrder", ""));
+absl::Status ReadStageOrder(const Params& v, DisaggOptions& o) {
+  EPP_ASSIGN_OR_RETURN(std::string s, v.AsString());
   std::string norm;
   for (char c : s)
     if (c != '-' && c != '_') norm += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (norm.empty() || norm == "decodefirst" || norm == "decode") return StageOrder::kDecodeFirst;
-  if (norm == "prefillfirst" || norm == "prefill") return StageOrder::kPrefillFirst;
-  return absl::InvalidArgumentError(
-      absl::StrCat(params.path(), ".stageOrder: expected decode-first or prefill-first, got '", s, "'"));
+  if (norm.empty() || norm == "decodefirst" || norm == "decode") {
+    o.order = StageOrder::kDecodeFirst;
+  } else if (norm == "prefillfirst" || norm == "prefill") {
+    o.order = StageOrder::kPrefillFirst;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(v.path(), ": expected decode-first or prefill-first, got '", s, "'"));
+  }
+  return absl::OkStatus();
+}
+
+// A string read into `field` with no writer: the flat spellings, written out in nested form.
+ParamTable<DisaggOptions>::Reader Into(std::string DisaggOptions::*field) {
+  return [field](const Params& v, DisaggOptions& o) -> absl::Status {
+    EPP_ASSIGN_OR_RETURN(o.*field, v.AsString());
+    return absl::OkStatus();
+  };
+}
+
+// llm-d's nested form (profiles, deciders) is current; the flat one is read for old configs and
+// written out nested. The factory rejects a mix of the two.
+const ParamTable<DisaggOptions>& DisaggTable() {
+  static const auto* t =
+      &(*new ParamTable<DisaggOptions>())
+           .Custom("profiles", ParamType::kMap, "{decode, prefill, encode}: the profile run for each stage",
+                   [](const Params& v, DisaggOptions& o) -> absl::Status {
+                     EPP_RETURN_IF_ERROR(v.CheckKeys({"decode", "prefill", "encode"}));
+                     EPP_ASSIGN_OR_RETURN(o.decode, OptString(v, "decode", o.decode));
+                     EPP_ASSIGN_OR_RETURN(o.prefill, OptString(v, "prefill", o.prefill));
+                     EPP_ASSIGN_OR_RETURN(o.encode, OptString(v, "encode", o.encode));
+                     return absl::OkStatus();
+                   },
+                   [](const DisaggOptions& o) {
+                     return Params::Map()
+                         .Set("decode", Params::String(o.decode))
+                         .Set("prefill", Params::String(o.prefill))
+                         .Set("encode", Params::String(o.encode));
+                   })
+           .Custom("deciders", ParamType::kMap,
+                   "{prefill, encode}: the decider plugin asked before each stage; a stage without one never runs",
+                   [](const Params& v, DisaggOptions& o) -> absl::Status {
+                     EPP_RETURN_IF_ERROR(v.CheckKeys({"prefill", "encode"}));
+                     EPP_ASSIGN_OR_RETURN(o.prefill_decider, OptString(v, "prefill", ""));
+                     EPP_ASSIGN_OR_RETURN(o.encode_decider, OptString(v, "encode", ""));
+                     return absl::OkStatus();
+                   },
+                   [](const DisaggOptions& o) {
+                     Params deciders = Params::Map();
+                     if (!o.prefill_decider.empty()) deciders.Set("prefill", Params::String(o.prefill_decider));
+                     if (!o.encode_decider.empty()) deciders.Set("encode", Params::String(o.encode_decider));
+                     return deciders;
+                   })
+           .Custom("stageOrder", ParamType::kString, "decode-first (decode, then the stages its deciders ask for) or prefill-first",
+                   ReadStageOrder,
+                   [](const DisaggOptions& o) {
+                     return Params::String(o.order == StageOrder::kDecodeFirst ? "decode-first" : "prefill-first");
+                   })
+           .Custom("decodeProfile", ParamType::kString, "flat form of profiles.decode", Into(&DisaggOptions::decode), nullptr)
+           .Deprecated()
+           .Custom("prefillProfile", ParamType::kString, "flat form of profiles.prefill", Into(&DisaggOptions::prefill), nullptr)
+           .Deprecated()
+           .Custom("encodeProfile", ParamType::kString, "flat form of profiles.encode", Into(&DisaggOptions::encode), nullptr)
+           .Deprecated()
+           .Custom("prefillDeciderPluginName", ParamType::kString, "flat form of deciders.prefill",
+                   Into(&DisaggOptions::prefill_decider), nullptr)
+           .Alias("deciderPluginName", "prefillDeciderPluginName")
+           .Deprecated()
+           .Custom("encodeDeciderPluginName", ParamType::kString, "flat form of deciders.encode",
+                   Into(&DisaggOptions::encode_decider), nullptr)
+           .Deprecated();
+  return *t;
+}
+
+// pd-profile-handler (deprecated in llm-d): read as a disagg-profile-handler without encode.
+const ParamTable<DisaggOptions>& PdTable() {
+  static const auto* t =
+      &(*new ParamTable<DisaggOptions>())
+           .String("decodeProfile", &DisaggOptions::decode, "the decode profile")
+           .String("prefillProfile", &DisaggOptions::prefill, "the prefill profile")
+           .Custom("deciderPluginName", ParamType::kString,
+                   "the decider asked before prefill (default prefix-based-pd-decider; not with threshold)",
+                   Into(&DisaggOptions::prefill_decider),
+                   [](const DisaggOptions& o) {
+                     return o.legacy_threshold_chars ? Params() : Params::String(o.prefill_decider);
+                   })
+           .Int("primaryPort", &DisaggOptions::primary_port, Range::Closed(0, 65535),
+                "0: off; else the decode pick goes to this port, the rank named in x-data-parallel-host-port")
+           .Custom("threshold", ParamType::kInt,
+                   "the old rule instead of a decider: prefill when uncached characters >= threshold (0: always)",
+                   [](const Params& v, DisaggOptions& o) -> absl::Status {
+                     EPP_ASSIGN_OR_RETURN(int64_t threshold, v.AsInt());
+                     if (threshold < 0) return absl::InvalidArgumentError(absl::StrCat(v.path(), ": must be >= 0, got ", threshold));
+                     o.legacy_threshold_chars = threshold;
+                     return absl::OkStatus();
+                   },
+                   [](const DisaggOptions& o) {
+                     return o.legacy_threshold_chars ? Params::Int(*o.legacy_threshold_chars) : Params();
+                   })
+           .Deprecated()
+           .Ignored("hashBlockSize", ParamType::kInt, "with threshold only; ignored (the prefix producer's block size counts)")
+           .Ignored("prefixMatchInfoProducerName", ParamType::kString, "ignored: the prefix producer in use is read")
+           .Ignored("prefixPluginType", ParamType::kString, "ignored: the prefix producer in use is read")
+           .Ignored("prefixPluginName", ParamType::kString, "ignored: the prefix producer in use is read");
+  return *t;
 }
 
 void Warn(const PluginContext& ctx, std::string message) {
@@ -231,8 +320,6 @@ void Warn(const PluginContext& ctx, std::string message) {
 }  // namespace
 
 PluginOr CreateDisaggProfileHandler(const std::string& name, const Params& params, const PluginContext& ctx) {
-  DisaggOptions o;
-  o.params_path = params.path();
   const bool nested = params.Has("profiles") || params.Has("deciders");
   const bool flat = params.Has("decodeProfile") || params.Has("prefillProfile") || params.Has("encodeProfile") ||
                     params.Has("prefillDeciderPluginName") || params.Has("deciderPluginName") ||
@@ -240,71 +327,45 @@ PluginOr CreateDisaggProfileHandler(const std::string& name, const Params& param
   if (nested && flat)
     return absl::InvalidArgumentError(absl::StrCat(params.path(), ": mixes the nested form (profiles, deciders) with the "
                                                    "deprecated flat one (decodeProfile, prefillDeciderPluginName, ...)"));
-  if (flat) {
-    EPP_RETURN_IF_ERROR(params.CheckKeys({"decodeProfile", "prefillProfile", "encodeProfile", "prefillDeciderPluginName",
-                                          "deciderPluginName", "encodeDeciderPluginName", "stageOrder"}));
-    EPP_ASSIGN_OR_RETURN(o.decode, OptString(params, "decodeProfile", o.decode));
-    EPP_ASSIGN_OR_RETURN(o.prefill, OptString(params, "prefillProfile", o.prefill));
-    EPP_ASSIGN_OR_RETURN(o.encode, OptString(params, "encodeProfile", o.encode));
-    EPP_ASSIGN_OR_RETURN(std::string legacy, OptString(params, "deciderPluginName", ""));
-    EPP_ASSIGN_OR_RETURN(o.prefill_decider, OptString(params, "prefillDeciderPluginName", legacy));
-    EPP_ASSIGN_OR_RETURN(o.encode_decider, OptString(params, "encodeDeciderPluginName", ""));
+  EPP_ASSIGN_OR_RETURN(DisaggOptions o, DisaggTable().Read(params));
+  o.params_path = params.path();
+  if (flat)
     Warn(ctx, absl::StrCat(params.path(), ": the flat parameters (decodeProfile, prefillDeciderPluginName, ...) are "
                                           "deprecated in llm-d; use profiles.{decode,prefill,encode} and deciders.{prefill,encode}"));
-  } else {
-    EPP_RETURN_IF_ERROR(params.CheckKeys({"profiles", "deciders", "stageOrder"}));
-    if (const Params* profiles = params.Find("profiles"); profiles && !profiles->is_null()) {
-      EPP_RETURN_IF_ERROR(profiles->CheckKeys({"decode", "prefill", "encode"}));
-      EPP_ASSIGN_OR_RETURN(o.decode, OptString(*profiles, "decode", o.decode));
-      EPP_ASSIGN_OR_RETURN(o.prefill, OptString(*profiles, "prefill", o.prefill));
-      EPP_ASSIGN_OR_RETURN(o.encode, OptString(*profiles, "encode", o.encode));
-    }
-    if (const Params* deciders = params.Find("deciders"); deciders && !deciders->is_null()) {
-      EPP_RETURN_IF_ERROR(deciders->CheckKeys({"prefill", "encode"}));
-      EPP_ASSIGN_OR_RETURN(o.prefill_decider, OptString(*deciders, "prefill", ""));
-      EPP_ASSIGN_OR_RETURN(o.encode_decider, OptString(*deciders, "encode", ""));
-    }
-  }
-  EPP_ASSIGN_OR_RETURN(o.order, ParseStageOrder(params));
   if (o.decode.empty()) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".profiles.decode: must not be empty"));
   if (o.order == StageOrder::kPrefillFirst && !o.prefill_decider.empty())
     return absl::InvalidArgumentError(absl::StrCat(params.path(), ": stageOrder prefill-first always runs prefill; it takes no "
                                                    "deciders.prefill ('", o.prefill_decider, "')"));
-  return std::make_unique<DisaggProfileHandler>(TN(kDisaggProfileHandlerType, name), std::move(o));
+  Params effective = DisaggTable().Effective(o);
+  return std::make_unique<DisaggProfileHandler>(TN(kDisaggProfileHandlerType, name), std::move(o), std::move(effective));
 }
 
 PluginOr CreatePdProfileHandler(const std::string& name, const Params& params, const PluginContext& ctx) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"decodeProfile", "prefillProfile", "deciderPluginName", "primaryPort",
-                                        "prefixMatchInfoProducerName", "prefixPluginType", "prefixPluginName", "threshold",
-                                        "hashBlockSize"}));
-  DisaggOptions o;
+  DisaggOptions defaults;
+  defaults.encode.clear();
+  defaults.prefill_decider = std::string(kPrefixBasedPdDeciderType);
+  EPP_ASSIGN_OR_RETURN(DisaggOptions o, PdTable().Read(params, defaults));
   o.params_path = params.path();
-  EPP_ASSIGN_OR_RETURN(o.decode, OptString(params, "decodeProfile", o.decode));
-  EPP_ASSIGN_OR_RETURN(o.prefill, OptString(params, "prefillProfile", o.prefill));
-  o.encode.clear();
-  EPP_ASSIGN_OR_RETURN(int64_t primary_port, params.GetInt("primaryPort", 0));
-  if (primary_port < 0 || primary_port > 65535)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".primaryPort: must be in [0, 65535] (0: off), got ", primary_port));
-  o.primary_port = static_cast<int>(primary_port);
   std::string what = absl::StrCat(params.path(), ": pd-profile-handler is deprecated in llm-d; read as disagg-profile-handler");
-  if (params.Has("threshold")) {
+  if (o.legacy_threshold_chars) {
     // The form before deciders (llm-d-inference-scheduler samples): threshold in characters.
-    EPP_ASSIGN_OR_RETURN(int64_t threshold, params.GetInt("threshold", 0));
-    if (threshold < 0) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".threshold: must be >= 0, got ", threshold));
+    const int64_t threshold = *o.legacy_threshold_chars;
     if (params.Has("deciderPluginName"))
       return absl::InvalidArgumentError(absl::StrCat(params.path(), ": give threshold (the old form) or deciderPluginName, not both"));
-    o.legacy_threshold_chars = threshold;
+    o.prefill_decider.clear();
     absl::StrAppend(&what, " with its old threshold rule (", threshold == 0 ? "0: prefill always runs" : "uncached characters >= threshold",
                     "; prefix-based-pd-decider's nonCachedTokens is the current form, in tokens, and 0 there means never)");
     if (params.Has("hashBlockSize"))
       absl::StrAppend(&what, "; hashBlockSize is ignored: cached characters come from the prefix producer's block size");
-  } else {
-    EPP_ASSIGN_OR_RETURN(o.prefill_decider, OptString(params, "deciderPluginName", std::string(kPrefixBasedPdDeciderType)));
-    if (params.Has("hashBlockSize"))
-      return absl::InvalidArgumentError(absl::StrCat(params.path(), ".hashBlockSize: only meaningful with threshold (the old form)"));
+  } else if (params.Has("hashBlockSize")) {
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".hashBlockSize: only meaningful with threshold (the old form)"));
   }
   Warn(ctx, std::move(what));
-  return std::make_unique<DisaggProfileHandler>(TN(kPdProfileHandlerType, name), std::move(o));
+  Params effective = PdTable().Effective(o);
+  return std::make_unique<DisaggProfileHandler>(TN(kPdProfileHandlerType, name), std::move(o), std::move(effective));
 }
+
+PluginSchema DisaggProfileHandlerSchema() { return DisaggTable().Schema(); }
+PluginSchema PdProfileHandlerSchema() { return PdTable().Schema(); }
 
 }  // namespace epp::plugins

@@ -18,17 +18,50 @@
 namespace epp::plugins {
 namespace {
 
+struct HeaderHandlerOptions {
+  std::string header = "EPP-Profile";
+  std::string fallback = "decode";
+};
+
+const ParamTable<HeaderHandlerOptions>& HeaderHandlerTable() {
+  static const auto* t = &(*new ParamTable<HeaderHandlerOptions>())
+                              .String("headerName", &HeaderHandlerOptions::header,
+                                      "the request header naming the profile to run (compared in lower case)")
+                              .String("defaultProfile", &HeaderHandlerOptions::fallback,
+                                      "the profile run when the header is absent");
+  return *t;
+}
+
+struct DataParallelOptions {
+  int primary_port = 8000;
+};
+
+const ParamTable<DataParallelOptions>& DataParallelTable() {
+  static const auto* t = &(*new ParamTable<DataParallelOptions>())
+                              .Int("primaryPort", &DataParallelOptions::primary_port, Range::Closed(1, 65535),
+                                   "the port the pick goes to; the rank's own port travels in a header");
+  return *t;
+}
+
+struct DisaggHeadersOptions {
+  std::string prefill = "prefill";
+  std::string encode = "encode";
+};
+
+const ParamTable<DisaggHeadersOptions>& DisaggHeadersTable() {
+  static const auto* t =
+      &(*new ParamTable<DisaggHeadersOptions>())
+           .String("prefillProfile", &DisaggHeadersOptions::prefill, "the prefill profile (kept; the plugin does nothing)")
+           .String("encodeProfile", &DisaggHeadersOptions::encode, "the encode profile (kept; the plugin does nothing)");
+  return *t;
+}
+
 class HeaderProfileHandler : public Plugin, public ProfileHandler {
  public:
   HeaderProfileHandler(TypedName tn, std::string header, std::string fallback)
       : Plugin(std::move(tn)), header_(std::move(header)), default_(std::move(fallback)) {}
   const ProfileHandler* AsProfileHandler() const override { return this; }
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    p.Set("headerName", Params::String(header_));
-    p.Set("defaultProfile", Params::String(default_));
-    return p;
-  }
+  Params EffectiveParams() const override { return HeaderHandlerTable().Effective(HeaderHandlerOptions{header_, default_}); }
 
   ProfileStep PickProfiles(const SchedulingContext& ctx, std::span<const std::string> profiles,
                            std::span<const ProfileRun> results) const override {
@@ -75,11 +108,7 @@ class DataParallelProfileHandler : public Plugin, public ProfileHandler {
   DataParallelProfileHandler(TypedName tn, int primary_port) : Plugin(std::move(tn)), primary_port_(primary_port) {}
   const ProfileHandler* AsProfileHandler() const override { return this; }
   std::vector<std::string> OwnedHeaders() const override { return {std::string(kDataParallelHostPortHeader)}; }
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    p.Set("primaryPort", Params::Int(primary_port_));
-    return p;
-  }
+  Params EffectiveParams() const override { return DataParallelTable().Effective(DataParallelOptions{primary_port_}); }
   ProfileStep PickProfiles(const SchedulingContext&, std::span<const std::string> profiles,
                            std::span<const ProfileRun> results) const override {
     ProfileStep step;
@@ -106,40 +135,34 @@ class DataParallelProfileHandler : public Plugin, public ProfileHandler {
 }  // namespace
 
 PluginOr CreateHeaderProfileHandler(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"headerName", "defaultProfile"}));
-  EPP_ASSIGN_OR_RETURN(std::string header, params.GetString("headerName", "EPP-Profile"));
-  EPP_ASSIGN_OR_RETURN(std::string fallback, params.GetString("defaultProfile", "decode"));
-  header = absl::AsciiStrToLower(absl::StripAsciiWhitespace(header));
-  fallback = std::string(absl::StripAsciiWhitespace(fallback));
+  EPP_ASSIGN_OR_RETURN(HeaderHandlerOptions o, HeaderHandlerTable().Read(params));
+  std::string header = absl::AsciiStrToLower(absl::StripAsciiWhitespace(o.header));
+  std::string fallback = std::string(absl::StripAsciiWhitespace(o.fallback));
   if (header.empty()) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".headerName: must not be empty"));
   return std::make_unique<HeaderProfileHandler>(TN(kHeaderProfileHandlerType, name), std::move(header), std::move(fallback));
 }
 
 PluginOr CreateDataParallelProfileHandler(const std::string& name, const Params& params, const PluginContext& ctx) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"primaryPort"}));
-  EPP_ASSIGN_OR_RETURN(int64_t port, params.GetInt("primaryPort", 8000));
-  if (port < 1 || port > 65535)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".primaryPort: must be in [1, 65535], got ", port));
+  EPP_ASSIGN_OR_RETURN(DataParallelOptions o, DataParallelTable().Read(params));
   if (ctx.warnings)
     ctx.warnings->push_back(absl::StrCat("plugin '", name, "' (", std::string(kDataParallelProfileHandlerType),
                                          "): deprecated in llm-d (single-profile-handler with Istio >= 1.28.1 reaches the "
                                          "ranks directly)"));
-  return std::make_unique<DataParallelProfileHandler>(TN(kDataParallelProfileHandlerType, name), static_cast<int>(port));
+  return std::make_unique<DataParallelProfileHandler>(TN(kDataParallelProfileHandlerType, name), o.primary_port);
 }
 
 PluginOr CreateDisaggHeadersHandler(const std::string& name, const Params& params, const PluginContext& ctx) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"prefillProfile", "encodeProfile"}));
-  Params eff = Params::Map();
-  EPP_ASSIGN_OR_RETURN(std::string prefill, params.GetString("prefillProfile", "prefill"));
-  EPP_ASSIGN_OR_RETURN(std::string encode, params.GetString("encodeProfile", "encode"));
-  eff.Set("prefillProfile", Params::String(prefill));
-  eff.Set("encodeProfile", Params::String(encode));
+  EPP_ASSIGN_OR_RETURN(DisaggHeadersOptions o, DisaggHeadersTable().Read(params));
   if (ctx.warnings)
     ctx.warnings->push_back(absl::StrCat("plugin '", name, "' (", std::string(kDisaggHeadersHandlerType),
                                          "): deprecated in llm-d; epp's disagg-profile-handler sets ",
                                          std::string(kPrefillerHostPortHeader), " and ", std::string(kEncoderHostsPortsHeader),
                                          " itself, so this plugin does nothing"));
-  return std::make_unique<ParamsOnlyPlugin>(TN(kDisaggHeadersHandlerType, name), std::move(eff));
+  return std::make_unique<ParamsOnlyPlugin>(TN(kDisaggHeadersHandlerType, name), DisaggHeadersTable().Effective(o));
 }
+
+PluginSchema HeaderProfileHandlerSchema() { return HeaderHandlerTable().Schema(); }
+PluginSchema DataParallelProfileHandlerSchema() { return DataParallelTable().Schema(); }
+PluginSchema DisaggHeadersHandlerSchema() { return DisaggHeadersTable().Schema(); }
 
 }  // namespace epp::plugins

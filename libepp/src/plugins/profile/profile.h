@@ -50,4 +50,12 @@ PluginOr CreatePrefixBasedPdDecider(const std::string& name, const Params& param
 PluginOr CreateAlwaysDisaggPdDecider(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateAlwaysDisaggMultimodalDecider(const std::string& name, const Params& params, const PluginContext& ctx);
 
+// Declared parameters (ParamTable::Schema()); the others use NoParamsSchema().
+PluginSchema DisaggProfileHandlerSchema();
+PluginSchema PdProfileHandlerSchema();
+PluginSchema HeaderProfileHandlerSchema();
+PluginSchema DataParallelProfileHandlerSchema();
+PluginSchema DisaggHeadersHandlerSchema();
+PluginSchema PrefixBasedPdDeciderSchema();
+
 }  // namespace epp::plugins

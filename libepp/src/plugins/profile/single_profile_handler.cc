@@ -27,7 +27,7 @@ class SingleProfileHandler : public Plugin, public ProfileHandler {
 }  // namespace
 
 PluginOr CreateSingleProfileHandler(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  EPP_RETURN_IF_ERROR(ReadNoParams(params));
   return std::make_unique<SingleProfileHandler>(TN(kSingleProfileHandlerType, name));
 }
 

@@ -15,27 +15,68 @@
 namespace epp::plugins {
 namespace {
 
+struct ReporterOptions {
+  std::string ns, key;
+  std::optional<UsageExpression> expr;  // nullopt only until `attributes` is read (it is required)
+  std::optional<UsageExpression> cond;
+};
+
+// attributes: [{key: {namespace, name}, expression, condition}], exactly one entry.
+absl::Status ReadAttributes(const Params& list, ReporterOptions& o) {
+  if (list.kind() != Params::Kind::kList || list.items().size() != 1)
+    return absl::InvalidArgumentError(absl::StrCat(list.path(), ": must contain exactly one entry"));
+  const Params& a = list.items()[0];
+  EPP_RETURN_IF_ERROR(a.CheckKeys({"key", "expression", "condition"}));
+  const Params* key = a.Find("key");
+  if (!key || key->kind() != Params::Kind::kMap) return absl::InvalidArgumentError(absl::StrCat(a.path(), ".key: expected {namespace, name}"));
+  EPP_RETURN_IF_ERROR(key->CheckKeys({"namespace", "name"}));
+  EPP_ASSIGN_OR_RETURN(o.ns, key->GetString("namespace", ""));
+  if (o.ns.empty()) o.ns = "envoy.lb";
+  EPP_ASSIGN_OR_RETURN(o.key, key->GetString("name", ""));
+  if (o.key.empty()) return absl::InvalidArgumentError(absl::StrCat(key->path(), ".name: must not be empty"));
+  EPP_ASSIGN_OR_RETURN(std::string expr_text, a.GetString("expression", ""));
+  if (expr_text.empty()) return absl::InvalidArgumentError(absl::StrCat(a.path(), ".expression: must not be empty"));
+  absl::StatusOr<UsageExpression> expr = UsageExpression::Compile(expr_text);
+  if (!expr.ok())
+    return absl::InvalidArgumentError(absl::StrCat(a.path(), ".expression '", expr_text, "': ", expr.status().message()));
+  o.expr = std::move(*expr);
+  EPP_ASSIGN_OR_RETURN(std::string cond_text, a.GetString("condition", ""));
+  if (!cond_text.empty()) {
+    absl::StatusOr<UsageExpression> c = UsageExpression::Compile(cond_text);
+    if (!c.ok())
+      return absl::InvalidArgumentError(absl::StrCat(a.path(), ".condition '", cond_text, "': ", c.status().message()));
+    o.cond = std::move(*c);
+  }
+  return absl::OkStatus();
+}
+
+Params WriteAttributes(const ReporterOptions& o) {
+  if (!o.expr) return Params();
+  Params a = Params::Map();
+  a.Set("key", Params::Map().Set("namespace", Params::String(o.ns)).Set("name", Params::String(o.key)));
+  a.Set("expression", Params::String(o.expr->text()));
+  if (o.cond) a.Set("condition", Params::String(o.cond->text()));
+  Params list = Params::List();
+  list.Append(std::move(a));
+  return list;
+}
+
+const ParamTable<ReporterOptions>& Table() {
+  static const auto* t = &(*new ParamTable<ReporterOptions>())
+                              .Custom("attributes", ParamType::kList,
+                                      "exactly one {key: {namespace (envoy.lb), name}, expression, condition}: the "
+                                      "value computed from the response's usage and where it is written (required)",
+                                      ReadAttributes, WriteAttributes);
+  return *t;
+}
+
 class RequestAttributeReporter : public Plugin, public ResponseMetadataSource {
  public:
-  RequestAttributeReporter(TypedName tn, std::string ns, std::string key, UsageExpression expr,
-                           std::optional<UsageExpression> cond)
-      : Plugin(std::move(tn)), ns_(std::move(ns)), key_(std::move(key)), expr_(std::move(expr)), cond_(std::move(cond)) {}
+  RequestAttributeReporter(TypedName tn, ReporterOptions o)
+      : Plugin(std::move(tn)), o_(o), ns_(std::move(o.ns)), key_(std::move(o.key)), expr_(std::move(*o.expr)), cond_(std::move(o.cond)) {}
   const ResponseMetadataSource* AsResponseMetadataSource() const override { return this; }
 
-  Params EffectiveParams() const override {
-    Params k = Params::Map();
-    k.Set("namespace", Params::String(ns_));
-    k.Set("name", Params::String(key_));
-    Params a = Params::Map();
-    a.Set("key", std::move(k));
-    a.Set("expression", Params::String(expr_.text()));
-    if (cond_) a.Set("condition", Params::String(cond_->text()));
-    Params list = Params::List();
-    list.Append(std::move(a));
-    Params p = Params::Map();
-    p.Set("attributes", std::move(list));
-    return p;
-  }
+  Params EffectiveParams() const override { return Table().Effective(o_); }
 
   void ResponseMetadata(const ResponseUsage& usage, std::vector<ResponseMetadataEntry>& out) const override {
     if (cond_) {
@@ -52,6 +93,7 @@ class RequestAttributeReporter : public Plugin, public ResponseMetadataSource {
   }
 
  private:
+  ReporterOptions o_;  // as configured, for EffectiveParams
   std::string ns_, key_;
   UsageExpression expr_;
   std::optional<UsageExpression> cond_;
@@ -60,34 +102,11 @@ class RequestAttributeReporter : public Plugin, public ResponseMetadataSource {
 }  // namespace
 
 PluginOr CreateRequestAttributeReporter(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"attributes"}));
-  const Params* list = params.Find("attributes");
-  if (!list || list->kind() != Params::Kind::kList || list->items().size() != 1)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".attributes: must contain exactly one entry"));
-  const Params& a = list->items()[0];
-  EPP_RETURN_IF_ERROR(a.CheckKeys({"key", "expression", "condition"}));
-  const Params* key = a.Find("key");
-  if (!key || key->kind() != Params::Kind::kMap) return absl::InvalidArgumentError(absl::StrCat(a.path(), ".key: expected {namespace, name}"));
-  EPP_RETURN_IF_ERROR(key->CheckKeys({"namespace", "name"}));
-  EPP_ASSIGN_OR_RETURN(std::string ns, key->GetString("namespace", ""));
-  if (ns.empty()) ns = "envoy.lb";
-  EPP_ASSIGN_OR_RETURN(std::string key_name, key->GetString("name", ""));
-  if (key_name.empty()) return absl::InvalidArgumentError(absl::StrCat(key->path(), ".name: must not be empty"));
-  EPP_ASSIGN_OR_RETURN(std::string expr_text, a.GetString("expression", ""));
-  if (expr_text.empty()) return absl::InvalidArgumentError(absl::StrCat(a.path(), ".expression: must not be empty"));
-  absl::StatusOr<UsageExpression> expr = UsageExpression::Compile(expr_text);
-  if (!expr.ok())
-    return absl::InvalidArgumentError(absl::StrCat(a.path(), ".expression '", expr_text, "': ", expr.status().message()));
-  std::optional<UsageExpression> cond;
-  EPP_ASSIGN_OR_RETURN(std::string cond_text, a.GetString("condition", ""));
-  if (!cond_text.empty()) {
-    absl::StatusOr<UsageExpression> c = UsageExpression::Compile(cond_text);
-    if (!c.ok())
-      return absl::InvalidArgumentError(absl::StrCat(a.path(), ".condition '", cond_text, "': ", c.status().message()));
-    cond = std::move(*c);
-  }
-  return std::make_unique<RequestAttributeReporter>(TN(kRequestAttributeReporterType, name), std::move(ns), std::move(key_name),
-                                                    std::move(*expr), std::move(cond));
+  EPP_ASSIGN_OR_RETURN(ReporterOptions o, Table().Read(params));
+  if (!o.expr) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".attributes: must contain exactly one entry"));
+  return std::make_unique<RequestAttributeReporter>(TN(kRequestAttributeReporterType, name), std::move(o));
 }
+
+PluginSchema RequestAttributeReporterSchema() { return Table().Schema(); }
 
 }  // namespace epp::plugins

@@ -11,5 +11,6 @@ namespace epp::plugins {
 inline constexpr std::string_view kRequestAttributeReporterType = "request-attribute-reporter";
 
 PluginOr CreateRequestAttributeReporter(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginSchema RequestAttributeReporterSchema();
 
 }  // namespace epp::plugins

@@ -11,5 +11,6 @@ namespace epp::plugins {
 inline constexpr std::string_view kUtilizationDetectorType = "utilization-detector";
 
 PluginOr CreateUtilizationDetector(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginSchema UtilizationDetectorSchema();
 
 }  // namespace epp::plugins

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/strings.h"
+#include "epp/param_table.h"
 #include "epp/scheduling.h"
 #include "plugins/saturation/saturation.h"
 
@@ -12,27 +13,35 @@ namespace {
 
 using internal::Num;
 
+struct Options {
+  double queue_threshold = 5;
+  double kv_threshold = 0.8;
+  int64_t staleness_us = 200000;  // 200 ms
+  double headroom = 0;
+};
+
+// GIE's defaults and names (flowcontrol/saturationdetector/utilization).
+const ParamTable<Options>& Table() {
+  static const auto* t = &(*new ParamTable<Options>())
+                              .Number("queueDepthThreshold", &Options::queue_threshold, Range::Above(0),
+                                      "waiting requests at which an endpoint counts as full")
+                              .Number("kvCacheUtilThreshold", &Options::kv_threshold, Range::OpenClosed(0, 1),
+                                      "KV-cache use (0-1) at which an endpoint counts as full")
+                              .Duration("metricsStalenessThreshold", &Options::staleness_us, Range::Above(0),
+                                        "metrics older than this count the endpoint as full")
+                              .Number("headroom", &Options::headroom, Range::AtLeast(0),
+                                      "fraction over the thresholds still accepted (burst allowance)");
+  return *t;
+}
+
 // GIE's utilization detector (flowcontrol/saturationdetector/utilization).
 class UtilizationDetector : public Plugin, public SaturationDetector, public Filter {
  public:
-  struct Options {
-    double queue_threshold = 5;
-    double kv_threshold = 0.8;
-    int64_t staleness_us = 200000;  // 200 ms
-    double headroom = 0;
-  };
   UtilizationDetector(TypedName tn, Options o) : Plugin(std::move(tn)), o_(o) {}
   const SaturationDetector* AsSaturationDetector() const override { return this; }
   PluginInputs Consumes() const override { return {PluginInput::kWaitingQueue, PluginInput::kKvCacheUsage}; }
   const Filter* AsFilter() const override { return this; }
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    p.Set("queueDepthThreshold", Params::Number(o_.queue_threshold));
-    p.Set("kvCacheUtilThreshold", Params::Number(o_.kv_threshold));
-    p.Set("metricsStalenessThreshold", Params::String(absl::StrCat(o_.staleness_us / 1000.0, "ms")));
-    p.Set("headroom", Params::Number(o_.headroom));
-    return p;
-  }
+  Params EffectiveParams() const override { return Table().Effective(o_); }
 
   // mean over candidates of max(queue / Tq, kv / Tkv); stale or missing metrics count 1.
   double Saturation(const SchedulingContext& ctx, Candidates candidates) const override {
@@ -80,20 +89,10 @@ class UtilizationDetector : public Plugin, public SaturationDetector, public Fil
 
 }  // namespace
 
+PluginSchema UtilizationDetectorSchema() { return Table().Schema(); }
+
 PluginOr CreateUtilizationDetector(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"queueDepthThreshold", "kvCacheUtilThreshold", "metricsStalenessThreshold", "headroom"}));
-  UtilizationDetector::Options o;
-  EPP_ASSIGN_OR_RETURN(o.queue_threshold, params.GetDouble("queueDepthThreshold", o.queue_threshold));
-  EPP_ASSIGN_OR_RETURN(o.kv_threshold, params.GetDouble("kvCacheUtilThreshold", o.kv_threshold));
-  EPP_ASSIGN_OR_RETURN(o.staleness_us, params.GetDurationMicros("metricsStalenessThreshold", o.staleness_us));
-  EPP_ASSIGN_OR_RETURN(o.headroom, params.GetDouble("headroom", o.headroom));
-  if (!(o.queue_threshold > 0))
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".queueDepthThreshold: must be > 0"));
-  if (!(o.kv_threshold > 0 && o.kv_threshold <= 1))
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".kvCacheUtilThreshold: must be in (0, 1]"));
-  if (!(o.headroom >= 0)) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".headroom: must be >= 0"));
-  if (o.staleness_us <= 0)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".metricsStalenessThreshold: must be > 0"));
+  EPP_ASSIGN_OR_RETURN(Options o, Table().Read(params));
   return std::make_unique<UtilizationDetector>(TN(kUtilizationDetectorType, name), o);
 }
 

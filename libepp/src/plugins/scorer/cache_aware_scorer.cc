@@ -34,6 +34,21 @@ struct CacheAwareOptions {
   int64_t max_tree_size = int64_t{1} << 26;
 };
 
+// The names and defaults of SGLang's cache-aware router (snake_case, as its configs spell them).
+const ParamTable<CacheAwareOptions>& Table() {
+  static const auto* t =
+      &(*new ParamTable<CacheAwareOptions>())
+           .Number("cache_threshold", &CacheAwareOptions::cache_threshold, Range::Closed(0, 1),
+                   "share of the prompt that must match for the holder to be chosen")
+           .Int("balance_abs_threshold", &CacheAwareOptions::balance_abs_threshold, Range::AtLeast(0),
+                "in-flight difference above which load decides (with balance_rel_threshold)")
+           .Number("balance_rel_threshold", &CacheAwareOptions::balance_rel_threshold, Range::AtLeast(0),
+                   "in-flight ratio above which load decides (with balance_abs_threshold)")
+           .Int("max_tree_size", &CacheAwareOptions::max_tree_size, Range::Above(0),
+                "characters one endpoint may hold in the prefix tree before eviction");
+  return *t;
+}
+
 class CacheAwareScorer : public Plugin, public Scorer, public RequestObserver, public EndpointState {
  public:
   CacheAwareScorer(TypedName tn, CacheAwareOptions o) : Plugin(std::move(tn)), o_(o) {}
@@ -41,14 +56,7 @@ class CacheAwareScorer : public Plugin, public Scorer, public RequestObserver, p
   PluginInputs Consumes() const override { return {PluginInput::kInflightLoad}; }
   const RequestObserver* AsRequestObserver() const override { return this; }
   ScorerCategory category() const override { return ScorerCategory::kAffinity; }
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    p.Set("cache_threshold", Params::Number(o_.cache_threshold));
-    p.Set("balance_abs_threshold", Params::Int(o_.balance_abs_threshold));
-    p.Set("balance_rel_threshold", Params::Number(o_.balance_rel_threshold));
-    p.Set("max_tree_size", Params::Int(o_.max_tree_size));
-    return p;
-  }
+  Params EffectiveParams() const override { return Table().Effective(o_); }
 
   void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
     const Decision d = Decide(ctx, candidates);
@@ -134,20 +142,10 @@ class CacheAwareScorer : public Plugin, public Scorer, public RequestObserver, p
 }  // namespace
 
 PluginOr CreateCacheAwareScorer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"cache_threshold", "balance_abs_threshold", "balance_rel_threshold", "max_tree_size"}));
-  CacheAwareOptions o;
-  EPP_ASSIGN_OR_RETURN(o.cache_threshold, params.GetDouble("cache_threshold", o.cache_threshold));
-  EPP_ASSIGN_OR_RETURN(o.balance_abs_threshold, params.GetInt("balance_abs_threshold", o.balance_abs_threshold));
-  EPP_ASSIGN_OR_RETURN(o.balance_rel_threshold, params.GetDouble("balance_rel_threshold", o.balance_rel_threshold));
-  EPP_ASSIGN_OR_RETURN(o.max_tree_size, params.GetInt("max_tree_size", o.max_tree_size));
-  if (o.cache_threshold < 0 || o.cache_threshold > 1)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".cache_threshold: must be in [0, 1]"));
-  if (o.balance_abs_threshold < 0)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".balance_abs_threshold: must be >= 0"));
-  if (o.balance_rel_threshold < 0)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".balance_rel_threshold: must be >= 0"));
-  if (o.max_tree_size <= 0) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".max_tree_size: must be > 0"));
+  EPP_ASSIGN_OR_RETURN(CacheAwareOptions o, Table().Read(params));
   return std::make_unique<CacheAwareScorer>(TypedName{std::string(kCacheAwareScorerType), name}, o);
 }
+
+PluginSchema CacheAwareScorerSchema() { return Table().Schema(); }
 
 }  // namespace epp::plugins

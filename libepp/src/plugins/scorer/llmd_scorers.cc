@@ -31,19 +31,30 @@ bool Cold(const SchedulingContext& ctx, Candidates candidates) {
 // (0 = least recent, over every endpoint in it) scores max(0, 1 - (never + p)/(N-1)), never = the
 // number of candidates not in the LRU. The LRU learns the primary (and prefill) target of each
 // cold request.
+struct NoHitLruOptions {
+  int64_t size = 1024;
+  std::string producer;
+};
+
+const ParamTable<NoHitLruOptions>& NoHitLruTable() {
+  static const auto* t =
+      &(*new ParamTable<NoHitLruOptions>())
+           .Int("lruSize", &NoHitLruOptions::size, Range::Any(), "endpoints remembered; non-positive means 1024")
+           .String("prefixMatchInfoProducerName", &NoHitLruOptions::producer, "the prefix producer whose matches are read")
+           .OmitEmpty()
+           .Ignored("prefixPluginType", ParamType::kString, "llm-d's older reference to the prefix plugin; ignored")
+           .Ignored("prefixPluginName", ParamType::kString, "llm-d's older reference to the prefix plugin; ignored");
+  return *t;
+}
+
 class NoHitLruScorer : public Plugin, public Scorer, public RequestObserver, public EndpointState {
  public:
-  NoHitLruScorer(TypedName tn, int64_t size, std::string producer)
-      : Plugin(std::move(tn)), size_(size), producer_(std::move(producer)) {}
+  NoHitLruScorer(TypedName tn, NoHitLruOptions o) : Plugin(std::move(tn)), o_(std::move(o)) {}
   const Scorer* AsScorer() const override { return this; }
   const RequestObserver* AsRequestObserver() const override { return this; }
   PluginInputs Consumes() const override { return {PluginInput::kPrefixMatch}; }
   ScorerCategory category() const override { return ScorerCategory::kDistribution; }
-  Params EffectiveParams() const override {
-    Params p = Params::Map().Set("lruSize", Params::Int(size_));
-    if (!producer_.empty()) p.Set("prefixMatchInfoProducerName", Params::String(producer_));
-    return p;
-  }
+  Params EffectiveParams() const override { return NoHitLruTable().Effective(o_); }
 
   void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
     const size_t n = candidates.size();
@@ -88,7 +99,7 @@ class NoHitLruScorer : public Plugin, public Scorer, public RequestObserver, pub
     if (it != pos_.end()) lru_.erase(it->second);
     lru_.push_back(picked.address);
     pos_[picked.address] = std::prev(lru_.end());
-    while (static_cast<int64_t>(lru_.size()) > size_) {
+    while (static_cast<int64_t>(lru_.size()) > o_.size) {
       pos_.erase(lru_.front());
       lru_.pop_front();
     }
@@ -102,8 +113,7 @@ class NoHitLruScorer : public Plugin, public Scorer, public RequestObserver, pub
   }
 
  private:
-  int64_t size_;
-  std::string producer_;
+  NoHitLruOptions o_;
   mutable std::mutex mu_;
   mutable std::list<std::string> lru_;  // least recent first
   mutable std::unordered_map<std::string, std::list<std::string>::iterator> pos_;
@@ -111,13 +121,24 @@ class NoHitLruScorer : public Plugin, public Scorer, public RequestObserver, pub
 
 // load-aware-scorer: 0.5 for an empty queue, else 0.5 x (1 - min(queue, threshold) / threshold);
 // 0 without the metric.
+struct LoadAwareOptions {
+  int64_t threshold = 128;
+};
+
+const ParamTable<LoadAwareOptions>& LoadAwareTable() {
+  static const auto* t = &(*new ParamTable<LoadAwareOptions>())
+                              .Int("threshold", &LoadAwareOptions::threshold, Range::Any(),
+                                   "waiting requests at which an endpoint scores 0; non-positive means 128");
+  return *t;
+}
+
 class LoadAwareScorer : public Plugin, public Scorer {
  public:
-  LoadAwareScorer(TypedName tn, int64_t threshold) : Plugin(std::move(tn)), threshold_(threshold) {}
+  LoadAwareScorer(TypedName tn, LoadAwareOptions o) : Plugin(std::move(tn)), threshold_(o.threshold) {}
   const Scorer* AsScorer() const override { return this; }
   PluginInputs Consumes() const override { return {PluginInput::kWaitingQueue}; }
   ScorerCategory category() const override { return ScorerCategory::kDistribution; }
-  Params EffectiveParams() const override { return Params::Map().Set("threshold", Params::Int(threshold_)); }
+  Params EffectiveParams() const override { return LoadAwareTable().Effective(LoadAwareOptions{threshold_}); }
   void Score(const SchedulingContext&, Candidates candidates, std::span<double> scores) const override {
     for (size_t i = 0; i < candidates.size(); ++i) scores[i] = Of(*candidates[i]);
   }
@@ -140,17 +161,35 @@ class LoadAwareScorer : public Plugin, public Scorer {
 // active-request-scorer: requests epp has in flight per endpoint (the in-flight load llm-d's
 // inflight-load-producer counts); max = the most among the candidates. At most idleThreshold ->
 // 1, else (max - count) / max x maxBusyScore.
+struct ActiveRequestOptions {
+  int64_t idle = 0;
+  double max_busy = 1.0;
+  std::string producer;
+};
+
+const ParamTable<ActiveRequestOptions>& ActiveRequestTable() {
+  static const auto* t =
+      &(*new ParamTable<ActiveRequestOptions>())
+           .Int("idleThreshold", &ActiveRequestOptions::idle, Range::AtLeast(0),
+                "requests in flight at or below which an endpoint scores 1")
+           .Number("maxBusyScore", &ActiveRequestOptions::max_busy, Range::Any(),
+                   "the score of the least busy of the busy endpoints; values outside [0, 1] mean 1")
+           .String("inFlightLoadProducerName", &ActiveRequestOptions::producer, "the in-flight load producer read")
+           .OmitEmpty()
+           .Ignored("requestTimeout", ParamType::kDuration,
+                    "deprecated in llm-d and ignored: in-flight requests are released when their stream ends");
+  return *t;
+}
+
 class ActiveRequestScorer : public Plugin, public Scorer {
  public:
-  ActiveRequestScorer(TypedName tn, int64_t idle, double max_busy, std::string producer)
-      : Plugin(std::move(tn)), idle_(idle), max_busy_(max_busy), producer_(std::move(producer)) {}
+  ActiveRequestScorer(TypedName tn, ActiveRequestOptions o)
+      : Plugin(std::move(tn)), idle_(o.idle), max_busy_(o.max_busy), producer_(std::move(o.producer)) {}
   const Scorer* AsScorer() const override { return this; }
   PluginInputs Consumes() const override { return {PluginInput::kInflightLoad}; }
   ScorerCategory category() const override { return ScorerCategory::kDistribution; }
   Params EffectiveParams() const override {
-    Params p = Params::Map().Set("idleThreshold", Params::Int(idle_)).Set("maxBusyScore", Params::Number(max_busy_));
-    if (!producer_.empty()) p.Set("inFlightLoadProducerName", Params::String(producer_));
-    return p;
+    return ActiveRequestTable().Effective(ActiveRequestOptions{idle_, max_busy_, producer_});
   }
   void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
     int64_t most = 0;
@@ -173,31 +212,28 @@ class ActiveRequestScorer : public Plugin, public Scorer {
 }  // namespace
 
 PluginOr CreateNoHitLruScorer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"lruSize", "prefixMatchInfoProducerName", "prefixPluginType", "prefixPluginName"}));
-  EPP_ASSIGN_OR_RETURN(int64_t size, params.GetInt("lruSize", 1024));
-  if (size <= 0) size = 1024;  // llm-d: a non-positive size means the default
-  EPP_ASSIGN_OR_RETURN(std::string producer, params.GetString("prefixMatchInfoProducerName", ""));
-  return std::make_unique<NoHitLruScorer>(TN(kNoHitLruScorerType, name), size, std::move(producer));
+  EPP_ASSIGN_OR_RETURN(NoHitLruOptions o, NoHitLruTable().Read(params));
+  if (o.size <= 0) o.size = 1024;  // llm-d: a non-positive size means the default
+  return std::make_unique<NoHitLruScorer>(TN(kNoHitLruScorerType, name), std::move(o));
 }
 
 PluginOr CreateLoadAwareScorer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"threshold"}));
-  EPP_ASSIGN_OR_RETURN(int64_t threshold, params.GetInt("threshold", 128));
-  if (threshold <= 0) threshold = 128;
-  return std::make_unique<LoadAwareScorer>(TN(kLoadAwareScorerType, name), threshold);
+  EPP_ASSIGN_OR_RETURN(LoadAwareOptions o, LoadAwareTable().Read(params));
+  if (o.threshold <= 0) o.threshold = 128;
+  return std::make_unique<LoadAwareScorer>(TN(kLoadAwareScorerType, name), o);
 }
 
 PluginOr CreateActiveRequestScorer(const std::string& name, const Params& params, const PluginContext& ctx) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"idleThreshold", "maxBusyScore", "inFlightLoadProducerName", "requestTimeout"}));
-  EPP_ASSIGN_OR_RETURN(int64_t idle, params.GetInt("idleThreshold", 0));
-  if (idle < 0) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".idleThreshold: must be >= 0, got ", idle));
-  EPP_ASSIGN_OR_RETURN(double max_busy, params.GetDouble("maxBusyScore", 1.0));
-  if (!(max_busy >= 0 && max_busy <= 1)) max_busy = 1.0;  // llm-d ignores values outside [0, 1]
-  EPP_ASSIGN_OR_RETURN(std::string producer, params.GetString("inFlightLoadProducerName", ""));
+  EPP_ASSIGN_OR_RETURN(ActiveRequestOptions o, ActiveRequestTable().Read(params));
+  if (!(o.max_busy >= 0 && o.max_busy <= 1)) o.max_busy = 1.0;  // llm-d ignores values outside [0, 1]
   if (params.Has("requestTimeout") && ctx.warnings)
     ctx.warnings->push_back(absl::StrCat(params.path(), ".requestTimeout: deprecated in llm-d and ignored (in-flight "
                                          "requests are released when their stream ends)"));
-  return std::make_unique<ActiveRequestScorer>(TN(kActiveRequestScorerType, name), idle, max_busy, std::move(producer));
+  return std::make_unique<ActiveRequestScorer>(TN(kActiveRequestScorerType, name), std::move(o));
 }
+
+PluginSchema NoHitLruScorerSchema() { return NoHitLruTable().Schema(); }
+PluginSchema LoadAwareScorerSchema() { return LoadAwareTable().Schema(); }
+PluginSchema ActiveRequestScorerSchema() { return ActiveRequestTable().Schema(); }
 
 }  // namespace epp::plugins

@@ -48,13 +48,24 @@ int64_t MatchedTokens(const SchedulingContext& ctx, const Endpoint& e, int64_t p
   return std::min<int64_t>(prompt, static_cast<int64_t>(ctx.PrefixMatchBlocks(&e)) * ctx.prefix.block_size_tokens);
 }
 
+struct VllmLoadAwareOptions {
+  double beta = 1.0;
+};
+
+const ParamTable<VllmLoadAwareOptions>& VllmLoadAwareTable() {
+  static const auto* t = &(*new ParamTable<VllmLoadAwareOptions>())
+                              .Number("beta", &VllmLoadAwareOptions::beta, Range::AtLeast(0),
+                                      "weight of the load term against the matched share of the prompt");
+  return *t;
+}
+
 class VllmLoadAwareScorer : public Plugin, public Scorer {
  public:
-  VllmLoadAwareScorer(TypedName tn, double beta) : Plugin(std::move(tn)), beta_(beta) {}
+  VllmLoadAwareScorer(TypedName tn, VllmLoadAwareOptions o) : Plugin(std::move(tn)), beta_(o.beta) {}
   const Scorer* AsScorer() const override { return this; }
   PluginInputs Consumes() const override { return {PluginInput::kPrefixMatch, PluginInput::kInflightLoad}; }
   ScorerCategory category() const override { return ScorerCategory::kAffinity; }
-  Params EffectiveParams() const override { return Params::Map().Set("beta", Params::Number(beta_)); }
+  Params EffectiveParams() const override { return VllmLoadAwareTable().Effective(VllmLoadAwareOptions{beta_}); }
   void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
     const double mean = MeanLoad(ctx, candidates);
     for (size_t i = 0; i < candidates.size(); ++i) scores[i] = Value(ctx, *candidates[i], mean);
@@ -83,28 +94,46 @@ class VllmLoadAwareScorer : public Plugin, public Scorer {
   mutable std::atomic<double> last_mean_{0};  // the last cycle's mean, for Explain (which sees no candidates)
 };
 
+struct DynamoKvCostOptions {
+  double scale = 1.0;
+  double rate = 20000;
+  int block = 16;
+  std::string model = "drain";  // prefillLoadModel
+  double timeout_ms = 30000;
+};
+
+const ParamTable<DynamoKvCostOptions>& DynamoKvCostTable() {
+  static const auto* t =
+      &(*new ParamTable<DynamoKvCostOptions>())
+           .Number("prefillLoadScale", &DynamoKvCostOptions::scale, Range::AtLeast(0),
+                   "weight of the prefill blocks against the decode blocks")
+           .Number("prefillTokensPerSecond", &DynamoKvCostOptions::rate, Range::Above(0),
+                   "rate at which placed prefill drains (prefillLoadModel drain)")
+           .Int("blockSize", &DynamoKvCostOptions::block, Range::Closed(1, 4096), "tokens per KV block")
+           .String("prefillLoadModel", &DynamoKvCostOptions::model,
+                   "drain: prefill drains at prefillTokensPerSecond; firstToken: held until the first token",
+                   {"drain", "firstToken"})
+           .Number("firstTokenTimeoutMs", &DynamoKvCostOptions::timeout_ms, Range::OpenClosed(0, 3.6e6),
+                   "with firstToken: prefill dropped after this long without a first token");
+  return *t;
+}
+
 class DynamoKvCostScorer : public Plugin, public Scorer, public RequestObserver, public FirstTokenObserver, public EndpointState {
  public:
-  DynamoKvCostScorer(TypedName tn, double scale, double rate, int block, bool until_first_token, int64_t timeout_us)
+  DynamoKvCostScorer(TypedName tn, DynamoKvCostOptions o)
       : Plugin(std::move(tn)),
-        scale_(scale),
-        rate_(rate),
-        block_(block),
-        until_first_token_(until_first_token),
-        timeout_us_(timeout_us),
-        queues_(rate) {}
+        o_(o),
+        scale_(o.scale),
+        rate_(o.rate),
+        block_(o.block),
+        until_first_token_(o.model == "firstToken"),
+        timeout_us_(static_cast<int64_t>(o.timeout_ms * 1000)),
+        queues_(o.rate) {}
   const Scorer* AsScorer() const override { return this; }
   const RequestObserver* AsRequestObserver() const override { return this; }
   PluginInputs Consumes() const override { return {PluginInput::kPrefixMatch, PluginInput::kInflightLoad}; }
   ScorerCategory category() const override { return ScorerCategory::kDistribution; }
-  Params EffectiveParams() const override {
-    return Params::Map()
-        .Set("prefillLoadScale", Params::Number(scale_))
-        .Set("prefillTokensPerSecond", Params::Number(rate_))
-        .Set("blockSize", Params::Int(block_))
-        .Set("prefillLoadModel", Params::String(until_first_token_ ? "firstToken" : "drain"))
-        .Set("firstTokenTimeoutMs", Params::Number(static_cast<double>(timeout_us_) / 1000.0));
-  }
+  Params EffectiveParams() const override { return DynamoKvCostTable().Effective(o_); }
   void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < candidates.size(); ++i) scores[i] = -CostLocked(ctx, *candidates[i]).cost;
@@ -175,6 +204,7 @@ class DynamoKvCostScorer : public Plugin, public Scorer, public RequestObserver,
     c.uncached_tokens = std::max(0.0, static_cast<double>(prompt) - overlap * bs);
     return c;
   }
+  const DynamoKvCostOptions o_;  // as configured, for EffectiveParams
   const double scale_, rate_;
   const int block_;
   const bool until_first_token_;
@@ -188,30 +218,16 @@ class DynamoKvCostScorer : public Plugin, public Scorer, public RequestObserver,
 }  // namespace
 
 PluginOr CreateVllmLoadAwareScorer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"beta"}));
-  EPP_ASSIGN_OR_RETURN(double beta, params.GetDouble("beta", 1.0));
-  if (!(beta >= 0) || !std::isfinite(beta)) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".beta: must be >= 0"));
-  return std::make_unique<VllmLoadAwareScorer>(TN(kVllmLoadAwareScorerType, name), beta);
+  EPP_ASSIGN_OR_RETURN(VllmLoadAwareOptions o, VllmLoadAwareTable().Read(params));
+  return std::make_unique<VllmLoadAwareScorer>(TN(kVllmLoadAwareScorerType, name), o);
 }
 
 PluginOr CreateDynamoKvCostScorer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"prefillLoadScale", "prefillTokensPerSecond", "blockSize", "prefillLoadModel", "firstTokenTimeoutMs"}));
-  EPP_ASSIGN_OR_RETURN(std::string model, params.GetString("prefillLoadModel", "drain"));
-  EPP_ASSIGN_OR_RETURN(double timeout_ms, params.GetDouble("firstTokenTimeoutMs", 30000));
-  if (model != "drain" && model != "firstToken")
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".prefillLoadModel: expected drain or firstToken, got '", model, "'"));
-  if (!(timeout_ms > 0) || !std::isfinite(timeout_ms) || timeout_ms > 3.6e6)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".firstTokenTimeoutMs: must be in (0, 3600000]"));
-  EPP_ASSIGN_OR_RETURN(double scale, params.GetDouble("prefillLoadScale", 1.0));
-  EPP_ASSIGN_OR_RETURN(double rate, params.GetDouble("prefillTokensPerSecond", 20000));
-  EPP_ASSIGN_OR_RETURN(int64_t block, params.GetInt("blockSize", 16));
-  if (!(scale >= 0) || !std::isfinite(scale))
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".prefillLoadScale: must be >= 0"));
-  if (!(rate > 0) || !std::isfinite(rate))
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".prefillTokensPerSecond: must be > 0"));
-  if (block < 1 || block > 4096) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".blockSize: must be in [1, 4096]"));
-  return std::make_unique<DynamoKvCostScorer>(TN(kDynamoKvCostScorerType, name), scale, rate, static_cast<int>(block),
-                                              model == "firstToken", static_cast<int64_t>(timeout_ms * 1000));
+  EPP_ASSIGN_OR_RETURN(DynamoKvCostOptions o, DynamoKvCostTable().Read(params));
+  return std::make_unique<DynamoKvCostScorer>(TN(kDynamoKvCostScorerType, name), std::move(o));
 }
+
+PluginSchema VllmLoadAwareScorerSchema() { return VllmLoadAwareTable().Schema(); }
+PluginSchema DynamoKvCostScorerSchema() { return DynamoKvCostTable().Schema(); }
 
 }  // namespace epp::plugins

@@ -43,6 +43,20 @@ PluginOr CreateDynamoKvCostScorer(const std::string& name, const Params& params,
 PluginOr CreateSessionAffinityScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateSessionAffinityFilter(const std::string& name, const Params& params, const PluginContext& ctx);
 
+// Declared parameters (ParamTable::Schema()) of the types above that take any; the others use
+// NoParamsSchema().
+PluginSchema TokenLoadScorerSchema();
+PluginSchema PrefixCacheScorerSchema();
+PluginSchema CacheAwareScorerSchema();
+PluginSchema NoHitLruScorerSchema();
+PluginSchema LoadAwareScorerSchema();
+PluginSchema ActiveRequestScorerSchema();
+PluginSchema EstimatedTtftScorerSchema();
+PluginSchema VllmLoadAwareScorerSchema();
+PluginSchema DynamoKvCostScorerSchema();
+PluginSchema SessionAffinityScorerSchema();
+PluginSchema SessionAffinityFilterSchema();
+
 // The prefix ratio GIE's prefix scorer computes (also the affinity filter's and explain's).
 double PrefixRatio(int match_blocks, int total_blocks);
 

@@ -109,45 +109,67 @@ class LoraAffinityScorer : public Plugin, public Scorer {
   }
 };
 
+// GIE's default: 4 Mi tokens in flight saturate the score (tokenload/token_load.go).
+struct TokenLoadOptions {
+  int64_t threshold = 4194304;
+};
+
+const ParamTable<TokenLoadOptions>& TokenLoadTable() {
+  static const auto* t = &(*new ParamTable<TokenLoadOptions>())
+                              .Int("queueThresholdTokens", &TokenLoadOptions::threshold, Range::Above(0),
+                                   "tokens in flight at which an endpoint scores 0");
+  return *t;
+}
+
 class TokenLoadScorer : public Plugin, public Scorer {
  public:
-  TokenLoadScorer(TypedName tn, int64_t threshold) : Plugin(std::move(tn)), threshold_(threshold) {}
+  TokenLoadScorer(TypedName tn, TokenLoadOptions o) : Plugin(std::move(tn)), o_(o) {}
   const Scorer* AsScorer() const override { return this; }
   PluginInputs Consumes() const override { return {PluginInput::kInflightLoad}; }
   ScorerCategory category() const override { return ScorerCategory::kDistribution; }
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    p.Set("queueThresholdTokens", Params::Int(threshold_));
-    return p;
-  }
+  Params EffectiveParams() const override { return TokenLoadTable().Effective(o_); }
   void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
     for (size_t i = 0; i < candidates.size(); ++i) {
       const double t = static_cast<double>(ctx.InflightTokens(candidates[i]));
-      scores[i] = 1.0 - std::min(1.0, t / static_cast<double>(threshold_));
+      scores[i] = 1.0 - std::min(1.0, t / static_cast<double>(o_.threshold));
     }
   }
   std::string Explain(const SchedulingContext& ctx, const Endpoint& e) const override {
-    return absl::StrCat(ctx.InflightTokens(&e), " tokens in flight of ", threshold_);
+    return absl::StrCat(ctx.InflightTokens(&e), " tokens in flight of ", o_.threshold);
   }
 
  private:
-  int64_t threshold_;
+  TokenLoadOptions o_;
 };
+
+struct PrefixCacheOptions {
+  double weight = 0.0;
+  int64_t scale_tokens = 8192;
+  std::string producer;
+};
+
+// GIE's prefix scorer, with llm-d's match-length weighting (0: GIE's plain ratio).
+const ParamTable<PrefixCacheOptions>& PrefixCacheTable() {
+  static const auto* t =
+      &(*new ParamTable<PrefixCacheOptions>())
+           .Number("matchLengthWeight", &PrefixCacheOptions::weight, Range::Closed(0, 1),
+                   "share of the score given to the matched length (squared, up to matchLengthScaleTokens); "
+                   "0: the match ratio alone")
+           .Int("matchLengthScaleTokens", &PrefixCacheOptions::scale_tokens, Range::Above(0),
+                "matched tokens that count as a full-length match")
+           .String("prefixMatchInfoProducerName", &PrefixCacheOptions::producer,
+                   "the prefix producer whose matches are read; must name the one in use")
+           .OmitEmpty();
+  return *t;
+}
 
 class PrefixCacheScorer : public Plugin, public Scorer {
  public:
-  PrefixCacheScorer(TypedName tn, double w, int64_t scale, std::string producer)
-      : Plugin(std::move(tn)), weight_(w), scale_tokens_(scale), producer_(std::move(producer)) {}
+  PrefixCacheScorer(TypedName tn, PrefixCacheOptions o) : Plugin(std::move(tn)), o_(std::move(o)) {}
   const Scorer* AsScorer() const override { return this; }
   PluginInputs Consumes() const override { return {PluginInput::kPrefixMatch}; }
   ScorerCategory category() const override { return ScorerCategory::kAffinity; }
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    p.Set("matchLengthWeight", Params::Number(weight_));
-    p.Set("matchLengthScaleTokens", Params::Int(scale_tokens_));
-    if (!producer_.empty()) p.Set("prefixMatchInfoProducerName", Params::String(producer_));
-    return p;
-  }
+  Params EffectiveParams() const override { return PrefixCacheTable().Effective(o_); }
   void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
     for (size_t i = 0; i < candidates.size(); ++i) scores[i] = Value(ctx, candidates[i]);
   }
@@ -166,16 +188,13 @@ class PrefixCacheScorer : public Plugin, public Scorer {
     if (!ctx.prefix.computed || total == 0) return 0.0;
     const int m = ctx.PrefixMatchBlocks(e);
     const double ratio = PrefixRatio(m, total);
-    if (weight_ <= 0) return ratio;
+    if (o_.weight <= 0) return ratio;
     const double len = std::min(1.0, static_cast<double>(m) * ctx.prefix.block_size_tokens /
-                                         static_cast<double>(scale_tokens_));
-    return weight_ * len * len + (1.0 - weight_) * ratio;
+                                         static_cast<double>(o_.scale_tokens));
+    return o_.weight * len * len + (1.0 - o_.weight) * ratio;
   }
-  double weight_;
-  int64_t scale_tokens_;
-  std::string producer_;
+  PrefixCacheOptions o_;
 };
-
 
 }  // namespace
 
@@ -184,47 +203,40 @@ double PrefixRatio(int match_blocks, int total_blocks) {
 }
 
 PluginOr CreateQueueScorer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  EPP_RETURN_IF_ERROR(ReadNoParams(params));
   return std::make_unique<MinMaxScorer>(
       TN(kQueueScorerType, name), [](const Endpoint& e) { return e.metrics.waiting_queue_size; }, "queue",
       PluginInput::kWaitingQueue);
 }
 
 PluginOr CreateRunningRequestsScorer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  EPP_RETURN_IF_ERROR(ReadNoParams(params));
   return std::make_unique<MinMaxScorer>(
       TN(kRunningRequestsScorerType, name), [](const Endpoint& e) { return e.metrics.running_requests; },
       "running", PluginInput::kRunningRequests);
 }
 
 PluginOr CreateKvCacheScorer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  EPP_RETURN_IF_ERROR(ReadNoParams(params));
   return std::make_unique<KvCacheScorer>(TN(kKvCacheScorerType, name));
 }
 
 PluginOr CreateLoraAffinityScorer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({}));
+  EPP_RETURN_IF_ERROR(ReadNoParams(params));
   return std::make_unique<LoraAffinityScorer>(TN(kLoraAffinityScorerType, name));
 }
 
-// GIE's default: 4 Mi tokens in flight saturate the score (tokenload/token_load.go).
-constexpr int64_t kDefaultQueueThresholdTokens = 4194304;
-
 PluginOr CreateTokenLoadScorer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"queueThresholdTokens"}));
-  EPP_ASSIGN_OR_RETURN(int64_t t, params.GetInt("queueThresholdTokens", kDefaultQueueThresholdTokens));
-  if (t <= 0) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".queueThresholdTokens: must be > 0"));
-  return std::make_unique<TokenLoadScorer>(TN(kTokenLoadScorerType, name), t);
+  EPP_ASSIGN_OR_RETURN(TokenLoadOptions o, TokenLoadTable().Read(params));
+  return std::make_unique<TokenLoadScorer>(TN(kTokenLoadScorerType, name), o);
 }
 
 PluginOr CreatePrefixCacheScorer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"matchLengthWeight", "matchLengthScaleTokens", "prefixMatchInfoProducerName"}));
-  EPP_ASSIGN_OR_RETURN(double w, params.GetDouble("matchLengthWeight", 0.0));
-  EPP_ASSIGN_OR_RETURN(int64_t scale, params.GetInt("matchLengthScaleTokens", 8192));
-  EPP_ASSIGN_OR_RETURN(std::string producer, params.GetString("prefixMatchInfoProducerName", ""));
-  if (w < 0 || w > 1) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".matchLengthWeight: must be in [0, 1]"));
-  if (scale <= 0) return absl::InvalidArgumentError(absl::StrCat(params.path(), ".matchLengthScaleTokens: must be > 0"));
-  return std::make_unique<PrefixCacheScorer>(TN(kPrefixCacheScorerType, name), w, scale, producer);
+  EPP_ASSIGN_OR_RETURN(PrefixCacheOptions o, PrefixCacheTable().Read(params));
+  return std::make_unique<PrefixCacheScorer>(TN(kPrefixCacheScorerType, name), std::move(o));
 }
+
+PluginSchema TokenLoadScorerSchema() { return TokenLoadTable().Schema(); }
+PluginSchema PrefixCacheScorerSchema() { return PrefixCacheTable().Schema(); }
 
 }  // namespace epp::plugins

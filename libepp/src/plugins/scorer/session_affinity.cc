@@ -33,6 +33,9 @@ struct SessionOptions {
   int64_t ttl_us = 300'000'000, sweep_us = 10'000'000;
 };
 
+// The scorer's or the filter's parameter table (below the class; they differ in error text).
+const ParamTable<SessionOptions>& Table(std::string_view type);
+
 class SessionAffinity : public Plugin,
                         public Scorer,
                         public Filter,
@@ -45,29 +48,7 @@ class SessionAffinity : public Plugin,
   const RequestObserver* AsRequestObserver() const override { return o_.session_id ? this : nullptr; }
   const ResponseHeaderSource* AsResponseHeaderSource() const override { return o_.session_id ? nullptr : this; }
 
-  Params EffectiveParams() const override {
-    Params p = Params::Map();
-    p.Set("strategy", Params::String(o_.session_id ? "session_id" : "encoded_endpoint_header"));
-    if (!o_.profile.empty()) p.Set("profileName", Params::String(o_.profile));
-    if (o_.session_id) {
-      Params sc = Params::Map();
-      Params sources = Params::List();
-      for (const std::string& h : o_.id_headers) {
-        Params s = Params::Map();
-        s.Set("header", Params::String(h));
-        sources.Append(std::move(s));
-      }
-      sc.Set("sources", std::move(sources));
-      sc.Set("evictionTtlSeconds", Params::Number(static_cast<double>(o_.ttl_us) / 1e6));
-      sc.Set("evictionSweepSeconds", Params::Number(static_cast<double>(o_.sweep_us) / 1e6));
-      p.Set("sessionIdConfig", std::move(sc));
-    } else {
-      Params hc = Params::Map();
-      hc.Set("header", Params::String(o_.header));
-      p.Set("encodedEndpointHeaderConfig", std::move(hc));
-    }
-    return p;
-  }
+  Params EffectiveParams() const override { return Table(type()).Effective(o_); }
 
   ScorerCategory category() const override { return ScorerCategory::kAffinity; }
   void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
@@ -197,50 +178,96 @@ class SessionAffinity : public Plugin,
   mutable int64_t last_sweep_us_ = 0;
 };
 
+absl::Status Bad(const Params& at, std::string_view key, std::string_view what, const std::string& msg) {
+  return absl::InvalidArgumentError(absl::StrCat(at.path(), ".", std::string(key), ": ", msg, " (", std::string(what), ")"));
+}
+
+// A header name as compared: lower case, no surrounding blanks.
+std::string HeaderName(std::string h) { return absl::AsciiStrToLower(absl::StripAsciiWhitespace(h)); }
+
+// The table of the scorer or the filter (`what`: the type, named in their errors). Read in
+// declaration order: sessionIdConfig counts only with strategy session_id.
+ParamTable<SessionOptions>* MakeTable(std::string what) {
+  auto* t = new ParamTable<SessionOptions>();
+  t->Custom("strategy", ParamType::kString, "encoded_endpoint_header (stateless, the default) or session_id (bindings kept here)",
+            [what](const Params& v, SessionOptions& o) -> absl::Status {
+              EPP_ASSIGN_OR_RETURN(std::string strategy, v.AsString());
+              if (strategy != "encoded_endpoint_header" && strategy != "session_id")
+                return absl::InvalidArgumentError(absl::StrCat(v.path(), ": must be \"encoded_endpoint_header\" or \"session_id\", got \"",
+                                                               strategy, "\" (", what, ")"));
+              o.session_id = strategy == "session_id";
+              return absl::OkStatus();
+            },
+            [](const SessionOptions& o) { return Params::String(o.session_id ? "session_id" : "encoded_endpoint_header"); })
+      .String("profileName", &SessionOptions::profile,
+              "the profile whose endpoint the token names (encoded_endpoint_header); empty: the primary profile")
+      .OmitEmpty()
+      .Custom("encodedEndpointHeaderConfig", ParamType::kMap, "{header}: the request header carrying the token (x-session-token)",
+              [](const Params& v, SessionOptions& o) -> absl::Status {
+                EPP_RETURN_IF_ERROR(v.CheckKeys({"header"}));
+                EPP_ASSIGN_OR_RETURN(std::string h, v.GetString("header", o.header));
+                h = HeaderName(h);
+                if (!h.empty()) o.header = h;
+                return absl::OkStatus();
+              },
+              [](const SessionOptions& o) {
+                if (o.session_id) return Params();
+                return Params::Map().Set("header", Params::String(o.header));
+              })
+      .Custom("sessionIdConfig", ParamType::kMap,
+              "{sources: [{header}], evictionTtlSeconds (300), evictionSweepSeconds (10)}: with strategy session_id",
+              [what](const Params& sc, SessionOptions& o) -> absl::Status {
+                if (!o.session_id) return absl::OkStatus();
+                EPP_RETURN_IF_ERROR(sc.CheckKeys({"sources", "evictionTtlSeconds", "evictionSweepSeconds"}));
+                if (const Params* sources = sc.Find("sources"); sources && !sources->is_null()) {
+                  if (sources->kind() != Params::Kind::kList)
+                    return Bad(sc, "sources", what, "expected a list of {header} or {attribute}");
+                  std::vector<std::string> headers;
+                  for (const Params& s : sources->items()) {
+                    EPP_RETURN_IF_ERROR(s.CheckKeys({"header", "attribute", "producer"}));
+                    const bool has_header = s.Has("header"), has_attr = s.Has("attribute");
+                    if (has_header == has_attr) return Bad(s, "", what, "exactly one of header or attribute must be set");
+                    if (has_attr)
+                      return Bad(s, "attribute", what,
+                                 "request attributes (session-id-producer, agent-identity) are not implemented; name the header");
+                    EPP_ASSIGN_OR_RETURN(std::string h, s.GetString("header", ""));
+                    h = HeaderName(h);
+                    if (h.empty()) return Bad(s, "header", what, "must not be empty");
+                    headers.push_back(std::move(h));
+                  }
+                  if (!headers.empty()) o.id_headers = std::move(headers);
+                }
+                EPP_ASSIGN_OR_RETURN(double ttl, sc.GetDouble("evictionTtlSeconds", 0));
+                EPP_ASSIGN_OR_RETURN(double sweep, sc.GetDouble("evictionSweepSeconds", 0));
+                if (!(ttl >= 0 && ttl <= 1e9)) return Bad(sc, "evictionTtlSeconds", what, "must be in [0, 1e9] (0: the default, 300)");
+                if (!(sweep >= 0 && sweep <= 1e9)) return Bad(sc, "evictionSweepSeconds", what, "must be in [0, 1e9] (0: the default, 10)");
+                if (ttl > 0) o.ttl_us = static_cast<int64_t>(ttl * 1e6);  // 0: the default, as in llm-d
+                if (sweep > 0) o.sweep_us = static_cast<int64_t>(sweep * 1e6);
+                return absl::OkStatus();
+              },
+              [](const SessionOptions& o) {
+                if (!o.session_id) return Params();
+                Params sources = Params::List();
+                for (const std::string& h : o.id_headers) sources.Append(Params::Map().Set("header", Params::String(h)));
+                return Params::Map()
+                    .Set("sources", std::move(sources))
+                    .Set("evictionTtlSeconds", Params::Number(static_cast<double>(o.ttl_us) / 1e6))
+                    .Set("evictionSweepSeconds", Params::Number(static_cast<double>(o.sweep_us) / 1e6));
+              });
+  return t;
+}
+
+const ParamTable<SessionOptions>& Table(std::string_view type) {
+  static const ParamTable<SessionOptions>* scorer = MakeTable(std::string(kSessionAffinityScorerType));
+  static const ParamTable<SessionOptions>* filter = MakeTable(std::string(kSessionAffinityFilterType));
+  return type == kSessionAffinityFilterType ? *filter : *scorer;
+}
+
 absl::StatusOr<SessionOptions> ReadSessionOptions(const Params& params, std::string_view what) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"strategy", "profileName", "encodedEndpointHeaderConfig", "sessionIdConfig"}));
-  SessionOptions o;
-  auto bad = [&](const Params& at, std::string_view key, const std::string& msg) {
-    return absl::InvalidArgumentError(absl::StrCat(at.path(), ".", std::string(key), ": ", msg, " (", std::string(what), ")"));
-  };
-  EPP_ASSIGN_OR_RETURN(std::string strategy, params.GetString("strategy", "encoded_endpoint_header"));
-  if (strategy != "encoded_endpoint_header" && strategy != "session_id")
-    return bad(params, "strategy", "must be \"encoded_endpoint_header\" or \"session_id\", got \"" + strategy + "\"");
-  o.session_id = strategy == "session_id";
-  EPP_ASSIGN_OR_RETURN(o.profile, params.GetString("profileName", ""));
+  EPP_ASSIGN_OR_RETURN(SessionOptions o, Table(what).Read(params));
   if (o.session_id && !o.profile.empty())
-    return bad(params, "profileName", "with strategy session_id, sessions bind the primary profile's endpoint only (not implemented for other profiles)");
-  if (const Params* hc = params.Find("encodedEndpointHeaderConfig"); hc && !hc->is_null()) {
-    EPP_RETURN_IF_ERROR(hc->CheckKeys({"header"}));
-    EPP_ASSIGN_OR_RETURN(std::string h, hc->GetString("header", o.header));
-    h = absl::AsciiStrToLower(absl::StripAsciiWhitespace(h));
-    if (!h.empty()) o.header = h;
-  }
-  if (const Params* sc = params.Find("sessionIdConfig"); sc && !sc->is_null() && o.session_id) {
-    EPP_RETURN_IF_ERROR(sc->CheckKeys({"sources", "evictionTtlSeconds", "evictionSweepSeconds"}));
-    if (const Params* sources = sc->Find("sources"); sources && !sources->is_null()) {
-      if (sources->kind() != Params::Kind::kList) return bad(*sc, "sources", "expected a list of {header} or {attribute}");
-      std::vector<std::string> headers;
-      for (const Params& s : sources->items()) {
-        EPP_RETURN_IF_ERROR(s.CheckKeys({"header", "attribute", "producer"}));
-        const bool has_header = s.Has("header"), has_attr = s.Has("attribute");
-        if (has_header == has_attr) return bad(s, "", "exactly one of header or attribute must be set");
-        if (has_attr)
-          return bad(s, "attribute", "request attributes (session-id-producer, agent-identity) are not implemented; name the header");
-        EPP_ASSIGN_OR_RETURN(std::string h, s.GetString("header", ""));
-        h = absl::AsciiStrToLower(absl::StripAsciiWhitespace(h));
-        if (h.empty()) return bad(s, "header", "must not be empty");
-        headers.push_back(std::move(h));
-      }
-      if (!headers.empty()) o.id_headers = std::move(headers);
-    }
-    EPP_ASSIGN_OR_RETURN(double ttl, sc->GetDouble("evictionTtlSeconds", 0));
-    EPP_ASSIGN_OR_RETURN(double sweep, sc->GetDouble("evictionSweepSeconds", 0));
-    if (!(ttl >= 0 && ttl <= 1e9)) return bad(*sc, "evictionTtlSeconds", "must be in [0, 1e9] (0: the default, 300)");
-    if (!(sweep >= 0 && sweep <= 1e9)) return bad(*sc, "evictionSweepSeconds", "must be in [0, 1e9] (0: the default, 10)");
-    if (ttl > 0) o.ttl_us = static_cast<int64_t>(ttl * 1e6);  // 0: the default, as in llm-d
-    if (sweep > 0) o.sweep_us = static_cast<int64_t>(sweep * 1e6);
-  }
+    return Bad(params, "profileName", what,
+               "with strategy session_id, sessions bind the primary profile's endpoint only (not implemented for other profiles)");
   return o;
 }
 
@@ -255,5 +282,8 @@ PluginOr CreateSessionAffinityFilter(const std::string& name, const Params& para
   EPP_ASSIGN_OR_RETURN(SessionOptions o, ReadSessionOptions(params, kSessionAffinityFilterType));
   return std::make_unique<SessionAffinity>(TN(kSessionAffinityFilterType, name), std::move(o), true);
 }
+
+PluginSchema SessionAffinityScorerSchema() { return Table(kSessionAffinityScorerType).Schema(); }
+PluginSchema SessionAffinityFilterSchema() { return Table(kSessionAffinityFilterType).Schema(); }
 
 }  // namespace epp::plugins

@@ -60,40 +60,86 @@ struct Calibration {
   double min_tokens = 256;  // smaller prefills are mostly step overhead: not sampled
 };
 
+struct TtftOptions {
+  double rate = 20000;  // prefillTokensPerSecond
+  double overhead_ms = 6;
+  double miss_penalty = 3;
+  double decode_ms_per_seq = 0.05;
+  double expected_output = 128;
+  bool use_waiting = false;
+  double staleness_ms = 200;
+  Calibration cal;
+};
+
+// The calibration counts are whole numbers that configs may write as "32.0".
+absl::Status WholeNumber(const Params& v, int& out) {
+  EPP_ASSIGN_OR_RETURN(double x, v.AsDouble());
+  if (!(x >= 1) || x > 100000 || x != std::floor(x))
+    return absl::InvalidArgumentError(absl::StrCat(v.path(), ": must be a whole number in [1, 100000]"));
+  out = static_cast<int>(x);
+  return absl::OkStatus();
+}
+
+const ParamTable<TtftOptions>& Table() {
+  static const auto* t =
+      &(*new ParamTable<TtftOptions>())
+           .Number("prefillTokensPerSecond", &TtftOptions::rate, Range::Above(0),
+                   "prefill rate assumed for every endpoint (the start when calibrating)")
+           .Number("stepOverheadMs", &TtftOptions::overhead_ms, Range::AtLeast(0), "fixed time per prefill step")
+           .Number("missPenalty", &TtftOptions::miss_penalty, Range::Closed(0, 1000),
+                   "weight of uncached tokens beyond the best candidate's, in prefill seconds")
+           .Number("decodeMsPerSequence", &TtftOptions::decode_ms_per_seq, Range::Closed(0, 1000),
+                   "decode time each running sequence adds per output token")
+           .Number("expectedOutputTokens", &TtftOptions::expected_output, Range::Closed(0, 1e7),
+                   "output tokens assumed per running sequence")
+           .Bool("useWaitingQueue", &TtftOptions::use_waiting,
+                 "add the server's waiting queue (fresh metrics only) to the placed prefill")
+           .Number("metricsStalenessMs", &TtftOptions::staleness_ms, Range::OpenClosed(0, 1e9),
+                   "metrics older than this are not used for the waiting queue")
+           .Custom("calibratePrefillRate", ParamType::kBool, "learn each endpoint's prefill rate from its first tokens",
+                   [](const Params& v, TtftOptions& o) -> absl::Status {
+                     EPP_ASSIGN_OR_RETURN(o.cal.enabled, v.AsBool());
+                     return absl::OkStatus();
+                   },
+                   [](const TtftOptions& o) { return Params::Bool(o.cal.enabled); })
+           .Custom("calibrationSamples", ParamType::kInt, "responses the learned rate is a percentile of (1-100000)",
+                   [](const Params& v, TtftOptions& o) { return WholeNumber(v, o.cal.samples); },
+                   [](const TtftOptions& o) { return Params::Number(o.cal.samples); })
+           .Custom("calibrationMinSamples", ParamType::kInt, "responses timed before the learned rate is used (1-100000)",
+                   [](const Params& v, TtftOptions& o) { return WholeNumber(v, o.cal.min_samples); },
+                   [](const TtftOptions& o) { return Params::Number(o.cal.min_samples); })
+           .Custom("calibrationMinTokens", ParamType::kNumber, "uncached prompt tokens a response needs to be timed (>= 1)",
+                   [](const Params& v, TtftOptions& o) -> absl::Status {
+                     EPP_ASSIGN_OR_RETURN(double x, v.AsDouble());
+                     if (!(x >= 1)) return absl::InvalidArgumentError(absl::StrCat(v.path(), ": must be >= 1"));
+                     o.cal.min_tokens = x;
+                     return absl::OkStatus();
+                   },
+                   [](const TtftOptions& o) { return Params::Number(o.cal.min_tokens); });
+  return *t;
+}
+
 class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver, public FirstTokenObserver, public EndpointState {
  public:
-  EstimatedTtftScorer(TypedName tn, double rate, double overhead_ms, double miss_penalty, double decode_ms_per_seq,
-                      double expected_output, bool use_waiting, int64_t staleness_us, Calibration cal)
+  EstimatedTtftScorer(TypedName tn, TtftOptions o)
       : Plugin(std::move(tn)),
-        cal_(cal),
-        rate_(rate),
-        overhead_ms_(overhead_ms),
-        miss_penalty_(miss_penalty),
-        decode_ms_per_seq_(decode_ms_per_seq),
-        expected_output_(expected_output),
-        use_waiting_(use_waiting),
-        staleness_us_(staleness_us),
-        queues_(rate) {}
+        o_(o),
+        cal_(o.cal),
+        rate_(o.rate),
+        overhead_ms_(o.overhead_ms),
+        miss_penalty_(o.miss_penalty),
+        decode_ms_per_seq_(o.decode_ms_per_seq),
+        expected_output_(o.expected_output),
+        use_waiting_(o.use_waiting),
+        staleness_us_(static_cast<int64_t>(o.staleness_ms * 1000)),
+        queues_(o.rate) {}
   const Scorer* AsScorer() const override { return this; }
   const RequestObserver* AsRequestObserver() const override { return this; }
   PluginInputs Consumes() const override {
     return {PluginInput::kPrefixMatch, PluginInput::kWaitingQueue, PluginInput::kInflightLoad};
   }
   ScorerCategory category() const override { return ScorerCategory::kDistribution; }
-  Params EffectiveParams() const override {
-    return Params::Map()
-        .Set("prefillTokensPerSecond", Params::Number(rate_))
-        .Set("stepOverheadMs", Params::Number(overhead_ms_))
-        .Set("missPenalty", Params::Number(miss_penalty_))
-        .Set("decodeMsPerSequence", Params::Number(decode_ms_per_seq_))
-        .Set("expectedOutputTokens", Params::Number(expected_output_))
-        .Set("useWaitingQueue", Params::Bool(use_waiting_))
-        .Set("metricsStalenessMs", Params::Number(static_cast<double>(staleness_us_) / 1000.0))
-        .Set("calibratePrefillRate", Params::Bool(cal_.enabled))
-        .Set("calibrationSamples", Params::Number(cal_.samples))
-        .Set("calibrationMinSamples", Params::Number(cal_.min_samples))
-        .Set("calibrationMinTokens", Params::Number(cal_.min_tokens));
-  }
+  Params EffectiveParams() const override { return Table().Effective(o_); }
 
   void Score(const SchedulingContext& ctx, Candidates candidates, std::span<double> scores) const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -215,6 +261,7 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
     return x;
   }
 
+  const TtftOptions o_;  // as configured, for EffectiveParams
   const Calibration cal_;
   const double rate_;
   const double overhead_ms_;
@@ -234,43 +281,10 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
 }  // namespace
 
 PluginOr CreateEstimatedTtftScorer(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(params.CheckKeys({"prefillTokensPerSecond", "stepOverheadMs", "missPenalty", "decodeMsPerSequence",
-                                        "expectedOutputTokens", "useWaitingQueue", "metricsStalenessMs", "calibratePrefillRate",
-                                        "calibrationSamples", "calibrationMinSamples", "calibrationMinTokens"}));
-  Calibration cal;
-  EPP_ASSIGN_OR_RETURN(cal.enabled, params.GetBool("calibratePrefillRate", false));
-  EPP_ASSIGN_OR_RETURN(double samples, params.GetDouble("calibrationSamples", 32));
-  EPP_ASSIGN_OR_RETURN(double min_samples, params.GetDouble("calibrationMinSamples", 4));
-  if (!(samples >= 1) || samples > 100000 || samples != std::floor(samples))
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".calibrationSamples: must be a whole number in [1, 100000]"));
-  if (!(min_samples >= 1) || min_samples > 100000 || min_samples != std::floor(min_samples))
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".calibrationMinSamples: must be a whole number in [1, 100000]"));
-  EPP_ASSIGN_OR_RETURN(cal.min_tokens, params.GetDouble("calibrationMinTokens", 256));
-  if (!(cal.min_tokens >= 1) || !std::isfinite(cal.min_tokens))
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".calibrationMinTokens: must be >= 1"));
-  cal.samples = static_cast<int>(samples);
-  cal.min_samples = static_cast<int>(min_samples);
-  EPP_ASSIGN_OR_RETURN(double rate, params.GetDouble("prefillTokensPerSecond", 20000));
-  EPP_ASSIGN_OR_RETURN(double overhead, params.GetDouble("stepOverheadMs", 6));
-  EPP_ASSIGN_OR_RETURN(double stale_ms, params.GetDouble("metricsStalenessMs", 200));
-  EPP_ASSIGN_OR_RETURN(double miss, params.GetDouble("missPenalty", 3));
-  EPP_ASSIGN_OR_RETURN(bool waiting, params.GetBool("useWaitingQueue", false));
-  EPP_ASSIGN_OR_RETURN(double decode_ms, params.GetDouble("decodeMsPerSequence", 0.05));
-  EPP_ASSIGN_OR_RETURN(double output, params.GetDouble("expectedOutputTokens", 128));
-  if (!(decode_ms >= 0) || !std::isfinite(decode_ms) || decode_ms > 1000)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".decodeMsPerSequence: must be in [0, 1000]"));
-  if (!(output >= 0) || !std::isfinite(output) || output > 1e7)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".expectedOutputTokens: must be in [0, 10000000]"));
-  if (!(miss >= 0) || !std::isfinite(miss) || miss > 1000)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".missPenalty: must be in [0, 1000]"));
-  if (!(rate > 0) || !std::isfinite(rate))
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".prefillTokensPerSecond: must be > 0"));
-  if (!(overhead >= 0) || !std::isfinite(overhead))
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".stepOverheadMs: must be >= 0"));
-  if (!(stale_ms > 0) || !std::isfinite(stale_ms) || stale_ms > 1e9)
-    return absl::InvalidArgumentError(absl::StrCat(params.path(), ".metricsStalenessMs: must be > 0"));
-  return std::make_unique<EstimatedTtftScorer>(TN(kEstimatedTtftScorerType, name), rate, overhead, miss, decode_ms, output,
-                                               waiting, static_cast<int64_t>(stale_ms * 1000), cal);
+  EPP_ASSIGN_OR_RETURN(TtftOptions o, Table().Read(params));
+  return std::make_unique<EstimatedTtftScorer>(TN(kEstimatedTtftScorerType, name), o);
 }
+
+PluginSchema EstimatedTtftScorerSchema() { return Table().Schema(); }
 
 }  // namespace epp::plugins
