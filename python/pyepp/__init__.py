@@ -9,8 +9,8 @@
   model in virtual time.
 - :class:`Scheduler`: libepp's scheduler built from an EndpointPickerConfig; ``pick()`` a
   :class:`Request` over :class:`Endpoint` values, ``explain()`` the :class:`PickResult`. Python
-  scorers and filters join through a :class:`PluginRegistry`; :func:`load_endpoints` reads an
-  endpoints file.
+  scorers and filters join through a :class:`PluginRegistry`; :func:`plugin_schema` describes a
+  plugin type's parameters; :func:`load_endpoints` reads an endpoints file.
 - :mod:`pyepp.extproc` / :func:`serve`: the ext_proc protocol (the Endpoint Picker a gateway
   calls): message streams from captures, a transport-free :class:`~pyepp.extproc.Session`, and
   an in-process gRPC server.
@@ -35,7 +35,7 @@ from .metrics import (
     extract_metrics,
     parse_prometheus,
 )
-from .scheduling import Endpoint, PickResult, PluginRegistry, Request, Scheduler, load_endpoints
+from .scheduling import Endpoint, PickResult, PluginRegistry, Request, Scheduler, load_endpoints, plugin_schema
 from .extproc import ServeHandle, serve
 from .routing import (SharedPrefix, gie_workloads, named_policies, replay, replay_html, replay_regions, replay_regions_text,
                       replay_text)
@@ -73,6 +73,7 @@ __all__ = [
     "PickResult",
     "Scheduler",
     "PluginRegistry",
+    "plugin_schema",
     "load_endpoints",
     "extproc",
     "serve",

@@ -462,6 +462,13 @@ class PluginRegistry:
     def __contains__(self, type_name: object) -> bool:
         return isinstance(type_name, str) and self._native.has(type_name)
 
+    def schema(self, type_name: str) -> Dict[str, Any]:
+        """The parameters ``type_name`` declares (see :func:`plugin_schema`). Raises
+        :class:`pyepp.NotFoundError` for an unknown type."""
+        if not isinstance(type_name, str):
+            raise TypeError(f"type must be a str, not {type(type_name).__name__}")
+        return json.loads(self._native.schema_json(type_name))
+
     def register_scorer(self, type_name: str, factory: PluginFactory) -> None:
         """Registers a scorer type. Raises :class:`pyepp.EppError` (code ``ALREADY_EXISTS``) when
         the type is taken."""
@@ -492,14 +499,35 @@ _default_registry: Optional[PluginRegistry] = None
 
 
 def _registry(registry: Optional[PluginRegistry]) -> Any:
-    global _default_registry
     if registry is None:
-        if _default_registry is None:
-            _default_registry = PluginRegistry()
-        registry = _default_registry
+        registry = _default()
     if not isinstance(registry, PluginRegistry):
         raise TypeError(f"registry must be a pyepp.PluginRegistry, not {type(registry).__name__}")
     return registry._native
+
+
+def plugin_schema(type_name: str, *, registry: Optional[PluginRegistry] = None) -> Dict[str, Any]:
+    """The parameters a plugin type declares, as ``eppctl config plugins --json`` and
+    docs/plugin-parameters.md show them::
+
+        {"declared": True, "params": [{"name": "blockSizeTokens", "type": "int", "default": "16",
+          "range": "[1, 65536]", "aliases": [...], "deprecated": True, "doc": "..."}, ...],
+         "otherKeys": "..."}
+
+    Members that do not apply are left out; ``default`` is the YAML spelling of the value.
+    ``declared`` is False for Python plugin types (nothing is known about their parameters).
+    ``registry`` defaults to the built-ins. Raises :class:`pyepp.NotFoundError` for an unknown type.
+    """
+    if registry is not None and not isinstance(registry, PluginRegistry):
+        raise TypeError(f"registry must be a pyepp.PluginRegistry, not {type(registry).__name__}")
+    return (registry if registry is not None else _default()).schema(type_name)
+
+
+def _default() -> PluginRegistry:
+    global _default_registry
+    if _default_registry is None:
+        _default_registry = PluginRegistry()
+    return _default_registry
 
 
 def _seed(seed: int) -> int:

@@ -98,6 +98,7 @@ void BindRegistry(py::module_& m) {
       .def(py::init(&PluginRegistry_CreateShim))
       .def("types", &epp::PluginRegistry::Types)
       .def("has", &epp::PluginRegistry::Has, py::arg("type"))
+      .def("schema_json", &PluginRegistry_SchemaJsonShim, py::arg("type"))
       .def("register_python", &PluginRegistry_RegisterPythonShim, py::arg("type"), py::arg("kind"), py::arg("factory"));
 }
 

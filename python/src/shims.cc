@@ -302,6 +302,12 @@ std::shared_ptr<epp::PluginRegistry> PluginRegistry_CreateShim() {
   return std::make_shared<epp::PluginRegistry>(epp::BuiltinRegistry());
 }
 
+std::string PluginRegistry_SchemaJsonShim(const epp::PluginRegistry& registry, const std::string& type) {
+  const epp::PluginSchema* schema = registry.Schema(type);
+  if (schema == nullptr) ThrowIfError(absl::NotFoundError("unknown plugin type '" + type + "'"));
+  return schema->ToParams().ToJson();
+}
+
 namespace {
 
 // A Python object shared by C++ copies (std::function copies, plugins on request threads): the

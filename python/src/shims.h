@@ -156,6 +156,9 @@ epp::EppConfig EppConfig_LoadFileShim(const std::string& path);
 // A registry holding the built-in plugins.
 std::shared_ptr<epp::PluginRegistry> PluginRegistry_CreateShim();
 
+// The type's declared parameters, PluginSchema::ToParams() as JSON; kNotFound for an unknown type.
+std::string PluginRegistry_SchemaJsonShim(const epp::PluginRegistry& registry, const std::string& type);
+
 // Registers `type` for a plugin written in Python. `kind` is "scorer" or "filter". `factory` is
 // called (with the GIL) as factory(name, params_json) and returns an adapter object with, for a
 // scorer, score(request, endpoints) -> sequence of floats and explain(request, endpoint) -> str,

@@ -846,3 +846,27 @@ def test_load_endpoints_reads_metrics_the_way_the_schedulers_config_says(tmp_pat
     assert configured.metrics is not None and configured.metrics.waiting_queue_size == 7
     with pytest.raises(TypeError, match="pyepp.Scheduler"):
         pyepp.load_endpoints(endpoints, scheduler="not a scheduler")  # type: ignore[arg-type]
+
+
+def test_plugin_schema_describes_every_builtin_type():
+    registry = pyepp.PluginRegistry()
+    for t in registry.types():
+        s = pyepp.plugin_schema(t)
+        assert s["declared"] is True, t
+        assert all(p["doc"] and p["type"] for p in s["params"]), t
+    producer = {p["name"]: p for p in pyepp.plugin_schema("approx-prefix-cache-producer")["params"]}
+    assert producer["blockSizeTokens"] == {"name": "blockSizeTokens", "type": "int", "default": "16",
+                                           "range": "[1, 65536]", "doc": producer["blockSizeTokens"]["doc"]}
+    assert producer["blockSize"]["deprecated"] is True
+    assert pyepp.plugin_schema("queue-scorer") == {"declared": True, "params": []}
+    assert registry.schema("queue-scorer") == pyepp.plugin_schema("queue-scorer")
+
+
+def test_plugin_schema_of_python_and_unknown_types():
+    registry = pyepp.PluginRegistry()
+    registry.register_scorer("mine", lambda name, params: None)
+    assert pyepp.plugin_schema("mine", registry=registry) == {"declared": False, "params": []}
+    with pytest.raises(pyepp.NotFoundError, match="unknown plugin type 'mine'"):
+        pyepp.plugin_schema("mine")
+    with pytest.raises(TypeError):
+        pyepp.plugin_schema("queue-scorer", registry={})
