@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/utf8.h"
 #include "epp/text/tokenizer.h"
 #include "fuzz_util.h"
 #include "nlohmann/json.hpp"
@@ -70,7 +71,7 @@ struct Fixture {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Fixture f;
   const std::string_view text = epp::fuzz::Text(data, size);
-  const bool valid = epp::tokenizer_internal::InvalidUtf8At(text) == std::string_view::npos;
+  const bool valid = epp::internal::FirstInvalidUtf8(text) == std::string_view::npos;
   absl::StatusOr<std::vector<uint32_t>> ids = f.tokenizer->Encode(text, false);
   if (!valid) {
     EPP_FUZZ_CHECK(!ids.ok() && ids.status().code() == absl::StatusCode::kInvalidArgument, "invalid UTF-8 is refused");

@@ -31,6 +31,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/utf8.h"
 #include "epp/prefix_cache.h"
 
 namespace epp::internal {
@@ -129,26 +130,7 @@ inline int DecodeEscape(const char* q, const char* end, char* dst, const char*& 
     return -1;
   }
   next = r;
-  if (cp < 0x80) {
-    dst[0] = static_cast<char>(cp);
-    return 1;
-  }
-  if (cp < 0x800) {
-    dst[0] = static_cast<char>(0xC0 | (cp >> 6));
-    dst[1] = static_cast<char>(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    dst[0] = static_cast<char>(0xE0 | (cp >> 12));
-    dst[1] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    dst[2] = static_cast<char>(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  dst[0] = static_cast<char>(0xF0 | (cp >> 18));
-  dst[1] = static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-  dst[2] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-  dst[3] = static_cast<char>(0x80 | (cp & 0x3F));
-  return 4;
+  return static_cast<int>(EncodeUtf8(cp, dst));  // cp <= U+10FFFF and not a surrogate here
 }
 
 // The prompt being rendered: a std::string used as a raw buffer (its size is the room, `len_` the

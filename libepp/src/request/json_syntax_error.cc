@@ -14,47 +14,11 @@
 #include <string_view>
 #include <vector>
 
+#include "common/utf8.h"
 #include "request/request_impl.h"
 
 namespace epp::internal::openai {
 namespace {
-
-// The offset of the first byte that does not belong to a well-formed UTF-8 sequence (overlong
-// forms, surrogates and code points above U+10FFFF are ill-formed), or nullopt.
-std::optional<size_t> FirstInvalidUtf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return i;
-    }
-    if (i + len > n) return i;
-    if (p[i + 1] < lo || p[i + 1] > hi) return i;
-    for (size_t k = 2; k < len; ++k) {
-      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
-    }
-    i += len;
-  }
-  return std::nullopt;
-}
 
 class SyntaxScanner {
  public:
@@ -254,9 +218,9 @@ class SyntaxScanner {
 
 std::optional<SyntaxError> FindSyntaxError(std::string_view text) {
   std::optional<SyntaxError> syntax = SyntaxScanner(text).Scan();
-  std::optional<size_t> utf8 = FirstInvalidUtf8(text);
-  if (utf8.has_value() && (!syntax.has_value() || *utf8 < syntax->offset)) {
-    return SyntaxError{*utf8, "invalid UTF-8"};
+  const size_t utf8 = FirstInvalidUtf8(text);
+  if (utf8 != std::string_view::npos && (!syntax.has_value() || utf8 < syntax->offset)) {
+    return SyntaxError{utf8, "invalid UTF-8"};
   }
   return syntax;
 }

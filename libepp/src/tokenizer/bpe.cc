@@ -7,6 +7,7 @@
 #include <queue>
 
 #include "absl/strings/str_cat.h"
+#include "common/utf8.h"
 #include "tokenizer/tokenizer_impl.h"
 
 namespace epp::tokenizer_internal {
@@ -70,7 +71,7 @@ uint32_t Bpe::Initial(std::string_view word, uint32_t* sym) const {
   bool last_unk = false;
   for (uint32_t i = 0; i < n;) {
     const unsigned char c = static_cast<unsigned char>(word[i]);
-    const uint32_t len = std::min<uint32_t>(n - i, c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4);
+    const uint32_t len = std::min<uint32_t>(n - i, static_cast<uint32_t>(internal::Utf8SequenceLength(c)));
     const std::string_view ch = word.substr(i, len);
     i += len;
     std::optional<uint32_t> id;

@@ -583,7 +583,7 @@ absl::StatusOr<Value> Renderer::Arith(std::string_view op, const Value& a, const
 absl::Status Renderer::CheckReplace(std::string_view s, std::string_view from, std::string_view to, int line) const {
   if (to.size() <= from.size() && !from.empty()) return absl::OkStatus();
   size_t n = 0;
-  if (from.empty()) n = CpCount(s) + 1;
+  if (from.empty()) n = CountUtf8Chars(s) + 1;
   else
     for (size_t at = s.find(from); at != std::string_view::npos; at = s.find(from, at + from.size())) ++n;
   const size_t grow = to.size() - (from.empty() ? 0 : from.size());

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/utf8.h"
 #include "jinja_ast.h"
 
 namespace epp::jinja {
@@ -30,13 +31,13 @@ Value MakeCallable(Callable c);
 
 // ---- UTF-8 and Python str helpers (jinja_value.cc) ----
 // Strings are UTF-8 (template text and parsed JSON are valid), but Python counts, slices and
-// cases code points, so these work per code point.
-size_t CpLen(unsigned char c);
+// cases code points, so these work per code point. Python's len() of a str is CountUtf8Chars.
+using internal::AppendUtf8;
+using internal::CountUtf8Chars;
+using internal::Utf8SequenceLength;
 int32_t DecodeAt(std::string_view s, size_t i, size_t& len);
-void AppendCp(int32_t cp, std::string& out);
 bool PySpace(int32_t cp);
 std::vector<size_t> CpOffsets(std::string_view s);
-size_t CpCount(std::string_view s);
 std::string_view StripView(std::string_view s, bool left, bool right, const std::string_view* chars);
 std::string MapCase(std::string_view s, int mode);
 bool IsCased(int32_t cp);

@@ -71,7 +71,7 @@ std::string JinjaTitle(std::string_view s) {
     int32_t cp = DecodeAt(s, i, len);
     i += len;
     const bool sep = PySpace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
-    AppendCp(sep ? cp : start ? utf8proc_toupper(cp) : utf8proc_tolower(cp), out);
+    AppendUtf8(sep ? cp : start ? utf8proc_toupper(cp) : utf8proc_tolower(cp), out);
     start = sep;
   }
   return out;

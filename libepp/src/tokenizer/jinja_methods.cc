@@ -110,7 +110,7 @@ std::string PyTitle(std::string_view s) {
     int32_t cp = DecodeAt(s, i, len);
     i += len;
     const bool cased = IsCased(cp);
-    AppendCp(cased ? (prev_cased ? utf8proc_tolower(cp) : utf8proc_totitle(cp)) : cp, out);
+    AppendUtf8(cased ? (prev_cased ? utf8proc_tolower(cp) : utf8proc_totitle(cp)) : cp, out);
     prev_cased = cased;
   }
   return out;
@@ -308,7 +308,7 @@ absl::StatusOr<Value> Renderer::StrFind(const Value& self, std::string_view name
   EPP_ASSIGN_OR_RETURN(std::string_view sub, StrArg(a.Get(0, "sub")));
   if (name == "count") {
     int64_t n = 0;
-    if (sub.empty()) return Value::Int(static_cast<int64_t>(CpCount(s)) + 1);
+    if (sub.empty()) return Value::Int(static_cast<int64_t>(CountUtf8Chars(s)) + 1);
     for (size_t at = s.find(sub); at != std::string_view::npos; at = s.find(sub, at + sub.size())) ++n;
     return Value::Int(n);
   }
@@ -317,7 +317,7 @@ absl::StatusOr<Value> Renderer::StrFind(const Value& self, std::string_view name
     if (name == "index" || name == "rindex") return bad("substring not found");
     return Value::Int(-1);
   }
-  return Value::Int(static_cast<int64_t>(CpCount(s.substr(0, at))));
+  return Value::Int(static_cast<int64_t>(CountUtf8Chars(s.substr(0, at))));
 }
 
 // join(iterable): the string between the items, each of which must be a str (Python's error

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/utf8.h"
 #include "jinja_ast.h"
 
 namespace epp::jinja {
@@ -30,24 +31,6 @@ struct Segment {
 bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool IsNameChar(char c) { return IsNameStart(c) || (c >= '0' && c <= '9'); }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-
-void AppendUtf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 class Lexer {
  public:
@@ -315,14 +298,14 @@ class Lexer {
           }
           if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return Error(line, "a \\u escape that is not a Unicode scalar value");
           p += n;
-          AppendUtf8(cp, out);
+          internal::AppendUtf8(cp, out);
           break;
         }
         default:
           if (e >= '0' && e <= '7') {  // octal, up to three digits
             uint32_t cp = static_cast<uint32_t>(e - '0');
             for (int k = 0; k < 2 && p < src_.size() && src_[p] >= '0' && src_[p] <= '7'; ++k) cp = cp * 8 + static_cast<uint32_t>(src_[p++] - '0');
-            AppendUtf8(cp, out);
+            internal::AppendUtf8(cp, out);
           } else if (e == 'N') {
             return Error(line, "\\N{...} escapes in string literals are not supported by epp");
           } else {  // Python keeps an unknown escape as written
@@ -1035,21 +1018,10 @@ class Parser {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const Template>> Parse(std::string_view source, std::string_view name) {
-  for (size_t i = 0; i < source.size();) {  // Python reads templates as UTF-8 text
-    const unsigned char c = static_cast<unsigned char>(source[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    bool ok = n > 0 && i + n <= source.size();
-    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(source[i + k]) & 0xC0) == 0x80;
-    if (ok && n > 1) {
-      uint32_t cp = c & (0x7F >> n);
-      for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(source[i + k]) & 0x3F);
-      ok = cp >= (n == 2 ? 0x80u : n == 3 ? 0x800u : 0x10000u) && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-    }
-    if (!ok) {
-      const int line = 1 + static_cast<int>(std::count(source.begin(), source.begin() + static_cast<std::ptrdiff_t>(i), '\n'));
-      return absl::InvalidArgumentError(Cat(name, " line ", line, ": not valid UTF-8 (byte ", i, ")"));
-    }
-    i += n;
+  // Python reads templates as UTF-8 text.
+  if (const size_t i = internal::FirstInvalidUtf8(source); i != std::string_view::npos) {
+    const int line = 1 + static_cast<int>(std::count(source.begin(), source.begin() + static_cast<std::ptrdiff_t>(i), '\n'));
+    return absl::InvalidArgumentError(Cat(name, " line ", line, ": not valid UTF-8 (byte ", i, ")"));
   }
   Lexer lexer(source, name);
   EPP_ASSIGN_OR_RETURN(std::vector<Segment> segs, lexer.Run());

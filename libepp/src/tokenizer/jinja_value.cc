@@ -70,23 +70,13 @@ Value MakeCallable(Callable c) {
   return v;
 }
 
-// ---- UTF-8 and Python str helpers ----
-// ---- UTF-8 helpers (input is valid UTF-8: template text and parsed JSON) ----
-// The length of the UTF-8 sequence a lead byte starts.
-size_t CpLen(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
+// ---- UTF-8 and Python str helpers (input is valid UTF-8: template text and parsed JSON) ----
 // The code point at byte i and its length (a byte that is not valid UTF-8 stands for itself).
 int32_t DecodeAt(std::string_view s, size_t i, size_t& len) {
-  utf8proc_int32_t cp = 0;
-  utf8proc_ssize_t n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
-                                        static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
-  len = n > 0 ? static_cast<size_t>(n) : 1;
+  int32_t cp;
+  const size_t n = internal::DecodeUtf8(s.substr(i), cp);
+  len = n > 0 ? n : 1;
   return n > 0 ? cp : static_cast<unsigned char>(s[i]);
-}
-// Appends a code point as UTF-8.
-void AppendCp(int32_t cp, std::string& out) {
-  utf8proc_uint8_t buf[4];
-  utf8proc_ssize_t n = utf8proc_encode_char(cp, buf);
-  out.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(n));
 }
 // Python's str.isspace.
 bool PySpace(int32_t cp) {
@@ -95,17 +85,10 @@ bool PySpace(int32_t cp) {
 }
 std::vector<size_t> CpOffsets(std::string_view s) {  // byte offset of each code point, plus the end
   std::vector<size_t> o;
-  for (size_t i = 0; i < s.size(); i += CpLen(static_cast<unsigned char>(s[i]))) o.push_back(i);
+  for (size_t i = 0; i < s.size(); i += Utf8SequenceLength(static_cast<unsigned char>(s[i]))) o.push_back(i);
   o.push_back(s.size());
   return o;
 }
-// len() of a str: code points, counted as the bytes that are not continuation bytes.
-size_t CpCount(std::string_view s) {
-  size_t n = 0;
-  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  return n;
-}
-
 // str.strip / lstrip / rstrip: str.isspace whitespace, or any code point of `chars`; a view.
 std::string_view StripView(std::string_view s, bool left, bool right, const std::string_view* chars) {
   auto strip_cp = [&](int32_t cp, std::string_view piece) {
@@ -121,8 +104,7 @@ std::string_view StripView(std::string_view s, bool left, bool right, const std:
   }
   if (right) {
     while (!s.empty()) {
-      size_t start = s.size() - 1;
-      while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+      const size_t start = internal::Utf8CharStart(s, s.size() - 1);
       size_t len;
       int32_t cp = DecodeAt(s, start, len);
       if (!strip_cp(cp, s.substr(start))) break;
@@ -145,7 +127,7 @@ std::string MapCase(std::string_view s, int mode) {  // 0 lower, 1 upper
     }
     size_t len;
     int32_t cp = DecodeAt(s, i, len);
-    AppendCp(mode ? utf8proc_toupper(cp) : utf8proc_tolower(cp), out);
+    AppendUtf8(mode ? utf8proc_toupper(cp) : utf8proc_tolower(cp), out);
     i += len;
   }
   return out;
@@ -219,7 +201,7 @@ std::string Capitalize(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     size_t len;
     int32_t cp = DecodeAt(s, i, len);
-    AppendCp(i == 0 ? utf8proc_totitle(cp) : utf8proc_tolower(cp), out);
+    AppendUtf8(i == 0 ? utf8proc_totitle(cp) : utf8proc_tolower(cp), out);
     i += len;
   }
   return out;
@@ -235,7 +217,7 @@ std::string Replace(std::string_view s, std::string_view from, std::string_view 
         ++n;
       }
       if (i == s.size()) break;
-      size_t len = CpLen(static_cast<unsigned char>(s[i]));
+      size_t len = Utf8SequenceLength(static_cast<unsigned char>(s[i]));
       out.append(s.substr(i, len));
       i += len;
     }
@@ -440,7 +422,7 @@ absl::StatusOr<List> Renderer::Items(const Value& v, int line) const {
       return out;
     case Value::kStr:
       for (size_t i = 0; i < v.s.size();) {
-        size_t len = CpLen(static_cast<unsigned char>(v.s[i]));
+        size_t len = Utf8SequenceLength(static_cast<unsigned char>(v.s[i]));
         Value c = v;
         c.s = v.s.substr(i, len);
         out.push_back(std::move(c));
@@ -454,7 +436,7 @@ absl::StatusOr<List> Renderer::Items(const Value& v, int line) const {
 // Python's len(); Undefined has length 0 as in Jinja2.
 absl::StatusOr<int64_t> Renderer::Length(const Value& v, int line) const {
   switch (v.kind) {
-    case Value::kStr: return static_cast<int64_t>(CpCount(v.s));
+    case Value::kStr: return static_cast<int64_t>(CountUtf8Chars(v.s));
     case Value::kList: return static_cast<int64_t>(v.list().size());
     case Value::kDict: return static_cast<int64_t>(v.dict().items.size());
     case Value::kNamespace: return static_cast<int64_t>(v.ns().items.size());

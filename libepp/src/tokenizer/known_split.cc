@@ -11,6 +11,7 @@
 //   GPT-2    's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 #include <utf8proc.h>
 
+#include "common/utf8.h"
 #include "tokenizer/tokenizer_impl.h"
 
 namespace epp::tokenizer_internal {
@@ -54,9 +55,8 @@ inline Char At(std::string_view s, size_t i) {
     c.cp = b;
     return c;
   }
-  utf8proc_int32_t cp = 0;
-  const utf8proc_ssize_t n =
-      utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i), static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
+  int32_t cp;
+  const size_t n = internal::DecodeUtf8(s.substr(i), cp);
   c.len = static_cast<uint8_t>(n > 0 ? n : 1);  // the text is validated before; a stray byte counts as one
   c.cp = cp;
   if (IsWhiteSpace(cp)) {

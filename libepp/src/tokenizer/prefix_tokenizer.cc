@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/utf8.h"
 #include "epp/text/tokenizer.h"
 #include "tokenizer/tokenizer_impl.h"
 
@@ -90,7 +91,7 @@ absl::StatusOr<std::vector<uint32_t>> PrefixTokenizer::Encode(std::string_view t
     }
     return tokenizer_->Encode(text, add_special_tokens);
   }
-  if (size_t bad = tokenizer_internal::InvalidUtf8At(text); bad != std::string_view::npos)
+  if (size_t bad = internal::FirstInvalidUtf8(text); bad != std::string_view::npos)
     return absl::InvalidArgumentError(absl::StrCat("text is not valid UTF-8 at byte ", bad));
   const std::vector<Key> keys = BlockKeys(text);
   // The longest cached prefix.

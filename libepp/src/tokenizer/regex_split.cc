@@ -10,6 +10,7 @@
 #include <utf8proc.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/utf8.h"
 #include "tokenizer/tokenizer_impl.h"
 
 namespace epp::tokenizer_internal {
@@ -129,7 +130,7 @@ absl::Status SplitRegex::SplitPcre2(std::string_view text, bool removed, PieceSi
     if (end == begin) {  // an empty match splits nothing: step one character on
       if (begin >= text.size()) break;
       pos = begin + 1;
-      while (pos < text.size() && (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80) ++pos;
+      while (pos < text.size() && internal::IsUtf8Continuation(text[pos])) ++pos;
       continue;
     }
     if (begin > gap) out(text.substr(gap, begin - gap));
@@ -146,21 +147,20 @@ bool SplitRegex::SameCharacterClasses(std::string_view text) {
   ThreadMatch& t = Thread();
   size_t i = 0;
   while (i < text.size()) {
-    utf8proc_int32_t cp = 0;
-    const utf8proc_ssize_t n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + i),
-                                                static_cast<utf8proc_ssize_t>(text.size() - i), &cp);
-    if (n <= 0) return false;
+    int32_t cp;
+    const size_t n = internal::DecodeUtf8(text.substr(i), cp);
+    if (n == 0) return false;
     if (cp >= 0x80) {
       const utf8proc_category_t c = utf8proc_category(cp);
       const bool is_letter = c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO;
       const bool is_number = c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO;
       for (const auto& [re, want] : {std::pair{letter.get(), is_letter}, std::pair{number.get(), is_number}}) {
-        const int rc = pcre2_match(Code(re->code_), reinterpret_cast<PCRE2_SPTR>(text.data()), i + static_cast<size_t>(n), i,
+        const int rc = pcre2_match(Code(re->code_), reinterpret_cast<PCRE2_SPTR>(text.data()), i + n, i,
                                    PCRE2_NO_UTF_CHECK, t.data, t.context);
         if ((rc >= 0) != want) return false;
       }
     }
-    i += static_cast<size_t>(n);
+    i += n;
   }
   return true;
 }

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/utf8.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/tokenizer_impl.h"
 
@@ -244,15 +245,12 @@ const ByteAlphabet& Alphabet() {
 std::optional<std::string> ByteLevelToBytes(std::string_view token) {
   std::string out;
   out.reserve(token.size());
-  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(token.data());
-  utf8proc_ssize_t left = static_cast<utf8proc_ssize_t>(token.size());
-  while (left > 0) {
-    utf8proc_int32_t cp = 0;
-    const utf8proc_ssize_t n = utf8proc_iterate(p, left, &cp);
-    if (n <= 0 || cp < 0 || cp >= 324 || Alphabet().from_cp[cp] < 0) return std::nullopt;
+  while (!token.empty()) {
+    int32_t cp;
+    const size_t n = internal::DecodeUtf8(token, cp);
+    if (n == 0 || cp < 0 || cp >= 324 || Alphabet().from_cp[cp] < 0) return std::nullopt;
     out.push_back(static_cast<char>(Alphabet().from_cp[cp]));
-    p += n;
-    left -= n;
+    token.remove_prefix(n);
   }
   return out;
 }
@@ -350,10 +348,9 @@ bool IsAscii(std::string_view s) {
 size_t WhitespaceBefore(std::string_view s, size_t end) {
   size_t i = end;
   while (i > 0) {
-    size_t start = i - 1;
-    while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
-    utf8proc_int32_t cp = 0;
-    utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + start), static_cast<utf8proc_ssize_t>(i - start), &cp);
+    const size_t start = internal::Utf8CharStart(s, i - 1);
+    int32_t cp;
+    internal::DecodeUtf8(s.substr(start, i - start), cp);
     if (!IsWhiteSpace(cp)) break;
     i = start;
   }
@@ -363,11 +360,10 @@ size_t WhitespaceBefore(std::string_view s, size_t end) {
 size_t WhitespaceAfter(std::string_view s, size_t begin) {
   size_t i = begin;
   while (i < s.size()) {
-    utf8proc_int32_t cp = 0;
-    const utf8proc_ssize_t n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
-                                                static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
-    if (n <= 0 || !IsWhiteSpace(cp)) break;
-    i += static_cast<size_t>(n);
+    int32_t cp;
+    const size_t n = internal::DecodeUtf8(s.substr(i), cp);
+    if (n == 0 || !IsWhiteSpace(cp)) break;
+    i += n;
   }
   return i - begin;
 }
@@ -389,32 +385,6 @@ bool IsWordChar(utf8proc_int32_t cp) {
 }  // namespace
 
 namespace tokenizer_internal {
-
-// Byte offset of the first invalid UTF-8 sequence, or npos.
-size_t InvalidUtf8At(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    if (i + 8 <= n) {  // eight ASCII bytes at a time
-      uint64_t w;
-      std::memcpy(&w, p + i, 8);
-      if ((w & 0x8080808080808080ULL) == 0) {
-        i += 8;
-        continue;
-      }
-    }
-    if (p[i] < 0x80) {
-      ++i;
-      continue;
-    }
-    utf8proc_int32_t cp = 0;
-    const utf8proc_ssize_t len = utf8proc_iterate(p + i, static_cast<utf8proc_ssize_t>(n - i), &cp);
-    if (len <= 0) return i;
-    i += static_cast<size_t>(len);
-  }
-  return std::string_view::npos;
-}
 
 bool IsWhiteSpace(int32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
@@ -454,17 +424,16 @@ const AddedToken* Impl::AddedAt(std::string_view text, size_t pos, size_t* skip)
     if (a.single_word) {
       auto word_before = [&] {
         if (pos == 0) return false;
-        size_t s = pos - 1;
-        while (s > 0 && (static_cast<unsigned char>(text[s]) & 0xC0) == 0x80) --s;
-        utf8proc_int32_t cp = 0;
-        utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + s), static_cast<utf8proc_ssize_t>(pos - s), &cp);
+        const size_t s = internal::Utf8CharStart(text, pos - 1);
+        int32_t cp;
+        internal::DecodeUtf8(text.substr(s, pos - s), cp);
         return IsWordChar(cp);
       };
       auto word_after = [&] {
         const size_t e = pos + a.content.size();
         if (e >= text.size()) return false;
-        utf8proc_int32_t cp = 0;
-        utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + e), static_cast<utf8proc_ssize_t>(text.size() - e), &cp);
+        int32_t cp;
+        internal::DecodeUtf8(text.substr(e), cp);
         return IsWordChar(cp);
       };
       if (word_before() || word_after()) {
@@ -681,7 +650,7 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromPath(const std::
 }
 
 absl::Status Tokenizer::EncodeInto(std::string_view text, bool add_special_tokens, std::vector<uint32_t>& out) const {
-  if (size_t bad = InvalidUtf8At(text); bad != std::string_view::npos)
+  if (size_t bad = internal::FirstInvalidUtf8(text); bad != std::string_view::npos)
     return absl::InvalidArgumentError(absl::StrCat("text is not valid UTF-8 at byte ", bad));
   if (!add_special_tokens) return impl_->EncodeBody(text, out);
   std::vector<uint32_t> body;

@@ -18,8 +18,6 @@ namespace epp::tokenizer_internal {
 
 // Unicode White_Space, the set Oniguruma's `\s` and Rust's char::is_whitespace match.
 bool IsWhiteSpace(int32_t cp);
-// Byte offset of the first invalid UTF-8 sequence, or npos.
-size_t InvalidUtf8At(std::string_view s);
 
 // Receives the pieces a pre-tokenizer step cuts, in order.
 using PieceSink = absl::FunctionRef<void(std::string_view)>;
