@@ -7,7 +7,9 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -17,8 +19,10 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "epp/runtime/kube.h"
@@ -78,7 +82,7 @@ const std::map<std::string, std::string, std::less<>>& FlagNames() {
     const std::pair<const char*, const char*> renamed[] = {
         {"config_file", "--config"},       {"endpoints_file", "--endpoints"},
         {"endpoint_flags", "--endpoint"},  {"clusters_file", "--clusters"},
-        {"objective_flags", "--objective"}, {"capture_dir", "--capture"},
+        {"objective_flags", "--objective"}, {"capture_dir", "--capture"}, {"enable_tracing", "--tracing"},
         {"detector_staleness", "--metrics-staleness-threshold"}, {"metrics_pool_name", "--pool-name"}};
     for (const auto& [setting, flag] : renamed) m[setting] = flag;
     return m;
@@ -119,134 +123,241 @@ void ApplyProcessPolicy() {
 
 }  // namespace
 
-void SetupServeCommand(CLI::App& app, int& exit_code) {
-  auto o = std::make_shared<ServeOptions>();
-  CLI::App* cmd = app.add_subcommand("serve", "Run the Endpoint Picker: an Envoy ext_proc server (docs/serve.md)");
-  cmd->add_option("--config,-c", o->args.config_file, "EndpointPickerConfig YAML (default: GIE's default profile)");
-  cmd->add_option("--endpoints", o->args.endpoints_file,
+// The reference EPP's runner flags that `eppctl serve` did not have under these names (GIE's
+// cmd/epp runner options, LWEPP's, llm-d Router's additions, controller-runtime's zap flags), with
+// the reference's meaning and defaults. docs/serve.md has the table.
+void AddReferenceFlags(CLI::App* cmd, ServeOptions& o) {
+  const std::string ref = "Reference flags (GIE / llm-d Router / LWEPP)";
+  auto group = [&ref](CLI::Option* opt) { return opt->group(ref); };
+  group(cmd->add_option("--endpoint-selector", o.args.endpoint_selector,
+                        "Standalone mode, no InferencePool: the Pods this label selector matches in --pool-namespace "
+                        "are the endpoints ('app=vllm,env in (a,b)')"));
+  group(cmd->add_option("--endpoint-target-ports", o.args.endpoint_target_ports,
+                        "With --endpoint-selector: 1-8 target ports, comma-separated; each Pod is one endpoint per port")
+            ->delimiter(','));
+  group(cmd->add_option("--model-server-metrics-scheme", o.args.model_server_metrics_scheme,
+                        "Scheme of discovered Pods' metrics: http or https")
+            ->capture_default_str()
+            ->check(CLI::IsMember({"http", "https"})));
+  group(cmd->add_option("--model-server-metrics-path", o.args.model_server_metrics_path,
+                        "Path of discovered Pods' metrics")
+            ->capture_default_str());
+  group(cmd->add_option("--model-server-metrics-port", o.args.model_server_metrics_port,
+                        "Port of discovered Pods' metrics (0: the endpoint's target port)")
+            ->capture_default_str());
+  group(cmd->add_flag("--model-server-metrics-https-insecure-skip-verify", o.args.model_server_metrics_https_insecure_skip_verify,
+                      "With --model-server-metrics-scheme=https: do not verify the servers' certificates (default true)"));
+  const std::pair<const char*, std::string*> specs[] = {
+      {"--total-queued-requests-metric", &o.args.total_queued_requests_metric},
+      {"--total-running-requests-metric", &o.args.total_running_requests_metric},
+      {"--kv-cache-usage-percentage-metric", &o.args.kv_cache_usage_percentage_metric},
+      {"--lora-info-metric", &o.args.lora_info_metric},
+      {"--cache-info-metric", &o.args.cache_info_metric}};
+  for (const auto& [flag, dst] : specs) {
+    group(cmd->add_option(flag, *dst,
+                          "Metric spec (name{label=value}) overriding this field of every engine's mapping (default: "
+                          "the mapping's own; the reference's default is vLLM's name)"));
+  }
+  group(cmd->add_option("--refresh-prometheus-metrics-interval", o.args.refresh_prometheus_metrics_interval,
+                        "Accepted: epp computes /metrics when scraped, nothing is flushed periodically"));
+  group(cmd->add_flag("--health-checking", o.args.health_checking,
+                      "Also answer grpc.health.v1 on the ext_proc port, following readiness"));
+  group(cmd->add_option("--grpc-max-recv-msg-size", o.args.grpc_max_recv_msg_size,
+                        "Largest gRPC message received on the ext_proc port (10MiB, 25MB, ...)"));
+  group(cmd->add_option("--grpc-max-send-msg-size", o.args.grpc_max_send_msg_size,
+                        "Largest gRPC message sent on the ext_proc port"));
+  group(cmd->add_option("--config-text", o.args.config_text, "The EndpointPickerConfig as text, instead of --config-file"));
+  group(cmd->add_flag("--ha-enable-leader-election", o.args.ha_enable_leader_election,
+                      "Leader election on a coordination.k8s.io Lease: only the leader reports readiness"));
+  const std::pair<const char*, const char*> optional[] = {
+      {"--tracing", "Accepted; epp emits no OpenTelemetry traces (a notice says so when true)"},
+      {"--enable-pprof", "Accepted; epp has no Go pprof handlers (a notice says so when true)"},
+      {"--enable-cert-reload", "Accepted; the certificate is read at start (a notice says so when true)"},
+      {"--metrics-endpoint-auth", "Accepted; /metrics has no TokenReview authentication (a notice says so when true)"},
+      {"--enable-grpc-stream-metrics", "Accepted; epp's ext_proc stream metrics are always exported"},
+      {"--allow-experimental-plugins", "Accepted; every epp plugin type is always allowed"}};
+  for (const auto& [flag, help] : optional) group(cmd->add_flag(flag, help));
+  group(cmd->add_option("--tls-min-version", o.args.tls_min_version, "Accepted; gRPC's TLS defaults apply (notice)"));
+  group(cmd->add_option("--tls-cipher-suites", o.args.tls_cipher_suites, "Accepted; gRPC's TLS defaults apply (notice)")
+            ->delimiter(','));
+  group(cmd->add_option("--metrics-client-ca-file", o.args.metrics_client_ca_file, "Accepted; /metrics is plain HTTP (notice)"));
+  group(cmd->add_option("--metrics-cert-dir", o.args.metrics_cert_dir, "Accepted; /metrics is plain HTTP (notice)"));
+  group(cmd->add_option("-v,--v", o.verbosity, "Log verbosity as the reference counts it: 4 and above logs debug lines")
+            ->capture_default_str());
+  group(cmd->add_option("--zap-encoder", o.zap_encoder, "Log line format: console (default) or json")
+            ->check(CLI::IsMember({"console", "json"})));
+  group(cmd->add_option("--zap-log-level", o.zap_log_level, "Log level: debug, info, error, panic or a verbosity number"));
+  group(cmd->add_option("--zap-time-encoding", o.zap_time_encoding,
+                        "Time format of JSON log lines: iso8601 (default), rfc3339, rfc3339nano, epoch, millis, nano")
+            ->check(CLI::IsMember({"iso8601", "rfc3339", "rfc3339nano", "epoch", "millis", "nano"})));
+  group(cmd->add_option("--zap-stacktrace-level", o.zap_stacktrace_level, "Accepted; epp logs no stack traces"));
+  group(cmd->add_flag("--zap-devel", o.zap_devel, "Accepted; the console format is epp's default"));
+}
+
+void AddServeFlags(CLI::App* cmd, ServeOptions& o, std::function<void()>& finish) {
+  cmd->add_option("--config,-c,--config-file", o.args.config_file, "EndpointPickerConfig YAML (default: GIE's default profile)");
+  cmd->add_option("--endpoints", o.args.endpoints_file,
                   "Endpoints file (YAML or JSON); re-read when it changes (ConfigMap updates included)");
-  cmd->add_option("--endpoint,-e", o->args.endpoint_flags,
+  cmd->add_option("--endpoint,-e", o.args.endpoint_flags,
                   "ADDR[=METRICS]: an endpoint and its metrics (file, URL or 'none'; default: scrape "
                   "http://ADDR/metrics); repeatable");
-  cmd->add_option("--engine", o->args.engine,
+  cmd->add_option("--engine", o.args.engine,
                   "Metrics dialect of endpoints that name none: auto, vllm, sglang, trtllm-serve, triton-tensorrt-llm")
       ->capture_default_str();
-  cmd->add_option("--grpc-port", o->args.grpc_port, "ext_proc gRPC port (0 picks a free port)")
+  cmd->add_option("--grpc-port", o.args.grpc_port, "ext_proc gRPC port (0 picks a free port)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--grpc-health-port", o->args.grpc_health_port, "grpc.health.v1 port, plaintext (0 picks a free port)")
+  cmd->add_option("--grpc-health-port", o.args.grpc_health_port, "grpc.health.v1 port, plaintext (0 picks a free port)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--metrics-port", o->args.metrics_port, "Prometheus /metrics and /healthz port (0 picks a free port)")
+  cmd->add_option("--metrics-port", o.args.metrics_port, "Prometheus /metrics and /healthz port (0 picks a free port)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--listen-address", o->args.listen_address, "Address the three servers listen on")->capture_default_str();
-  cmd->add_option("--refresh-metrics-interval", o->args.refresh_metrics_interval,
+  cmd->add_option("--listen-address", o.args.listen_address, "Address the three servers listen on")->capture_default_str();
+  cmd->add_option("--refresh-metrics-interval", o.args.refresh_metrics_interval,
                   "How often endpoints' metrics are read (Go duration)")
       ->capture_default_str();
-  CLI::Option* staleness = cmd->add_option("--metrics-staleness-threshold", o->args.metrics_staleness_threshold,
+  cmd->add_option("--metrics-staleness-threshold", o.args.metrics_staleness_threshold,
                                            "Metrics older than this are stale: pool-average gauges skip them; given "
                                            "explicitly, also the default saturation "
                                            "detector's metricsStalenessThreshold unless the config sets it")
                                ->capture_default_str();
-  cmd->add_option("--scrape-timeout", o->args.scrape_timeout,
+  cmd->add_option("--scrape-timeout", o.args.scrape_timeout,
                   "Timeout of one metrics read; a hung endpoint delays the others' refresh by this much")
       ->capture_default_str();
-  cmd->add_flag("--scrape-gzip", o->args.scrape_gzip,
+  cmd->add_flag("--scrape-gzip", o.args.scrape_gzip,
                 "Ask model servers for gzip-compressed metrics: fewer bytes, more CPU on both sides (for slow "
                 "links, such as pods of a remote region)");
-  cmd->add_flag("--secure-serving,!--no-secure-serving", o->args.secure_serving,
+  cmd->add_flag("--secure-serving,!--no-secure-serving", o.args.secure_serving,
                 "Serve ext_proc over TLS (default true; --secure-serving=false for plaintext h2c)");
-  cmd->add_option("--cert-path", o->args.cert_path,
+  cmd->add_option("--cert-path", o.args.cert_path,
                   "Directory with tls.crt and tls.key (default: a self-signed certificate made at start)");
-  cmd->add_option("--max-request-bytes", o->args.max_request_bytes, "Largest request body accepted (larger: 413)")
+  cmd->add_option("--max-request-bytes", o.args.max_request_bytes, "Largest request body accepted (larger: 413)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--drain-timeout", o->drain_timeout, "On SIGTERM/SIGINT, how long open streams may take to finish")
+  cmd->add_option("--drain-timeout", o.drain_timeout, "On SIGTERM/SIGINT, how long open streams may take to finish")
       ->capture_default_str();
-  cmd->add_option("--shutdown-delay", o->shutdown_delay,
+  cmd->add_option("--shutdown-delay", o.shutdown_delay,
                   "On SIGTERM/SIGINT, keep accepting new streams this long after readiness turns NOT_SERVING")
       ->capture_default_str();
-  cmd->add_option("--stream-request-timeout", o->args.stream_request_timeout,
+  cmd->add_option("--stream-request-timeout", o.args.stream_request_timeout,
                   "End a stream whose request body has not ended this long after it opened (0: never)")
       ->capture_default_str();
-  cmd->add_option("--stream-idle-timeout", o->args.stream_idle_timeout,
+  cmd->add_option("--stream-idle-timeout", o.args.stream_idle_timeout,
                   "After the pick, end a stream that gets no message from the gateway for this long (0: never)")
       ->capture_default_str();
-  cmd->add_option("--handshake-timeout", o->args.handshake_timeout,
+  cmd->add_option("--handshake-timeout", o.args.handshake_timeout,
                   "Close an ext_proc connection whose TLS/HTTP2 handshake has not completed this long after it was accepted")
       ->capture_default_str();
-  cmd->add_option("--capture", o->args.capture_dir, "Write every stream's messages as protobuf JSON lines into DIR");
-  cmd->add_option("--decision-log", o->args.decision_log,
+  cmd->add_option("--capture", o.args.capture_dir, "Write every stream's messages as protobuf JSON lines into DIR");
+  cmd->add_option("--decision-log", o.args.decision_log,
                   "Keep the last N decisions with their explain trace, served at /debug/decisions on the metrics "
                   "port (request metadata: sensitive; 0 = off)")
       ->capture_default_str();
-  cmd->add_option("--decision-log-rate", o->args.decision_log_rate, "Decisions kept per second at most (the rest are counted)")
+  cmd->add_option("--decision-log-rate", o.args.decision_log_rate, "Decisions kept per second at most (the rest are counted)")
       ->capture_default_str();
-  cmd->add_flag("--decision-log-prompts", o->args.decision_log_prompts,
+  cmd->add_flag("--decision-log-prompts", o.args.decision_log_prompts,
                 "Also keep each logged request's prompt text (first 4 KiB): off by default");
-  cmd->add_option("--log-level", o->log_level, "error, warn, info or debug")
-      ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
-      ->capture_default_str();
-  cmd->add_option("--objective", o->args.objective_flags,
+  cmd->add_option("--log-level", o.log_level, "error, warn, info or debug (default: from --v, info)")
+      ->check(CLI::IsMember({"error", "warn", "info", "debug"}));
+  cmd->add_option("--objective", o.args.objective_flags,
                   "NAME=PRIORITY: priority of requests whose x-gateway-inference-objective is NAME (negative = "
                   "sheddable); repeatable");
-  cmd->add_flag("--disable-endpoint-subset-filter", o->args.disable_endpoint_subset_filter,
+  cmd->add_flag("--disable-endpoint-subset-filter", o.args.disable_endpoint_subset_filter,
                 "Ignore the gateway's subset hint (GIE's flag)");
-  cmd->add_flag("--emit-endpoint-scores", o->args.emit_endpoint_scores,
+  cmd->add_flag("--emit-endpoint-scores", o.args.emit_endpoint_scores,
                 "Also put every candidate's total score (primary profile) in envoy.lb metadata as "
                 "x-gateway-destination-endpoint-scores (llm-d's flag)");
-  cmd->add_option("--seed", o->args.seed, "Seed for tie-breaks and random pickers")->capture_default_str();
-  cmd->add_option("--ready-file", o->ready_file,
+  cmd->add_option("--seed", o.args.seed, "Seed for tie-breaks and random pickers")->capture_default_str();
+  cmd->add_option("--ready-file", o.ready_file,
                   "Once serving, write the bound ports here as JSON {\"grpc\":..,\"health\":..,\"metrics\":..}");
-  cmd->add_option("--region", o->args.region,
+  cmd->add_option("--region", o.args.region,
                   "Region this EPP runs in: the home region of region-spillover-filter and region-rtt-scorer "
                   "when their homeRegion is not set (docs/multicluster.md)");
-  cmd->add_option("--zone", o->args.zone,
+  cmd->add_option("--zone", o.args.zone,
                   "Zone of the gateway this EPP serves: zone-preference-scorer's default when the request "
                   "carries no zone header");
-  CLI::Option* pool_name =
-      cmd->add_option("--pool-name", o->pool_name,
+  cmd->add_option("--pool-name", o.pool_name,
                       "InferencePool whose Ready Pods are the endpoints (not with --endpoints: then only the "
                       "metrics label); `name` label of the inference_pool_* metrics")
           ->capture_default_str();
-  cmd->add_option("--pool-import", o->args.pool_import,
+  cmd->add_option("--pool-import", o.args.pool_import,
                   "InferencePoolImport (inference.networking.x-k8s.io/v1alpha1) whose exporting clusters are the "
                   "endpoints: a region-level EPP in Parent Mode (docs/multicluster.md); needs --clusters");
-  cmd->add_option("--clusters", o->args.clusters_file,
+  cmd->add_option("--clusters", o.args.clusters_file,
                   "Cluster directory for --pool-import: an endpoints file with one entry per cluster (its gateway "
                   "address, its EPP's metrics URL with engine: epp, labels with --cluster-label naming the cluster)");
-  cmd->add_option("--cluster-label", o->args.cluster_label, "Label of a --clusters entry naming its cluster")->capture_default_str();
-  cmd->add_option("--pool-namespace", o->args.pool_namespace,
+  cmd->add_option("--cluster-label", o.args.cluster_label, "Label of a --clusters entry naming its cluster")->capture_default_str();
+  cmd->add_option("--pool-namespace", o.args.pool_namespace,
                   "Namespace of the InferencePool (default: $NAMESPACE, else this Pod's namespace, else default)");
-  cmd->add_option("--pool-group", o->args.pool_group,
+  cmd->add_option("--pool-group", o.args.pool_group,
                   "InferencePool API group: inference.networking.k8s.io (v1) or inference.networking.x-k8s.io "
                   "(v1alpha2)")
       ->capture_default_str()
       ->check(CLI::IsMember({std::string(epp::kInferencePoolGroupV1), std::string(epp::kInferencePoolGroupV1Alpha2)}));
-  cmd->add_option("--pool-resync-interval", o->args.pool_resync_interval,
-                  "How often the InferencePool and its Pods are listed (Go duration; no watch)")
+  cmd->add_option("--pool-resync-interval", o.args.pool_resync_interval,
+                  "With --no-pool-watch: how often the InferencePool and its Pods are listed (Go duration)")
       ->capture_default_str();
-  cmd->add_option("--kube-api-server", o->args.kube_api_server,
+  cmd->add_flag("--pool-watch,!--no-pool-watch", o.args.pool_watch,
+                "Watch the InferencePool and its Pods (list once, then watch; default). --no-pool-watch lists them "
+                "every --pool-resync-interval instead");
+  cmd->add_option("--kube-api-server", o.args.kube_api_server,
                   "Kubernetes API server URL, http(s)://HOST:PORT (default: in-cluster configuration)");
-  cmd->add_option("--kube-token-file", o->args.kube_token_file,
+  cmd->add_option("--kube-token-file", o.args.kube_token_file,
                   "Bearer token file, re-read every minute (default in cluster: the service account token)");
-  cmd->add_option("--kube-ca-file", o->args.kube_ca_file,
+  cmd->add_option("--kube-ca-file", o.args.kube_ca_file,
                   "CA bundle verifying the API server (default in cluster: the service account ca.crt)");
-  cmd->add_flag("--kube-insecure-skip-verify", o->args.kube_insecure_skip_verify,
+  cmd->add_flag("--kube-insecure-skip-verify", o.args.kube_insecure_skip_verify,
                 "Do not verify the API server's TLS certificate");
-  cmd->callback([o, staleness, pool_name, &exit_code] {
-    if (staleness->count() > 0) o->args.detector_staleness = o->args.metrics_staleness_threshold;
-    if (pool_name->count() > 0) o->args.pool_name = o->pool_name;
+  AddReferenceFlags(cmd, o);
+  // As Go's flag package has it: a flag given twice keeps its last value (charts append flags to
+  // a default list). Repeatable flags (--endpoint, --objective) still collect every value.
+  for (CLI::Option* opt : cmd->get_options())
+    if (opt->get_expected_max() <= 1) opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  CLI::Option* staleness = cmd->get_option("--metrics-staleness-threshold");
+  CLI::Option* pool_name = cmd->get_option("--pool-name");
+  finish = [&o, staleness, pool_name, cmd] {
+    if (staleness->count() > 0) o.args.detector_staleness = o.args.metrics_staleness_threshold;
+    if (pool_name->count() > 0) o.args.pool_name = o.pool_name;
+    // Tri-state reference flags: set only when given.
+    const std::pair<const char*, std::optional<bool>*> optional[] = {
+        {"--tracing", &o.args.enable_tracing},
+        {"--enable-pprof", &o.args.enable_pprof},
+        {"--enable-cert-reload", &o.args.enable_cert_reload},
+        {"--metrics-endpoint-auth", &o.args.metrics_endpoint_auth},
+        {"--enable-grpc-stream-metrics", &o.args.enable_grpc_stream_metrics},
+        {"--allow-experimental-plugins", &o.args.allow_experimental_plugins}};
+    for (const auto& [name, dst] : optional) {
+      CLI::Option* opt = cmd->get_option(name);
+      if (opt->count() > 0) *dst = opt->as<bool>();
+    }
+  };
+}
+
+void SetupServeCommand(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<ServeOptions>();
+  auto finish = std::make_shared<std::function<void()>>();
+  CLI::App* cmd = app.add_subcommand("serve", "Run the Endpoint Picker: an Envoy ext_proc server (docs/serve.md)");
+  AddServeFlags(cmd, *o, *finish);
+  cmd->callback([o, finish, &exit_code] {
+    (*finish)();
     exit_code = RunServe(*o);
   });
 }
 
 int RunServe(const ServeOptions& o) {
   epp::LogLevel level = epp::LogLevel::kInfo;
-  if (!epp::ParseLogLevel(o.log_level, level))
-    return PrintError(absl::InvalidArgumentError("--log-level: unknown level '" + o.log_level + "'"));
-  epp::StderrLogger log(level);
+  if (!o.log_level.empty() ? !epp::ParseLogLevel(o.log_level, level)
+                           : !epp::LogLevelFromReference(o.verbosity, o.zap_log_level, level))
+    return PrintError(absl::InvalidArgumentError(!o.log_level.empty() ? "--log-level: unknown level '" + o.log_level + "'"
+                                                                      : "--zap-log-level: unknown level '" + o.zap_log_level + "'"));
+  epp::LogTimeEncoding time = epp::LogTimeEncoding::kIso8601;
+  if (o.zap_time_encoding == "epoch") time = epp::LogTimeEncoding::kEpoch;
+  if (o.zap_time_encoding == "millis") time = epp::LogTimeEncoding::kMillis;
+  if (o.zap_time_encoding == "nano") time = epp::LogTimeEncoding::kNanos;
+  epp::StderrLogger log(level, o.zap_encoder == "json" ? epp::LogFormat::kJson : epp::LogFormat::kText, time);
+  if (!o.zap_stacktrace_level.empty())
+    log.Info("--zap-stacktrace-level is accepted: epp logs no stack traces");
   const FlagNamingLogger flag_log(log);  // libepp's log lines name this command's flags
   auto fail = [&log](const absl::Status& s) {
     log.Error(std::string(s.message()));
@@ -278,7 +389,7 @@ int RunServe(const ServeOptions& o) {
   server.SetReady(true);
   const auto ms = [](std::chrono::microseconds us) { return std::chrono::duration_cast<std::chrono::milliseconds>(us); };
   // Logged before the ready file appears, so that whoever waits for the file finds the line.
-  log.Info("eppctl serve " EPP_VERSION_STRING " serving: " + server.Describe() + ", drain " + o.drain_timeout);
+  log.Info(o.program + " " EPP_VERSION_STRING " serving: " + server.Describe() + ", drain " + o.drain_timeout);
   if (!o.ready_file.empty()) {
     if (absl::Status s = WriteReadyFile(o.ready_file, server.grpc_port(), server.health_port(), server.metrics_port());
         !s.ok())
@@ -319,6 +430,34 @@ int RunServe(const ServeOptions& o) {
   std::snprintf(took, sizeof took, "%.3fs", drain_s);
   log.Info("stopped: " + std::to_string(open_streams) + " streams were open at the signal; drain took " + took);
   return kExitOk;
+}
+
+int RunEppMain(int argc, char** argv) {
+  // Go's flag syntax: -flag and --flag are the same flag, -v=4 included. CLI11 reads long flags
+  // with two dashes only, so every single-dash flag becomes a double-dash one (-v is also --v).
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.size() >= 2 && a[0] == '-' && a[1] != '-' && !std::isdigit(static_cast<unsigned char>(a[1]))) a = "-" + a;
+    args.push_back(std::move(a));
+  }
+  std::reverse(args.begin(), args.end());  // CLI11's parse(vector) takes them last first
+  CLI::App app{"epp: the Endpoint Picker, with the reference EPP's command line (eppctl serve; docs/serve.md)"};
+  app.set_version_flag("--version", EPP_VERSION_STRING);
+  ServeOptions o;
+  o.program = "epp";
+  std::function<void()> finish;
+  AddServeFlags(&app, o, finish);
+  try {
+    app.parse(args);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+  finish();
+  return RunServe(o);
 }
 
 }  // namespace eppctl

@@ -251,7 +251,7 @@ def test_drill_kube_api_down_and_garbage(serve, pods_on_loopback, tmp_path):  # 
     api = FakeApiServer(V1, port)
     try:
         api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3")])
-        s = serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
+        s = serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url, "--no-pool-watch",
                   "--pool-resync-interval", "100ms", "--refresh-metrics-interval", "50ms")
         assert s.metric("epp_endpoints") == 2
         api.set(fail=500)

@@ -91,7 +91,9 @@ class Serve:
         Serve.count += 1
         self.ready_file = tmp_path / ("ready-%d.json" % Serve.count)
         self.log_path = tmp_path / ("serve-%d.log" % Serve.count)
-        cmd = [eppctl_path, "serve", "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0",
+        # The `epp` entry point takes the same flags without the subcommand.
+        command = [eppctl_path] if os.path.basename(eppctl_path) == "epp" else [eppctl_path, "serve"]
+        cmd = [*command, "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0",
                "--listen-address", "127.0.0.1", "--ready-file", str(self.ready_file), *map(str, args)]
         if not tls:
             cmd.append("--secure-serving=false")
@@ -144,8 +146,8 @@ class Serve:
         self._channels.append(ch)
         return ch
 
-    def health(self, service, timeout=5):
-        with grpc.insecure_channel("127.0.0.1:%d" % self.health_port) as ch:
+    def health(self, service, timeout=5, port=None):
+        with grpc.insecure_channel("127.0.0.1:%d" % (port or self.health_port)) as ch:
             check = ch.unary_unary(wire.HEALTH_CHECK_METHOD, request_serializer=_identity,
                                    response_deserializer=_identity)
             return wire.decode_health_response(check(wire.health_request(service), timeout=timeout))

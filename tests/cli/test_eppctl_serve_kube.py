@@ -1,4 +1,6 @@
-"""`eppctl serve --pool-name`: endpoints discovered from an InferencePool's Pods.
+"""`eppctl serve --pool-name --no-pool-watch`: endpoints discovered from an InferencePool's Pods by
+listing them every --pool-resync-interval (the watch, the default, is tested in
+test_eppctl_serve_watch.py).
 
 A small Python http.server on 127.0.0.1 plays the Kubernetes API server (InferencePool and PodList
 JSON written here); the Pods' IPs are 127.0.0.2 and 127.0.0.3 (Linux routes all of 127/8 to
@@ -106,7 +108,7 @@ def test_pool_pods_are_endpoints_and_a_not_ready_pod_is_dropped(kube_serve, pods
     token = tmp_path / "token"
     token.write_text("t0ken\n")
     s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
-                   "--kube-token-file", token, "--pool-resync-interval", "100ms",
+                   "--kube-token-file", token, "--no-pool-watch", "--pool-resync-interval", "100ms",
                    "--refresh-metrics-interval", "50ms", "--scrape-timeout", "2s")
     assert s.metric("epp_endpoints") == 2
     s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 0, endpoint=a)
@@ -167,7 +169,7 @@ def test_v1alpha2_pool_and_flag_endpoints(kube_serve, pods_on_loopback, fake_api
     port = pods_on_loopback
     api = fake_api(V1ALPHA2, port)
     api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("other", "127.0.0.3", labels={"app": "other"})])
-    s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--pool-group", V1ALPHA2,
+    s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--pool-group", V1ALPHA2, "--no-pool-watch",
                    "--kube-api-server", api.url, "--endpoint", "10.9.9.9:8000=none")
     # The Pod the selector does not match is not taken even though the server listed it.
     assert s.metric("epp_endpoints") == 2
@@ -185,14 +187,14 @@ def test_startup_discovery_errors(eppctl, tmp_path, fake_api):
     api = fake_api(V1, 8000)
     # No such pool: 404, naming the URL.
     r = eppctl("serve", *ports, "--pool-name", "nope", "--pool-namespace", NS, "--kube-api-server", api.url,
-               timeout=30)
+               "--no-pool-watch", timeout=30)
     assert r.returncode == 2, r.stderr
     assert ("GET %s/apis/inference.networking.k8s.io/v1/namespaces/ns1/inferencepools/nope: HTTP 404 (NotFound)"
             % api.url) in r.stderr
     # The API server failing at start: no last good set, so serve does not start.
     api.set(fail=500)
     r = eppctl("serve", *ports, "--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
-               timeout=30)
+               "--no-pool-watch", timeout=30)
     assert r.returncode == 1, r.stderr
     assert "inferencepool ns1/llama: GET" in r.stderr and "etcd is down" in r.stderr
     r = eppctl("serve", *ports, "--pool-name", POOL, "--pool-group", "example.com", timeout=30)
@@ -213,7 +215,7 @@ def test_rejected_list_is_handed_over_again(kube_serve, pods_on_loopback, fake_a
     api = fake_api(V1, port)
     api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3")])
     s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
-                   "--pool-resync-interval", "100ms", "--refresh-metrics-interval", "50ms")
+                   "--no-pool-watch", "--pool-resync-interval", "100ms", "--refresh-metrics-interval", "50ms")
     assert s.metric("epp_endpoints") == 2
     # An empty label name: discovery reads it, endpoint validation rejects the list.
     api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3", labels={"app": "vllm", "": "x"})])
@@ -237,7 +239,7 @@ def test_new_pod_on_an_old_pods_address_starts_clean(kube_serve, pods_on_loopbac
     api = fake_api(V1, port)
     api.set(pods=[pod("vllm-a", "127.0.0.2"), pod("vllm-b", "127.0.0.3")])
     s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
-                   "--pool-resync-interval", "100ms", "--refresh-metrics-interval", "50ms")
+                   "--no-pool-watch", "--pool-resync-interval", "100ms", "--refresh-metrics-interval", "50ms")
     assert s.metric("epp_endpoints") == 2
     with Stream(s.channel()) as st:
         body = chat_body()
@@ -264,7 +266,7 @@ def test_stop_during_pool_get_makes_no_pod_list(kube_serve, pods_on_loopback, fa
     api = fake_api(V1, port)
     api.set(pods=[pod("vllm-a", "127.0.0.2")])
     s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
-                   "--pool-resync-interval", "100ms")
+                   "--no-pool-watch", "--pool-resync-interval", "100ms")
     with api.lock:
         api.pool_delay = 2
     assert api.pool_get.wait(15), "no pool GET after start"

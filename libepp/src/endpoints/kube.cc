@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/json.h"
+#include "endpoints/kube_internal.h"
 
 namespace epp {
 namespace {
@@ -404,92 +406,331 @@ std::string PodListPath(const InferencePool& pool) {
          "&resourceVersion=0";
 }
 
-absl::StatusOr<std::vector<EndpointSpec>> ParsePodListEndpoints(std::string_view text, const InferencePool& pool,
-                                                                std::string_view source) {
+namespace internal {
+
+absl::StatusOr<PodInfo> ParsePodJson(const nlohmann::json& pod, const std::string& at, std::string_view source,
+                                     std::string_view default_ns) {
+  Reader r(source);
+  if (!pod.is_object()) return r.WrongType(at, "an object", pod);
+  PodInfo p;
+  EPP_ASSIGN_OR_RETURN(const json* meta, r.Object(pod, "metadata", at + ".metadata", true));
+  EPP_ASSIGN_OR_RETURN(p.name, r.String(*meta, "name", at + ".metadata.name", true));
+  EPP_ASSIGN_OR_RETURN(p.ns, r.String(*meta, "namespace", at + ".metadata.namespace", false));
+  if (p.ns.empty()) p.ns = std::string(default_ns);
+  EPP_ASSIGN_OR_RETURN(p.labels, r.StringMap(*meta, "labels", at + ".metadata.labels"));
+  EPP_ASSIGN_OR_RETURN(p.annotations, r.StringMap(*meta, "annotations", at + ".metadata.annotations"));
+  EPP_ASSIGN_OR_RETURN(p.resource_version, r.String(*meta, "resourceVersion", at + ".metadata.resourceVersion", false));
+  EPP_ASSIGN_OR_RETURN(std::string deleting,
+                       r.String(*meta, "deletionTimestamp", at + ".metadata.deletionTimestamp", false));
+  p.deleting = !deleting.empty();
+  EPP_ASSIGN_OR_RETURN(const json* status, r.Object(pod, "status", at + ".status", false));
+  if (status == nullptr) return p;  // not scheduled yet
+  EPP_ASSIGN_OR_RETURN(p.ip, r.String(*status, "podIP", at + ".status.podIP", false));
+  if (const json* conds = Reader::Member(*status, "conditions"); conds != nullptr) {
+    if (!conds->is_array()) return r.WrongType(at + ".status.conditions", "an array", *conds);
+    for (size_t c = 0; c < conds->size(); ++c) {
+      const std::string cat = at + ".status.conditions[" + std::to_string(c) + "]";
+      const json& cond = (*conds)[c];
+      if (!cond.is_object()) return r.WrongType(cat, "an object", cond);
+      EPP_ASSIGN_OR_RETURN(std::string type, r.String(cond, "type", cat + ".type", true));
+      EPP_ASSIGN_OR_RETURN(std::string value, r.String(cond, "status", cat + ".status", true));
+      if (type == "Ready") p.ready = value == "True";
+    }
+  }
+  return p;
+}
+
+bool PodCounts(const PodInfo& p, const LabelSelector& selector) {
+  return !p.ip.empty() && p.ready && !p.deleting && selector.Matches(p.labels);
+}
+
+}  // namespace internal
+
+std::vector<EndpointSpec> PodEndpoints(std::span<const PodInfo> pods, const LabelSelector& selector,
+                                       std::span<const int> target_ports, const PodMetricsOptions& metrics) {
+  struct Found {
+    const PodInfo* pod;
+    int port;
+  };
+  std::vector<const PodInfo*> counted;
+  std::set<std::string> ips;
+  for (const PodInfo& p : pods) {
+    // hostNetwork Pods on one node share an IP: the first selected one (in the caller's order) is
+    // kept. Only selected Pods are recorded, so an unselected Pod never hides a selected one.
+    if (internal::PodCounts(p, selector) && IsIpLiteral(p.ip) && ips.insert(p.ip).second) counted.push_back(&p);
+  }
+  std::sort(counted.begin(), counted.end(), [](const PodInfo* a, const PodInfo* b) {
+    return a->name != b->name ? a->name < b->name : a->ns < b->ns;
+  });
+  std::vector<EndpointSpec> out;
+  const bool default_metrics = metrics.scheme == "http" && metrics.port == 0 && metrics.path == "/metrics";
+  for (const PodInfo* p : counted) {
+    std::set<int> active;
+    bool restrict = false;
+    // GIE's annotation, then llm-d's spelling of it.
+    for (std::string_view key : {kActivePortsAnnotation, std::string_view("llm-d.ai/active-ports")}) {
+      if (auto a = p->annotations.find(std::string(key)); a != p->annotations.end()) {
+        restrict = true;
+        active = ParsePortList(a->second);
+        break;
+      }
+    }
+    std::string engine;
+    if (auto e = p->labels.find(std::string(kEngineTypeLabel)); e != p->labels.end() && KnownEngine(e->second)) {
+      engine = e->second;
+    }
+    const std::string host = p->ip.find(':') != std::string::npos ? "[" + p->ip + "]" : p->ip;
+    const std::string pod_name = p->ns + "/" + p->name;
+    for (int port : target_ports) {
+      if (restrict && !active.count(port)) continue;
+      EndpointSpec spec;
+      spec.address = host + ":" + std::to_string(port);
+      if (!default_metrics)
+        spec.metrics = metrics.scheme + "://" + host + ":" + std::to_string(metrics.port ? metrics.port : port) +
+                       metrics.path;
+      spec.labels = p->labels;
+      spec.engine = engine;
+      spec.origin = "pod " + pod_name;
+      spec.instance = pod_name;
+      out.push_back(std::move(spec));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<PodInfo>> ParsePodList(std::string_view text, std::string_view source,
+                                                  std::string_view default_ns, const LabelSelector& selector) {
   Reader r(source);
   EPP_ASSIGN_OR_RETURN(json doc, r.Parse(text));
   EPP_ASSIGN_OR_RETURN(std::string kind, r.String(doc, "kind", "kind", false));
   if (!kind.empty() && kind != "PodList") return r.Error("kind", "expected PodList, got " + kind);
   const json* items = Reader::Member(doc, "items");
-  struct Found {
-    std::string name;
-    int port;
-    EndpointSpec spec;
-  };
-  std::vector<Found> found;
-  std::set<std::string> ips;
-  if (items != nullptr) {
-    if (!items->is_array()) return r.WrongType("items", "an array", *items);
-    for (size_t i = 0; i < items->size(); ++i) {
-      const std::string at = "items[" + std::to_string(i) + "]";
-      const json& pod = (*items)[i];
-      if (!pod.is_object()) return r.WrongType(at, "an object", pod);
-      EPP_ASSIGN_OR_RETURN(const json* meta, r.Object(pod, "metadata", at + ".metadata", true));
-      EPP_ASSIGN_OR_RETURN(std::string name, r.String(*meta, "name", at + ".metadata.name", true));
-      EPP_ASSIGN_OR_RETURN(std::string ns, r.String(*meta, "namespace", at + ".metadata.namespace", false));
-      EPP_ASSIGN_OR_RETURN(auto labels, r.StringMap(*meta, "labels", at + ".metadata.labels"));
-      EPP_ASSIGN_OR_RETURN(auto annotations, r.StringMap(*meta, "annotations", at + ".metadata.annotations"));
-      EPP_ASSIGN_OR_RETURN(std::string deleting,
-                           r.String(*meta, "deletionTimestamp", at + ".metadata.deletionTimestamp", false));
-      EPP_ASSIGN_OR_RETURN(const json* status, r.Object(pod, "status", at + ".status", false));
-      if (status == nullptr) continue;  // not scheduled yet
-      EPP_ASSIGN_OR_RETURN(std::string ip, r.String(*status, "podIP", at + ".status.podIP", false));
-      bool ready = false;
-      if (const json* conds = Reader::Member(*status, "conditions"); conds != nullptr) {
-        if (!conds->is_array()) return r.WrongType(at + ".status.conditions", "an array", *conds);
-        for (size_t c = 0; c < conds->size(); ++c) {
-          const std::string cat = at + ".status.conditions[" + std::to_string(c) + "]";
-          const json& cond = (*conds)[c];
-          if (!cond.is_object()) return r.WrongType(cat, "an object", cond);
-          EPP_ASSIGN_OR_RETURN(std::string type, r.String(cond, "type", cat + ".type", true));
-          EPP_ASSIGN_OR_RETURN(std::string value, r.String(cond, "status", cat + ".status", true));
-          if (type == "Ready") ready = value == "True";
-        }
+  std::vector<PodInfo> pods;
+  if (items == nullptr) return pods;
+  if (!items->is_array()) return r.WrongType("items", "an array", *items);
+  for (size_t i = 0; i < items->size(); ++i) {
+    const std::string at = "items[" + std::to_string(i) + "]";
+    EPP_ASSIGN_OR_RETURN(PodInfo p, internal::ParsePodJson((*items)[i], at, source, default_ns));
+    // A counted Pod whose IP is not a literal is malformed like a field of the wrong type: the
+    // list fails (the set in use is kept).
+    if (internal::PodCounts(p, selector) && !IsIpLiteral(p.ip))
+      return r.Error(at + ".status.podIP", "pod " + p.ns + "/" + p.name + ": '" + p.ip + "' is not an IPv4 or IPv6 address");
+    pods.push_back(std::move(p));
+  }
+  return pods;
+}
+
+absl::StatusOr<std::vector<EndpointSpec>> ParsePodListEndpoints(std::string_view text, const InferencePool& pool,
+                                                                std::string_view source) {
+  // The selector is checked again here: a server that ignores labelSelector must not widen the pool.
+  const LabelSelector selector = MatchLabelsSelector(pool.selector);
+  EPP_ASSIGN_OR_RETURN(std::vector<PodInfo> pods, ParsePodList(text, source, pool.ns, selector));
+  return PodEndpoints(pods, selector, pool.target_ports);
+}
+
+absl::StatusOr<std::string> PodCollectionPath(std::string_view ns) {
+  if (!IsDns1123Subdomain(ns) || ns.size() > 63 || ns.find('.') != std::string_view::npos) {
+    return absl::InvalidArgumentError("namespace '" + std::string(ns) +
+                                      "': expected a DNS-1123 label (lower-case letters, digits, '-')");
+  }
+  return "/api/v1/namespaces/" + std::string(ns) + "/pods";
+}
+
+// ---- Label selectors ---------------------------------------------------------------------------
+
+namespace {
+
+// A label name or value part: up to 63 of [A-Za-z0-9._-], alphanumeric at both ends.
+bool IsLabelName(std::string_view s) {
+  if (s.empty() || s.size() > 63) return false;
+  auto alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  for (char c : s)
+    if (!alnum(c) && c != '-' && c != '_' && c != '.') return false;
+  return alnum(s.front()) && alnum(s.back());
+}
+
+bool IsLabelKey(std::string_view key) {
+  const size_t slash = key.find('/');
+  if (slash == std::string_view::npos) return IsLabelName(key);
+  const std::string_view prefix = key.substr(0, slash);
+  return IsDns1123Subdomain(prefix) && IsLabelName(key.substr(slash + 1));
+}
+
+bool IsLabelValue(std::string_view v) { return v.empty() || IsLabelName(v); }
+
+class SelectorParser {
+ public:
+  explicit SelectorParser(std::string_view text) : text_(text) {}
+
+  absl::StatusOr<LabelSelector> Parse() {
+    LabelSelector out;
+    SkipSpace();
+    if (pos_ == text_.size()) return out;  // the empty selector selects everything
+    for (;;) {
+      EPP_ASSIGN_OR_RETURN(LabelRequirement req, Requirement());
+      out.requirements.push_back(std::move(req));
+      SkipSpace();
+      if (pos_ == text_.size()) break;
+      if (text_[pos_] != ',') return Error("expected ',' or the end");
+      ++pos_;
+    }
+    std::sort(out.requirements.begin(), out.requirements.end(), [](const LabelRequirement& a, const LabelRequirement& b) {
+      return a.key != b.key ? a.key < b.key : static_cast<int>(a.op) < static_cast<int>(b.op);
+    });
+    return out;
+  }
+
+ private:
+  absl::Status Error(const std::string& what) const {
+    return absl::InvalidArgumentError("label selector '" + std::string(text_) + "': at " + std::to_string(pos_ + 1) +
+                                      ": " + what);
+  }
+  void SkipSpace() {
+    while (pos_ < text_.size() && text_[pos_] == ' ') ++pos_;
+  }
+  // Characters of a key or value: up to a space, ',', '=', '!', '(' or ')'.
+  std::string_view Word() {
+    const size_t start = pos_;
+    while (pos_ < text_.size() && std::string_view(" ,=!()").find(text_[pos_]) == std::string_view::npos) ++pos_;
+    return text_.substr(start, pos_ - start);
+  }
+  absl::StatusOr<std::string> Key() {
+    SkipSpace();
+    const size_t at = pos_;
+    const std::string_view key = Word();
+    if (!IsLabelKey(key)) {
+      pos_ = at;
+      return Error(key.empty() ? "expected a label key" : "'" + std::string(key) + "' is not a valid label key");
+    }
+    return std::string(key);
+  }
+  absl::StatusOr<std::string> Value() {
+    SkipSpace();
+    const size_t at = pos_;
+    const std::string_view v = Word();
+    if (!IsLabelValue(v)) {
+      pos_ = at;
+      return Error("'" + std::string(v) + "' is not a valid label value");
+    }
+    return std::string(v);
+  }
+  bool Keyword(std::string_view word) {
+    SkipSpace();
+    if (text_.substr(pos_, word.size()) != word) return false;
+    const size_t after = pos_ + word.size();
+    if (after < text_.size() && text_[after] != ' ' && text_[after] != '(') return false;
+    pos_ = after;
+    return true;
+  }
+
+  absl::StatusOr<LabelRequirement> Requirement() {
+    LabelRequirement req;
+    SkipSpace();
+    if (pos_ < text_.size() && text_[pos_] == '!') {
+      ++pos_;
+      EPP_ASSIGN_OR_RETURN(req.key, Key());
+      req.op = LabelRequirement::Op::kDoesNotExist;
+      return req;
+    }
+    EPP_ASSIGN_OR_RETURN(req.key, Key());
+    SkipSpace();
+    if (pos_ == text_.size() || text_[pos_] == ',') {
+      req.op = LabelRequirement::Op::kExists;
+      return req;
+    }
+    if (text_.substr(pos_, 2) == "==" || text_.substr(pos_, 2) == "!=" || text_[pos_] == '=') {
+      req.op = text_[pos_] == '!' ? LabelRequirement::Op::kNotEquals : LabelRequirement::Op::kEquals;
+      pos_ += text_.substr(pos_, 2) == "==" || text_[pos_] == '!' ? 2 : 1;
+      EPP_ASSIGN_OR_RETURN(std::string v, Value());
+      req.values.push_back(std::move(v));
+      return req;
+    }
+    if (Keyword("notin")) {
+      req.op = LabelRequirement::Op::kNotIn;
+    } else if (Keyword("in")) {
+      req.op = LabelRequirement::Op::kIn;
+    } else {
+      return Error("expected '=', '==', '!=', 'in' or 'notin'");
+    }
+    SkipSpace();
+    if (pos_ == text_.size() || text_[pos_] != '(') return Error("expected '('");
+    ++pos_;
+    std::set<std::string> values;
+    for (;;) {
+      EPP_ASSIGN_OR_RETURN(std::string v, Value());
+      values.insert(std::move(v));
+      SkipSpace();
+      if (pos_ < text_.size() && text_[pos_] == ',') {
+        ++pos_;
+        continue;
       }
-      if (ip.empty() || !ready || !deleting.empty()) continue;
-      // Selector re-checked: a server that ignores labelSelector must not widen the pool.
-      bool selected = true;
-      for (const auto& [k, v] : pool.selector) {
-        auto it = labels.find(k);
-        if (it == labels.end() || it->second != v) selected = false;
+      if (pos_ < text_.size() && text_[pos_] == ')') {
+        ++pos_;
+        break;
       }
-      if (!selected) continue;
-      const std::string pod_name = (ns.empty() ? pool.ns : ns) + "/" + name;
-      if (!IsIpLiteral(ip)) {
-        // Malformed like a field of the wrong type: the list fails (the set in use is kept).
-        return r.Error(at + ".status.podIP", "pod " + pod_name + ": '" + ip + "' is not an IPv4 or IPv6 address");
-      }
-      // hostNetwork Pods on one node share an IP: the first selected one is kept. Recorded only
-      // after the selector check, so an unselected Pod never hides a selected one.
-      if (!ips.insert(ip).second) continue;
-      std::set<int> active;
-      bool restrict = false;
-      if (auto a = annotations.find(std::string(kActivePortsAnnotation)); a != annotations.end()) {
-        restrict = true;
-        active = ParsePortList(a->second);
-      }
-      std::string engine;
-      if (auto e = labels.find(std::string(kEngineTypeLabel)); e != labels.end() && KnownEngine(e->second)) {
-        engine = e->second;
-      }
-      const std::string host = ip.find(':') != std::string::npos ? "[" + ip + "]" : ip;
-      for (int port : pool.target_ports) {
-        if (restrict && !active.count(port)) continue;
-        EndpointSpec spec;
-        spec.address = host + ":" + std::to_string(port);
-        spec.labels = labels;
-        spec.engine = engine;
-        spec.origin = "pod " + pod_name;
-        spec.instance = pod_name;
-        found.push_back({name, port, std::move(spec)});
-      }
+      return Error("expected ',' or ')'");
+    }
+    req.values.assign(values.begin(), values.end());
+    return req;
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<LabelSelector> ParseLabelSelector(std::string_view text) { return SelectorParser(text).Parse(); }
+
+LabelSelector MatchLabelsSelector(const std::map<std::string, std::string>& match_labels) {
+  LabelSelector s;
+  for (const auto& [k, v] : match_labels) s.requirements.push_back({k, LabelRequirement::Op::kEquals, {v}});
+  return s;
+}
+
+bool LabelSelector::Matches(const std::map<std::string, std::string>& labels) const {
+  for (const LabelRequirement& r : requirements) {
+    auto it = labels.find(r.key);
+    const bool has = it != labels.end();
+    const bool listed = has && std::binary_search(r.values.begin(), r.values.end(), it->second);
+    switch (r.op) {
+      case LabelRequirement::Op::kEquals:
+      case LabelRequirement::Op::kIn:
+        if (!listed) return false;
+        break;
+      case LabelRequirement::Op::kNotEquals:
+      case LabelRequirement::Op::kNotIn:
+        if (listed) return false;  // an absent label is "not equal", as Kubernetes has it
+        break;
+      case LabelRequirement::Op::kExists:
+        if (!has) return false;
+        break;
+      case LabelRequirement::Op::kDoesNotExist:
+        if (has) return false;
+        break;
     }
   }
-  std::sort(found.begin(), found.end(),
-            [](const Found& a, const Found& b) { return a.name != b.name ? a.name < b.name : a.port < b.port; });
-  std::vector<EndpointSpec> out;
-  out.reserve(found.size());
-  for (Found& f : found) out.push_back(std::move(f.spec));
+  return true;
+}
+
+std::string LabelSelector::String() const {
+  std::string out;
+  for (const LabelRequirement& r : requirements) {
+    if (!out.empty()) out += ",";
+    auto list = [&r] {
+      std::string l;
+      for (const std::string& v : r.values) l += (l.empty() ? "" : ",") + v;
+      return "(" + l + ")";
+    };
+    switch (r.op) {
+      case LabelRequirement::Op::kEquals: out += r.key + "=" + r.values.front(); break;
+      case LabelRequirement::Op::kNotEquals: out += r.key + "!=" + r.values.front(); break;
+      case LabelRequirement::Op::kIn: out += r.key + " in " + list(); break;
+      case LabelRequirement::Op::kNotIn: out += r.key + " notin " + list(); break;
+      case LabelRequirement::Op::kExists: out += r.key; break;
+      case LabelRequirement::Op::kDoesNotExist: out += "!" + r.key; break;
+    }
+  }
   return out;
 }
 
@@ -519,34 +760,52 @@ absl::StatusOr<std::string> KubeClient::Token() {
   return token_;
 }
 
-absl::StatusOr<std::string> KubeClient::Get(std::string_view path_and_query) {
+absl::StatusOr<HttpRequest> KubeClient::NewRequest(std::string_view method, std::string_view path_and_query) {
   HttpRequest req;
+  req.method = std::string(method);
   req.url = options_.api_server + std::string(path_and_query);
   req.timeout = options_.timeout;
   req.insecure = options_.insecure_skip_verify;
   req.ca_file = options_.ca_file;
   req.max_body_bytes = size_t{64} << 20;
   req.headers.push_back("Accept: application/json");
+  if (method != "GET" && method != "DELETE") req.headers.push_back("Content-Type: application/json");
   EPP_ASSIGN_OR_RETURN(std::string token, Token());
   if (!token.empty()) req.headers.push_back("Authorization: Bearer " + token);
+  return req;
+}
+
+absl::Status KubeClient::AnswerError(const HttpRequest& req, long code, std::string_view body) {
+  if (code == 401) token_read_ = false;  // re-read the token on the next call
+  // Kubernetes answers errors with a Status object: {"kind":"Status","reason":"Forbidden","message":...}.
+  std::string what = req.method + " " + req.url + ": HTTP " + std::to_string(code);
+  const json status = internal::ParseJsonOrDiscarded(body);
+  if (status.is_object()) {
+    if (const std::string* reason = internal::JsonStringMember(status, "reason")) what += " (" + *reason + ")";
+    if (const std::string* message = internal::JsonStringMember(status, "message")) what += ": " + *message;
+  } else if (!body.empty()) {
+    what += ": " + std::string(body.substr(0, 200));
+    while (!what.empty() && (what.back() == '\n' || what.back() == '\r')) what.pop_back();
+  }
+  if (code == 401) what += " (is the token valid? --kube-token-file)";
+  if (code == 403) what += " (does the ServiceAccount's Role grant this verb on this resource?)";
+  if (code == 409) return req.method == "POST" ? absl::AlreadyExistsError(what) : absl::AbortedError(what);
+  if (code == 410) return absl::FailedPreconditionError(what);  // a resourceVersion too old to watch from
+  return StatusForHttp(code, what);
+}
+
+absl::StatusOr<std::string> KubeClient::Get(std::string_view path_and_query) {
+  return Send("GET", path_and_query, std::string());
+}
+
+absl::StatusOr<std::string> KubeClient::Send(std::string_view method, std::string_view path_and_query, std::string body) {
+  EPP_ASSIGN_OR_RETURN(HttpRequest req, NewRequest(method, path_and_query));
+  req.body = std::move(body);
   std::vector<absl::StatusOr<HttpResponse>> got = http_.FetchAll(std::span<const HttpRequest>(&req, 1));
   if (!got.front().ok()) return got.front().status();
   HttpResponse& resp = *got.front();
   if (resp.status >= 200 && resp.status < 300) return std::move(resp.body);
-  if (resp.status == 401) token_read_ = false;  // re-read the token on the next call
-  // Kubernetes answers errors with a Status object: {"kind":"Status","reason":"Forbidden","message":...}.
-  std::string what = "GET " + req.url + ": HTTP " + std::to_string(resp.status);
-  const json status = internal::ParseJsonOrDiscarded(resp.body);
-  if (status.is_object()) {
-    if (const std::string* reason = internal::JsonStringMember(status, "reason")) what += " (" + *reason + ")";
-    if (const std::string* message = internal::JsonStringMember(status, "message")) what += ": " + *message;
-  } else if (!resp.body.empty()) {
-    what += ": " + resp.body.substr(0, 200);
-    while (!what.empty() && (what.back() == '\n' || what.back() == '\r')) what.pop_back();
-  }
-  if (resp.status == 401) what += " (is the token valid? --kube-token-file)";
-  if (resp.status == 403) what += " (does the ServiceAccount's Role grant get/list on this resource?)";
-  return StatusForHttp(resp.status, what);
+  return AnswerError(req, resp.status, resp.body);
 }
 
 absl::StatusOr<InferencePool> KubeClient::GetInferencePool(std::string_view group, std::string_view ns,

@@ -69,6 +69,7 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
   int port = 0;
   std::atomic<int64_t> next_id{0};
   std::atomic<bool> draining{false};  // BeginDrain: new streams are refused
+  bool health_checking = false;       // this port answers grpc.health.v1 (SetServing)
 
   class Reactor;
   std::mutex registry_mu;
@@ -310,21 +311,48 @@ absl::StatusOr<std::unique_ptr<ExtProcServer>> ExtProcServer::StartWith(const Sc
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, static_cast<int>(options.session.handshake_timeout.count()));
   builder.AddListeningPort(options.listen, creds, &impl->port);
   builder.RegisterService(impl.get());
-  // Health checks are answered on the health port only (HealthServer); without this, gRPC's
-  // process-wide default health service would also answer here, with the wrong states.
-  builder.SetOption(std::make_unique<grpc::HealthCheckServiceServerBuilderOption>(nullptr));
+  if (options.health_checking) {
+    // GIE's --health-checking: gRPC's default health service on this port too; its states are
+    // set below and by SetServing().
+    grpc::EnableDefaultHealthCheckService(true);
+  } else {
+    // Health checks are answered on the health port only (HealthServer); without this, gRPC's
+    // process-wide default health service would also answer here, with the wrong states.
+    builder.SetOption(std::make_unique<grpc::HealthCheckServiceServerBuilderOption>(nullptr));
+  }
   // A body chunk may be as large as the whole body.
   const size_t max_msg = std::max<size_t>(size_t{4} << 20, options.session.max_request_bytes + (size_t{1} << 20));
-  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(max_msg, INT32_MAX)));
-  builder.SetMaxSendMessageSize(static_cast<int>(std::min<size_t>(max_msg, INT32_MAX)));
+  const size_t max_recv = options.max_receive_message_bytes ? options.max_receive_message_bytes : max_msg;
+  const size_t max_send = options.max_send_message_bytes ? options.max_send_message_bytes : max_msg;
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(max_recv, INT32_MAX)));
+  builder.SetMaxSendMessageSize(static_cast<int>(std::min<size_t>(max_send, INT32_MAX)));
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0)
     return absl::UnavailableError(absl::StrCat("cannot listen for ext_proc on ", options.listen));
+  impl->health_checking = options.health_checking;
   impl->StartWatchdog();
   return std::unique_ptr<ExtProcServer>(new ExtProcServer(std::move(impl)));
 }
 
+namespace {
+
+// The services GIE's health server answers: `liveness` whenever the process runs; readiness (and
+// the ext_proc service, "" and GIE's chart's `inference-extension`) as the host decides.
+void SetHealthStatuses(grpc::HealthCheckServiceInterface* hc, bool ready) {
+  if (!hc) return;
+  hc->SetServingStatus("liveness", true);
+  for (const char* s : {"", "readiness", "inference-extension"}) hc->SetServingStatus(s, ready);
+  hc->SetServingStatus(std::string(kExtProcServiceName), ready);
+}
+
+}  // namespace
+
 int ExtProcServer::port() const { return impl_->port; }
+
+void ExtProcServer::SetServing(bool serving) {
+  if (!impl_ || !impl_->server || !impl_->health_checking) return;
+  SetHealthStatuses(impl_->server->GetHealthCheckService(), serving);
+}
 ExtProcStats& ExtProcServer::stats() { return impl_->stats; }
 
 void ExtProcServer::BeginDrain() {
@@ -373,11 +401,7 @@ int HealthServer::port() const { return impl_->port; }
 
 void HealthServer::SetReady(bool ready) {
   if (!impl_->server) return;
-  grpc::HealthCheckServiceInterface* hc = impl_->server->GetHealthCheckService();
-  if (!hc) return;
-  hc->SetServingStatus("liveness", true);
-  for (const char* s : {"", "readiness", "inference-extension"}) hc->SetServingStatus(s, ready);
-  hc->SetServingStatus(std::string(kExtProcServiceName), ready);
+  SetHealthStatuses(impl_->server->GetHealthCheckService(), ready);
 }
 
 void HealthServer::Shutdown() {

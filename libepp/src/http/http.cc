@@ -157,6 +157,21 @@ absl::Status TransferError(const Transfer& t, CURLcode code) {
   }
 }
 
+// The method and its body: POST, PUT and PATCH send `body` (PUT and PATCH as a custom request
+// over POST's body handling: libcurl's own PUT reads from a callback); DELETE sends none.
+curl_slist* ConfigureMethod(CURL* e, const HttpRequest& req, curl_slist* headers) {
+  if (req.method == "GET") return headers;
+  if (req.method == "DELETE") {
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
+    return headers;
+  }
+  curl_easy_setopt(e, CURLOPT_POST, 1L);
+  curl_easy_setopt(e, CURLOPT_POSTFIELDS, req.body.data());
+  curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+  if (req.method != "POST") curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, req.method.c_str());
+  return curl_slist_append(headers, "Expect:");  // no 100-continue round trip
+}
+
 void Configure(Transfer& t) {
   const HttpRequest& req = t.req;
   CURL* e = t.easy;
@@ -180,12 +195,7 @@ void Configure(Transfer& t) {
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
   }
   for (const std::string& h : req.headers) t.headers = curl_slist_append(t.headers, h.c_str());
-  if (req.method == "POST") {
-    curl_easy_setopt(e, CURLOPT_POST, 1L);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, req.body.data());
-    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
-    t.headers = curl_slist_append(t.headers, "Expect:");  // no 100-continue round trip
-  }
+  t.headers = ConfigureMethod(e, req, t.headers);
   if (t.headers) curl_easy_setopt(e, CURLOPT_HTTPHEADER, t.headers);
 }
 
@@ -364,6 +374,111 @@ absl::StatusOr<HttpResponse> HttpFetch(const HttpRequest& request) {
 
 bool IsConnectionRefused(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnavailable && status.GetPayload(kRefusedPayload).has_value();
+}
+
+// ---- HttpStream ------------------------------------------------------------------------------
+//
+// One easy handle driven by its own multi handle, so that curl_multi_poll() can be woken by
+// Cancel() (curl_multi_wakeup) instead of waiting for libcurl's next progress callback, which
+// comes about once a second on an idle stream: a watch is idle most of the time, and Stop() of the
+// pool must not wait a second per watch.
+
+struct HttpStream::Impl {
+  CURLM* multi = nullptr;
+  std::atomic<bool> cancelled{false};
+};
+
+namespace {
+
+struct StreamTransfer {
+  const std::function<bool(std::string_view)>* on_data = nullptr;
+  std::string* error_body = nullptr;
+  CURL* easy = nullptr;
+  bool stopped = false;  // on_data asked to stop
+};
+
+size_t OnStreamBody(char* data, size_t size, size_t nmemb, void* user) {
+  auto* t = static_cast<StreamTransfer*>(user);
+  const size_t n = size * nmemb;
+  long code = 0;
+  curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &code);
+  if (code < 200 || code >= 300) {
+    if (t->error_body != nullptr && t->error_body->size() < (size_t{64} << 10))
+      t->error_body->append(data, std::min(n, (size_t{64} << 10) - t->error_body->size()));
+    return n;
+  }
+  if (!(*t->on_data)(std::string_view(data, n))) {
+    t->stopped = true;
+    return 0;  // CURLE_WRITE_ERROR, reported as a normal end below
+  }
+  return n;
+}
+
+}  // namespace
+
+HttpStream::HttpStream() : impl_(std::make_unique<Impl>()) {
+  GlobalInitOnce();
+  impl_->multi = curl_multi_init();
+}
+
+HttpStream::~HttpStream() {
+  if (impl_->multi) curl_multi_cleanup(impl_->multi);
+}
+
+void HttpStream::Cancel() {
+  impl_->cancelled = true;
+  curl_multi_wakeup(impl_->multi);
+}
+
+void HttpStream::Reset() { impl_->cancelled = false; }
+
+absl::StatusOr<long> HttpStream::Run(const HttpRequest& request, const std::function<bool(std::string_view)>& on_data,
+                                     std::string* error_body) {
+  const std::string what = request.method + " " + request.url;
+  if (impl_->cancelled) return absl::CancelledError(what + ": cancelled");
+  Transfer t;  // for the shared settings; the body goes to OnStreamBody
+  t.req = request;
+  t.req.accept_gzip = false;  // pieces are handed over as they come: no decoding in between
+  t.easy = curl_easy_init();
+  if (t.easy == nullptr) return absl::ResourceExhaustedError(what + ": curl_easy_init failed");
+  Configure(t);
+  StreamTransfer st{&on_data, error_body, t.easy};
+  curl_easy_setopt(t.easy, CURLOPT_WRITEFUNCTION, &OnStreamBody);
+  curl_easy_setopt(t.easy, CURLOPT_WRITEDATA, &st);
+  curl_easy_setopt(t.easy, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(0));  // no cap: a stream
+  // A connection whose peer vanished without a FIN is found by keepalive probes within about a
+  // minute instead of at the request's timeout.
+  curl_easy_setopt(t.easy, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(t.easy, CURLOPT_TCP_KEEPIDLE, 30L);
+  curl_easy_setopt(t.easy, CURLOPT_TCP_KEEPINTVL, 10L);
+  curl_multi_add_handle(impl_->multi, t.easy);
+  CURLcode result = CURLE_OK;
+  bool done = false;
+  while (!done) {
+    int running = 0;
+    curl_multi_perform(impl_->multi, &running);
+    int queued = 0;
+    while (CURLMsg* msg = curl_multi_info_read(impl_->multi, &queued)) {
+      if (msg->msg == CURLMSG_DONE) {
+        result = msg->data.result;
+        done = true;
+      }
+    }
+    if (done || running == 0) break;
+    if (impl_->cancelled) break;
+    curl_multi_poll(impl_->multi, nullptr, 0, 1000, nullptr);
+    if (impl_->cancelled) break;
+  }
+  long code = 0;
+  curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &code);
+  curl_multi_remove_handle(impl_->multi, t.easy);
+  curl_easy_cleanup(t.easy);
+  t.easy = nullptr;
+  if (t.headers) curl_slist_free_all(t.headers);
+  t.headers = nullptr;
+  if (!done && impl_->cancelled) return absl::CancelledError(what + ": cancelled");
+  if (result == CURLE_OK || st.stopped) return code;
+  return TransferError(t, result);
 }
 
 }  // namespace epp

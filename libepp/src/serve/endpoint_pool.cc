@@ -1,5 +1,6 @@
 // EndpointPool (epp/runtime/serve.h): the endpoint set behind a serving scheduler, kept current.
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -19,22 +20,53 @@ std::string Seconds(double s) {
 // An InferencePool's Ready Pods through the Kubernetes API.
 class InferencePoolLister final : public EndpointLister {
  public:
-  InferencePoolLister(PoolDiscoveryOptions options, std::unique_ptr<KubeClient> kube)
-      : options_(std::move(options)), kube_(std::move(kube)) {}
+  InferencePoolLister(PoolDiscoveryOptions options, std::unique_ptr<KubeClient> kube, LabelSelector standalone)
+      : options_(std::move(options)), kube_(std::move(kube)), standalone_(std::move(standalone)) {}
 
   absl::StatusOr<std::vector<EndpointSpec>> List(const std::atomic<bool>& cancel) override {
-    // The pool is read each time: its selector and targetPorts may change.
-    EPP_ASSIGN_OR_RETURN(InferencePool pool, kube_->GetInferencePool(options_.group, options_.ns, options_.name));
+    LabelSelector selector = standalone_;
+    std::vector<int> ports = options_.target_ports;
+    if (!options_.name.empty()) {
+      // The pool is read each time: its selector and targetPorts may change.
+      EPP_ASSIGN_OR_RETURN(InferencePool pool, kube_->GetInferencePool(options_.group, options_.ns, options_.name));
+      selector = MatchLabelsSelector(pool.selector);
+      ports = pool.target_ports;
+    }
     // Stop() waits for the discovery thread: not a second request (up to the client's timeout)
     // once it was asked to stop.
     if (cancel.load()) return absl::CancelledError("stopping");
-    return kube_->ListPoolEndpoints(pool);
+    EPP_ASSIGN_OR_RETURN(std::string path, PodCollectionPath(options_.ns));
+    // resourceVersion=0: served from the API server's watch cache rather than a quorum read.
+    path += "?labelSelector=" + UrlEncode(selector.String()) + "&resourceVersion=0";
+    EPP_ASSIGN_OR_RETURN(std::string body, kube_->Get(path));
+    EPP_ASSIGN_OR_RETURN(std::vector<PodInfo> pods,
+                         ParsePodList(body, "GET " + kube_->options().api_server + path, options_.ns, selector));
+    return PodEndpoints(pods, selector, ports, options_.metrics);
   }
-  std::string Describe() const override { return "inferencepool " + options_.ns + "/" + options_.name; }
+  std::string Describe() const override {
+    if (options_.name.empty()) return "pods of namespace " + options_.ns + " matching '" + standalone_.String() + "'";
+    return "inferencepool " + options_.ns + "/" + options_.name;
+  }
 
  private:
+  static std::string UrlEncode(std::string_view s) {
+    static const char* hex = "0123456789ABCDEF";
+    std::string out;
+    for (unsigned char c : s) {
+      if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+        out.push_back(static_cast<char>(c));
+      } else {
+        out.push_back('%');
+        out.push_back(hex[c >> 4]);
+        out.push_back(hex[c & 15]);
+      }
+    }
+    return out;
+  }
+
   PoolDiscoveryOptions options_;
   std::unique_ptr<KubeClient> kube_;  // one thread at a time (the discovery thread, or Create)
+  LabelSelector standalone_;          // standalone mode's selector (options_.name empty)
 };
 
 // An InferencePoolImport's exporting clusters, looked up in the cluster directory.
@@ -79,10 +111,20 @@ absl::StatusOr<std::unique_ptr<EndpointLister>> NewInferencePoolImportLister(con
 }
 
 absl::StatusOr<std::unique_ptr<EndpointLister>> NewInferencePoolLister(const PoolDiscoveryOptions& options) {
-  EPP_RETURN_IF_ERROR(InferencePoolPath(options.group, options.ns, options.name).status());
+  LabelSelector standalone;
+  if (options.name.empty()) {
+    EPP_ASSIGN_OR_RETURN(standalone, ParseLabelSelector(options.selector));
+    if (standalone.empty()) return absl::InvalidArgumentError("pod discovery: the endpoint selector must not be empty");
+    if (options.target_ports.empty() || options.target_ports.size() > 8)
+      return absl::InvalidArgumentError("pod discovery: expected 1 to 8 target ports, got " +
+                                        std::to_string(options.target_ports.size()));
+    EPP_RETURN_IF_ERROR(PodCollectionPath(options.ns).status());
+  } else {
+    EPP_RETURN_IF_ERROR(InferencePoolPath(options.group, options.ns, options.name).status());
+  }
   auto kube = KubeClient::Create(options.kube);
   if (!kube.ok()) return absl::Status(kube.status().code(), "pool discovery: " + std::string(kube.status().message()));
-  return std::unique_ptr<EndpointLister>(new InferencePoolLister(options, *std::move(kube)));
+  return std::unique_ptr<EndpointLister>(new InferencePoolLister(options, *std::move(kube), std::move(standalone)));
 }
 
 // ---- Impl ------------------------------------------------------------------------------------
@@ -206,7 +248,7 @@ void EndpointPool::Impl::Track(size_t i, bool read) {
 bool EndpointPool::Impl::Replace(absl::StatusOr<std::vector<EndpointSpec>> new_specs, const std::string& source) {
   const std::string keep = "; keeping the " + std::to_string(endpoints.size()) + " endpoints in use";
   absl::StatusOr<std::vector<Endpoint>> resolved =
-      new_specs.ok() ? ResolveEndpoints(*new_specs, Resolve()) : absl::StatusOr<std::vector<Endpoint>>(new_specs.status());
+      new_specs.ok() ? ResolveChanged(*new_specs) : absl::StatusOr<std::vector<Endpoint>>(new_specs.status());
   if (!resolved.ok()) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -246,6 +288,43 @@ bool EndpointPool::Impl::Replace(absl::StatusOr<std::vector<EndpointSpec>> new_s
            (added.empty() ? "none" : added) + "; removed: " + (removed.empty() ? "none" : removed) +
            (replaced.empty() ? "" : "; replaced (state forgotten): " + replaced));
   return true;
+}
+
+absl::StatusOr<std::vector<Endpoint>> EndpointPool::Impl::ResolveChanged(const std::vector<EndpointSpec>& new_specs) {
+  // An endpoint whose spec did not change keeps its Endpoint (metrics, their age, its errors):
+  // only new or changed specs are read now. A watch hands over one Pod's change at a time; at a
+  // thousand Pods, reading every endpoint again for each would cost a scrape of the whole pool
+  // per event and hold the new Pod back until the slowest answered.
+  std::map<std::string, size_t> old_index;
+  for (size_t i = 0; i < specs.size() && i < endpoints.size(); ++i) old_index.emplace(specs[i].address, i);
+  std::vector<EndpointSpec> fresh;
+  std::vector<size_t> fresh_at;
+  for (size_t i = 0; i < new_specs.size(); ++i) {
+    auto it = old_index.find(new_specs[i].address);
+    if (it == old_index.end() || !(specs[it->second] == new_specs[i])) {
+      fresh.push_back(new_specs[i]);
+      fresh_at.push_back(i);
+    }
+  }
+  std::vector<Endpoint> out(new_specs.size());
+  if (!fresh.empty()) {
+    EPP_RETURN_IF_ERROR(ValidateEndpointSpecs(new_specs));
+    EPP_ASSIGN_OR_RETURN(std::vector<Endpoint> read, ResolveEndpoints(fresh, Resolve()));
+    for (size_t k = 0; k < fresh_at.size(); ++k) out[fresh_at[k]] = std::move(read[k]);
+  }
+  for (size_t i = 0, k = 0; i < new_specs.size(); ++i) {
+    if (k < fresh_at.size() && fresh_at[k] == i) {
+      ++k;
+      continue;
+    }
+    out[i] = endpoints[old_index.at(new_specs[i].address)];
+  }
+  return out;
+}
+
+bool EndpointPool::Impl::DiscoveredPending() {
+  std::lock_guard<std::mutex> lock(mu);
+  return discovered_pending.has_value();
 }
 
 void EndpointPool::Impl::MaybeReload() {
@@ -345,8 +424,13 @@ std::vector<EndpointSpec> EndpointPool::Specs() const {
 }
 
 EndpointPoolCounters EndpointPool::counters() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->counters;
+  EndpointPoolCounters out;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    out = impl_->counters;
+  }
+  if (impl_->options.lister) out.watch = impl_->options.lister->watch_stats();
+  return out;
 }
 
 std::string EndpointPool::Describe() const {
@@ -355,7 +439,7 @@ std::string EndpointPool::Describe() const {
   if (o.lister) {
     char every[32];
     std::snprintf(every, sizeof every, "%gs", static_cast<double>(o.discovery_interval.count()) / 1e6);
-    source = o.lister->Describe() + " (listed every " + every + ")";
+    source = o.lister->Watches() ? o.lister->Describe() : o.lister->Describe() + " (listed every " + every + ")";
   }
   if (!o.flag_specs.empty())
     source += (source.empty() ? "" : " + ") + std::to_string(o.flag_specs.size()) + " --endpoint flag" +
@@ -387,6 +471,7 @@ void EndpointPool::RunDiscovery() {
   Impl& m = *impl_;
   if (!m.options.lister) return;
   absl::StatusOr<std::vector<EndpointSpec>> found = m.options.lister->List(m.stopping);
+  bool handed = false;
   {
     std::lock_guard<std::mutex> lock(m.mu);
     if (m.stop) return;  // a list cut short (kCancelled) or one nobody will install
@@ -398,8 +483,12 @@ void EndpointPool::RunDiscovery() {
     if (found.ok() && *found != m.discovered) {
       m.discovered_pending = *found;  // the newest list wins
       m.discovered = *found;
+      handed = true;
     }
   }
+  // The scrape loop installs it at once rather than at its next reload check (up to an interval
+  // later): a Pod that turned Ready is picked within milliseconds of its watch event.
+  if (handed) m.ClientInUse().Wakeup();
   if (!found.ok()) {
     const std::string message(found.status().message());
     if (message != m.discovery_state) {
@@ -464,7 +553,7 @@ void EndpointPool::Impl::ScrapeLoop() {
       counters.scrape_overruns = before.overruns + st.overruns;
       if (st.rounds > 0) counters.last_scrape_seconds = st.last_round_lag_seconds;
     }
-    if (Clock::now() >= next_reload) {
+    if (Clock::now() >= next_reload || (options.lister && DiscoveredPending())) {
       MaybeReload();
       next_reload = Clock::now() + options.interval;
     }
@@ -490,9 +579,16 @@ void EndpointPool::Start() {
     }
   };
   m.scrape_thread = std::thread([&m] { m.ScrapeLoop(); });
-  if (m.options.lister)
+  if (m.options.lister && m.options.lister->Watches()) {
+    // List() blocks until something changed: call it back to back. A failing watch backs off
+    // inside the lister, so this does not spin.
+    m.discovery_thread = std::thread([this, &m] {
+      while (!m.stopping.load()) RunDiscovery();
+    });
+  } else if (m.options.lister) {
     m.discovery_thread =
         std::thread([this, loop, &m] { loop(m.options.discovery_interval, false, [this] { RunDiscovery(); }); });
+  }
 }
 
 void EndpointPool::Stop() {

@@ -64,6 +64,9 @@ struct EndpointPool::Impl {
   std::string ListerName() const { return options.lister ? options.lister->Describe() : std::string(); }
   void Install(std::vector<EndpointSpec> specs, std::vector<Endpoint> endpoints);
   bool Replace(absl::StatusOr<std::vector<EndpointSpec>> specs, const std::string& source);
+  // Endpoints for `new_specs`: unchanged ones as they are, new or changed ones read now.
+  absl::StatusOr<std::vector<Endpoint>> ResolveChanged(const std::vector<EndpointSpec>& new_specs);
+  bool DiscoveredPending();  // a discovered list waits for the scrape thread
   void MaybeReload();
   void TakePendingScrape();  // the scrape thread: adopt SetScrapeOptions' settings
   void Refresh();

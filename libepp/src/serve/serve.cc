@@ -17,18 +17,6 @@
 namespace epp {
 namespace {
 
-// "50ms", "2s", "150us": the shortest exact Go spelling of a duration.
-std::string GoDuration(int64_t us) {
-  char buf[32];
-  if (us % 1000000 == 0)
-    std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(us / 1000000));
-  else if (us % 1000 == 0)
-    std::snprintf(buf, sizeof buf, "%lldms", static_cast<long long>(us / 1000));
-  else
-    std::snprintf(buf, sizeof buf, "%lldus", static_cast<long long>(us));
-  return buf;
-}
-
 // gRPC wants "[v6]:port"; httplib a bare host.
 std::string JoinHostPort(const std::string& host, int port) {
   if (host.find(':') != std::string::npos && host.front() != '[') return "[" + host + "]:" + std::to_string(port);
@@ -41,7 +29,7 @@ std::string JoinHostPort(const std::string& host, int port) {
 // names its own detector, the configuration governs. Returns what was decided, for the log.
 std::string ApplyDetectorStaleness(EppConfig& config, std::optional<std::chrono::microseconds> staleness) {
   if (!staleness) return {};
-  const std::string text = GoDuration(staleness->count());
+  const std::string text = FormatDurationMicros(staleness->count());
   if (!config.saturation_detector_ref.empty()) {
     return "detector_staleness: the config's saturation detector '" + config.saturation_detector_ref +
            "' keeps its own metricsStalenessThreshold; metrics_staleness_threshold sets only the pool-average gauges";
@@ -152,10 +140,22 @@ struct EppServer::Impl {
   }
   bool kv_stopped = false;  // under kv_mu: Shutdown ran, no subscriber is started again
 
+  // Readiness as the health services report it: the host's word (SetReady), and, with leader
+  // election, leadership: a standby is alive but not ready, so the Service sends it nothing.
+  std::atomic<bool> host_ready{false};
+  std::atomic<bool> leader{true};
+  void PublishHealth() {
+    const bool ready = host_ready.load() && leader.load();
+    if (health) health->SetReady(ready);
+    if (server) server->SetServing(ready);
+  }
+
   // How metrics are read before the configuration has its say (the server's own settings).
   ScrapeOptions BaseScrape() const {
     ScrapeOptions o;
     o.engine = config.engine;
+    o.metric_overrides = config.metric_overrides;
+    o.insecure = config.metrics_insecure_skip_verify;
     o.timeout = std::chrono::milliseconds(
         std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(config.scrape_timeout).count()));
     o.accept_gzip = config.scrape_gzip;
@@ -290,6 +290,7 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
   auto impl = std::make_unique<Impl>(std::move(config));
   Impl& m = *impl;
   const ServeConfig& c = m.config;
+  for (const std::string& n : c.notices) m.log.Warn(n);
 
   // Configuration and scheduler.
   if (c.scheduler) {
@@ -309,9 +310,9 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     m.handle = std::make_unique<SchedulerHandle>(std::shared_ptr<const Scheduler>(std::move(scheduler)));
   }
   if (c.refresh_interval + c.scrape_timeout >= c.staleness) {
-    m.log.Warn("refresh_metrics_interval (" + GoDuration(c.refresh_interval.count()) + ") + scrape_timeout (" +
-               GoDuration(c.scrape_timeout.count()) + ") >= metrics_staleness_threshold (" +
-               GoDuration(c.staleness.count()) +
+    m.log.Warn("refresh_metrics_interval (" + FormatDurationMicros(c.refresh_interval.count()) + ") + scrape_timeout (" +
+               FormatDurationMicros(c.scrape_timeout.count()) + ") >= metrics_staleness_threshold (" +
+               FormatDurationMicros(c.staleness.count()) +
                "): metrics may count as stale between scrapes, and stale endpoints count as saturated for sheddable "
                "requests");
   }
@@ -333,7 +334,9 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     po.log = &m.log;
     po.lister = c.lister;
     if (!po.lister && c.discovery) {
-      EPP_ASSIGN_OR_RETURN(std::unique_ptr<EndpointLister> lister, NewInferencePoolLister(*c.discovery));
+      EPP_ASSIGN_OR_RETURN(std::unique_ptr<EndpointLister> lister,
+                           c.discovery->watch ? NewInferencePoolWatcher(*c.discovery, &m.log)
+                                              : NewInferencePoolLister(*c.discovery));
       po.lister = std::move(lister);
       po.discovery_interval = c.discovery->interval;
     }
@@ -361,6 +364,9 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
   }
   so.capture_dir = c.capture_dir;
   so.listen = JoinHostPort(c.listen_address, c.grpc_port);
+  so.health_checking = c.health_checking;
+  so.max_receive_message_bytes = c.grpc_max_recv_bytes;
+  so.max_send_message_bytes = c.grpc_max_send_bytes;
   if (c.tls) {
     so.tls = true;
     if (c.cert_pem.empty() != c.key_pem.empty())
@@ -378,6 +384,7 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
   }
   m.cert_pem = so.cert_pem;
   EPP_ASSIGN_OR_RETURN(m.server, ExtProcServer::Start(*m.handle, *m.endpoints, so));
+  m.server->SetServing(false);
   if (c.health_port >= 0) {
     EPP_ASSIGN_OR_RETURN(m.health, HealthServer::Start(JoinHostPort(c.listen_address, c.health_port)));
   }
@@ -399,7 +406,8 @@ int EppServer::grpc_port() const { return impl_->server->port(); }
 int EppServer::health_port() const { return impl_->health ? impl_->health->port() : -1; }
 int EppServer::metrics_port() const { return impl_->metrics ? impl_->metrics->port() : -1; }
 void EppServer::SetReady(bool ready) {
-  if (impl_->health) impl_->health->SetReady(ready);
+  impl_->host_ready = ready;
+  impl_->PublishHealth();
 }
 
 void EppServer::BeginDrain() {
@@ -416,7 +424,8 @@ void EppServer::Shutdown(std::chrono::milliseconds drain) {
   }
   m.cv.notify_all();
   if (m.server) m.server->BeginDrain();
-  if (m.health) m.health->SetReady(false);
+  m.host_ready = false;
+  m.PublishHealth();
   if (m.server) m.server->Shutdown(drain);
   if (m.watch_thread.joinable()) m.watch_thread.join();
   if (m.pool) m.pool->Stop();  // no endpoint set is installed after this
@@ -458,7 +467,7 @@ std::string EppServer::Describe() const {
   if (c.config_file.empty() && !c.config_yaml.empty()) config = "<embedded>";
   if (c.scheduler) config = "<the caller's scheduler>";
   out += "; config " + config;
-  out += "; refresh " + GoDuration(c.refresh_interval.count()) + ", staleness " + GoDuration(c.staleness.count());
+  out += "; refresh " + FormatDurationMicros(c.refresh_interval.count()) + ", staleness " + FormatDurationMicros(c.staleness.count());
   return out;
 }
 

@@ -2,14 +2,17 @@
 // Each group of settings is one step; every error starts with the setting's name.
 #include "epp/runtime/serve_args.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <tuple>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "epp/runtime/endpoints.h"
 #include "epp/runtime/kube.h"
+#include "epp/metrics.h"
 #include "epp/params.h"
 
 namespace epp {
@@ -89,13 +92,50 @@ absl::Status Endpoints(const ServeArgs& a, ServeConfig& c) {
   } else if (!a.clusters_file.empty()) {
     return absl::InvalidArgumentError("clusters_file is the cluster directory of pool_import; give pool_import NAME");
   }
-  if (a.pool_name && a.endpoints_file.empty()) {
+  const bool standalone = !a.endpoint_selector.empty();
+  if (standalone && a.pool_name)
+    return absl::InvalidArgumentError("pool_name and endpoint_selector cannot be combined: give one of them");
+  if (standalone && (!a.endpoints_file.empty() || !a.pool_import.empty()))
+    return absl::InvalidArgumentError("endpoint_selector cannot be combined with endpoints_file or pool_import");
+  if (!standalone && !a.endpoint_target_ports.empty() && !a.pool_name)
+    return absl::InvalidArgumentError("endpoint_target_ports is for endpoint_selector (standalone mode); give endpoint_selector");
+  if ((a.pool_name && a.endpoints_file.empty()) || standalone) {
     PoolDiscoveryOptions d;
-    d.name = *a.pool_name;
     d.group = a.pool_group;
     d.ns = PoolNamespace(a.pool_namespace);
+    if (standalone) {
+      absl::StatusOr<LabelSelector> selector = ParseLabelSelector(a.endpoint_selector);
+      if (!selector.ok()) return absl::InvalidArgumentError("endpoint_selector: " + std::string(selector.status().message()));
+      if (selector->empty()) return absl::InvalidArgumentError("endpoint_selector: must select something");
+      d.selector = a.endpoint_selector;
+      // Duplicates dropped, order kept, as the reference does.
+      for (int port : a.endpoint_target_ports) {
+        if (port < 1 || port > 65535)
+          return absl::InvalidArgumentError(absl::StrCat("endpoint_target_ports: invalid port number ", port));
+        if (std::find(d.target_ports.begin(), d.target_ports.end(), port) == d.target_ports.end()) d.target_ports.push_back(port);
+      }
+      if (d.target_ports.empty() || d.target_ports.size() > 8)
+        return absl::InvalidArgumentError(absl::StrCat("endpoint_target_ports: expected 1 to 8 ports with endpoint_selector, got ",
+                                                       d.target_ports.size()));
+    } else {
+      d.name = *a.pool_name;
+      if (!a.endpoint_target_ports.empty())
+        c.notices.push_back("endpoint_target_ports is ignored with pool_name: the InferencePool's targetPorts are used");
+    }
+    d.watch = a.pool_watch;
     EPP_ASSIGN_OR_RETURN(d.interval, Duration("pool_resync_interval", a.pool_resync_interval, false));
     d.kube = Kube(a);
+    if (a.model_server_metrics_scheme != "http" && a.model_server_metrics_scheme != "https")
+      return absl::InvalidArgumentError("model_server_metrics_scheme: expected http or https, got '" +
+                                        a.model_server_metrics_scheme + "'");
+    if (a.model_server_metrics_path.empty() || a.model_server_metrics_path.front() != '/')
+      return absl::InvalidArgumentError("model_server_metrics_path: must start with '/', got '" + a.model_server_metrics_path + "'");
+    if (a.model_server_metrics_port < 0 || a.model_server_metrics_port > 65535)
+      return absl::InvalidArgumentError(absl::StrCat("model_server_metrics_port: must be in [0, 65535], got ",
+                                                     a.model_server_metrics_port));
+    d.metrics.scheme = a.model_server_metrics_scheme;
+    d.metrics.path = a.model_server_metrics_path;
+    d.metrics.port = a.model_server_metrics_port;
     c.discovery = std::move(d);
   }
   return absl::OkStatus();
@@ -112,6 +152,27 @@ absl::Status Metrics(const ServeArgs& a, ServeConfig& c) {
   }
   c.scrape_gzip = a.scrape_gzip;
   c.pool_name = !a.metrics_pool_name.empty() ? a.metrics_pool_name : a.pool_name.value_or("default");
+  c.metrics_insecure_skip_verify = a.model_server_metrics_scheme == "https" && a.model_server_metrics_https_insecure_skip_verify;
+  // GIE's metric-spec flags, as overrides of the fields they name (checked here, so that a bad
+  // spec is the flag's error and not a scrape failure later).
+  const std::tuple<std::string_view, const std::string*, std::string_view> specs[] = {
+      {"total_queued_requests_metric", &a.total_queued_requests_metric, "queue"},
+      {"total_running_requests_metric", &a.total_running_requests_metric, "running"},
+      {"kv_cache_usage_percentage_metric", &a.kv_cache_usage_percentage_metric, "kv"},
+      {"lora_info_metric", &a.lora_info_metric, "lora"},
+      {"cache_info_metric", &a.cache_info_metric, "cache-info"}};
+  for (const auto& [setting, spec, field] : specs) {
+    if (spec->empty()) continue;
+    MetricMapping probe;
+    if (absl::Status st = ApplyMetricOverride(probe, field, *spec); !st.ok())
+      return absl::InvalidArgumentError(absl::StrCat(std::string(setting), ": ", std::string(st.message())));
+    c.metric_overrides.emplace_back(std::string(field), *spec);
+  }
+  if (!a.refresh_prometheus_metrics_interval.empty()) {
+    // Accepted for the reference's command line: epp computes /metrics when it is scraped, so
+    // there is nothing to flush periodically.
+    EPP_RETURN_IF_ERROR(Duration("refresh_prometheus_metrics_interval", a.refresh_prometheus_metrics_interval, false).status());
+  }
   return absl::OkStatus();
 }
 
@@ -130,6 +191,13 @@ absl::Status Servers(const ServeArgs& a, ServeConfig& c) {
   c.health_port = a.grpc_health_port;
   c.metrics_port = a.metrics_port;
   c.tls = a.secure_serving;
+  c.health_checking = a.health_checking;
+  if (!a.grpc_max_recv_msg_size.empty()) {
+    EPP_ASSIGN_OR_RETURN(c.grpc_max_recv_bytes, ParseByteQuantity("grpc_max_recv_msg_size", a.grpc_max_recv_msg_size));
+  }
+  if (!a.grpc_max_send_msg_size.empty()) {
+    EPP_ASSIGN_OR_RETURN(c.grpc_max_send_bytes, ParseByteQuantity("grpc_max_send_msg_size", a.grpc_max_send_msg_size));
+  }
   if (a.secure_serving && !a.cert_path.empty()) {
     EPP_ASSIGN_OR_RETURN(c.cert_pem, ReadWhole("cert_path", a.cert_path + "/tls.crt"));
     EPP_ASSIGN_OR_RETURN(c.key_pem, ReadWhole("cert_path", a.cert_path + "/tls.key"));
@@ -172,13 +240,36 @@ absl::Status Decisions(const ServeArgs& a, ServeConfig& c) {
   return absl::OkStatus();
 }
 
+// Reference flags given that ask for something epp does not do: one notice each, saying so and
+// what to use instead (docs/serve.md, "The reference's command line").
+void Notices(const ServeArgs& a, ServeConfig& c) {
+  auto note = [&c](std::string_view setting, std::string_view why) {
+    c.notices.push_back(absl::StrCat(std::string(setting), " is accepted but not implemented: ", std::string(why)));
+  };
+  if (a.enable_tracing.value_or(false)) note("enable_tracing", "epp emits no OpenTelemetry traces; decisions are in /debug/decisions (decision_log)");
+  if (a.enable_pprof.value_or(false))
+    note("enable_pprof", "epp has no Go pprof handlers; profile the process with perf or heaptrack");
+  if (a.enable_cert_reload.value_or(false))
+    note("enable_cert_reload", "the certificate in cert_path is read at start; restart to serve a new one");
+  if (a.metrics_endpoint_auth.value_or(false))
+    note("metrics_endpoint_auth", "/metrics is served without TokenReview authentication; restrict it with a NetworkPolicy");
+  if (!a.tls_min_version.empty() || !a.tls_cipher_suites.empty())
+    note(a.tls_min_version.empty() ? "tls_cipher_suites" : "tls_min_version",
+         "gRPC's defaults apply (TLS 1.2 and 1.3 with its cipher suites)");
+  if (!a.metrics_client_ca_file.empty() || !a.metrics_cert_dir.empty())
+    note(a.metrics_cert_dir.empty() ? "metrics_client_ca_file" : "metrics_cert_dir", "/metrics is served over plain HTTP");
+}
+
 bool WordChar(char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-'; }
 
 }  // namespace
 
 absl::StatusOr<ServeConfig> BuildServeConfig(const ServeArgs& args) {
   ServeConfig c;
+  if (!args.config_file.empty() && !args.config_text.empty())
+    return absl::InvalidArgumentError("config_file and config_text cannot both be set");
   c.config_file = args.config_file;
+  c.config_yaml = args.config_text;
   c.watch_config = args.watch_config;
   c.seed = args.seed;
   c.region = args.region;
@@ -188,7 +279,32 @@ absl::StatusOr<ServeConfig> BuildServeConfig(const ServeArgs& args) {
   EPP_RETURN_IF_ERROR(Servers(args, c));
   EPP_RETURN_IF_ERROR(Streams(args, c));
   EPP_RETURN_IF_ERROR(Decisions(args, c));
+  Notices(args, c);
   return c;
+}
+
+absl::StatusOr<size_t> ParseByteQuantity(std::string_view setting, std::string_view text) {
+  std::string_view t = text;
+  while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
+  while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
+  if (t.size() > 1 && (t.back() == 'B' || t.back() == 'b')) t.remove_suffix(1);  // "25MB" as the reference reads it
+  size_t digits = 0;
+  while (digits < t.size() && std::isdigit(static_cast<unsigned char>(t[digits]))) ++digits;
+  const std::string_view suffix = t.substr(digits);
+  static const std::pair<std::string_view, uint64_t> kUnits[] = {
+      {"", 1},          {"k", 1000},       {"K", 1000},          {"M", 1000000},       {"G", 1000000000},
+      {"Ki", 1ULL << 10}, {"Mi", 1ULL << 20}, {"Gi", 1ULL << 30}};
+  uint64_t unit = 0;
+  for (const auto& [name, mult] : kUnits)
+    if (suffix == name) unit = mult;
+  uint64_t n = 0;
+  const auto [ptr, ec] = std::from_chars(t.data(), t.data() + digits, n);
+  if (digits == 0 || unit == 0 || ec != std::errc() || ptr != t.data() + digits)
+    return absl::InvalidArgumentError(absl::StrCat(std::string(setting), ": '", std::string(text),
+                                                   "' is not a size (e.g. 4194304, 10MiB, 25MB, 1Gi)"));
+  if (n > (uint64_t{1} << 40) / unit)
+    return absl::InvalidArgumentError(absl::StrCat(std::string(setting), ": '", std::string(text), "' is too large"));
+  return static_cast<size_t>(n * unit);
 }
 
 const std::vector<std::string_view>& ServeSettingNames() {
@@ -199,7 +315,15 @@ const std::vector<std::string_view>& ServeSettingNames() {
       "metrics_staleness_threshold", "detector_staleness", "metrics_pool_name", "listen_address", "grpc_port",
       "grpc_health_port", "metrics_port", "secure_serving", "cert_path", "max_request_bytes", "stream_request_timeout",
       "stream_idle_timeout", "handshake_timeout", "objective_flags", "disable_endpoint_subset_filter",
-      "emit_endpoint_scores", "capture_dir", "decision_log", "decision_log_rate", "decision_log_prompts"};
+      "emit_endpoint_scores", "capture_dir", "decision_log", "decision_log_rate", "decision_log_prompts",
+      "pool_watch", "endpoint_selector", "endpoint_target_ports", "model_server_metrics_scheme",
+      "model_server_metrics_path", "model_server_metrics_port", "model_server_metrics_https_insecure_skip_verify",
+      "total_queued_requests_metric", "total_running_requests_metric", "kv_cache_usage_percentage_metric",
+      "lora_info_metric", "cache_info_metric", "health_checking", "grpc_max_recv_msg_size", "grpc_max_send_msg_size",
+      "config_text", "ha_enable_leader_election", "enable_tracing", "enable_pprof", "enable_cert_reload",
+      "metrics_endpoint_auth", "enable_grpc_stream_metrics", "allow_experimental_plugins",
+      "refresh_prometheus_metrics_interval", "tls_min_version", "metrics_client_ca_file", "metrics_cert_dir",
+      "tls_cipher_suites"};
   return names;
 }
 

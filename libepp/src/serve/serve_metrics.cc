@@ -178,6 +178,20 @@ void WritePoolCounters(Exposition& x, const ServeMetricsSources& src, const std:
            "Reads of the InferencePool and its Pods (--pool-name), by result; an error keeps the set in use.");
   x.Sample("epp_pool_discovery_total", {{"result", "ok"}}, counters.discovery_ok);
   x.Sample("epp_pool_discovery_total", {{"result", "error"}}, counters.discovery_errors);
+  if (counters.watch) {
+    // Discovery by watch: how much it asks of the API server (lists should stay at one per
+    // collection while watches work) and how it fares.
+    const KubeWatchStats& w = *counters.watch;
+    x.Single("epp_kube_watch_synced", "gauge", "1 once every watched collection has been listed.", int64_t{w.synced});
+    x.Single("epp_kube_lists_total", "counter", "LIST requests answered (InferencePool and Pods).", w.lists);
+    x.Single("epp_kube_watches_total", "counter", "WATCH requests started.", w.watches);
+    x.Single("epp_kube_watch_events_total", "counter", "ADDED, MODIFIED and DELETED events handled.", w.events);
+    x.Single("epp_kube_watch_bookmarks_total", "counter", "BOOKMARK events received.", w.bookmarks);
+    x.Single("epp_kube_watch_relists_total", "counter",
+             "Lists made because a watch's resourceVersion had expired (410 Gone).", w.relists_gone);
+    x.Single("epp_kube_watch_errors_total", "counter",
+             "Failed list or watch requests and broken watch streams (each retried with backoff).", w.errors);
+  }
   x.Family("epp_config_reloads_total", "counter",
            "Configuration file changes acted on, by result (error: the running scheduler was kept).");
   x.Sample("epp_config_reloads_total", {{"result", "ok"}}, src.config_reloads.ok);

@@ -107,6 +107,15 @@ TEST(BuildServeConfigTest, ErrorsNameTheSetting) {
       {"decision_log_rate", [](ServeArgs& a) { a.decision_log_rate = 0; }},
       {"pool_import", [](ServeArgs& a) { a.pool_import = "imp"; }},
       {"clusters_file", [](ServeArgs& a) { a.clusters_file = "clusters.yaml"; }},
+      {"endpoint_selector", [](ServeArgs& a) { a.endpoint_selector = "app in (x"; a.endpoint_target_ports = {8000}; }},
+      {"endpoint_target_ports", [](ServeArgs& a) { a.endpoint_selector = "app=x"; }},
+      {"endpoint_target_ports", [](ServeArgs& a) { a.endpoint_target_ports = {8000}; }},
+      {"model_server_metrics_scheme", [](ServeArgs& a) { a.pool_name = "p"; a.model_server_metrics_scheme = "ftp"; }},
+      {"model_server_metrics_path", [](ServeArgs& a) { a.pool_name = "p"; a.model_server_metrics_path = "metrics"; }},
+      {"total_queued_requests_metric", [](ServeArgs& a) { a.total_queued_requests_metric = "q{"; }},
+      {"grpc_max_recv_msg_size", [](ServeArgs& a) { a.grpc_max_recv_msg_size = "10 parsecs"; }},
+      {"refresh_prometheus_metrics_interval", [](ServeArgs& a) { a.refresh_prometheus_metrics_interval = "often"; }},
+      {"config_file", [](ServeArgs& a) { a.config_file = "c.yaml"; a.config_text = "x: 1"; }},
   };
   for (const Case& k : cases) {
     ServeArgs a;
@@ -153,6 +162,67 @@ TEST(RenameServeSettingsTest, WholeWordsOnlyAndNeverInsidePaths) {
   EXPECT_EQ(renamed.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(renamed.message(), "--config: bad");
   EXPECT_TRUE(RenameServeSettings(absl::OkStatus(), flags).ok());
+}
+
+TEST(BuildServeConfigTest, StandaloneModeAndTheReferencesMetricFlags) {
+  ServeArgs a;
+  a.endpoint_selector = "app=vllm,env in (prod)";
+  a.endpoint_target_ports = {8000, 8001, 8000};
+  a.pool_namespace = "team";
+  a.model_server_metrics_scheme = "https";
+  a.model_server_metrics_port = 9400;
+  a.total_queued_requests_metric = "my_queue{pool=\"a\"}";
+  a.kv_cache_usage_percentage_metric = "my_kv";
+  a.health_checking = true;
+  a.grpc_max_recv_msg_size = "25MB";
+  a.config_text = "apiVersion: x\n";
+  absl::StatusOr<ServeConfig> c = BuildServeConfig(a);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->discovery.has_value());
+  EXPECT_TRUE(c->discovery->name.empty());
+  EXPECT_EQ(c->discovery->selector, "app=vllm,env in (prod)");
+  EXPECT_EQ(c->discovery->target_ports, (std::vector<int>{8000, 8001}));  // duplicates dropped, order kept
+  EXPECT_EQ(c->discovery->ns, "team");
+  EXPECT_TRUE(c->discovery->watch);
+  EXPECT_EQ(c->discovery->metrics.scheme, "https");
+  EXPECT_EQ(c->discovery->metrics.port, 9400);
+  EXPECT_TRUE(c->metrics_insecure_skip_verify);  // the reference's default with https
+  ASSERT_EQ(c->metric_overrides.size(), 2u);
+  EXPECT_EQ(c->metric_overrides[0], (std::pair<std::string, std::string>{"queue", "my_queue{pool=\"a\"}"}));
+  EXPECT_EQ(c->metric_overrides[1].first, "kv");
+  EXPECT_TRUE(c->health_checking);
+  EXPECT_EQ(c->grpc_max_recv_bytes, 25000000u);
+  EXPECT_EQ(c->config_yaml, "apiVersion: x\n");
+  EXPECT_TRUE(c->notices.empty());
+}
+
+TEST(BuildServeConfigTest, UnimplementedReferenceFlagsGetOneNoticeEachWhenTheyAskForSomething) {
+  ServeArgs a;
+  a.endpoint_flags = {"10.0.0.1:8000"};
+  a.enable_tracing = false;  // asks for nothing epp does not do
+  a.enable_pprof = true;
+  a.metrics_endpoint_auth = true;
+  a.tls_cipher_suites = {"TLS_AES_128_GCM_SHA256"};
+  absl::StatusOr<ServeConfig> c = BuildServeConfig(a);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->notices.size(), 3u);
+  EXPECT_EQ(c->notices[0].rfind("enable_pprof is accepted but not implemented: ", 0), 0u) << c->notices[0];
+  EXPECT_EQ(c->notices[1].rfind("metrics_endpoint_auth", 0), 0u);
+  EXPECT_EQ(c->notices[2].rfind("tls_cipher_suites", 0), 0u);
+}
+
+TEST(ParseByteQuantityTest, KubernetesQuantitiesAsTheReferenceReadsThem) {
+  EXPECT_EQ(*ParseByteQuantity("s", "4194304"), 4194304u);
+  EXPECT_EQ(*ParseByteQuantity("s", "10MiB"), size_t{10} << 20);
+  EXPECT_EQ(*ParseByteQuantity("s", "10Mi"), size_t{10} << 20);
+  EXPECT_EQ(*ParseByteQuantity("s", "25MB"), 25000000u);
+  EXPECT_EQ(*ParseByteQuantity("s", "1Gi"), size_t{1} << 30);
+  EXPECT_EQ(*ParseByteQuantity("s", "2k"), 2000u);
+  for (const char* bad : {"", "MiB", "1.5Mi", "-1", "10 MiB", "10Ti", "99999999999Gi"}) {
+    absl::StatusOr<size_t> r = ParseByteQuantity("grpc_max_recv_msg_size", bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().message().substr(0, 22), "grpc_max_recv_msg_size") << r.status();
+  }
 }
 
 }  // namespace

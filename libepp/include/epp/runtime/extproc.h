@@ -237,6 +237,11 @@ struct ExtProcServerOptions {
   std::string cert_pem, key_pem;        // required with tls
   ExtProcOptions session;
   std::string capture_dir;              // when set: every stream's messages as protobuf JSON lines
+  // Largest gRPC message received / sent; 0: max(4 MiB, session.max_request_bytes + 1 MiB).
+  size_t max_receive_message_bytes = 0, max_send_message_bytes = 0;
+  // GIE's --health-checking: grpc.health.v1 on this port too (services as HealthServer's), its
+  // states set by SetServing(); otherwise health checks are answered on the health port only.
+  bool health_checking = false;
 };
 
 class ExtProcServer {
@@ -257,6 +262,8 @@ class ExtProcServer {
   void BeginDrain();
   // Stops accepting streams, lets open ones finish for up to `drain`, then cancels the rest.
   void Shutdown(std::chrono::milliseconds drain);
+  // With health_checking: the state this port's health service reports (liveness always serving).
+  void SetServing(bool serving);
 
   struct Impl;
 

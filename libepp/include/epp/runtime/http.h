@@ -8,9 +8,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "epp/status.h"
@@ -22,8 +24,8 @@ inline constexpr std::chrono::milliseconds kDefaultHttpTimeout{2000};
 
 struct HttpRequest {
   std::string url;                    // http:// or https://
-  std::string method = "GET";         // GET or POST
-  std::string body;                   // sent when method is POST
+  std::string method = "GET";         // GET, POST, PUT, PATCH or DELETE
+  std::string body;                   // sent with POST, PUT and PATCH
   std::vector<std::string> headers;   // "Name: value"
   std::chrono::milliseconds timeout = kDefaultHttpTimeout;
   bool insecure = false;              // skip TLS certificate and host verification
@@ -89,6 +91,32 @@ std::vector<absl::StatusOr<HttpResponse>> HttpFetchAll(std::span<const HttpReque
 
 // One request, same semantics.
 absl::StatusOr<HttpResponse> HttpFetch(const HttpRequest& request);
+
+// A streaming request (a Kubernetes watch): the body is handed over as it arrives instead of
+// being collected, and another thread may end the transfer at once. One transfer at a time; Run()
+// on one thread, Cancel() from any.
+class HttpStream {
+ public:
+  HttpStream();
+  ~HttpStream();
+  HttpStream(const HttpStream&) = delete;
+  HttpStream& operator=(const HttpStream&) = delete;
+
+  // Performs `request` (its timeout bounds the whole transfer; max_body_bytes is not applied to a
+  // 2xx body, which may run for as long as the server streams). A 2xx body goes to `on_data` piece
+  // by piece (return false to stop reading: Run then returns the status as if the body had ended);
+  // any other answer's body is collected, up to 64 KiB, into `error_body`. Returns the HTTP
+  // status; transport failures as HttpFetch() reports them, kCancelled after Cancel().
+  absl::StatusOr<long> Run(const HttpRequest& request, const std::function<bool(std::string_view)>& on_data,
+                           std::string* error_body);
+  // Ends the transfer in progress now, and the next Run() before it starts (until Reset()).
+  void Cancel();
+  void Reset();  // forget an earlier Cancel()
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // True for a transport failure where the server's host answered but nothing listens on the port
 // (TCP connection refused): the process is gone, not merely slow. Timeouts, dropped connections

@@ -158,6 +158,88 @@ absl::StatusOr<InferencePoolImport> ParseInferencePoolImport(std::string_view js
 std::vector<EndpointSpec> ImportEndpoints(const InferencePoolImport& import, std::span<const EndpointSpec> directory,
                                           std::string_view cluster_label, std::vector<std::string>* missing = nullptr);
 
+// ---- Label selectors ---------------------------------------------------------------------------
+//
+// Kubernetes' label selector text, as `kubectl -l` and GIE's --endpoint-selector take it:
+// comma-separated requirements, all of which must hold:
+//   key=value  key==value  key!=value  key in (a,b)  key notin (a,b)  key  !key
+// Keys are [prefix/]name (name up to 63 characters of [A-Za-z0-9._-], starting and ending
+// alphanumeric; prefix a DNS subdomain); values up to 63 such characters, or empty.
+struct LabelRequirement {
+  enum class Op { kEquals, kNotEquals, kIn, kNotIn, kExists, kDoesNotExist };
+  std::string key;
+  Op op = Op::kEquals;
+  std::vector<std::string> values;  // sorted, unique; one for kEquals / kNotEquals
+
+  bool operator==(const LabelRequirement&) const = default;
+};
+
+struct LabelSelector {
+  std::vector<LabelRequirement> requirements;  // sorted by key, then operator
+
+  bool empty() const { return requirements.empty(); }
+  bool Matches(const std::map<std::string, std::string>& labels) const;
+  // The canonical text ("app=vllm,env in (a,b),!legacy"), which the API server's labelSelector
+  // parameter takes (URL-encode it).
+  std::string String() const;
+  bool operator==(const LabelSelector&) const = default;
+};
+
+// kInvalidArgument naming the position: "label selector 'app in (a': at 9: expected ')'".
+absl::StatusOr<LabelSelector> ParseLabelSelector(std::string_view text);
+// key=value for each entry (an InferencePool's matchLabels).
+LabelSelector MatchLabelsSelector(const std::map<std::string, std::string>& match_labels);
+
+// ---- Pods ------------------------------------------------------------------------------------------
+
+// A Pod as discovery needs it (what a watch keeps per Pod: a few hundred bytes, not the object).
+struct PodInfo {
+  std::string ns, name;
+  std::map<std::string, std::string> labels, annotations;
+  std::string ip;        // status.podIP ("" until scheduled)
+  bool ready = false;    // condition Ready=True
+  bool deleting = false; // metadata.deletionTimestamp set
+  std::string resource_version;
+
+  bool operator==(const PodInfo&) const = default;
+};
+
+// How discovered Pods' metrics are read (GIE's --model-server-metrics-{scheme,port,path}): port 0
+// is the endpoint's own target port. The defaults scrape http://ADDRESS/metrics.
+struct PodMetricsOptions {
+  std::string scheme = "http";
+  int port = 0;
+  std::string path = "/metrics";
+};
+
+// One endpoint per counted Pod and target port, as ParsePodListEndpoints describes (Ready, with an
+// IP literal, not deleting, matching `selector`, active-ports annotation, engine-type label, one Pod
+// per IP), sorted by Pod name then port. Pods whose IP is not a literal are skipped (callers that
+// must report them check first).
+std::vector<EndpointSpec> PodEndpoints(std::span<const PodInfo> pods, const LabelSelector& selector,
+                                       std::span<const int> target_ports, const PodMetricsOptions& metrics = {});
+
+// The Pods of a PodList answer (namespace `default_ns` where an item names none). kInvalidArgument
+// naming the JSON path of what is malformed; a Pod that would count (Ready, selected by
+// `selector`) with an IP that is not a literal address is malformed too.
+absl::StatusOr<std::vector<PodInfo>> ParsePodList(std::string_view json, std::string_view source,
+                                                  std::string_view default_ns, const LabelSelector& selector);
+
+// What a watch did (serve's /metrics: epp_kube_watch_*): requests, events and failures summed
+// over the collections watched.
+struct KubeWatchStats {
+  int64_t lists = 0;         // LIST answers (one per collection while its watch works)
+  int64_t watches = 0;       // WATCH requests started
+  int64_t events = 0;        // ADDED, MODIFIED, DELETED events
+  int64_t bookmarks = 0;
+  int64_t relists_gone = 0;  // lists made because the watch's resourceVersion expired (410)
+  int64_t errors = 0;        // failed requests and broken streams
+  bool synced = false;       // every collection listed at least once
+};
+
+// "/api/v1/namespaces/NS/pods" (the namespace checked as InferencePoolPath checks it).
+absl::StatusOr<std::string> PodCollectionPath(std::string_view ns);
+
 class KubeClient {
  public:
   // Resolves `options` (ResolveKubeClientOptions) and checks the server URL.
@@ -167,6 +249,14 @@ class KubeClient {
   // GET api_server + path_and_query with the bearer token; the body of a 2xx answer, else the
   // error described at the top (the message of a Kubernetes Status answer included).
   absl::StatusOr<std::string> Get(std::string_view path_and_query);
+  // METHOD (POST, PUT, PATCH, DELETE) with a JSON body, the same way. HTTP 409 is kAlreadyExists
+  // for a POST (the object exists) and kAborted otherwise (a resourceVersion conflict).
+  absl::StatusOr<std::string> Send(std::string_view method, std::string_view path_and_query, std::string body);
+  // The request Get() and Send() make (URL, token, CA, timeout), for callers that perform it
+  // themselves (watch streams through HttpStream).
+  absl::StatusOr<HttpRequest> NewRequest(std::string_view method, std::string_view path_and_query);
+  // The error for a non-2xx answer to `request`, as Get() reports it.
+  absl::Status AnswerError(const HttpRequest& request, long status, std::string_view body);
 
   absl::StatusOr<InferencePool> GetInferencePool(std::string_view group, std::string_view ns, std::string_view name);
   // Lists the pool's Pods (PodListPath) and converts them (ParsePodListEndpoints).

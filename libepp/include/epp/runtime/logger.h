@@ -30,15 +30,32 @@ class Logger {
 
 // One line per message on stderr, "2025-06-01T12:00:00.123Z INFO  message", written whole under a
 // lock so lines of different threads never interleave.
+//
+// With kJson, one JSON object per line as zap's JSON encoder writes them (GIE's and llm-d's
+// --zap-encoder=json), so log pipelines built for the reference parse epp's lines unchanged:
+//   {"level":"info","ts":"2025-06-01T12:00:00.123Z","logger":"epp","msg":"..."}
+// `ts` follows the time encoding: ISO 8601 (default), or epoch seconds / millis / nanos as numbers.
+enum class LogFormat { kText, kJson };
+enum class LogTimeEncoding { kIso8601, kEpoch, kMillis, kNanos };
+
 class StderrLogger final : public Logger {
  public:
-  explicit StderrLogger(LogLevel level = LogLevel::kInfo) : level_(level) {}
+  explicit StderrLogger(LogLevel level = LogLevel::kInfo, LogFormat format = LogFormat::kText,
+                        LogTimeEncoding time = LogTimeEncoding::kIso8601)
+      : level_(level), format_(format), time_(time) {}
   bool Enabled(LogLevel level) const override { return level <= level_; }
   void Write(LogLevel level, std::string_view message) const override;
 
  private:
   LogLevel level_;
+  LogFormat format_;
+  LogTimeEncoding time_;
 };
+
+// The reference's logging flags as a level: `zap_log_level` (debug, info, error, panic, or an
+// integer N meaning verbosity N) when not empty, else verbosity `v` (GIE: 2 default, 3 verbose,
+// 4 debug, 5 trace): 4 and above is kDebug, else kInfo. false for a level zap does not know.
+bool LogLevelFromReference(int v, std::string_view zap_log_level, LogLevel& level);
 
 // Logs nothing.
 class NullLogger final : public Logger {

@@ -57,13 +57,21 @@ namespace epp {
 
 // ---- Endpoint pool ---------------------------------------------------------------------------
 
-// Where discovery finds an InferencePool (serve's --pool-* and --kube-* flags).
+// Where discovery finds the model-server Pods (serve's --pool-*, --endpoint-selector,
+// --endpoint-target-ports and --kube-* flags): an InferencePool's, or (standalone mode, GIE's
+// --endpoint-selector) those a label selector matches, one endpoint per target port.
 struct PoolDiscoveryOptions {
   std::string group = std::string(kInferencePoolGroupV1);
   std::string ns;  // required
-  std::string name;
+  std::string name;  // the InferencePool; empty in standalone mode
+  // Standalone mode: the Pods' label selector (ParseLabelSelector text) and 1-8 target ports.
+  std::string selector;
+  std::vector<int> target_ports;
   KubeClientOptions kube;
-  std::chrono::microseconds interval{2000000};  // between two lists of the pool's Pods
+  // true: list once, then watch (NewInferencePoolWatcher); false: list every `interval`.
+  bool watch = true;
+  std::chrono::microseconds interval{2000000};  // between two lists when not watching
+  PodMetricsOptions metrics;                    // where the Pods' metrics are read
 };
 
 // A source of discovered endpoints: each List() returns the whole current set.
@@ -75,11 +83,27 @@ class EndpointLister {
   virtual absl::StatusOr<std::vector<EndpointSpec>> List(const std::atomic<bool>& cancel) = 0;
   // What is listed, for log lines: "inferencepool NS/NAME".
   virtual std::string Describe() const = 0;
+  // A watching lister's List() blocks until the set changes (or `cancel`), so the pool calls it
+  // back to back instead of once per interval.
+  virtual bool Watches() const { return false; }
+  // Watch counters, for /metrics; nullopt for a lister that does not watch.
+  virtual std::optional<KubeWatchStats> watch_stats() const { return std::nullopt; }
 };
 
 // Lists an InferencePool's Ready Pods (the pool is read each time: its selector and targetPorts
-// may change). Fails when the options do not make a client (no cluster, bad URL).
+// may change), or in standalone mode the Pods the selector matches. Fails when the options do not
+// make a client (no cluster, bad URL) or name nothing valid.
 absl::StatusOr<std::unique_ptr<EndpointLister>> NewInferencePoolLister(const PoolDiscoveryOptions& options);
+
+// The same endpoints kept by list-then-watch (docs/serve.md, "Discovery"): the InferencePool is
+// watched by name and its Pods by its selector (the Pod watch restarts when the selector
+// changes); in standalone mode the Pods alone. While the watches work nothing is listed again;
+// a 410 Gone relists; other failures back off and re-watch, the last set staying in use. The
+// first List() waits for the first lists (and fails as NewInferencePoolLister's would: no pool,
+// no access); later calls block until the endpoint set or the watch's error changes. `log` (may
+// be null) gets the watches' failures and recoveries.
+absl::StatusOr<std::unique_ptr<EndpointLister>> NewInferencePoolWatcher(const PoolDiscoveryOptions& options,
+                                                                        const Logger* log = nullptr);
 
 // Where discovery finds an InferencePoolImport (serve's --pool-import, --clusters, --kube-*): the
 // endpoints are the entries of the cluster directory (`clusters`, an endpoints file's specs whose
@@ -136,6 +160,7 @@ struct EndpointPoolCounters {
   int64_t discovery_ok = 0;
   int64_t discovery_errors = 0;
   int64_t scrape_settings_applied = 0;  // SetScrapeOptions calls the scrape loop has taken up
+  std::optional<KubeWatchStats> watch;  // a watching lister's counters
 };
 
 class EndpointPool final : public EndpointSource {
@@ -231,6 +256,18 @@ struct ServeConfig {
   // Where this EPP runs (--region, --zone): PluginContext::region / zone of its plugins, the home
   // region and gateway zone of the locality plugins (docs/multicluster.md).
   std::string region, zone;
+
+  // GIE's --health-checking: the ext_proc port answers grpc.health.v1 too, as readiness does.
+  bool health_checking = false;
+  // Largest gRPC message received / sent on the ext_proc port; 0: max(4 MiB, max_request_bytes + 1 MiB).
+  size_t grpc_max_recv_bytes = 0, grpc_max_send_bytes = 0;
+  // GIE's --model-server-metrics-https-insecure-skip-verify: https metrics are read unverified.
+  bool metrics_insecure_skip_verify = false;
+  // Field overrides of every engine mapping (GIE's metric-spec flags): {"queue", spec}, ...
+  std::vector<std::pair<std::string, std::string>> metric_overrides;
+  // Lines Start() logs as warnings once: reference flags given that epp accepts without doing
+  // what they ask, and why (BuildServeConfig fills it).
+  std::vector<std::string> notices;
 
   const Logger* log = nullptr;  // nullptr: NullLogger
 };

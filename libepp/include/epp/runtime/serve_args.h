@@ -41,7 +41,12 @@ struct ServeArgs {
   std::optional<std::string> pool_name;
   std::string pool_namespace;  // empty: $NAMESPACE, the Pod's namespace, else "default"
   std::string pool_group = std::string(kInferencePoolGroupV1);
-  std::string pool_resync_interval = "2s";
+  std::string pool_resync_interval = "2s";  // between two lists, without pool_watch
+  bool pool_watch = true;  // list once, then watch the pool and its Pods (no periodic list)
+  // Standalone mode (GIE's --endpoint-selector, --endpoint-target-ports): the Pods this label
+  // selector matches in pool_namespace are the endpoints, one per target port; no InferencePool.
+  std::string endpoint_selector;
+  std::vector<int> endpoint_target_ports;
   std::string pool_import;    // an InferencePoolImport: its exporting clusters are the endpoints
   std::string clusters_file;  // the cluster directory pool_import needs
   std::string cluster_label = std::string(kClusterLabel);
@@ -61,6 +66,16 @@ struct ServeArgs {
   // one (eppctl serve sets it when --metrics-staleness-threshold is given).
   std::optional<std::string> detector_staleness;
   std::string metrics_pool_name;  // the inference_pool_* `name` label; empty: pool_name, else "default"
+  // Where discovered Pods' metrics are read (GIE's --model-server-metrics-*): port 0 = the target port.
+  std::string model_server_metrics_scheme = "http";
+  std::string model_server_metrics_path = "/metrics";
+  int model_server_metrics_port = 0;
+  bool model_server_metrics_https_insecure_skip_verify = true;
+  // GIE's metric specs ("name{label=value}"): each one given overrides that field of every
+  // engine's mapping (empty: the mapping's own). The reference's defaults are vLLM's names, which
+  // epp's vllm mapping already reads.
+  std::string total_queued_requests_metric, total_running_requests_metric, kv_cache_usage_percentage_metric,
+      lora_info_metric, cache_info_metric;
 
   // ---- Servers. Port 0 picks a free one; grpc_health_port or metrics_port -1: no such server.
   std::string listen_address = "0.0.0.0";
@@ -69,6 +84,11 @@ struct ServeArgs {
   int metrics_port = 9090;
   bool secure_serving = true;
   std::string cert_path;  // directory with tls.crt and tls.key; empty: a self-signed certificate
+  // Also answer grpc.health.v1 on the ext_proc port, following readiness (GIE's --health-checking).
+  bool health_checking = false;
+  // Largest gRPC message accepted / sent on the ext_proc port, as a Kubernetes quantity ("10MiB",
+  // "25MB", "4194304"); empty: max(4 MiB, max_request_bytes + 1 MiB).
+  std::string grpc_max_recv_msg_size, grpc_max_send_msg_size;
 
   // ---- Streams
   size_t max_request_bytes = kDefaultMaxRequestBytes;
@@ -87,7 +107,24 @@ struct ServeArgs {
 
   // ---- Where this EPP runs (the locality plugins' home region and gateway zone)
   std::string region, zone;
+
+  // ---- The configuration as text instead of config_file (GIE's --config-text)
+  std::string config_text;
+
+  // ---- High availability: of the replicas sharing the Lease, only the leader reports readiness
+  bool ha_enable_leader_election = false;
+
+  // ---- Reference flags epp accepts without doing what they ask (each one given is named in a
+  // start-up notice saying why): unset = not given.
+  std::optional<bool> enable_tracing, enable_pprof, enable_cert_reload, metrics_endpoint_auth, enable_grpc_stream_metrics,
+      allow_experimental_plugins;
+  std::string refresh_prometheus_metrics_interval, tls_min_version, metrics_client_ca_file, metrics_cert_dir;
+  std::vector<std::string> tls_cipher_suites;
 };
+
+// A Kubernetes quantity of bytes ("10MiB", "25MB", "1Gi", "4194304"; a trailing B is accepted as
+// the reference's flags accept it). kInvalidArgument naming `setting` otherwise.
+absl::StatusOr<size_t> ParseByteQuantity(std::string_view setting, std::string_view text);
 
 inline constexpr int kMaxDecisionLog = 1000000;
 
