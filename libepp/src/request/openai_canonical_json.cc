@@ -15,40 +15,10 @@
 #include <utility>
 #include <vector>
 
+#include "common/json_string.h"
 #include "request/request_impl.h"
 
 namespace epp::internal::openai {
-namespace {
-
-void AppendJsonString(std::string_view s, std::string& out) {
-  out += '"';
-  size_t run = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
-    out.append(s.data() + run, i - run);
-    run = i + 1;
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default: {
-        static constexpr char kHex[] = "0123456789abcdef";
-        const char esc[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 0xf]};
-        out.append(esc, sizeof(esc));
-      }
-    }
-  }
-  out.append(s.data() + run, s.size() - run);
-  out += '"';
-}
-
-}  // namespace
-
 void AppendCanonicalJson(const element& e, std::string& out) {
   switch (e.type()) {
     case element_type::NULL_VALUE: out += "null"; return;

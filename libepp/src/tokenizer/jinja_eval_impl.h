@@ -42,7 +42,6 @@ std::string_view StripView(std::string_view s, bool left, bool right, const std:
 std::string MapCase(std::string_view s, int mode);
 bool IsCased(int32_t cp);
 std::string PyStrRepr(std::string_view s);
-void JsonString(std::string_view s, std::string& out);
 std::string Capitalize(std::string_view s);
 std::string Replace(std::string_view s, std::string_view from, std::string_view to, int64_t count);
 

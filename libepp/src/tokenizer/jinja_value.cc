@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_string.h"
 #include "jinja_eval_impl.h"
 
 namespace epp::jinja {
@@ -163,36 +164,6 @@ std::string PyStrRepr(std::string_view s) {
   }
   out += q;
   return out;
-}
-
-// A JSON string as json.dumps(ensure_ascii=False) writes it: only ", \\ and control characters
-// escaped (\n, \r, \t, \b, \f in short form, \u00XX otherwise); other text as it is.
-void JsonString(std::string_view s, std::string& out) {
-  out += '"';
-  size_t run = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
-    out.append(s.data() + run, i - run);
-    run = i + 1;
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default: {
-        static const char* hex = "0123456789abcdef";
-        out += "\\u00";
-        out += hex[c >> 4];
-        out += hex[c & 15];
-      }
-    }
-  }
-  out.append(s.data() + run, s.size() - run);
-  out += '"';
 }
 
 // str.capitalize (Python 3.8+): the first character titled, the rest lower-cased.
@@ -520,7 +491,7 @@ absl::Status ToJsonAt(const Value& v, int indent, int depth, std::string& out) {
       else out += PyFloatRepr(v.f);
       return absl::OkStatus();
     }
-    case Value::kStr: JsonString(v.s, out); return absl::OkStatus();
+    case Value::kStr: internal::AppendJsonString(v.s, out); return absl::OkStatus();
     case Value::kCallable: return absl::InvalidArgumentError("tojson: a function is not JSON serializable");
     case Value::kNamespace: return absl::InvalidArgumentError("tojson: a namespace is not JSON serializable");
     default: break;
@@ -538,7 +509,7 @@ absl::Status ToJsonAt(const Value& v, int indent, int depth, std::string& out) {
     if (indent >= 0) Indent(out, indent, depth + 1);
   };
   auto key = [&](std::string_view k) {
-    JsonString(k, out);
+    internal::AppendJsonString(k, out);
     out += ": ";
   };
   if (v.kind == Value::kList) {
