@@ -793,6 +793,9 @@ std::shared_ptr<ServeHolder> ExtProcServer_StartShim(std::shared_ptr<SchedulerHo
   servers.pool_name.reset();
   servers.pool_import.clear();
   servers.clusters_file.clear();
+  servers.endpoint_selector.clear();
+  servers.endpoint_target_ports.clear();
+  servers.config_text.clear();
   epp::ServeConfig c = BuildConfig(servers);
   // Shares the holder's ownership: the scheduler lives while the server does.
   c.scheduler = std::shared_ptr<const epp::Scheduler>(holder->scheduler, holder->scheduler->scheduler.get());
