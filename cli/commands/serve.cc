@@ -169,6 +169,21 @@ void AddReferenceFlags(CLI::App* cmd, ServeOptions& o) {
   group(cmd->add_option("--config-text", o.args.config_text, "The EndpointPickerConfig as text, instead of --config-file"));
   group(cmd->add_flag("--ha-enable-leader-election", o.args.ha_enable_leader_election,
                       "Leader election on a coordination.k8s.io Lease: only the leader reports readiness"));
+  cmd->add_option("--leader-election-id", o.args.leader_election_id,
+                  "Name of the leader Lease (default: epp-NAMESPACE-POOL.llm-d.ai)");
+  cmd->add_option("--leader-election-namespace", o.args.leader_election_namespace,
+                  "Namespace of the leader Lease (default: the pool's)");
+  cmd->add_option("--leader-election-identity", o.args.leader_election_identity,
+                  "This replica's identity in the Lease (default: $POD_NAME, else the host name)");
+  cmd->add_option("--leader-election-lease-duration", o.args.leader_election_lease_duration,
+                  "How long a Lease not renewed stays valid for the standbys (controller-runtime's default)")
+      ->capture_default_str();
+  cmd->add_option("--leader-election-renew-deadline", o.args.leader_election_renew_deadline,
+                  "The leader stops leading when it could not renew for this long")
+      ->capture_default_str();
+  cmd->add_option("--leader-election-retry-period", o.args.leader_election_retry_period,
+                  "How often candidates try and the leader renews")
+      ->capture_default_str();
   const std::pair<const char*, const char*> optional[] = {
       {"--tracing", "Accepted; epp emits no OpenTelemetry traces (a notice says so when true)"},
       {"--enable-pprof", "Accepted; epp has no Go pprof handlers (a notice says so when true)"},

@@ -144,6 +144,7 @@ struct EppServer::Impl {
   // election, leadership: a standby is alive but not ready, so the Service sends it nothing.
   std::atomic<bool> host_ready{false};
   std::atomic<bool> leader{true};
+  std::unique_ptr<LeaderElector> elector;
   void PublishHealth() {
     const bool ready = host_ready.load() && leader.load();
     if (health) health->SetReady(ready);
@@ -261,6 +262,10 @@ struct EppServer::Impl {
         s.kv_index = kv_index->Stats();
         s.kv_holdings = kv_index->Endpoints();
       }
+    }
+    if (elector) {
+      s.lease_name = elector->options().name;
+      s.leader = elector->stats();
     }
     std::lock_guard<std::mutex> lock(mu);
     s.config_reloads = reloads;
@@ -396,7 +401,18 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     EPP_ASSIGN_OR_RETURN(m.metrics, internal::MetricsHttpServer::Start(c.listen_address, c.metrics_port,
                                                                        [raw] { return raw->Render(); }, decisions));
   }
+  if (c.leader_election) {
+    // A standby until the Lease is ours: alive, warm, not ready.
+    m.leader = false;
+    LeaderElectionOptions lo = *c.leader_election;
+    if (lo.log == nullptr) lo.log = &m.log;
+    EPP_ASSIGN_OR_RETURN(m.elector, LeaderElector::Create(std::move(lo), [raw](bool leading) {
+                           raw->leader = leading;
+                           raw->PublishHealth();
+                         }));
+  }
   if (m.pool) m.pool->Start();
+  if (m.elector) m.elector->Start();
   if (m.config_watch) m.watch_thread = std::thread([raw] { raw->Watch(); });
   m.SyncKv();  // subscribed before the first stream (the pool's first set came in Create)
   return std::unique_ptr<EppServer>(new EppServer(std::move(impl)));
@@ -409,6 +425,8 @@ void EppServer::SetReady(bool ready) {
   impl_->host_ready = ready;
   impl_->PublishHealth();
 }
+
+bool EppServer::leading() const { return impl_->leader.load(); }
 
 void EppServer::BeginDrain() {
   if (impl_->server) impl_->server->BeginDrain();
@@ -423,9 +441,12 @@ void EppServer::Shutdown(std::chrono::milliseconds drain) {
     m.stop = true;
   }
   m.cv.notify_all();
-  if (m.server) m.server->BeginDrain();
   m.host_ready = false;
   m.PublishHealth();
+  // The Lease goes first (GIE's and llm-d's order): a standby takes over within a retry period
+  // while this replica drains what it has.
+  if (m.elector) m.elector->Stop(/*release=*/true);
+  if (m.server) m.server->BeginDrain();
   if (m.server) m.server->Shutdown(drain);
   if (m.watch_thread.joinable()) m.watch_thread.join();
   if (m.pool) m.pool->Stop();  // no endpoint set is installed after this
@@ -467,6 +488,9 @@ std::string EppServer::Describe() const {
   if (c.config_file.empty() && !c.config_yaml.empty()) config = "<embedded>";
   if (c.scheduler) config = "<the caller's scheduler>";
   out += "; config " + config;
+  if (c.leader_election)
+    out += "; leader election on lease " + c.leader_election->ns + "/" + c.leader_election->name + " as " +
+           c.leader_election->identity;
   out += "; refresh " + FormatDurationMicros(c.refresh_interval.count()) + ", staleness " + FormatDurationMicros(c.staleness.count());
   return out;
 }

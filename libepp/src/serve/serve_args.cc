@@ -12,6 +12,7 @@
 
 #include "epp/runtime/endpoints.h"
 #include "epp/runtime/kube.h"
+#include "epp/runtime/leader_election.h"
 #include "epp/metrics.h"
 #include "epp/params.h"
 
@@ -240,6 +241,35 @@ absl::Status Decisions(const ServeArgs& a, ServeConfig& c) {
   return absl::OkStatus();
 }
 
+// Leader election on a Lease named after the pool (llm-d Router's name), in its namespace.
+absl::Status LeaderElection(const ServeArgs& a, ServeConfig& c) {
+  if (!a.ha_enable_leader_election) return absl::OkStatus();
+  LeaderElectionOptions o;
+  o.kube = Kube(a);
+  o.ns = !a.leader_election_namespace.empty() ? a.leader_election_namespace : PoolNamespace(a.pool_namespace);
+  if (!a.leader_election_id.empty()) {
+    o.name = a.leader_election_id;
+  } else if (a.pool_name) {
+    o.name = DefaultLeaseName(o.ns, *a.pool_name);
+  } else {
+    return absl::InvalidArgumentError(
+        "ha_enable_leader_election needs pool_name (the Lease is named after the pool) or leader_election_id");
+  }
+  o.identity = !a.leader_election_identity.empty() ? a.leader_election_identity : DefaultLeaderIdentity();
+  EPP_ASSIGN_OR_RETURN(Micros lease, Duration("leader_election_lease_duration", a.leader_election_lease_duration, false));
+  EPP_ASSIGN_OR_RETURN(Micros renew, Duration("leader_election_renew_deadline", a.leader_election_renew_deadline, false));
+  EPP_ASSIGN_OR_RETURN(Micros retry, Duration("leader_election_retry_period", a.leader_election_retry_period, false));
+  o.lease_duration = CeilMillis(lease);
+  o.renew_deadline = CeilMillis(renew);
+  o.retry_period = CeilMillis(retry);
+  if (!(o.retry_period < o.renew_deadline && o.renew_deadline < o.lease_duration))
+    return absl::InvalidArgumentError(
+        "leader_election_retry_period < leader_election_renew_deadline < leader_election_lease_duration must hold, got " +
+        a.leader_election_retry_period + ", " + a.leader_election_renew_deadline + ", " + a.leader_election_lease_duration);
+  c.leader_election = std::move(o);
+  return absl::OkStatus();
+}
+
 // Reference flags given that ask for something epp does not do: one notice each, saying so and
 // what to use instead (docs/serve.md, "The reference's command line").
 void Notices(const ServeArgs& a, ServeConfig& c) {
@@ -279,6 +309,7 @@ absl::StatusOr<ServeConfig> BuildServeConfig(const ServeArgs& args) {
   EPP_RETURN_IF_ERROR(Servers(args, c));
   EPP_RETURN_IF_ERROR(Streams(args, c));
   EPP_RETURN_IF_ERROR(Decisions(args, c));
+  EPP_RETURN_IF_ERROR(LeaderElection(args, c));
   Notices(args, c);
   return c;
 }
@@ -323,7 +354,8 @@ const std::vector<std::string_view>& ServeSettingNames() {
       "config_text", "ha_enable_leader_election", "enable_tracing", "enable_pprof", "enable_cert_reload",
       "metrics_endpoint_auth", "enable_grpc_stream_metrics", "allow_experimental_plugins",
       "refresh_prometheus_metrics_interval", "tls_min_version", "metrics_client_ca_file", "metrics_cert_dir",
-      "tls_cipher_suites"};
+      "tls_cipher_suites", "leader_election_id", "leader_election_namespace", "leader_election_identity",
+      "leader_election_lease_duration", "leader_election_renew_deadline", "leader_election_retry_period"};
   return names;
 }
 

@@ -349,6 +349,20 @@ void WriteSchedulerTimings(Exposition& x, const Scheduler& scheduler) {
 
 // The pool and its counters are read once up front, so every endpoint family of one scrape
 // describes the same endpoint set.
+// Leader election: controller-runtime's gauge (what dashboards built for the reference query) and
+// epp's counters of how leadership moved.
+void WriteLeaderElection(Exposition& x, const ServeMetricsSources& src) {
+  const LeaderElectionStats& l = *src.leader;
+  x.Family("leader_election_master_status", "gauge",
+           "1 while this replica holds the leader Lease `name`, else 0 (controller-runtime's name).");
+  x.Sample("leader_election_master_status", {{"name", src.lease_name}}, int64_t{l.leading});
+  x.Single("epp_leader_acquired_total", "counter", "Times this replica became the leader.", l.acquired);
+  x.Single("epp_leader_lost_total", "counter",
+           "Times this replica stopped leading because it could not renew within the renew deadline.", l.lost);
+  x.Single("epp_leader_lease_failures_total", "counter",
+           "Lease reads and writes that failed (409 conflicts with another candidate included).", l.attempts_failed);
+}
+
 std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   Exposition x;
   const ExtProcStats& s = *src.stats;
@@ -369,6 +383,7 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   WriteEndpointInflight(x, *src.scheduler, *pool);
   WriteGiePoolGauges(x, src, *pool, prefix_entries, now_us);
   WriteSchedulerTimings(x, *src.scheduler);
+  if (src.leader) WriteLeaderElection(x, src);
   return x.Take();
 }
 

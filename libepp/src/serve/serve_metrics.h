@@ -14,6 +14,7 @@
 #include "epp/runtime/decision_log.h"
 #include "epp/runtime/extproc.h"
 #include "epp/scheduler.h"
+#include "epp/runtime/leader_election.h"
 #include "epp/runtime/serve.h"
 #include "epp/status.h"
 
@@ -32,6 +33,9 @@ struct ServeMetricsSources {
   std::vector<KvEndpointStats> kv_endpoints;
   std::optional<KvIndexStats> kv_index;
   std::vector<KvEndpointSummary> kv_holdings;
+  // Leader election (--ha-enable-leader-election): the Lease's name and this replica's state.
+  std::string lease_name;
+  std::optional<LeaderElectionStats> leader;
 };
 
 // The exposition at `now_us` (the clock the pool stamps metrics with).

@@ -49,6 +49,7 @@
 #include "epp/runtime/decision_log.h"
 #include "epp/runtime/extproc.h"
 #include "epp/runtime/kube.h"
+#include "epp/runtime/leader_election.h"
 #include "epp/runtime/logger.h"
 #include "epp/scheduler.h"
 #include "epp/status.h"
@@ -265,6 +266,10 @@ struct ServeConfig {
   bool metrics_insecure_skip_verify = false;
   // Field overrides of every engine mapping (GIE's metric-spec flags): {"queue", spec}, ...
   std::vector<std::pair<std::string, std::string>> metric_overrides;
+  // Leader election (GIE's --ha-enable-leader-election): readiness SERVING only while this replica
+  // holds the Lease; every replica keeps its pool and scheduler warm. Shutdown releases the Lease
+  // first, so a standby takes over within a retry period.
+  std::optional<LeaderElectionOptions> leader_election;
   // Lines Start() logs as warnings once: reference flags given that epp accepts without doing
   // what they ask, and why (BuildServeConfig fills it).
   std::vector<std::string> notices;
@@ -291,7 +296,10 @@ class EppServer {
   int grpc_port() const;
   int health_port() const;   // -1 without a health server
   int metrics_port() const;  // -1 without a metrics server
+  // The host's readiness; with leader election, readiness is SERVING only while also leading.
   void SetReady(bool ready);
+  // Without leader election: true. With it: whether this replica holds the Lease now.
+  bool leading() const;
   // New ext_proc streams are refused (UNAVAILABLE) from now on; open ones go on. Shutdown does
   // this first; serve calls it when readiness turns NOT_SERVING with no --shutdown-delay, so no
   // stream can slip in between the two.

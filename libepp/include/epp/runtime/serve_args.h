@@ -112,7 +112,15 @@ struct ServeArgs {
   std::string config_text;
 
   // ---- High availability: of the replicas sharing the Lease, only the leader reports readiness
+  // (GIE's --ha-enable-leader-election). The Lease is `leader_election_id` in
+  // `leader_election_namespace` (defaults: "epp-NS-POOL.llm-d.ai", as llm-d Router names it, in the
+  // pool's namespace); each replica is `leader_election_identity` (default $POD_NAME, else the
+  // host name). Timing as controller-runtime's defaults.
   bool ha_enable_leader_election = false;
+  std::string leader_election_id, leader_election_namespace, leader_election_identity;
+  std::string leader_election_lease_duration = "15s";
+  std::string leader_election_renew_deadline = "10s";
+  std::string leader_election_retry_period = "2s";
 
   // ---- Reference flags epp accepts without doing what they ask (each one given is named in a
   // start-up notice saying why): unset = not given.
