@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "common/yaml_where.h"
 
 namespace epp::internal {
 
@@ -73,9 +74,8 @@ inline absl::Status CheckYamlExpansion(const YAML::Node& root, std::string_view 
   if (walk.Visit(root, 0)) return absl::OkStatus();
   const std::string what = walk.what;
   const size_t limit = what == "nodes" ? budget.max_nodes : budget.max_scalar_bytes;
-  std::string out(source);
-  if (walk.where.line >= 0) out += ":" + std::to_string(walk.where.line + 1);
-  return absl::InvalidArgumentError(out + ": the document expands to more than " + std::to_string(limit) + " " + what +
+  return absl::InvalidArgumentError(YamlWhere(source, walk.where, /*with_column=*/false) +
+                                    ": the document expands to more than " + std::to_string(limit) + " " + what +
                                     " (through YAML aliases?)");
 }
 

@@ -18,10 +18,15 @@
 
 #include "common/strings.h"
 #include "common/yaml_limits.h"
+#include "common/yaml_where.h"
 #include "epp/config.h"
 
 namespace epp {
 namespace {
+
+using internal::YamlExceptionError;
+using internal::YamlLine;
+using internal::YamlWhere;
 
 constexpr std::string_view kKind = "EndpointPickerConfig";
 constexpr std::string_view kOpenAiParserType = "openai-parser";
@@ -29,11 +34,6 @@ constexpr std::string_view kPassthroughParserType = "passthrough-parser";
 // Deeper than any real parameter tree; stops a self-referencing alias (`&a [*a]`, which yaml-cpp
 // turns into a cycle) from recursing forever.
 constexpr int kMaxDepth = 64;
-
-int LineOf(const YAML::Node& node) {
-  const YAML::Mark mark = node.Mark();
-  return mark.line >= 0 ? mark.line + 1 : 0;
-}
 
 std::string Describe(const YAML::Node& node) {
   switch (node.Type()) {
@@ -46,12 +46,6 @@ std::string Describe(const YAML::Node& node) {
     default:
       return "null";
   }
-}
-
-absl::Status YamlError(std::string_view source, const YAML::Exception& e) {
-  std::string where(source);
-  if (e.mark.line >= 0) where += ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
-  return absl::InvalidArgumentError(where + ": " + e.msg);
 }
 
 std::string Join(const std::vector<std::string>& items) {
@@ -119,7 +113,7 @@ absl::StatusOr<std::vector<Entry>> Parser::Entries(const YAML::Node& map, const 
   std::vector<Entry> out;
   for (auto it = map.begin(); it != map.end(); ++it) {
     const YAML::Node key = it->first;
-    const int line = LineOf(key);
+    const int line = YamlLine(key);
     if (!key.IsScalar()) return Error(line, path, "keys must be strings, got " + Describe(key));
     Entry e{key.Scalar(), it->second, line};
     if (FindEntry(out, e.key) != nullptr) return Error(line, path, "duplicate key '" + e.key + "'");
@@ -173,7 +167,7 @@ absl::StatusOr<Params> Parser::BuildParams(const YAML::Node& node, const std::st
       out = Params::List(path);
       for (size_t i = 0; i < node.size(); ++i) {
         const YAML::Node item = node[i];
-        const int item_line = LineOf(item) > 0 ? LineOf(item) : line;
+        const int item_line = YamlLine(item) > 0 ? YamlLine(item) : line;
         EPP_ASSIGN_OR_RETURN(Params child,
                              BuildParams(item, path + "[" + std::to_string(i) + "]", item_line, depth + 1));
         out.Append(std::move(child));
@@ -226,7 +220,7 @@ absl::Status Parser::ParseFeatureGates(const Entry& e) {
   for (size_t i = 0; i < e.value.size(); ++i) {
     const YAML::Node item = e.value[i];
     const std::string item_path = path + "[" + std::to_string(i) + "]";
-    if (!item.IsScalar()) return Error(LineOf(item), item_path, "expected a string, got " + Describe(item));
+    if (!item.IsScalar()) return Error(YamlLine(item), item_path, "expected a string, got " + Describe(item));
     const std::string_view text = internal::TrimSpace(item.Scalar());
     std::string name(text);
     bool enabled = true;
@@ -240,11 +234,11 @@ absl::Status Parser::ParseFeatureGates(const Entry& e) {
                  value == "0") {
         enabled = false;
       } else {
-        return Error(LineOf(item), item_path,
+        return Error(YamlLine(item), item_path,
                      "invalid value '" + value + "' for feature gate '" + name + "' (expected true or false)");
       }
     }
-    if (name.empty()) return Error(LineOf(item), item_path, "empty feature gate name");
+    if (name.empty()) return Error(YamlLine(item), item_path, "empty feature gate name");
     bool seen = false;
     for (auto& [n, on] : gates) {
       if (n == name) {
@@ -282,7 +276,7 @@ absl::Status Parser::ParsePlugins(const Entry& e) {
     const YAML::Node item = e.value[i];
     PluginSpec spec;
     spec.path = "plugins[" + std::to_string(i) + "]";
-    spec.line = LineOf(item);
+    spec.line = YamlLine(item);
     if (!item.IsMap()) return Error(spec.line, spec.path, "expected a map with 'type', got " + Describe(item));
     EPP_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(item, spec.path, {"name", "type", "parameters"}));
     spec.parameters.SetPath(spec.path + ".parameters");
@@ -318,7 +312,7 @@ absl::Status Parser::ParseProfiles(const Entry& e) {
     const YAML::Node item = e.value[i];
     ProfileSpec profile;
     profile.path = "schedulingProfiles[" + std::to_string(i) + "]";
-    profile.line = LineOf(item);
+    profile.line = YamlLine(item);
     if (!item.IsMap()) return Error(profile.line, profile.path, "expected a map with 'name', got " + Describe(item));
     EPP_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(item, profile.path, {"name", "plugins"}));
     if (const Entry* name = FindEntry(entries, "name")) {
@@ -338,7 +332,7 @@ absl::Status Parser::ParseProfiles(const Entry& e) {
         const YAML::Node ref_node = plugins->value[j];
         ProfilePluginRef ref;
         ref.path = list_path + "[" + std::to_string(j) + "]";
-        ref.line = LineOf(ref_node);
+        ref.line = YamlLine(ref_node);
         if (!ref_node.IsMap()) {
           return Error(ref.line, ref.path, "expected a map with 'pluginRef', got " + Describe(ref_node));
         }
@@ -396,7 +390,7 @@ absl::Status Parser::ParseRequestHandler(const Entry& e) {
     for (size_t i = 0; i < parsers->value.size(); ++i) {
       const YAML::Node item = parsers->value[i];
       const std::string item_path = list_path + "[" + std::to_string(i) + "]";
-      EPP_ASSIGN_OR_RETURN(std::string name, PluginRef(item, LineOf(item), item_path));
+      EPP_ASSIGN_OR_RETURN(std::string name, PluginRef(item, YamlLine(item), item_path));
       config_.parser_refs.push_back(name);
       for (const PluginSpec& p : config_.plugins) {
         if (p.name == name && p.type != kOpenAiParserType && p.type != kPassthroughParserType)
@@ -450,10 +444,10 @@ absl::Status Parser::ParseFlowControl(const Entry& e) {
 }
 
 absl::StatusOr<EppConfig> Parser::Parse(const YAML::Node& root) {
-  if (!root.IsMap()) return Error(LineOf(root), "", "expected a map at the top level, got " + Describe(root));
+  if (!root.IsMap()) return Error(YamlLine(root), "", "expected a map at the top level, got " + Describe(root));
   // Keys are checked after kind and apiVersion, so a document of another kind is reported as such.
   EPP_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(root, "", {}));
-  const int root_line = LineOf(root);
+  const int root_line = YamlLine(root);
   const std::string versions = std::string(kGieApiVersion) + " or " + std::string(kLlmdApiVersion);
 
   const Entry* kind = FindEntry(entries, "kind");
@@ -527,7 +521,7 @@ void FindEmbedded(const YAML::Node& node, const std::string& location, int depth
     } catch (const YAML::Exception& e) {
       // Keep the error only for text that clearly means to be a config; anything else is unrelated.
       if (text.find("kind: EndpointPickerConfig") != std::string::npos) {
-        found.push_back({location, text, YamlError("", e)});
+        found.push_back({location, text, YamlExceptionError("", e)});
       }
     }
   } else if (node.IsSequence()) {
@@ -552,7 +546,7 @@ absl::StatusOr<EppConfig> ParseEmbedded(const Embedded& e, std::string_view sour
   const std::string embedded_source =
       std::string(source) + " (embedded at " + e.location + ", line numbers within the embedded text)";
   if (!e.load_error.ok()) {
-    // YamlError("") produced ":LINE:COL: message"; put the embedded source in front.
+    // YamlExceptionError("") produced ":LINE:COL: message"; put the embedded source in front.
     return absl::InvalidArgumentError(embedded_source + std::string(e.load_error.message()));
   }
   return ParseText(e.text, embedded_source, /*search_embedded=*/false);
@@ -611,8 +605,7 @@ absl::StatusOr<std::vector<YAML::Node>> LoadAllDocuments(const std::string& text
       const std::string what = m.pos >= 0 && static_cast<size_t>(m.pos) < text.size()
                                    ? "unexpected '" + text.substr(m.pos, 1) + "'"
                                    : "unexpected content";
-      return absl::InvalidArgumentError(std::string(source) + ":" + std::to_string(m.line + 1) + ":" +
-                                        std::to_string(m.column + 1) + ": " + what);
+      return absl::InvalidArgumentError(YamlWhere(source, m) + ": " + what);
     }
     last_pos = starts.start.pos;
   }
@@ -629,7 +622,7 @@ absl::StatusOr<EppConfig> ParseText(std::string_view yaml, std::string_view sour
       if (!d.IsNull()) docs.push_back(d);  // a stray "---" adds an empty document
     }
   } catch (const YAML::Exception& e) {
-    return YamlError(source, e);
+    return YamlExceptionError(source, e);
   }
   try {
     if (docs.empty()) {
@@ -678,7 +671,7 @@ absl::StatusOr<EppConfig> ParseText(std::string_view yaml, std::string_view sour
     return absl::InvalidArgumentError(std::string(source) + ": " + std::to_string(docs.size()) +
                                       " YAML documents with more than one EndpointPickerConfig; expected exactly one");
   } catch (const YAML::Exception& e) {
-    return YamlError(source, e);
+    return YamlExceptionError(source, e);
   }
 }
 

@@ -6,15 +6,13 @@
 
 #include "epp/metrics.h"
 #include "common/yaml_limits.h"
+#include "common/yaml_where.h"
 
 namespace epp {
 namespace {
 
 std::string Where(std::string_view source, const YAML::Node& node, const std::string& path) {
-  const YAML::Mark mark = node.Mark();
-  std::string out(source);
-  if (mark.line >= 0) out += ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
-  return out + ": " + path;
+  return internal::YamlWhere(source, node.Mark()) + ": " + path;
 }
 
 absl::Status EntryToMapping(std::string_view source, const YAML::Node& entry, const std::string& path,
@@ -106,9 +104,7 @@ absl::StatusOr<std::vector<MetricMapping>> LoadMetricMappingsYaml(std::string_vi
     }
     return out;
   } catch (const YAML::Exception& e) {
-    std::string where(source);
-    if (e.mark.line >= 0) where += ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
-    return absl::InvalidArgumentError(where + ": " + e.msg);
+    return internal::YamlExceptionError(source, e);
   }
 }
 

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/yaml_limits.h"
+#include "common/yaml_where.h"
 #include "epp/config.h"
 #include "epp/registry.h"
 #include "epp/scheduler.h"
@@ -58,6 +59,8 @@ const std::vector<LintRule>& LintRules() {
 
 namespace {
 
+using internal::YamlLine;
+
 constexpr const char* kGroupV1 = "inference.networking.k8s.io";
 constexpr const char* kGroupAlpha = "inference.networking.x-k8s.io";
 
@@ -82,7 +85,6 @@ YAML::Node Get(const YAML::Node& n, const std::string& key) {
   return YAML::Node(YAML::NodeType::Undefined);
 }
 
-int LineOf(const YAML::Node& n) { return n.IsDefined() && n.Mark().line >= 0 ? n.Mark().line + 1 : 0; }
 std::string Str(const YAML::Node& n) {
   if (!n.IsDefined() || !n.IsScalar()) return "";
   return n.Scalar();
@@ -162,7 +164,7 @@ class Linter {
     try {
       docs = YAML::LoadAll(std::string(text));
     } catch (const YAML::Exception& e) {
-      Emit("LINT001", LintSeverity::kError, file, e.mark.line >= 0 ? e.mark.line + 1 : 0, "", e.msg,
+      Emit("LINT001", LintSeverity::kError, file, YamlLine(e.mark), "", e.msg,
            "fix the YAML syntax (`kubectl apply --dry-run=client -f FILE` shows the same error)");
       return;
     }
@@ -170,7 +172,7 @@ class Linter {
       // Aliases are shared, not copied: a few hundred bytes can stand for millions of nodes
       // (or a cycle). Such a document is reported, not walked.
       if (absl::Status s = internal::CheckYamlExpansion(d, file); !s.ok()) {
-        Emit("LINT001", LintSeverity::kError, file, LineOf(d), "", std::string(s.message()), "remove the alias expansion");
+        Emit("LINT001", LintSeverity::kError, file, YamlLine(d), "", std::string(s.message()), "remove the alias expansion");
         continue;
       }
       AddDoc(d, file);
@@ -196,7 +198,7 @@ class Linter {
     if (Str(Get(d, "apiVersion")).empty() || Str(Get(d, "kind")).empty()) return;  // not a Kubernetes object
     Obj o;
     o.file = file;
-    o.line = LineOf(d);
+    o.line = YamlLine(d);
     o.api_version = Str(Get(d, "apiVersion"));
     o.kind = Str(Get(d, "kind"));
     o.name = Str(At(d, {"metadata", "name"}));
@@ -221,7 +223,7 @@ class Linter {
   }
   void Emit(std::string rule, LintSeverity sev, const Obj& o, const YAML::Node& at, std::string message, std::string fix,
             std::vector<std::string> gateways = {}) {
-    const int line = LineOf(at) ? LineOf(at) : o.line;
+    const int line = YamlLine(at) ? YamlLine(at) : o.line;
     Emit(std::move(rule), sev, o.file, line, o.Label(), std::move(message), std::move(fix), std::move(gateways));
   }
 
@@ -279,7 +281,7 @@ class Linter {
     std::vector<std::pair<std::string, int>> words;
     for (const char* key : {"command", "args"})
       if (Get(c, key).IsSequence())
-        for (const YAML::Node& a : Get(c, key)) words.emplace_back(Str(a), LineOf(a));
+        for (const YAML::Node& a : Get(c, key)) words.emplace_back(Str(a), YamlLine(a));
     Epp e{&w, c};
     const std::string image = Str(Get(c, "image"));
     bool serve = false, any_pool = false;
@@ -484,7 +486,7 @@ class Linter {
     const Obj& o = *e.w->obj;
     auto line_of = [&](const char* flag) {
       auto it = e.flag_lines.find(flag);
-      return it == e.flag_lines.end() ? LineOf(e.container) : it->second;
+      return it == e.flag_lines.end() ? YamlLine(e.container) : it->second;
     };
     // EPP004: booleans as two args.
     for (const auto& [flag, line] : e.split_booleans)
@@ -508,7 +510,7 @@ class Linter {
              absl::StrCat("set --pool-name to the pool's metadata.name"));
       }
     } else if (!e.flags.count("endpoint-selector") && !e.flags.count("endpoints") && !e.flags.count("pool-import")) {
-      Emit("EPP001", LintSeverity::kError, o.file, LineOf(e.container), o.Label(),
+      Emit("EPP001", LintSeverity::kError, o.file, YamlLine(e.container), o.Label(),
            "the EPP has no --pool-name (nor --endpoint-selector, an endpoints file or --pool-import)", "add --pool-name=POOL");
     }
     const int grpc = e.Port("grpc-port", 9002), health = e.Port("grpc-health-port", 9003);
@@ -585,12 +587,12 @@ class Linter {
         how = Get(pr, "httpGet").IsMap() ? "httpGet" : "tcpSocket";
       }
       if (how == "grpc" && port && *port != health)
-        Emit("EPP003", LintSeverity::kError, o.file, LineOf(pr), o.Label(),
+        Emit("EPP003", LintSeverity::kError, o.file, YamlLine(pr), o.Label(),
              absl::StrCat(probe, " probes gRPC port ", *port, ", but the EPP's health service is on ", health,
                           e.flags.count("grpc-health-port") ? " (--grpc-health-port)" : " (the --grpc-health-port default)"),
              absl::StrCat(probe, ": {grpc: {port: ", health, ", service: ", std::string_view(probe) == "livenessProbe" ? "liveness" : "readiness", "}}"));
       else if (how == "httpGet" && port && *port == grpc)
-        Emit("EPP003", LintSeverity::kError, o.file, LineOf(pr), o.Label(),
+        Emit("EPP003", LintSeverity::kError, o.file, YamlLine(pr), o.Label(),
              absl::StrCat(probe, " sends HTTP/1.1 to the ext_proc gRPC port ", grpc, ": it always fails"),
              absl::StrCat("probe with grpc: {port: ", health, "}"));
     }
@@ -629,7 +631,7 @@ class Linter {
             if (c->name == cm && SameNs(c->ns, o.ns) && Get(Get(c->node, "data"), key).IsScalar()) {
               text = Get(Get(c->node, "data"), key).Scalar();
               file = c->file;
-              line = LineOf(Get(Get(c->node, "data"), key));
+              line = YamlLine(Get(Get(c->node, "data"), key));
               source = absl::StrCat(c->file, ":", line, " (ConfigMap ", cm, " key ", key, ")");
             }
         }
@@ -689,7 +691,7 @@ class Linter {
       }
     }
     if (!pods || !pools)
-      Emit("RBAC001", LintSeverity::kError, o.file, LineOf(e.w->pod_spec), o.Label(),
+      Emit("RBAC001", LintSeverity::kError, o.file, YamlLine(e.w->pod_spec), o.Label(),
            absl::StrCat("ServiceAccount '", sa, "' may not get, list and watch ", !pods ? "pods" : "",
                         !pods && !pools ? " and " : "", !pools ? absl::StrCat(group, " ", resource) : "",
                         " in the pool's namespace: the EPP fails at start (403 Forbidden)"),
