@@ -208,6 +208,31 @@ def _go_duration(seconds: Any, name: str, allow_zero: bool = False) -> str:
     return (f"{seconds:.9f}" if "e" in text else text) + "s"
 
 
+def _c_int(value: Any, name: str) -> int:
+    """An int for a C++ int setting; the library checks its range (a value no C++ int holds is
+    refused here, naming the keyword)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not -2**31 <= value < 2**31:
+        raise ConfigError(f"{name}: {value} is out of range")
+    return value
+
+
+def _int_list(values: Any, name: str) -> List[int]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be a sequence of int, not {type(values).__name__}")
+    return [_c_int(v, name) for v in values]
+
+
+def _byte_quantity(value: Any, name: str) -> str:
+    """A size setting as libepp takes it: a Kubernetes quantity ("10MiB", "4194304"); "" unset."""
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"{name} must be an int of bytes, a quantity str ('10MiB') or None, not {type(value).__name__}")
+    return str(value)
+
+
 def _scheduler(scheduler: Scheduler) -> Any:
     if not isinstance(scheduler, Scheduler):
         raise TypeError(f"scheduler must be a pyepp.Scheduler, not {type(scheduler).__name__}")
@@ -427,7 +452,15 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
           emit_endpoint_scores: bool = False, request_timeout_s: Optional[float] = None,
           idle_timeout_s: Optional[float] = None, handshake_timeout_s: Optional[float] = None, decision_log: int = 0,
           decision_log_rate: Optional[int] = None, decision_log_prompts: bool = False, region: str = "",
-          zone: str = "") -> ServeHandle:
+          zone: str = "", pool_watch: bool = True, endpoint_selector: Optional[str] = None,
+          endpoint_target_ports: Sequence[int] = (), model_server_metrics_scheme: Optional[str] = None,
+          model_server_metrics_path: Optional[str] = None, model_server_metrics_port: Optional[int] = None,
+          model_server_metrics_https_insecure_skip_verify: bool = True,
+          total_queued_requests_metric: Optional[str] = None, total_running_requests_metric: Optional[str] = None,
+          kv_cache_usage_percentage_metric: Optional[str] = None, lora_info_metric: Optional[str] = None,
+          cache_info_metric: Optional[str] = None, health_checking: bool = False,
+          grpc_max_recv_msg_size: Union[int, str, None] = None, grpc_max_send_msg_size: Union[int, str, None] = None,
+          config_text: Optional[str] = None, ha_enable_leader_election: bool = False) -> ServeHandle:
     """Runs the Endpoint Picker in this process: libepp's ``EppServer``, what ``eppctl serve``
     runs, with its ext_proc server, grpc.health.v1 server and Prometheus ``/metrics``.
 
@@ -475,6 +508,30 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
 
     ``region`` and ``zone`` (the configuration form) are ``eppctl serve --region / --zone``: where
     the EPP runs, for the locality plugins (docs/multicluster.md).
+
+    The reference EPP's Kubernetes settings (``eppctl serve``'s flags of the same names,
+    docs/serve.md), for the configuration form:
+
+    - ``pool_watch`` (default True): list the InferencePool and its Pods once, then watch them;
+      False lists them every ``pool_resync_interval_s`` instead.
+    - ``endpoint_selector`` / ``endpoint_target_ports``: standalone mode, no InferencePool: the
+      Pods of ``pool_namespace`` that the label selector (``"app=vllm,env in (a,b)"``) matches
+      are the endpoints, one per target port (1 to 8 ports).
+    - ``model_server_metrics_scheme`` (``"http"`` or ``"https"``), ``model_server_metrics_path``
+      (``"/metrics"``), ``model_server_metrics_port`` (0: the endpoint's target port) and
+      ``model_server_metrics_https_insecure_skip_verify`` (default True): where discovered Pods'
+      metrics are read.
+    - ``total_queued_requests_metric``, ``total_running_requests_metric``,
+      ``kv_cache_usage_percentage_metric``, ``lora_info_metric``, ``cache_info_metric``: metric
+      specs (``"name{label=value}"``) overriding that field of every engine's mapping.
+    - ``config_text``: the EndpointPickerConfig as YAML text instead of a ``config`` file.
+    - ``ha_enable_leader_election``: of the replicas sharing a coordination.k8s.io Lease, only
+      the leader reports ready.
+
+    For both forms: ``health_checking`` also answers grpc.health.v1 on the ext_proc port;
+    ``grpc_max_recv_msg_size`` / ``grpc_max_send_msg_size`` bound the gRPC messages of the
+    ext_proc port, in bytes (an int) or as a Kubernetes quantity (``"10MiB"``; default: the larger
+    of 4 MiB and ``max_request_bytes`` + 1 MiB).
     """
     if not isinstance(host, str) or not host:
         raise TypeError("host must be a non-empty str")
@@ -498,6 +555,9 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
         args.objective_flags = [f"{k}={v}" for k, v in objective_priorities.items()]
     args.disable_endpoint_subset_filter = bool(ignore_subset_hint)
     args.emit_endpoint_scores = bool(emit_endpoint_scores)
+    args.health_checking = bool(health_checking)
+    args.grpc_max_recv_msg_size = _byte_quantity(grpc_max_recv_msg_size, "grpc_max_recv_msg_size")
+    args.grpc_max_send_msg_size = _byte_quantity(grpc_max_send_msg_size, "grpc_max_send_msg_size")
     if request_timeout_s is not None:
         args.stream_request_timeout = _go_duration(request_timeout_s, "request_timeout_s", allow_zero=True)
     if idle_timeout_s is not None:
@@ -511,22 +571,26 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     if decision_log_rate is not None:
         args.decision_log_rate = decision_log_rate
     args.decision_log_prompts = bool(decision_log_prompts)
-    runtime = (config is not None or endpoints_file is not None or bool(endpoint) or pool_name is not None
-               or pool_import is not None)
+    runtime = (config is not None or config_text is not None or endpoints_file is not None or bool(endpoint)
+               or pool_name is not None or pool_import is not None or endpoint_selector is not None)
     if scheduler is not None or endpoints is not None:
         if scheduler is None or endpoints is None:
             raise TypeError("serve(scheduler, endpoints) needs both")
         if runtime:
-            raise TypeError("give serve(scheduler, endpoints), or config / endpoints_file / endpoint / pool_name / "
-                            "pool_import, not both")
+            raise TypeError("give serve(scheduler, endpoints), or config / config_text / endpoints_file / endpoint / "
+                            "pool_name / pool_import / endpoint_selector, not both")
         native = lib.ExtProcServer(_scheduler(scheduler), _native_endpoints(endpoints), args)
         return ServeHandle(native, scheduler)
     if not runtime:
-        raise TypeError("serve() needs endpoints: serve(scheduler, endpoints), endpoints_file=, endpoint=, pool_name= "
-                        "or pool_import=")
+        raise TypeError("serve() needs endpoints: serve(scheduler, endpoints), endpoints_file=, endpoint=, pool_name=, "
+                        "pool_import= or endpoint_selector=")
     if isinstance(endpoint, str) or not all(isinstance(e, str) for e in endpoint):
         raise TypeError("endpoint must be a sequence of 'ADDR[=METRICS]' strings")
     args.config_file = _path(config, "config")
+    if config_text is not None:
+        if not isinstance(config_text, str):
+            raise TypeError(f"config_text must be a str or None, not {type(config_text).__name__}")
+        args.config_text = config_text
     args.watch_config = bool(watch_config)
     args.endpoints_file = _path(endpoints_file, "endpoints_file")
     args.endpoint_flags = list(endpoint)
@@ -534,8 +598,14 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
                     ("pool_import", pool_import), ("kube_api_server", kube_api_server)):
         if v is not None and not isinstance(v, str):
             raise TypeError(f"{name} must be a str or None, not {type(v).__name__}")
+    metric_specs = (("total_queued_requests_metric", total_queued_requests_metric),
+                    ("total_running_requests_metric", total_running_requests_metric),
+                    ("kv_cache_usage_percentage_metric", kv_cache_usage_percentage_metric),
+                    ("lora_info_metric", lora_info_metric), ("cache_info_metric", cache_info_metric))
     for name, v in (("engine", engine), ("metrics_pool_name", metrics_pool_name), ("cluster_label", cluster_label),
-                    ("region", region), ("zone", zone)):
+                    ("region", region), ("zone", zone), ("endpoint_selector", endpoint_selector),
+                    ("model_server_metrics_scheme", model_server_metrics_scheme),
+                    ("model_server_metrics_path", model_server_metrics_path)) + metric_specs:
         if v is not None and not isinstance(v, str):
             raise TypeError(f"{name} must be a str or None, not {type(v).__name__}")
     args.pool_name = pool_name
@@ -544,6 +614,9 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
         args.pool_group = pool_group
     if pool_resync_interval_s is not None:
         args.pool_resync_interval = _go_duration(pool_resync_interval_s, "pool_resync_interval_s")
+    args.pool_watch = bool(pool_watch)
+    args.endpoint_selector = endpoint_selector or ""
+    args.endpoint_target_ports = _int_list(endpoint_target_ports, "endpoint_target_ports")
     args.pool_import = pool_import or ""
     args.clusters_file = _path(clusters_file, "clusters_file")
     if cluster_label is not None:
@@ -564,6 +637,16 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     if detector_staleness_s is not None:
         args.detector_staleness = _go_duration(detector_staleness_s, "detector_staleness_s")
     args.metrics_pool_name = metrics_pool_name or ""
+    if model_server_metrics_scheme is not None:
+        args.model_server_metrics_scheme = model_server_metrics_scheme
+    if model_server_metrics_path is not None:
+        args.model_server_metrics_path = model_server_metrics_path
+    if model_server_metrics_port is not None:
+        args.model_server_metrics_port = _c_int(model_server_metrics_port, "model_server_metrics_port")
+    args.model_server_metrics_https_insecure_skip_verify = bool(model_server_metrics_https_insecure_skip_verify)
+    for name, v in metric_specs:
+        setattr(args, name, v or "")
+    args.ha_enable_leader_election = bool(ha_enable_leader_election)
     if seed < 0:
         raise ConfigError(f"seed must be an int >= 0, got {seed!r}")
     args.seed = seed

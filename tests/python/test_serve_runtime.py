@@ -160,6 +160,68 @@ def test_pool_discovery_from_a_loopback_api_server(runtime: Any, tmp_path: Path)
         api.close()
 
 
+def test_standalone_discovery_by_selector_lists_once_then_watches(runtime: Any) -> None:
+    # GIE's standalone mode (--endpoint-selector / --endpoint-target-ports) from Python: the Pods
+    # the selector matches are the endpoints, one per target port; with pool_watch (the default)
+    # a Pod added later arrives by the watch, with no new LIST even at a short resync interval.
+    from fake_kube import NS, V1, FakeApiServer, pod
+
+    pods_path = "/api/v1/namespaces/%s/pods" % NS
+    api = FakeApiServer(V1, 8000)
+    try:
+        other = pod("other", "10.0.0.9", labels={"app": "other"})
+        api.set(pods=[pod("p0", "10.0.0.1"), other])
+        h = runtime.start(endpoint_selector="app=vllm", endpoint_target_ports=[8000, 8001, 8000], pool_namespace=NS,
+                          kube_api_server=api.url, pool_resync_interval_s=0.05, engine="vllm",
+                          model_server_metrics_port=9999, log_level="error")
+        assert sorted(e.address for e in h.endpoints()) == ["10.0.0.1:8000", "10.0.0.1:8001"]
+        assert "from pods of namespace ns1 matching 'app=vllm' (watched)" in h.describe()
+        assert api.lists(pods_path), "the first list"
+        # Metrics are read where model_server_metrics_port says (nothing listens there).
+        wait_for("a scrape of port 9999", lambda: all(
+            "http://10.0.0.1:9999/metrics" in e.metrics_error for e in h.endpoints()))
+        assert not api.lists("/apis/%s/v1/namespaces/%s/inferencepools" % (V1, NS)), "no InferencePool in standalone mode"
+        t = time.monotonic()
+        api.set(pods=[pod("p0", "10.0.0.1"), pod("p1", "10.0.0.2"), other])
+        wait_for("the added Pod", lambda: sorted(e.address for e in h.endpoints()) == [
+            "10.0.0.1:8000", "10.0.0.1:8001", "10.0.0.2:8000", "10.0.0.2:8001"])
+        time.sleep(0.3)  # six resync intervals
+        assert api.lists(pods_path, since=t) == []
+        h.close()  # before the API server goes away
+
+        # pool_watch=False: a LIST every pool_resync_interval_s instead.
+        t = time.monotonic()
+        h = runtime.start(endpoint_selector="app=vllm", endpoint_target_ports=[8000], pool_namespace=NS,
+                          kube_api_server=api.url, pool_resync_interval_s=0.05, pool_watch=False, log_level="error")
+        assert sorted(e.address for e in h.endpoints()) == [A, B]
+        wait_for("periodic lists", lambda: len(api.lists(pods_path, since=t)) >= 3)
+        h.close()
+    finally:
+        api.close()
+
+
+def test_config_text(runtime: Any) -> None:
+    h = runtime.start(endpoint=[f"{A}=none"], config_text=zone_config("a"))
+    assert "config <embedded>" in h.describe()
+    with pytest.raises(pyepp.EppError):
+        h.reload_config()  # no file to reload
+    with pytest.raises(pyepp.ConfigError):
+        pyepp.serve(endpoint=[f"{A}=none"], config_text="kind: [")
+
+
+def test_health_checking_on_the_ext_proc_port(runtime: Any) -> None:
+    from test_extproc import SERVING, _health_status
+
+    h = runtime.start(endpoint=[f"{A}=none"], health_checking=True)
+    assert h.health_port is None and _health_status(h.port, "") == SERVING
+    static = pyepp.serve(pyepp.Scheduler.default(), [pyepp.Endpoint(A)], health_checking=True,
+                         grpc_max_recv_msg_size="8MiB", grpc_max_send_msg_size=8 << 20)
+    try:
+        assert _health_status(static.port, "") == SERVING
+    finally:
+        static.close()
+
+
 def test_stream_time_limits(runtime: Any) -> None:
     h = runtime.start(endpoint=[f"{A}=none"], request_timeout_s=0.3, idle_timeout_s=0)
     ch = grpc.insecure_channel(f"127.0.0.1:{h.port}", options=LOCAL)
@@ -231,6 +293,33 @@ def test_settings_are_checked_by_the_library_eppctl_serve_uses(tmp_path: Path) -
         pyepp.serve(pool_import="imp", pool_name="p", clusters_file=clusters)
     with pytest.raises(pyepp.ConfigError, match=r"^pool_import and endpoints_file cannot be combined"):
         pyepp.serve(pool_import="imp", clusters_file=clusters, endpoints_file=tmp_path / "pool.yaml")
+    # The reference EPP's Kubernetes settings, named by their keywords.
+    with pytest.raises(pyepp.ConfigError, match=r"^endpoint_target_ports: invalid port number 70000"):
+        pyepp.serve(endpoint_selector="app=vllm", endpoint_target_ports=[70000])
+    with pytest.raises(pyepp.ConfigError, match=r"^endpoint_target_ports: expected 1 to 8 ports with endpoint_selector"):
+        pyepp.serve(endpoint_selector="app=vllm")
+    with pytest.raises(pyepp.ConfigError, match=r"^endpoint_target_ports is for endpoint_selector"):
+        pyepp.serve(endpoint=[f"{A}=none"], endpoint_target_ports=[8000])
+    with pytest.raises(pyepp.ConfigError, match=r"^pool_name and endpoint_selector cannot be combined"):
+        pyepp.serve(pool_name="p", endpoint_selector="app=vllm", endpoint_target_ports=[8000])
+    with pytest.raises(pyepp.ConfigError, match=r"^endpoint_selector: "):
+        pyepp.serve(endpoint_selector="app in (", endpoint_target_ports=[8000])
+    with pytest.raises(pyepp.ConfigError, match=r"^model_server_metrics_scheme: expected http or https, got 'ftp'"):
+        pyepp.serve(endpoint_selector="app=vllm", endpoint_target_ports=[8000], model_server_metrics_scheme="ftp")
+    with pytest.raises(pyepp.ConfigError, match=r"^model_server_metrics_port: must be in \[0, 65535\], got 70000"):
+        pyepp.serve(endpoint_selector="app=vllm", endpoint_target_ports=[8000], model_server_metrics_port=70000)
+    with pytest.raises(pyepp.ConfigError, match=r"^model_server_metrics_port: 4294967296 is out of range"):
+        pyepp.serve(endpoint_selector="app=vllm", endpoint_target_ports=[8000], model_server_metrics_port=2**32)
+    with pytest.raises(pyepp.ConfigError, match=r"^total_queued_requests_metric: "):
+        pyepp.serve(endpoint=[f"{A}=none"], total_queued_requests_metric="bad{")
+    with pytest.raises(pyepp.ConfigError, match=r"^grpc_max_recv_msg_size: 'lots' is not a size"):
+        pyepp.serve(endpoint=[f"{A}=none"], grpc_max_recv_msg_size="lots")
+    with pytest.raises(pyepp.ConfigError, match=r"^config and config_text cannot both be set"):
+        pyepp.serve(endpoint=[f"{A}=none"], config=tmp_path / "c.yaml", config_text="kind: EndpointPickerConfig\n")
+    with pytest.raises(TypeError, match="endpoint_target_ports must be an int, not str"):
+        pyepp.serve(endpoint_selector="app=vllm", endpoint_target_ports=["8000"])
+    with pytest.raises(TypeError, match="not both"):
+        pyepp.serve(pyepp.Scheduler.default(), [], endpoint_selector="app=vllm")
     # Static mode: its servers' and streams' settings go through the same function.
     with pytest.raises(pyepp.ConfigError, match=r"^decision_log: must be in \[0, 1000000\]"):
         pyepp.serve(pyepp.Scheduler.default(), [], decision_log=1000001)
