@@ -8,6 +8,7 @@ Only PyYAML and the standard library are used; nothing touches the network.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -427,9 +428,17 @@ def test_dockerfile_builds_with_project_scripts_on_debian_12(manifests: Dict[Tup
         assert (SOURCE_DIR / "scripts" / script).is_file()
     copies = [shlex.split(rest) for word, rest in instructions if word == "COPY" and rest.startswith("--from=")]
     (copy,) = copies
-    assert copy[1] == "/src/build/cli/eppctl"
-    # The Deployment runs the binary where the image puts it, as a non-root user.
-    assert epp_container(manifests)["command"] == [copy[2]]
+    assert copy[1:-1] == ["/src/build/cli/eppctl", "/src/build/cli/epp"]
+    assert copy[-1] == "/usr/local/bin/"
+    # The Deployment runs eppctl where the image puts it, as a non-root user.
+    assert epp_container(manifests)["command"] == ["/usr/local/bin/eppctl"]
+    # The entry point is `epp`, the reference's command line: manifests written for GIE's or
+    # llm-d's image set args only (lwepp/, helm/).
+    (entrypoint,) = [rest for word, rest in instructions if word == "ENTRYPOINT"]
+    assert json.loads(entrypoint) == ["/usr/local/bin/epp"]
+    runs = " ".join(rest for word, rest in instructions if word == "RUN")
+    assert "strip build/cli/eppctl build/cli/epp" in runs
+    assert "ldd /usr/local/bin/eppctl /usr/local/bin/epp" in runs
     (user,) = [rest for word, rest in instructions if word == "USER"]
     assert not user.startswith("0") and user != "root"
     exposed = {int(p) for word, rest in instructions if word == "EXPOSE" for p in rest.split()}
@@ -482,3 +491,269 @@ def test_multicluster_manifests_use_known_flags_and_valid_configs(name: str, tmp
         assert e["engine"] == "epp" and "region" in e["labels"] and e["capacity"]["requestsPerSecond"] > 0
         if name == "region-epp-import.yaml":
             assert "cluster" in e["labels"], "--pool-import looks clusters up by their cluster label"
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference's manifests: deploy/lwepp (LWEPP-shaped), deploy/helm (values for GIE's
+# inferencepool chart), deploy/rbac (a Role per mode). They run the image's entry point `epp` with
+# the reference EPP's command line, so what can break is a flag or value epp does not take.
+
+OBJECTIVE_RESOURCES = ("inferenceobjectives", "inferencemodelrewrites")
+OBJECTIVE_GROUPS = ("llm-d.ai", "inference.networking.x-k8s.io")
+READ = {"get", "list", "watch"}
+
+
+def epp_binary() -> Path:
+    if os.environ.get("EPP"):
+        return Path(os.environ["EPP"])
+    if os.environ.get("EPPCTL"):
+        return Path(os.environ["EPPCTL"]).parent / "epp"
+    return Path(os.environ.get("EPP_BUILD_DIR", SOURCE_DIR / "build")) / "cli" / "epp"
+
+
+@pytest.fixture(scope="module")
+def epp() -> Path:
+    path = epp_binary()
+    if not path.is_file():
+        pytest.skip(f"{path} not built")
+    return path
+
+
+@pytest.fixture(scope="module")
+def epp_help(epp: Path) -> str:
+    r = subprocess.run([str(epp), "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def by_key(docs: List[Dict[str, Any]]) -> Dict[Tuple[str, str], Dict[str, Any]]:
+    out: Dict[Tuple[str, str], Dict[str, Any]] = {}
+    for doc in docs:
+        key = (doc["kind"], doc["metadata"]["name"])
+        assert key not in out, f"duplicate {key}"
+        assert "namespace" not in doc["metadata"], f"{key}: keep manifests namespace-free"
+        out[key] = doc
+    return out
+
+
+def role_rules(role: Dict[str, Any]) -> Dict[Tuple[str, str], set]:
+    rules: Dict[Tuple[str, str], set] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                rules.setdefault((group, resource), set()).update(rule["verbs"])
+    return rules
+
+
+def bound_account(objects: Dict[Tuple[str, str], Dict[str, Any]], role: str) -> List[str]:
+    return [s["name"] for (kind, _), b in objects.items() if kind == "RoleBinding" and b["roleRef"]["name"] == role
+            for s in b["subjects"] if s["kind"] == "ServiceAccount"]
+
+
+def flag_names(args: List[str]) -> List[str]:
+    return sorted({a.split("=", 1)[0] for a in args if a.startswith("-")})
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_until_the_api_server(epp: Path, args: List[str], env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    """Runs epp with `args` against an API server that is not there: every flag and value must be
+    accepted and the configuration must build, so the first failure is the connection (exit 1,
+    where a bad flag, value or config exits 2 before any request)."""
+    dead = "http://127.0.0.1:%d" % free_port()
+    full = [*args, "--kube-api-server", dead, "--grpc-port=0", "--grpc-health-port=0", "--metrics-port=0"]
+    run_env = {k: v for k, v in os.environ.items() if k not in ("NAMESPACE", "POD_NAME")}
+    run_env.update(env or {})
+    return subprocess.run([str(epp), *full], capture_output=True, text=True, timeout=60, env=run_env)
+
+
+def expand(args: List[str], env: Dict[str, str]) -> List[str]:
+    """The kubelet's $(VAR) expansion of a container's args."""
+    return [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in args]
+
+
+def assert_reached_the_api_server(r: subprocess.CompletedProcess) -> None:
+    assert r.returncode == 1, f"exit {r.returncode}:\n{r.stderr}"
+    assert "connection refused" in r.stderr, r.stderr
+
+
+# ---- deploy/lwepp/lwepp.yaml
+
+
+@pytest.fixture(scope="module")
+def lwepp() -> Dict[Tuple[str, str], Dict[str, Any]]:
+    return by_key(load_all(DEPLOY_DIR / "lwepp" / "lwepp.yaml"))
+
+
+def lwepp_container(lwepp: Dict[Tuple[str, str], Dict[str, Any]]) -> Dict[str, Any]:
+    (deployment,) = [o for (k, _), o in lwepp.items() if k == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def test_lwepp_runs_the_image_entry_point_with_lwepps_arguments(lwepp: Dict[Tuple[str, str], Dict[str, Any]]) -> None:
+    container = lwepp_container(lwepp)
+    assert "command" not in container, "LWEPP manifests set args only: the image's entry point (epp) runs"
+    args = container["args"]
+    assert "serve" not in args
+    for flag in ("--pool-name", "--pool-namespace", "--endpoint-target-ports", "--health-checking"):
+        assert flag in flag_names(args), flag
+    (pool,) = [o for (k, _), o in lwepp.items() if k == "InferencePool"]
+    assert flag_value(args, "--pool-name") == pool["metadata"]["name"]
+    ref = pool["spec"]["endpointPickerRef"]
+    service = lwepp[("Service", ref["name"])]
+    assert ref["port"]["number"] == service_port_for(service, container, GRPC_PORT)
+    assert flag_value(args, "--endpoint-target-ports") == str(pool["spec"]["targetPorts"][0]["number"])
+    # LWEPP's probes: the inference-extension service on the health port.
+    assert container["livenessProbe"]["grpc"] == {"port": HEALTH_PORT, "service": "inference-extension"}
+    assert container["readinessProbe"]["grpc"] == {"port": HEALTH_PORT, "service": "inference-extension"}
+    pod = [o for (k, _), o in lwepp.items() if k == "Deployment"][0]["spec"]["template"]
+    for key, value in service["spec"]["selector"].items():
+        assert pod["metadata"]["labels"].get(key) == value
+
+
+def test_lwepp_flags_are_epps(lwepp: Dict[Tuple[str, str], Dict[str, Any]], epp_help: str) -> None:
+    for flag in flag_names(lwepp_container(lwepp)["args"]):
+        assert re.search(rf"(^|[\s,]){re.escape(flag)}\b", epp_help), f"epp has no {flag}"
+
+
+def test_lwepp_arguments_start_epp_in_both_modes(lwepp: Dict[Tuple[str, str], Dict[str, Any]], epp: Path) -> None:
+    container = lwepp_container(lwepp)
+    env = {"NAMESPACE": "default", "POD_NAME": "pool-a-epp-0"}
+    args = expand(container["args"], env)
+    r = run_until_the_api_server(epp, args, env)
+    assert_reached_the_api_server(r)
+    assert "--endpoint-target-ports is ignored with --pool-name" in r.stderr  # the notice, not silence
+    assert "inferencepools" in r.stderr
+    # Standalone mode, as the manifest's comment says: --endpoint-selector in place of --pool-name.
+    text = (DEPLOY_DIR / "lwepp" / "lwepp.yaml").read_text()
+    (selector,) = re.findall(r"#\s*- (--endpoint-selector=\S+)", text)
+    standalone = [selector if a.startswith("--pool-name") else a for a in args]
+    r = run_until_the_api_server(epp, standalone, env)
+    assert_reached_the_api_server(r)
+    assert "/api/v1/namespaces/default/pods" in r.stderr and "inferencepools" not in r.stderr
+
+
+# ---- deploy/rbac and every Role's rules
+
+
+def test_every_role_grants_what_its_mode_reads(manifests: Dict[Tuple[str, str], Dict[str, Any]],
+                                               lwepp: Dict[Tuple[str, str], Dict[str, Any]]) -> None:
+    # Pool mode (deploy/epp.yaml, deploy/lwepp/lwepp.yaml): Pods, InferencePools, and both
+    # policy CRDs in both of their groups.
+    for objects in (manifests, lwepp):
+        (account,) = [name for (kind, name) in objects if kind == "ServiceAccount"]
+        (role,) = [o for (kind, _), o in objects.items() if kind == "Role"]
+        assert bound_account(objects, role["metadata"]["name"]) == [account]
+        rules = role_rules(role)
+        assert READ <= rules[("", "pods")]
+        assert READ <= rules[("inference.networking.k8s.io", "inferencepools")]
+        for group in OBJECTIVE_GROUPS:
+            for resource in OBJECTIVE_RESOURCES:
+                assert READ <= rules[(group, resource)], (group, resource)
+    # Standalone mode: no InferencePool.
+    standalone = by_key(load_all(DEPLOY_DIR / "rbac" / "standalone.yaml"))
+    (role,) = [o for (kind, _), o in standalone.items() if kind == "Role"]
+    rules = role_rules(role)
+    assert READ <= rules[("", "pods")]
+    assert not any(resource == "inferencepools" for _, resource in rules)
+    for group in OBJECTIVE_GROUPS:
+        for resource in OBJECTIVE_RESOURCES:
+            assert READ <= rules[(group, resource)], (group, resource)
+    assert bound_account(standalone, role["metadata"]["name"]) == ["epp"]
+    # Leader election: the Lease is read, created, taken/renewed/released.
+    election = by_key(load_all(DEPLOY_DIR / "rbac" / "leader-election.yaml"))
+    (role,) = [o for (kind, _), o in election.items() if kind == "Role"]
+    assert role_rules(role) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+    assert bound_account(election, role["metadata"]["name"]) == ["epp"]
+    # deploy/epp.yaml's commented Lease rule says the same verbs.
+    assert 'verbs: ["get", "create", "update"]' in (DEPLOY_DIR / "epp.yaml").read_text()
+
+
+# ---- deploy/helm: values for GIE's inferencepool chart (v1.5.0)
+
+# The chart's EndpointPickerConfig for modelServerType vllm with latencyPredictor off, as its
+# epplib _config.yaml template renders it (the config the Deployment's --config-file names).
+CHART_CONFIG = {
+    "apiVersion": "inference.networking.x-k8s.io/v1alpha1",
+    "kind": "EndpointPickerConfig",
+    "plugins": [
+        {"type": "queue-scorer"}, {"type": "kv-cache-utilization-scorer"}, {"type": "prefix-cache-scorer"},
+        {"type": "metrics-data-source", "parameters": {"scheme": "http", "path": "/metrics", "insecureSkipVerify": True}},
+        {"type": "core-metrics-extractor"},
+    ],
+    "schedulingProfiles": [{"name": "default", "plugins": [
+        {"pluginRef": "queue-scorer", "weight": 2}, {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
+        {"pluginRef": "prefix-cache-scorer", "weight": 3}]}],
+}
+
+
+def chart_args(values: Dict[str, Any], release: str, namespace: str, config_file: str, key_value: bool) -> List[str]:
+    """The epp container's args as the chart's epplib _deployment.yaml builds them for InferencePool
+    mode: v1.5.0 passes inferenceExtension.flags as `--KEY VALUE`, later versions as `--KEY=VALUE`."""
+    ext = values["inferenceExtension"]
+    assert values["inferencePool"].get("modelServerType", "vllm") == "vllm", "other types add quoted metric flags"
+    args = ["--pool-name", release, "--pool-namespace", namespace, "--pool-group", "inference.networking.k8s.io",
+            "--zap-encoder", "json", "--config-file", config_file]
+    if int(ext.get("replicas", 1)) > 1:
+        args.append("--ha-enable-leader-election")
+    for key, value in sorted((ext.get("flags") or {}).items()):
+        args += ["--%s=%s" % (key, value)] if key_value else ["--" + key, str(value)]
+    args.append("--tracing=true" if ext.get("tracing", {}).get("enabled") else "--tracing=false")
+    if not ext.get("monitoring", {}).get("prometheus", {}).get("auth", {}).get("enabled", True):
+        args.append("--metrics-endpoint-auth=false")
+    return args
+
+
+@pytest.fixture(scope="module")
+def chart_values() -> Dict[str, Any]:
+    (values,) = load_all(DEPLOY_DIR / "helm" / "inferencepool-values.yaml")
+    return values
+
+
+def test_helm_values_swap_the_image_only_where_the_chart_reads_it(chart_values: Dict[str, Any]) -> None:
+    ext = chart_values["inferenceExtension"]
+    assert set(ext["image"]) == {"registry", "repository", "tag", "pullPolicy"}
+    image = "%s/%s:%s" % (ext["image"]["registry"], ext["image"]["repository"], ext["image"]["tag"])
+    # The same placeholder image as the other manifests.
+    assert image == [c for c in one_deployment_containers(DEPLOY_DIR / "epp.yaml")][0]["image"]
+    assert chart_values["inferencePool"]["modelServers"]["matchLabels"]
+    assert chart_values["inferencePool"]["modelServerType"] == "vllm"
+    for key in ext.get("flags") or {}:
+        assert not key.startswith("-"), "the chart adds the dashes"
+
+
+def one_deployment_containers(path: Path) -> List[Dict[str, Any]]:
+    (deployment,) = [d for d in load_all(path) if d["kind"] == "Deployment"]
+    return deployment["spec"]["template"]["spec"]["containers"]
+
+
+@pytest.mark.parametrize("replicas", [1, 3])
+@pytest.mark.parametrize("key_value", [False, True], ids=["flags-v1.5.0", "flags-key=value"])
+def test_helm_chart_arguments_start_epp(chart_values: Dict[str, Any], epp: Path, epp_help: str, tmp_path: Path,
+                                        replicas: int, key_value: bool) -> None:
+    values = yaml.safe_load(yaml.safe_dump(chart_values))
+    values["inferenceExtension"]["replicas"] = replicas
+    config = tmp_path / "default-plugins.yaml"
+    config.write_text(yaml.safe_dump(CHART_CONFIG))
+    args = chart_args(values, "vllm-llama3-8b-instruct", "inference", str(config), key_value)
+    for flag in flag_names(args):
+        assert re.search(rf"(^|[\s,]){re.escape(flag)}\b", epp_help), f"epp has no {flag}"
+    # The chart sets NAMESPACE and POD_NAME from the downward API.
+    r = run_until_the_api_server(epp, args, {"NAMESPACE": "inference", "POD_NAME": "vllm-llama3-8b-instruct-epp-0"})
+    assert_reached_the_api_server(r)
+    assert '"level":"error"' in r.stderr  # --zap-encoder json
+    assert "accepted but not implemented" not in r.stderr  # --tracing=false asks for nothing
+
+
+def test_helm_llm_d_rbac_binds_the_charts_service_account() -> None:
+    objects = by_key(load_all(DEPLOY_DIR / "helm" / "rbac-llm-d-ai.yaml"))
+    (role,) = [o for (kind, _), o in objects.items() if kind == "Role"]
+    assert role_rules(role) == {("llm-d.ai", r): READ for r in OBJECTIVE_RESOURCES}
+    # The chart names its ServiceAccount RELEASE-epp; the placeholder release is the pool's name.
+    assert bound_account(objects, role["metadata"]["name"]) == ["vllm-llama3-8b-instruct-epp"]
