@@ -19,6 +19,9 @@ inline uint64_t Key(uint32_t a, uint32_t b) { return (static_cast<uint64_t>(a) <
 
 namespace {
 
+// A possible merge in the heap of Merge(): ordered by rank, then position, so the heap pops what
+// Hugging Face's BPE would merge next. left / right are the symbols seen when it was pushed; a
+// candidate whose symbols have since changed is stale and skipped.
 struct Candidate {
   uint32_t rank;
   uint32_t pos;
@@ -59,8 +62,14 @@ std::atomic<uint64_t> next_owner{1};
 
 }  // namespace
 
+// Each model has its own owner number, so the per-thread caches never serve one tokenizer's ids
+// to another (nor to a new tokenizer loaded at a freed address).
 Bpe::Bpe() : cache_owner(next_owner.fetch_add(1)) {}
 
+// The symbols BPE starts from. Byte-level: one symbol per byte (every byte has a token).
+// Character-level (SentencePiece-style): one per UTF-8 character; a character missing from the
+// vocabulary becomes its bytes' <0xXX> tokens with byte_fallback, else the unknown token,
+// consecutive unknowns fused into one with fuse_unk, as Hugging Face's BPE does.
 uint32_t Bpe::Initial(std::string_view word, uint32_t* sym) const {
   const uint32_t n = static_cast<uint32_t>(word.size());
   if (!char_level) {
@@ -118,6 +127,9 @@ bool Recall(const Map& map, const Key& key, std::vector<uint32_t>& out) {
   return true;
 }
 
+// Encode with the per-thread cache of recent words. A single byte of a byte-level vocabulary
+// skips it (one array lookup is cheaper), and so does a long word (rarely repeated, costly to key). With ignore_merges (Llama 3),
+// a word that is itself in the vocabulary is that one token, before any merge is tried.
 void Bpe::EncodeCached(std::string_view word, std::vector<uint32_t>& out) const {
   if (word.size() > kCachedWordBytes || (word.size() == 1 && !char_level)) {
     Encode(word, out);
@@ -157,6 +169,8 @@ void Bpe::AddToken(const std::string& bytes, uint32_t id) {
   max_id = std::max(max_id, id);
 }
 
+// Merges are keyed by the two ids they join and store (rank << 32 | merged id), so one lookup
+// answers both whether a pair merges and into what.
 absl::Status Bpe::AddMerge(const std::string& a, const std::string& b, uint32_t rank) {
   auto ia = vocab.find(a), ib = vocab.find(b), im = vocab.find(a + b);
   if (ia == vocab.end() || ib == vocab.end() || im == vocab.end())
@@ -209,6 +223,9 @@ void Bpe::Encode(std::string_view word, std::vector<uint32_t>& out) const {
   Merge(word, out);
 }
 
+// Long words: the symbols as a linked list and the candidate merges in a min-heap. Each merge
+// pushes the two pairs it created; entries made stale by an earlier merge are dropped when they
+// surface, which keeps the work O(n log n) where rescanning every pair would be O(n^2).
 void Bpe::Merge(std::string_view word, std::vector<uint32_t>& out) const {
   if (word.size() <= kSmallWord) {
     EncodeSmall(word, out);

@@ -24,6 +24,9 @@ std::string_view ChatContentFormatName(ChatContentFormat f) { return f == ChatCo
 
 namespace {
 
+// One template of a model (a string chat_template is "default"; a list names each) and what is
+// learned from it once, at load: the content format vLLM would detect, whether it knows the
+// developer role, and the names it reads before setting them (which chat_template_kwargs it sees).
 struct Named {
   std::string name;
   std::string source;
@@ -157,6 +160,8 @@ OJson FromSimdjson(simdjson::dom::element e) {
   return OJson(nullptr);
 }
 
+// The parser is reused per thread: simdjson keeps its buffers, so a steady stream of requests
+// does not allocate for parsing.
 absl::StatusOr<OJson> ParseBody(std::string_view body) {
   thread_local simdjson::dom::parser reused;
   std::unique_ptr<simdjson::dom::parser> own;
@@ -221,6 +226,9 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::FromSource(std
   return std::shared_ptr<const ChatTemplate>(new ChatTemplate(std::move(impl)));
 }
 
+// tokenizer_config.json: the special tokens become template variables (bos_token, eos_token, ...,
+// additional_special_tokens), and chat_template is one string or a list of {name, template}, of
+// which transformers uses `tool_use` for a request with tools and `default` otherwise.
 absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::FromTokenizerConfig(std::string_view json, std::string_view source,
                                                                                       const ChatTemplateOptions& options) {
   OJson c = OJson::parse(json.begin(), json.end(), nullptr, false);
@@ -265,6 +273,9 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::FromTokenizerC
   return std::shared_ptr<const ChatTemplate>(new ChatTemplate(std::move(impl)));
 }
 
+// Where a model keeps its template (docs/tokenizer.md): a .jinja file or a tokenizer_config.json
+// named directly; for a directory or a tokenizer.json, chat_template.jinja beside it, else the
+// config's chat_template. A separate .jinja still takes its special tokens from the config.
 absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::FromPath(const std::string& path, const ChatTemplateOptions& options) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -296,6 +307,8 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::FromPath(const
     if (cfg.ok()) {
       OJson c = OJson::parse(*cfg, nullptr, false);
       if (c.is_object()) {
+        // Only the special tokens are wanted: an empty template lets FromTokenizerConfig read them
+        // without parsing the config's own template, which the .jinja file replaces.
         c["chat_template"] = "";
         absl::StatusOr<std::shared_ptr<const ChatTemplate>> t = FromTokenizerConfig(c.dump(), cfg_file.string(), options);
         if (!t.ok()) return t.status();
@@ -312,6 +325,8 @@ ChatContentFormat ChatTemplate::content_format() const { return impl_->Pick(fals
 const std::string& ChatTemplate::source() const { return impl_->source; }
 const std::vector<std::string>& ChatTemplate::variables() const { return impl_->Pick(false)->variables; }
 
+// Variables given as they are (pyepp's render): no vLLM request rules, only the choice of the
+// tool_use template when `tools` is set.
 absl::StatusOr<std::string> ChatTemplate::Render(std::string_view variables_json) const {
   OJson vars = OJson::parse(variables_json.begin(), variables_json.end(), nullptr, false);
   if (vars.is_discarded() || !vars.is_object()) return absl::InvalidArgumentError("variables: expected a JSON object");
@@ -324,6 +339,8 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::string_view variables_json
 
 namespace {
 
+// Content part types: the text ones vLLM's parser reads (OpenAI chat and Responses names plus
+// refusal and thinking), and the media ones it knows, which a text-only tokenizer cannot count.
 bool IsTextPart(std::string_view t) {
   return t == "text" || t == "input_text" || t == "output_text" || t == "refusal" || t == "thinking";
 }
@@ -420,6 +437,8 @@ absl::StatusOr<OJson> ChatTemplate::Impl::Variables(const OJson& body, const Nam
   if (msgs == body.end()) return absl::InvalidArgumentError("$.messages: missing");
   if (!msgs->is_array()) return absl::InvalidArgumentError("$.messages: expected a list of messages");
 
+  // Tools first: whether there are any decides the template (tool_use or default), and the
+  // template's content format decides how every message's content is shaped.
   OJson tools = nullptr;
   if (auto t = body.find("tools"); t != body.end() && !t->is_null()) {
     if (!t->is_array()) return absl::InvalidArgumentError("$.tools: expected a list of tools");
@@ -432,6 +451,9 @@ absl::StatusOr<OJson> ChatTemplate::Impl::Variables(const OJson& body, const Nam
   const Named* n = Pick(!tools.is_null());
   *picked = n;
 
+  // Each message reduced to the keys vLLM passes on: role, content, name, tool_call_id (tool),
+  // tool_calls (assistant), reasoning / reasoning_content (either fills both) and tools
+  // (developer). Other keys are dropped.
   OJson messages = OJson::array();
   bool has_developer = false;
   for (size_t i = 0; i < msgs->size(); ++i) {
@@ -521,6 +543,8 @@ absl::StatusOr<OJson> ChatTemplate::Impl::Variables(const OJson& body, const Nam
     }
   }
 
+  // The request flags, with vLLM's defaults and its refusal of continuing a final message while
+  // also adding a generation prompt.
   auto flag = [&](const char* key, bool dflt) -> absl::StatusOr<bool> {
     auto it = body.find(key);
     if (it == body.end() || it->is_null()) return dflt;
@@ -534,6 +558,8 @@ absl::StatusOr<OJson> ChatTemplate::Impl::Variables(const OJson& body, const Nam
         "$.continue_final_message: cannot be true together with add_generation_prompt (which defaults to true; send "
         "\"add_generation_prompt\": false)");
 
+  // The template's variables: special tokens, then the kwargs it reads, then what the request
+  // itself sets, which wins over a kwarg of the same name.
   OJson vars = special;  // the tokenizer's special tokens, which kwargs may override
   if (auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
     if (!k->is_object()) return absl::InvalidArgumentError("$.chat_template_kwargs: expected an object");
@@ -556,6 +582,8 @@ absl::StatusOr<OJson> ChatTemplate::Impl::Variables(const OJson& body, const Nam
   return vars;
 }
 
+// What the template would see for this request, as JSON (eppctl tokenize --variables and pyepp's
+// request_variables show it); bytes that are not UTF-8 are replaced rather than failing the dump.
 absl::StatusOr<std::string> ChatTemplate::RequestVariables(std::string_view body) const {
   EPP_ASSIGN_OR_RETURN(OJson b, ParseBody(body));
   const Named* n = nullptr;
@@ -564,6 +592,9 @@ absl::StatusOr<std::string> ChatTemplate::RequestVariables(std::string_view body
   return vars.dump(-1, ' ', false, OJson::error_handler_t::replace);
 }
 
+// The prompt vLLM's chat endpoint would tokenize. Its text is tokenized without special tokens
+// unless the body's add_special_tokens says otherwise (vLLM's chat default), which is reported
+// through `add_special_tokens`.
 absl::StatusOr<std::string> ChatTemplate::RenderRequest(std::string_view body, bool* add_special_tokens) const {
   EPP_ASSIGN_OR_RETURN(OJson b, ParseBody(body));
   if (add_special_tokens != nullptr && b.is_object()) {
@@ -595,6 +626,8 @@ absl::StatusOr<std::string> ChatTemplate::RenderRequest(std::string_view body, b
   }
   EPP_ASSIGN_OR_RETURN(std::string text, jinja::Render(*n->parsed, vars, ro));
   if (size_t at = text.rfind(kTag); at != std::string::npos) return text.substr(0, at);
+  // The mark lost its trailing space: the template strips the content, so the prompt ends at
+  // the stripped text, where transformers cuts it in that case too.
   if (size_t at = text.rfind(kTag.substr(0, kTag.size() - 1)); at != std::string::npos) {
     text.resize(at);
     while (!text.empty() && (text.back() == ' ' || text.back() == '\n' || text.back() == '\t' || text.back() == '\r')) text.pop_back();

@@ -12,6 +12,8 @@
 namespace epp::jinja {
 namespace {
 
+// The lexer cuts each tag into tokens as Jinja2's lexer does (names, numbers, strings,
+// operators); the parser reads them one tag at a time, so a token never spans two tags.
 struct Token {
   enum Kind : uint8_t { kName, kInt, kFloat, kString, kOp, kEnd } kind = kEnd;
   std::string text;  // name, operator, or the decoded string
@@ -32,6 +34,8 @@ bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z
 bool IsNameChar(char c) { return IsNameStart(c) || (c >= '0' && c <= '9'); }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
+// Source text -> segments: runs of template text and tags, with Jinja2's whitespace control
+// applied here, once, so the evaluator only ever sees the text that will be output.
 class Lexer {
  public:
   Lexer(std::string_view source, std::string_view name) : name_(name) {
@@ -48,6 +52,15 @@ class Lexer {
     if (!src_.empty() && src_.back() == '\n') src_.pop_back();
   }
 
+  // Whitespace control, as Jinja2 applies it before a tag and after it:
+  // - `{%-` / `{{-` / `{#-` strip all whitespace before the tag, newlines included; `-%}` etc. all
+  //   whitespace after it.
+  // - lstrip_blocks: a block or comment tag that is the first thing on its line takes the
+  //   spaces and tabs before it on that line; `{%+` turns this off for the tag. `{{` is never
+  //   lstripped.
+  // - trim_blocks: the one newline right after a block or comment tag goes; `+%}` keeps it.
+  // `line_starting` says whether the text before the next tag starts a line, so a tag after
+  // another tag that ended a line still counts as first on its line.
   absl::StatusOr<std::vector<Segment>> Run() {
     std::vector<Segment> out;
     size_t pos = 0;
@@ -173,6 +186,8 @@ class Lexer {
       if (p >= src_.size()) return Error(line, closer == '}' ? "`{{` is not closed by `}}`" : "`{%` is not closed by `%}`");
       const char c = src_[p];
       if (depth == 0) {
+        // A closer only counts outside brackets, so `{{ {'a': 1} }}` reads the dict's own `}`
+        // as an operator.
         auto closes = [&](size_t at) { return src_.compare(at, 2, std::string{closer, '}'}) == 0; };
         if ((c == '-' || c == '+') && p + 1 < src_.size() && closes(p + 1)) {
           strip_after = c == '-';
@@ -197,6 +212,8 @@ class Lexer {
         size_t q = p;
         std::string digits;
         bool is_float = false;
+        // Number literals as Jinja2's lexer reads them: `_` between digits is a separator
+        // (1_000), a fraction needs a digit after the dot, and an exponent makes a float.
         auto take_digits = [&] {
           while (q < src_.size() && (IsDigit(src_[q]) || (src_[q] == '_' && q + 1 < src_.size() && IsDigit(src_[q + 1])))) {
             if (src_[q] != '_') digits += src_[q];
@@ -233,6 +250,7 @@ class Lexer {
         EPP_RETURN_IF_ERROR(StringLiteral(p, line, t.text));
         t.kind = Token::kString;
       } else {
+        // Two-character operators first, so `//` and `**` are not read as two `/` or `*`.
         static constexpr const char* kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<", ">", "=",
                                                "(", ")", "[", "]", "{", "}", ",", ".", ":", "|", ";"};
         const char* op = nullptr;
@@ -316,12 +334,18 @@ class Lexer {
     }
   }
 
+  // The normalized source; LineAt advances line_pos_ / line_ monotonically, so computing the
+  // line of each tag costs one pass over the text in all.
   std::string src_;
   std::string name_;
   size_t line_pos_ = 0;
   int line_ = 1;
 };
 
+// Segments -> the statement tree (jinja_ast.h). A recursive-descent parser with one method per
+// grammar rule, named and ordered after Jinja2's parser.py so the two can be read side by side.
+// Only the statements chat templates use are accepted; anything else fails at load time with a
+// message naming the tag, rather than rendering something different from Python.
 class Parser {
  public:
   Parser(std::vector<Segment> segs, std::string_view name) : segs_(std::move(segs)), name_(name) {}
@@ -412,6 +436,8 @@ class Parser {
     return absl::OkStatus();
   }
 
+  // {% if %} / {% elif %} / {% else %}: one condition per branch; `bodies` has one body more
+  // than `conds` when there is an else.
   absl::Status ParseIf(int line, Body& out) {
     auto n = std::make_unique<Node>();
     n->kind = Node::kIf;
@@ -447,6 +473,8 @@ class Parser {
     return absl::OkStatus();
   }
 
+  // Assignment targets of `for` and `set`: `a`, `a, b` or `(a, b)`, unpacked by position when
+  // evaluated.
   absl::Status ParseTargets(std::vector<std::string>& targets) {
     while (true) {
       bool paren = IsOp("(");
@@ -469,6 +497,9 @@ class Parser {
     }
   }
 
+  // {% for targets in iterable [if filter] %} ... [{% else %} ...] {% endfor %}. The iterable is
+  // parsed without a conditional expression (Jinja2 does the same) because its `if` is the
+  // loop filter. The else body runs when no item passed the filter.
   absl::Status ParseFor(int line, Body& out) {
     auto n = std::make_unique<Node>();
     n->kind = Node::kFor;
@@ -498,6 +529,8 @@ class Parser {
     return absl::OkStatus();
   }
 
+  // {% set a = expr %}, {% set a, b = expr %}, {% set ns.attr = expr %} (namespace attributes are
+  // the only way a loop body can change state that outlives the iteration), and the block form.
   absl::Status ParseSet(int line, Body& out) {
     auto n = std::make_unique<Node>();
     n->kind = Node::kSet;
@@ -539,6 +572,8 @@ class Parser {
     return absl::OkStatus();
   }
 
+  // {% macro name(params, with=defaults) %} ... {% endmacro %}. Defaults stay expressions; the
+  // evaluator computes them at each call, in the macro's scope.
   absl::Status ParseMacro(int line, Body& out) {
     auto n = std::make_unique<Node>();
     n->kind = Node::kMacro;
@@ -565,6 +600,8 @@ class Parser {
     ++tok_;
     EPP_RETURN_IF_ERROR(ExpectEnd());
     std::string end;
+    // A macro body runs where it is called, not inside the loop it is written in, so
+    // break / continue there have no loop.
     const int saved = loop_depth_;
     loop_depth_ = 0;
     EPP_RETURN_IF_ERROR(ParseBody(n->body, {"endmacro"}, end));
@@ -598,6 +635,7 @@ class Parser {
     return absl::OkStatus();
   }
 
+  // The right side of `set`: `a, b` is a tuple without parentheses, as in Python.
   absl::StatusOr<ExprPtr> ParseTupleOrExpression() {
     const int line = Cur().line;
     EPP_ASSIGN_OR_RETURN(ExprPtr first, ParseExpression());
@@ -613,6 +651,10 @@ class Parser {
     return t;
   }
 
+  // The grammar from the loosest binding to the tightest, as in Jinja2's parser:
+  // conditional `x if c else y` > or > and > not > comparisons (chained, `in`, `not in`) >
+  // + - > ~ > * / // % > ** > unary - + > primary with postfix . [] () and then filters and
+  // tests. Depth() caps the nesting so a hostile template cannot exhaust the stack.
   absl::StatusOr<ExprPtr> ParseExpression() {
     const int line = Cur().line;
     EPP_RETURN_IF_ERROR(Depth(line));
@@ -672,6 +714,8 @@ class Parser {
     }
     return ParseCompare();
   }
+  // Comparisons chain as in Python: `a < b < c` is one kCompare with two ops, each operand
+  // evaluated once.
   absl::StatusOr<ExprPtr> ParseCompare() {
     const int line = Cur().line;
     EPP_ASSIGN_OR_RETURN(ExprPtr e, ParseMath1());
@@ -701,6 +745,8 @@ class Parser {
     }
     return cmp ? std::move(cmp) : std::move(e);
   }
+  // `a + b + c` becomes one kAddChain rather than nested binaries, so the evaluator can join a
+  // run of strings with one allocation (chat templates build each turn this way).
   absl::StatusOr<ExprPtr> ParseMath1() {
     EPP_ASSIGN_OR_RETURN(ExprPtr e, ParseConcat());
     while (IsOp("+") || IsOp("-")) {
@@ -764,6 +810,8 @@ class Parser {
     }
     return e;
   }
+  // A unary sign applies to the operand before its filters (`-x|abs` filters -x); filters and
+  // tests bind tighter than every binary operator (`a + b|upper` filters b only).
   absl::StatusOr<ExprPtr> ParseUnary(bool with_filter) {
     const int line = Cur().line;
     ExprPtr e;
@@ -783,6 +831,8 @@ class Parser {
     return e;
   }
 
+  // Literals (both spellings of true / false / none, as Jinja2 allows), names, parenthesized
+  // expressions and tuples, list and dict displays.
   absl::StatusOr<ExprPtr> ParsePrimary() {
     const Token& t = Cur();
     const int line = t.line;
@@ -872,6 +922,7 @@ class Parser {
     return Error(line, Cat("unexpected '", t.text, "'"));
   }
 
+  // Call arguments: positional first, then keyword (`name=value`), as Python requires.
   absl::Status ParseArgs(Expr& call) {
     ++tok_;  // (
     while (!IsOp(")")) {
@@ -893,6 +944,8 @@ class Parser {
     return absl::OkStatus();
   }
 
+  // Attribute access, subscripts and slices (`x[a:b:c]`, any part omitted) and calls, applied
+  // left to right.
   absl::StatusOr<ExprPtr> ParsePostfix(ExprPtr e) {
     while (true) {
       const int line = Cur().line;
@@ -985,6 +1038,7 @@ class Parser {
           return Error(line, "expected a test name after 'is'");
         }
         ++tok_;
+        // `is None` / `is True` / `is False` name the tests none / true / false.
         if (t->name == "None") t->name = "none";
         if (t->name == "True") t->name = "true";
         if (t->name == "False") t->name = "false";

@@ -38,6 +38,8 @@ std::vector<Key> BlockKeys(std::string_view text) {
   return keys;
 }
 
+// A printable ASCII character other than space (the header's safe-cut rule): a cut between two of
+// these cannot split a UTF-8 character or a run of whitespace.
 bool SafeChar(char c) {
   const unsigned char u = static_cast<unsigned char>(c);
   return u > 0x20 && u < 0x7F;
@@ -54,6 +56,9 @@ size_t Cost(const Entry& e) { return e.ids.size() + 4 * e.keys.size(); }
 
 }  // namespace
 
+// The cache: entries in LRU order, and every block key of every entry indexed to (entry, block
+// number), so the longest cached prefix of a new text is found by probing its own keys from the
+// last one down. One mutex; encoding itself runs outside it.
 struct PrefixTokenizer::State {
   size_t max_ids;
   size_t margin;
@@ -84,6 +89,8 @@ PrefixTokenizer::Stats PrefixTokenizer::stats() const {
 absl::StatusOr<std::vector<uint32_t>> PrefixTokenizer::Encode(std::string_view text, bool add_special_tokens) const {
   const Tokenizer::Impl& impl = *tokenizer_->impl_;
   State& st = *state_;
+  // Tokenizers where a cut cannot be proven safe, and texts shorter than one block, take the
+  // plain path (still counted, so the hit rate is of all encodes).
   if (impl.prefix_space || !impl.restartable || text.size() < kBlockBytes) {
     {
       std::lock_guard<std::mutex> lock(st.mu);
@@ -111,6 +118,8 @@ absl::StatusOr<std::vector<uint32_t>> PrefixTokenizer::Encode(std::string_view t
       break;
     }
   }
+  // Reuse the base's ids up to its cut in the matched blocks, then encode the rest of this text
+  // with checkpoints, which become the new entry's cuts.
   auto entry = std::make_shared<Entry>();
   std::vector<Checkpoint> checkpoints;
   size_t from = 0;
@@ -137,6 +146,8 @@ absl::StatusOr<std::vector<uint32_t>> PrefixTokenizer::Encode(std::string_view t
           !impl.added_first[static_cast<unsigned char>(text[end])])
         best = {static_cast<uint32_t>(end), checkpoints[c].ids};  // ids counted in entry->ids, reused ones included
     }
+    // No safe cut inside this block: the previous block's cut serves (a cut in fewer blocks is
+    // still inside these).
     if (best.end == 0 && !entry->cuts.empty()) best = entry->cuts.back();
     entry->cuts.push_back(best);
   }

@@ -16,6 +16,7 @@
 namespace epp::tokenizer_internal {
 namespace {
 
+// Oniguruma's `\s` (Unicode White_Space), spelled out for PCRE2; the same set as IsWhiteSpace.
 const std::string kSpaceSet =
     "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
 
@@ -48,6 +49,10 @@ ThreadMatch& Thread() {
 
 SplitRegex::~SplitRegex() { pcre2_code_free(Code(code_)); }
 
+// A one-pass rewrite that tracks only whether it is inside a character class, which is all
+// `\s` / `\S` need: inside a class the set is spliced in bare, outside it in brackets. `\S` in a
+// class would need set subtraction, and POSIX brackets read differently in the two engines, so
+// both are refused rather than approximated.
 absl::StatusOr<std::string> SplitRegex::Translate(std::string_view p) {
   std::string out;
   out.reserve(p.size() + 64);
@@ -84,6 +89,8 @@ absl::StatusOr<std::string> SplitRegex::Translate(std::string_view p) {
   return out;
 }
 
+// Compiled once per tokenizer load; the pattern is also matched against the hand-written
+// scanners (known_split.cc), which Split prefers for speed.
 absl::StatusOr<std::shared_ptr<const SplitRegex>> SplitRegex::Compile(std::string_view pattern, const std::string& path) {
   auto translated = Translate(pattern);
   if (!translated.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", translated.status().message()));
@@ -112,6 +119,9 @@ absl::Status SplitRegex::Split(std::string_view text, bool removed, PieceSink ou
   return SplitPcre2(text, removed, out);
 }
 
+// The Split pre-tokenizer with behavior Isolated (matches and the gaps between them are both
+// pieces) or Removed (only the gaps), as Hugging Face's Split cuts a piece. The text was checked
+// to be UTF-8 before encoding, so PCRE2's own check is skipped.
 absl::Status SplitRegex::SplitPcre2(std::string_view text, bool removed, PieceSink out) const {
   ThreadMatch& t = Thread();
   if (t.data == nullptr || t.context == nullptr) return absl::ResourceExhaustedError("pcre2: out of memory");
@@ -141,6 +151,9 @@ absl::Status SplitRegex::SplitPcre2(std::string_view text, bool removed, PieceSi
   return absl::OkStatus();
 }
 
+// Whether PCRE2 and utf8proc put every character of `text` in the same letter / number classes:
+// the scanners classify with utf8proc, the regexes with PCRE2, and the two ship different
+// Unicode versions (see tokenizer_impl.h).
 bool SplitRegex::SameCharacterClasses(std::string_view text) {
   static const std::shared_ptr<const SplitRegex> letter = *Compile("\\G\\p{L}", "letter");
   static const std::shared_ptr<const SplitRegex> number = *Compile("\\G\\p{N}", "number");

@@ -13,6 +13,7 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
+// A prompt given as token ids: taken as they are (the server does not tokenize them either).
 absl::Status IdsFrom(const Json& list, const std::string& path, std::vector<uint32_t>& out) {
   for (size_t i = 0; i < list.size(); ++i) {
     const Json& v = list[i];
@@ -31,6 +32,8 @@ absl::StatusOr<bool> AddSpecial(const Json& j, bool dflt) {
   return it->get<bool>();
 }
 
+// The ids vLLM would compute for a request body, with the plain or the prefix-reusing tokenizer.
+// The query string and trailing slashes do not change which API a path names.
 template <typename T>
 absl::StatusOr<TokenizedPrompt> Tokenize(const T& tokenizer, std::string_view path, std::string_view body, const ChatTemplate* chat) {
   std::string_view p = path.substr(0, path.find('?'));
@@ -39,6 +42,8 @@ absl::StatusOr<TokenizedPrompt> Tokenize(const T& tokenizer, std::string_view pa
     if (chat == nullptr)
       return absl::FailedPreconditionError("a chat request needs the model's chat template (chat_template.jinja or "
                                            "tokenizer_config.json beside tokenizer.json)");
+    // Chat: the rendered template is the text; special tokens are not added unless the body asks
+    // (vLLM's chat default), since the template writes its own.
     TokenizedPrompt out;
     bool special = false;
     EPP_ASSIGN_OR_RETURN(out.text, chat->RenderRequest(body, &special));
@@ -53,6 +58,8 @@ absl::StatusOr<TokenizedPrompt> Tokenize(const T& tokenizer, std::string_view pa
   if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("$: the body is not a JSON object");
   if (!j.contains("prompt")) return absl::InvalidArgumentError("$.prompt: missing");
   const Json& prompt = j["prompt"];
+  // Completions: the prompt shapes vLLM accepts for one prompt (a string, a one-string list, ids,
+  // a one-list list of ids); special tokens added by default, as vLLM's completions API does.
   EPP_ASSIGN_OR_RETURN(const bool special, AddSpecial(j, true));
   TokenizedPrompt out;
   if (prompt.is_string()) {

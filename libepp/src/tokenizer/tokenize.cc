@@ -63,6 +63,8 @@ std::optional<TokenizeEndpoint> RenderEndpointFor(ApiKind api) {
   }
 }
 
+// One answer per request on the token-producer's path: the per-thread parser keeps its buffers
+// between answers. Only the ids are read; the other fields of each answer are not needed.
 absl::StatusOr<std::vector<uint32_t>> ParseTokenizeResponse(TokenizeEndpoint endpoint, std::string_view body) {
   thread_local simdjson::dom::parser parser;
   element doc;
@@ -87,6 +89,8 @@ absl::StatusOr<std::vector<uint32_t>> ParseTokenizeResponse(TokenizeEndpoint end
   return out;
 }
 
+// One pass: at each position, a word (with the space before it, GPT-2 style) or else one byte is
+// a token, its id a hash of its bytes.
 std::vector<uint32_t> WordTokenIds(std::string_view text) {
   std::vector<uint32_t> out;
   out.reserve(text.size() / 4 + 1);

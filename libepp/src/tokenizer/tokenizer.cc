@@ -30,6 +30,13 @@ absl::Status Unsupported(const std::string& path, const std::string& what) {
 
 std::string TypeOf(const Json& j) { return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : ""; }
 
+// tokenizer.json is read the way Hugging Face tokenizers reads it, stage by stage (normalizer,
+// pre_tokenizer, model, post_processor, decoder, added_tokens). Every stage accepts the types
+// the supported model families use; any other type or option is refused with its JSON path,
+// because a tokenizer that silently differs would give ids that match no model server's.
+//
+// Normalizers: a Sequence flattened into steps; the Unicode normal forms, Prepend and Replace
+// with a literal string (SentencePiece-style vocabularies write spaces as U+2581 this way).
 absl::Status ParseNormalizer(const Json& j, const std::string& path, std::vector<NormalizerStep>& out) {
   if (j.is_null()) return absl::OkStatus();
   if (!j.is_object()) return absl::InvalidArgumentError(path + ": expected an object");
@@ -68,6 +75,9 @@ absl::Status ParseNormalizer(const Json& j, const std::string& path, std::vector
   return absl::OkStatus();
 }
 
+// Pre-tokenizers: Split (a regex, or a literal string quoted into one), ByteLevel (GPT-2's
+// pattern unless use_regex is off) and Metaspace. Each becomes a step that cuts a piece into
+// smaller pieces; the model then encodes each final piece on its own.
 absl::Status ParsePreTokenizer(const Json& j, const std::string& path, std::vector<PreTokenizerStep>& out) {
   if (j.is_null()) return absl::OkStatus();
   if (!j.is_object()) return absl::InvalidArgumentError(path + ": expected an object");
@@ -115,6 +125,7 @@ absl::Status ParsePreTokenizer(const Json& j, const std::string& path, std::vect
     step.kind = PreTokenizerStep::kMetaspace;
     step.replacement = j.value("replacement", std::string("\xE2\x96\x81"));  // U+2581
     if (step.replacement.empty()) return absl::InvalidArgumentError(path + ".replacement: empty");
+    // Older files say add_prefix_space instead of prepend_scheme; true meant "always".
     const std::string scheme = j.contains("prepend_scheme") && j["prepend_scheme"].is_string()
                                    ? j["prepend_scheme"].get<std::string>()
                                    : (j.value("add_prefix_space", true) ? "always" : "never");
@@ -130,6 +141,8 @@ absl::Status ParsePreTokenizer(const Json& j, const std::string& path, std::vect
   return absl::OkStatus();
 }
 
+// The post-processor: what add_special_tokens adds around the ids. Only the single-sequence
+// template is kept (a prompt is never a pair), e.g. Llama 3's [<|begin_of_text|>, $A].
 absl::Status ParsePostProcessor(const Json& j, const std::string& path, const Impl& impl, std::vector<TemplateItem>& single,
                                 bool& has_template) {
   if (j.is_null()) return absl::OkStatus();
@@ -172,6 +185,9 @@ absl::Status ParsePostProcessor(const Json& j, const std::string& path, const Im
   return absl::OkStatus();
 }
 
+// Added tokens (special and user-added): matched in the raw text before anything else runs, each
+// becoming its one id; lstrip / rstrip / single_word as Hugging Face's AddedVocabulary applies
+// them.
 absl::Status ParseAddedTokens(const Json& j, Impl& impl) {
   if (j.is_null()) return absl::OkStatus();
   if (!j.is_array()) return absl::InvalidArgumentError("added_tokens: expected a list");
@@ -255,6 +271,10 @@ std::optional<std::string> ByteLevelToBytes(std::string_view token) {
   return out;
 }
 
+// The BPE model. A byte-level vocabulary spells its tokens in the ByteAlphabet; they are turned
+// back into raw bytes here, so BPE runs on the text's own bytes with no per-request mapping.
+// Merges come as "a b" strings or, in newer files, ["a", "b"] pairs; a merge's rank is its
+// position in the list.
 absl::Status ParseModel(const Json& j, Impl& impl) {
   if (!j.is_object()) return absl::InvalidArgumentError("model: expected an object");
   const std::string type = TypeOf(j);
@@ -446,6 +466,8 @@ const AddedToken* Impl::AddedAt(std::string_view text, size_t pos, size_t* skip)
   return nullptr;
 }
 
+// One section of text between added tokens: normalized on its own (Hugging Face normalizes the
+// text between added tokens, never across one), then pre-tokenized and encoded.
 absl::Status Impl::EncodeSection(std::string_view text, std::vector<uint32_t>& out, const CheckpointSink* sink,
                                  bool first) const {
   if (text.empty()) return absl::OkStatus();
@@ -504,6 +526,10 @@ absl::Status Impl::EncodeSection(std::string_view text, std::vector<uint32_t>& o
   return PreTokenize(0, current, out, sink, first);
 }
 
+// Runs the pre-tokenizer steps depth first: each step cuts the piece and hands every sub-piece
+// to the next step, and a piece that has passed all steps goes to BPE. Depth first keeps the
+// ids in text order without collecting the pieces of each step. A piece that ends inside the
+// original text records a checkpoint: encoding can restart there (prefix_tokenizer.cc).
 absl::Status Impl::PreTokenize(size_t step_index, std::string_view piece, std::vector<uint32_t>& out,
                                const CheckpointSink* sink, bool first) const {
   if (step_index == pre_tokenizers.size()) {
@@ -534,6 +560,7 @@ absl::Status Impl::PreTokenize(size_t step_index, std::string_view piece, std::v
     }
     return absl::OkStatus();
   }
+  // Split, and ByteLevel with its regex: the regex cuts the piece (Removed drops the matches).
   std::string spaced;  // ByteLevel's add_prefix_space rewrites the piece
   if (step.kind == PreTokenizerStep::kByteLevel && step.add_prefix_space && !piece.empty() && piece.front() != ' ') {
     spaced = " " + std::string(piece);
@@ -588,6 +615,10 @@ absl::Status ParseDecoder(const Json& j, const std::string& path, Impl& impl) {
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
+// Reads the stages in the order their checks need: added tokens before the model (a vocabulary
+// entry outside the byte alphabet is allowed when it is an added token), the pre-tokenizers
+// before the model (they decide whether the vocabulary is byte- or character-level). Then works
+// out whether encoding may restart at piece ends, which prefix reuse depends on.
 absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromJson(std::string_view json, std::string_view source) {
   auto impl = std::make_unique<Impl>();
   impl->source = std::string(source);
@@ -666,6 +697,10 @@ void Impl::ApplyTemplate(const std::vector<uint32_t>& body, std::vector<uint32_t
   }
 }
 
+// The added-token split of Hugging Face's AddedVocabulary: scan for the leftmost (then longest)
+// added token, encode the section before it with the normal pipeline, emit the token's id, go on
+// after it. Bytes that start no added token are skipped without trying any (added_first), which
+// keeps the scan cheap on long prompts.
 absl::Status Impl::EncodeBody(std::string_view text, std::vector<uint32_t>& target, const CheckpointSink* sink) const {
   const Impl& m = *this;
   // Split on added tokens: leftmost, longest; lstrip / rstrip take the whitespace around.
@@ -702,6 +737,8 @@ absl::StatusOr<std::vector<uint32_t>> Tokenizer::Encode(std::string_view text, b
   return out;
 }
 
+// Ids back to text: each id's raw bytes joined; a character-level vocabulary then undoes its
+// decoder's rewrites (U+2581 back to spaces, the prepended space stripped).
 absl::StatusOr<std::string> Tokenizer::Decode(std::span<const uint32_t> ids) const {
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) {
