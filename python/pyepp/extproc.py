@@ -347,6 +347,12 @@ class ServeHandle:
         return self._native.cert_pem or None
 
     @property
+    def leading(self) -> bool:
+        """With ``ha_enable_leader_election``: whether this replica holds the Lease now (only the
+        leader reports ready). True without leader election."""
+        return self._native.leading
+
+    @property
     def scheduler(self) -> Optional[Scheduler]:
         """The Python :class:`Scheduler` given to :func:`serve`; None when the server builds its
         own from a configuration."""
@@ -460,7 +466,11 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
           kv_cache_usage_percentage_metric: Optional[str] = None, lora_info_metric: Optional[str] = None,
           cache_info_metric: Optional[str] = None, health_checking: bool = False,
           grpc_max_recv_msg_size: Union[int, str, None] = None, grpc_max_send_msg_size: Union[int, str, None] = None,
-          config_text: Optional[str] = None, ha_enable_leader_election: bool = False) -> ServeHandle:
+          config_text: Optional[str] = None, ha_enable_leader_election: bool = False,
+          leader_election_id: Optional[str] = None, leader_election_namespace: Optional[str] = None,
+          leader_election_identity: Optional[str] = None, leader_election_lease_duration_s: Optional[float] = None,
+          leader_election_renew_deadline_s: Optional[float] = None,
+          leader_election_retry_period_s: Optional[float] = None) -> ServeHandle:
     """Runs the Endpoint Picker in this process: libepp's ``EppServer``, what ``eppctl serve``
     runs, with its ext_proc server, grpc.health.v1 server and Prometheus ``/metrics``.
 
@@ -526,7 +536,12 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
       specs (``"name{label=value}"``) overriding that field of every engine's mapping.
     - ``config_text``: the EndpointPickerConfig as YAML text instead of a ``config`` file.
     - ``ha_enable_leader_election``: of the replicas sharing a coordination.k8s.io Lease, only
-      the leader reports ready.
+      the leader reports ready (:attr:`ServeHandle.leading`); the others keep their pool and
+      scheduler warm. The Lease is ``leader_election_id`` (default ``epp-NS-POOL.llm-d.ai``) in
+      ``leader_election_namespace`` (default the pool's); this replica is
+      ``leader_election_identity`` (default ``$POD_NAME``, else the host name). Timing:
+      ``leader_election_lease_duration_s`` (15), ``leader_election_renew_deadline_s`` (10),
+      ``leader_election_retry_period_s`` (2). Closing the handle gives a held Lease up first.
 
     For both forms: ``health_checking`` also answers grpc.health.v1 on the ext_proc port;
     ``grpc_max_recv_msg_size`` / ``grpc_max_send_msg_size`` bound the gRPC messages of the
@@ -604,6 +619,9 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
                     ("lora_info_metric", lora_info_metric), ("cache_info_metric", cache_info_metric))
     for name, v in (("engine", engine), ("metrics_pool_name", metrics_pool_name), ("cluster_label", cluster_label),
                     ("region", region), ("zone", zone), ("endpoint_selector", endpoint_selector),
+                    ("leader_election_id", leader_election_id),
+                    ("leader_election_namespace", leader_election_namespace),
+                    ("leader_election_identity", leader_election_identity),
                     ("model_server_metrics_scheme", model_server_metrics_scheme),
                     ("model_server_metrics_path", model_server_metrics_path)) + metric_specs:
         if v is not None and not isinstance(v, str):
@@ -647,6 +665,14 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     for name, v in metric_specs:
         setattr(args, name, v or "")
     args.ha_enable_leader_election = bool(ha_enable_leader_election)
+    args.leader_election_id = leader_election_id or ""
+    args.leader_election_namespace = leader_election_namespace or ""
+    args.leader_election_identity = leader_election_identity or ""
+    for name, v in (("leader_election_lease_duration", leader_election_lease_duration_s),
+                    ("leader_election_renew_deadline", leader_election_renew_deadline_s),
+                    ("leader_election_retry_period", leader_election_retry_period_s)):
+        if v is not None:
+            setattr(args, name, _go_duration(v, name + "_s"))
     if seed < 0:
         raise ConfigError(f"seed must be an int >= 0, got {seed!r}")
     args.seed = seed

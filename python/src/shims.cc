@@ -749,6 +749,9 @@ const std::map<std::string, std::string, std::less<>>& KeywordNames() {
       {"handshake_timeout", "handshake_timeout_s"},
       {"objective_flags", "objective_priorities"},
       {"disable_endpoint_subset_filter", "ignore_subset_hint"},
+      {"leader_election_lease_duration", "leader_election_lease_duration_s"},
+      {"leader_election_renew_deadline", "leader_election_renew_deadline_s"},
+      {"leader_election_retry_period", "leader_election_retry_period_s"},
   };
   return names;
 }
@@ -834,6 +837,8 @@ std::optional<int> ExtProcServer_MetricsPortShim(const ServeHolder& holder) {
   const int p = holder.server->metrics_port();
   return p < 0 ? std::nullopt : std::optional<int>(p);
 }
+
+bool ExtProcServer_LeadingShim(const ServeHolder& holder) { return holder.server->leading(); }
 
 void ExtProcServer_SetEndpointsShim(ServeHolder& holder, std::vector<epp::Endpoint> endpoints) {
   if (!holder.endpoints)

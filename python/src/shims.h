@@ -295,6 +295,8 @@ std::shared_ptr<ServeHolder> EppServer_StartShim(const epp::ServeArgs& args, con
 int ExtProcServer_PortShim(const ServeHolder& holder);
 std::optional<int> ExtProcServer_HealthPortShim(const ServeHolder& holder);
 std::optional<int> ExtProcServer_MetricsPortShim(const ServeHolder& holder);
+// EppServer::leading(): true without leader election, else whether this replica holds the Lease.
+bool ExtProcServer_LeadingShim(const ServeHolder& holder);
 py::bytes ExtProcServer_CertPemShim(const ServeHolder& holder);  // b"" without TLS
 // Static mode only (kFailedPrecondition otherwise).
 void ExtProcServer_SetEndpointsShim(ServeHolder& holder, std::vector<epp::Endpoint> endpoints);

@@ -200,6 +200,40 @@ def test_standalone_discovery_by_selector_lists_once_then_watches(runtime: Any) 
         api.close()
 
 
+def test_leader_election_between_two_in_process_replicas(runtime: Any) -> None:
+    # ha_enable_leader_election on fake_kube's Leases: exactly one replica leads and reports ready;
+    # closing it gives the Lease up, so the standby leads within a retry period, not a lease.
+    from fake_kube import NS, POOL, V1, FakeApiServer, pod
+    from test_extproc import NOT_SERVING, SERVING, _health_status
+
+    lease_s = 2.0
+    api = FakeApiServer(V1, 8000)
+    try:
+        api.set(pods=[pod("p0", "10.0.0.1")])
+        common = dict(pool_name=POOL, pool_namespace=NS, kube_api_server=api.url, health_port=0, log_level="error",
+                      ha_enable_leader_election=True, leader_election_lease_duration_s=lease_s,
+                      leader_election_renew_deadline_s=1.5, leader_election_retry_period_s=0.25)
+        a = runtime.start(leader_election_identity="epp-a", **common)
+        b = runtime.start(leader_election_identity="epp-b", **common)
+        wait_for("exactly one leader", lambda: sorted([a.leading, b.leading]) == [False, True])
+        leader, standby = (a, b) if a.leading else (b, a)
+        assert _health_status(leader.health_port, "readiness") == SERVING
+        assert _health_status(standby.health_port, "readiness") == NOT_SERVING
+        assert _health_status(standby.health_port, "liveness") == SERVING
+        assert [e.address for e in standby.endpoints()] == [A]  # the standby's pool is warm
+        with api.lock:
+            holder = api.leases["epp-%s-%s.llm-d.ai" % (NS, POOL)]["spec"]["holderIdentity"]
+        assert holder == ("epp-a" if leader is a else "epp-b")
+        closed = time.monotonic()
+        leader.close()
+        wait_for("the standby leading", lambda: standby.leading, timeout=lease_s + 10)
+        assert time.monotonic() - closed < lease_s  # the release, not the expiry
+        assert _health_status(standby.health_port, "readiness") == SERVING
+        standby.close()  # before the API server goes away
+    finally:
+        api.close()
+
+
 def test_config_text(runtime: Any) -> None:
     h = runtime.start(endpoint=[f"{A}=none"], config_text=zone_config("a"))
     assert "config <embedded>" in h.describe()
@@ -316,6 +350,13 @@ def test_settings_are_checked_by_the_library_eppctl_serve_uses(tmp_path: Path) -
         pyepp.serve(endpoint=[f"{A}=none"], grpc_max_recv_msg_size="lots")
     with pytest.raises(pyepp.ConfigError, match=r"^config and config_text cannot both be set"):
         pyepp.serve(endpoint=[f"{A}=none"], config=tmp_path / "c.yaml", config_text="kind: EndpointPickerConfig\n")
+    with pytest.raises(pyepp.ConfigError, match=r"^ha_enable_leader_election needs pool_name"):
+        pyepp.serve(endpoint=[f"{A}=none"], ha_enable_leader_election=True)
+    with pytest.raises(pyepp.ConfigError, match=r"^leader_election_retry_period_s < leader_election_renew_deadline_s < "
+                                                r"leader_election_lease_duration_s must hold, got 2s, 20.0s, 15s"):
+        pyepp.serve(pool_name="p", ha_enable_leader_election=True, leader_election_renew_deadline_s=20)
+    with pytest.raises(pyepp.ConfigError, match=r"^leader_election_retry_period_s must be a finite number of seconds"):
+        pyepp.serve(pool_name="p", ha_enable_leader_election=True, leader_election_retry_period_s=0)
     with pytest.raises(TypeError, match="endpoint_target_ports must be an int, not str"):
         pyepp.serve(endpoint_selector="app=vllm", endpoint_target_ports=["8000"])
     with pytest.raises(TypeError, match="not both"):
