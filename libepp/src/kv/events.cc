@@ -702,6 +702,8 @@ absl::Status ReadBatch(Reader& r, KvEventBatch& out) {
 // ---------------------------------------------------------------------------------------------
 // The msgpack writer.
 
+// Used by the publisher (eppctl sim, tests) to write what an engine would: ints in their
+// smallest msgpack form, except hashes (always 9 bytes, see Uint64). Appends to `out`.
 class Writer {
  public:
   explicit Writer(std::string& out) : out_(out) {}
@@ -809,6 +811,9 @@ void WriteHashes(Writer& w, const std::vector<uint64_t>& hashes) {
   for (uint64_t h : hashes) w.Uint64(h);
 }
 
+// BlockStored in either layout: the map form names each field (vLLM 0.26 on), the array form
+// puts them in the order of the engine's struct after the tag (SGLang, older vLLM). The same
+// `key` calls serve both, writing names only for maps.
 void WriteStored(Writer& w, const KvBlockStored& e, KvEventEncoding encoding) {
   // group_idx and kv_cache_spec_kind only when set (then extra_keys as nil before them, in arrays).
   const bool group = e.group_idx.has_value();
@@ -908,6 +913,7 @@ absl::StatusOr<KvEventBatch> DecodeKvEventBatch(std::string_view payload) {
   return batch;
 }
 
+// The batch is [ts, events, data_parallel_rank] in both layouts; only the events differ.
 std::string EncodeKvEventBatch(const KvEventBatch& batch, KvEventEncoding encoding) {
   std::string out;
   Writer w(out);
@@ -947,6 +953,8 @@ std::string FormatKvTopic(std::string_view endpoint, std::string_view model) {
   return out;
 }
 
+// The sequence frame: 8 bytes, big-endian, as vLLM's publisher packs it; anything else is not a
+// sequence (the subscriber counts such a message as malformed).
 std::optional<uint64_t> DecodeKvSequence(std::string_view frame) {
   if (frame.size() != 8) return std::nullopt;
   return ReadBigEndian64(frame);

@@ -40,6 +40,8 @@ uint64_t RootKey(uint64_t seed, int block_size, std::string_view lora) {
   return XXH3_64bits_withSeed(&bs, sizeof bs, h);
 }
 
+// The key of the next block: its token ids hashed with the parent's key as the seed, so a key
+// names the whole prefix up to and including its block, as the engines' own block hashes do.
 uint64_t NextKey(uint64_t parent, const uint32_t* tokens, int block_size) {
   uint64_t k = XXH3_64bits_withSeed(tokens, static_cast<size_t>(block_size) * sizeof(uint32_t), parent);
   return k == 0 ? 1 : k;  // 0 is never a key
@@ -97,6 +99,8 @@ struct KvBlockIndex::Impl {
     std::list<uint64_t>::iterator lru;  // position in `lru` (back = most recently stored)
     int32_t block_size = 0;
   };
+  // An engine hash is only unique per endpoint and medium (each engine hashes on its own, and
+  // a block offloaded to CPU keeps its hash), so the engine-hash maps are keyed by both.
   struct EngineKey {
     uint64_t hash;
     uint16_t medium;
@@ -113,6 +117,8 @@ struct KvBlockIndex::Impl {
     absl::flat_hash_map<uint64_t, int64_t> speculative;  // block key -> expiry (AddSpeculative)
     bool live = false;                                // known to the index (not cleared away)
   };
+  // Speculative entries by expiry, for ExpireSpeculative. Entries confirmed, cleared or extended
+  // since are left in the queue and skipped when they come due, instead of being searched for.
   struct SpecDue {
     int64_t expires_us;
     uint32_t endpoint;
@@ -167,6 +173,8 @@ struct KvBlockIndex::Impl {
     return nullptr;
   }
 
+  // `key` is now held by h.endpoint on h.medium: a new block enters the LRU as the most recent;
+  // a known one moves there (a store refreshes it, as an engine's LRU would).
   void AddHolder(uint64_t key, int block_size, const Holder& h) {
     auto [it, inserted] = blocks.try_emplace(key);
     Block& b = it->second;
@@ -206,6 +214,8 @@ struct KvBlockIndex::Impl {
     blocks.erase(it);
   }
 
+  // Past max_blocks, the least recently stored blocks go with all their holders, and each
+  // holder's engine-hash (or speculative) entry with them, so no name points at a dropped key.
   void EvictOverflow() {
     while (blocks.size() > options.max_blocks && !lru.empty()) {
       auto it = blocks.find(lru.front());
@@ -223,6 +233,7 @@ struct KvBlockIndex::Impl {
     }
   }
 
+  // AllBlocksCleared, or the endpoint gone: everything it held, by its events or speculatively.
   void Clear(uint32_t id) {
     EndpointState& ep = endpoints[id];
     for (const auto& [ek, key] : ep.engine) RemoveHolder(key, id, ek.medium);
@@ -241,6 +252,11 @@ struct KvBlockIndex::Impl {
     ++spec_confirmed;
   }
 
+  // BlockStored. With token ids, the keys are computed from them, chained from the parent block
+  // (found by the engine hash the event names) or from the root for a first block; the event's
+  // engine hashes are recorded as names for those keys. Without token ids (an offload to another
+  // medium), the engine hashes must already name known blocks. An event whose parent is unknown
+  // (its predecessor was missed or evicted) is skipped: its keys could not be computed.
   void Stored(uint32_t id, const KvBlockStored& s, KvApplyResult& r) {
     EndpointState& ep = endpoints[id];
     const uint16_t medium = MediumId(s.medium);
@@ -292,6 +308,7 @@ struct KvBlockIndex::Impl {
     }
   }
 
+  // BlockRemoved: the engine hash, on that medium, no longer names a block of this endpoint.
   void Removed(uint32_t id, const KvBlockRemoved& rm, KvApplyResult& r) {
     EndpointState& ep = endpoints[id];
     const uint16_t medium = MediumId(rm.medium);
@@ -320,6 +337,8 @@ KvBlockIndex::~KvBlockIndex() = default;
 
 const KvIndexOptions& KvBlockIndex::options() const { return impl_->options; }
 
+// One batch of one endpoint's events, in order, under the writer lock; eviction runs once per
+// batch rather than per event.
 KvApplyResult KvBlockIndex::Apply(std::string_view endpoint, std::string_view base_model, const KvEventBatch& batch) {
   KvApplyResult r;
   Impl& m = *impl_;
@@ -350,6 +369,9 @@ void KvBlockIndex::ClearEndpoint(std::string_view endpoint) {
   m.endpoints[it->second].live = false;
 }
 
+// Predicted holders: the blocks of a request just routed to `endpoint`, before its engine has
+// published them (the producer's speculativeIndexing), under their own medium so they weigh
+// and expire apart from confirmed ones.
 void KvBlockIndex::AddSpeculative(std::string_view endpoint, std::span<const uint32_t> tokens, std::string_view model,
                                   int block_size, int64_t expires_us) {
   if (block_size <= 0 || tokens.size() < static_cast<size_t>(block_size)) return;
@@ -417,6 +439,10 @@ std::vector<uint64_t> KvBlockIndex::BlockKeys(std::span<const uint32_t> tokens, 
   return keys;
 }
 
+// The hot path of precise prefix scoring, under the reader lock: for each block size present
+// and each kind of request (base model, LoRA), the request's keys are walked from the first and
+// each asked endpoint's run of consecutive held blocks is counted. The walk stops at the first
+// block no asked endpoint extends its run with.
 void KvBlockIndex::Lookup(std::span<const uint32_t> tokens, std::string_view model, std::span<const std::string> endpoints,
                           std::vector<KvPrefixMatch>& out, std::span<const uint64_t> base_keys,
                           int base_keys_block_size) const {
@@ -544,6 +570,8 @@ std::vector<KvEndpointSummary> KvBlockIndex::Endpoints() const {
   return out;
 }
 
+// Counts for the server's status; approx_bytes is an estimate from the structure sizes (the
+// header gives measured figures).
 KvIndexStats KvBlockIndex::Stats() const {
   const Impl& m = *impl_;
   std::shared_lock lock(m.mu);

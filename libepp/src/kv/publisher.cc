@@ -46,6 +46,10 @@ bool SendFrames(void* sock, const std::vector<std::string>& frames) {
 
 }  // namespace
 
+// Publish() and PublishRaw() append to `queue` under `mu`, each item due after the configured
+// delay; the thread sends items in order once due and keeps the replay ring, which therefore
+// needs no lock. `busy` and `idle` let Flush() wait until the queue is empty and the last item
+// sent.
 struct KvEventPublisher::Impl {
   KvPublisherOptions o;
   void* ctx = nullptr;
@@ -69,6 +73,9 @@ struct KvEventPublisher::Impl {
   std::atomic<bool> stop{false};
   std::thread thread;
 
+  // One replay request on the ROUTER socket: the buffered batches from the asked sequence on,
+  // in the layout the options say (with the topic frame, as vLLM 0.26 on, or without it), then
+  // the end marker.
   void Serve(void* sock) {
     // [identity, "", start seq]; anything else is ignored, as vLLM does.
     std::vector<std::string> frames;
@@ -98,6 +105,9 @@ struct KvEventPublisher::Impl {
     else SendFrames(sock, {id, "", "", EncodeKvSequence(kKvReplayEndSequence), ""});
   }
 
+  // The thread: serve replay requests between sends (and while idle, polling the ROUTER for
+  // up to 5 ms), send each due item, and number and buffer every batch, including the ones the
+  // drop fault keeps from being sent, so a subscriber sees a gap it can replay.
   void Run() {
     std::uniform_real_distribution<double> u(0, 1);
     while (!stop.load()) {
@@ -166,6 +176,8 @@ KvEventPublisher::~KvEventPublisher() {
   if (impl_->ctx) zmq_ctx_term(impl_->ctx);
 }
 
+// Validates the options, opens and binds (or connects) the sockets on this thread so a bind error
+// is returned here, then starts the thread that owns them from then on.
 absl::StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(const KvPublisherOptions& options) {
   if (options.endpoint.empty()) return absl::InvalidArgumentError("kv events publisher: an endpoint is required");
   if (!(options.drop_rate >= 0 && options.drop_rate <= 1))

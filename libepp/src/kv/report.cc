@@ -10,6 +10,8 @@
 
 namespace epp {
 
+// The engine's publisher runs on the endpoint's host; llm-d's convention puts it at a fixed port
+// there (socketPort), which is why discovery keeps the host and replaces the serving port.
 std::vector<KvSubscription> KvSubscriptionsFor(const KvEventsBinding& b, std::span<const EndpointSpec> specs) {
   std::vector<KvSubscription> out;
   for (const EndpointSpec& s : specs) {
@@ -39,6 +41,8 @@ std::vector<KvEndpointStats> LoadKvHistory(const KvEventsBinding& b, std::span<c
   // Engines that connect to a serving EPP's central socket cannot be asked from here.
   subs.erase(std::remove_if(subs.begin(), subs.end(), [](const KvSubscription& s) { return s.address.empty(); }),
              subs.end());
+  // Replays finish on their own (the end marker); an endpoint without a replay socket can only
+  // be listened to, for the whole timeout.
   bool live_only = false;
   for (const KvSubscription& s : subs) live_only = live_only || s.replay_address.empty();
   sub.SetSubscriptions(std::move(subs));
@@ -57,6 +61,8 @@ struct Row {
   const KvEndpointStats* stats = nullptr;
 };
 
+// One row per endpoint that either holds blocks or has a subscription, sorted by name, so an
+// endpoint subscribed but silent still shows (with "no batch yet").
 std::map<std::string, Row> Rows(const KvBlockIndex& index, std::span<const KvEndpointStats> stats) {
   std::map<std::string, Row> rows;
   for (const KvEndpointSummary& h : index.Endpoints()) rows[h.endpoint].held = h;

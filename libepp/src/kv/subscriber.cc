@@ -49,6 +49,9 @@ std::optional<std::vector<std::string>> ReceiveMultipart(void* sock, bool block,
 
 }  // namespace
 
+// One thread (or PollOnce's caller) owns the sockets and the per-endpoint sequence state; other
+// threads only hand in a new subscription list (`pending`, taken at the next poll) and read a
+// copy of the counters (`published`), so no lock is held while messages are applied.
 struct KvEventSubscriber::Impl {
   struct Sub {
     KvSubscription spec;
@@ -76,6 +79,8 @@ struct KvEventSubscriber::Impl {
   std::string central_bound, central_err;
   std::atomic<int64_t> central_unknown{0};
 
+  // The central mode (llm-d's zmqEndpoint): the EPP binds one SUB socket and every engine's
+  // publisher connects to it; a message's topic says which endpoint it is from (OnCentral).
   void BindCentral() {
     if (options.central_endpoint.empty()) return;
     central = zmq_socket(ctx, ZMQ_SUB);
@@ -115,6 +120,9 @@ struct KvEventSubscriber::Impl {
 
   const Logger& log() const { return options.log ? *options.log : NullLogger::Get(); }
 
+  // The per-endpoint mode: a SUB connected to the engine's publisher. libzmq reconnects on its own
+  // (100 ms, backing off to 5 s) when the engine restarts; the receive queue is deep enough for
+  // a burst of batches, and a message over 64 MiB is refused by libzmq rather than buffered.
   void Open(Sub& s) {
     if (s.spec.address.empty()) {  // fed by the central socket
       s.stats.address = central_bound.empty() ? "central (unbound)" : "central " + central_bound;
@@ -174,6 +182,7 @@ struct KvEventSubscriber::Impl {
     Publish();
   }
 
+  // Counters for Stats(), copied under their own lock after each round that changed them.
   void Publish() {
     std::vector<KvEndpointStats> copy;
     copy.reserve(subs.size());
@@ -182,6 +191,8 @@ struct KvEventSubscriber::Impl {
     published = std::move(copy);
   }
 
+  // The index can no longer trust what it holds for this endpoint (events were lost, or the
+  // engine restarted): drop it all; new events rebuild it.
   void Reset(Sub& s, const std::string& why) {
     index->ClearEndpoint(s.spec.endpoint);
     s.stats.resets++;
@@ -219,6 +230,8 @@ struct KvEventSubscriber::Impl {
   // Replays from `from` through the endpoint's ROUTER socket, applying each batch in order.
   // True when the end marker arrived. A first batch later than `from` (the engine's buffer no
   // longer holds it) drops the entries first: events were lost.
+  // The engine's replay socket answers a DEALER that sends ["", sequence] with its buffered
+  // batches from that sequence on, then an end marker (kKvReplayEndSequence).
   bool Replay(Sub& s, uint64_t from) {
     void* d = zmq_socket(ctx, ZMQ_DEALER);
     SetInt(d, ZMQ_LINGER, 0);
@@ -281,6 +294,10 @@ struct KvEventSubscriber::Impl {
     return ok;
   }
 
+  // A live message [topic, sequence, payload]. The publisher numbers its batches from 0, one
+  // by one, so the sequence tells a duplicate, a restart (it went back) and lost batches (it
+  // jumped); lost ones are fetched from the replay socket when there is one, else the
+  // endpoint's entries are dropped, since blocks stored in the missed batches are unknown.
   void OnMessage(Sub& s, std::vector<std::string>& frames, bool oversized) {
     std::optional<uint64_t> seq;
     if (!oversized && frames.size() == 3) seq = DecodeKvSequence(frames[1]);
@@ -310,6 +327,8 @@ struct KvEventSubscriber::Impl {
     ApplyBatch(s, frames[0], *seq, frames[2]);
   }
 
+  // One round: take a new subscription list if one was given, wait up to `wait` on every socket
+  // at once, then drain what arrived.
   void Poll(std::chrono::milliseconds wait) {
     ApplyPending();
     std::vector<zmq_pollitem_t> items;

@@ -20,6 +20,9 @@
 namespace epp::internal::openai {
 namespace {
 
+// RFC 8259's grammar as a state machine over one explicit stack of open containers: in kValue a
+// value must come, in kKey a member name, in kAfterValue a separator or the container's end. The
+// first byte that fits no rule is the error's offset.
 class SyntaxScanner {
  public:
   explicit SyntaxScanner(std::string_view s) : s_(s) {}
@@ -99,6 +102,7 @@ class SyntaxScanner {
   }
 
  private:
+  // JSON's four whitespace characters only (no vertical tab, form feed or Unicode spaces).
   void SkipSpace() {
     while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
   }
@@ -123,6 +127,9 @@ class SyntaxScanner {
     return v;
   }
 
+  // A string from its opening quote: raw control characters, unknown escapes, malformed \u
+  // escapes and unpaired surrogates are errors. An unterminated string is reported at its
+  // opening quote, where a reader can see it begin.
   std::optional<SyntaxError> ScanString() {
     const size_t start = i_;
     ++i_;  // opening quote
@@ -159,6 +166,7 @@ class SyntaxScanner {
     }
   }
 
+  // RFC 8259's number: no leading zeros, a digit on both sides of the dot, an optional exponent.
   std::optional<SyntaxError> ScanNumber() {
     const size_t start = i_;
     auto digit = [&](size_t k) { return k < s_.size() && s_[k] >= '0' && s_[k] <= '9'; };
@@ -216,6 +224,8 @@ class SyntaxScanner {
 
 }  // namespace
 
+// Grammar and encoding are checked separately; whichever error comes first in the text is the one
+// a client should fix first.
 std::optional<SyntaxError> FindSyntaxError(std::string_view text) {
   std::optional<SyntaxError> syntax = SyntaxScanner(text).Scan();
   const size_t utf8 = FirstInvalidUtf8(text);
