@@ -313,6 +313,9 @@ void AddServeFlags(CLI::App* cmd, ServeOptions& o, std::function<void()>& finish
   cmd->add_option("--pool-resync-interval", o.args.pool_resync_interval,
                   "With --no-pool-watch: how often the InferencePool and its Pods are listed (Go duration)")
       ->capture_default_str();
+  cmd->add_flag("--watch-objectives,!--no-watch-objectives", o.args.watch_objectives,
+                "With --pool-name: watch the pool's InferenceObjectives and InferenceModelRewrites (llm-d.ai and "
+                "inference.networking.x-k8s.io v1alpha2; default)");
   cmd->add_flag("--pool-watch,!--no-pool-watch", o.args.pool_watch,
                 "Watch the InferencePool and its Pods (list once, then watch; default). --no-pool-watch lists them "
                 "every --pool-resync-interval instead");
@@ -420,6 +423,9 @@ int RunServe(const ServeOptions& o) {
   // NOT_SERVING (before it, so none slips in between); with one, they are accepted until it ends.
   if (shutdown_delay->count() == 0) server.BeginDrain();
   server.SetReady(false);
+  // The Lease goes at the signal, not after the shutdown delay: a standby is ready within a
+  // retry period while this replica still accepts what the load balancer sends it.
+  server.StepDown();
   auto quit_now = [&log](int s) {
     log.Warn(std::string("received ") + SignalName(s) + " again: exiting without waiting for open streams");
     std::fflush(stderr);

@@ -2,9 +2,10 @@
 //
 // ext_proc gRPC on --grpc-port (TLS by default), grpc.health.v1 on --grpc-health-port
 // (plaintext), Prometheus /metrics and /healthz on --metrics-port; one thread keeps the endpoints'
-// metrics fresh and reloads the endpoints file when it changes, or (--pool-name) another lists
-// the InferencePool's Ready Pods every --pool-resync-interval. SIGTERM/SIGINT: readiness goes
-// NOT_SERVING, open streams get --drain-timeout to finish, exit 0.
+// metrics fresh and reloads the endpoints file when it changes, or (--pool-name,
+// --endpoint-selector) the Pods are kept by a Kubernetes watch (--no-pool-watch: listed every
+// --pool-resync-interval). SIGTERM/SIGINT: readiness goes NOT_SERVING (and a held leader Lease is
+// released), open streams get --drain-timeout to finish, exit 0.
 #pragma once
 
 #include <CLI/CLI.hpp>

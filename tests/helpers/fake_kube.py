@@ -108,10 +108,11 @@ class FakeApiServer:
         self.rv = 1
         self.pool = pool_object(group, port)
         self._pods = {}  # name -> pod object (with resourceVersion)
-        self.events = []  # (rv, kind, type, object); kind "pods" or "pools"
+        self.events = []  # (rv, kind, type, object); kind "pods", "pools" or a custom collection path
         self.compacted = 0  # events with rv <= this are gone: a watch from there answers 410
         self.imports = {}  # name -> InferencePoolImport object
         self.leases = {}  # name -> Lease object
+        self.custom = {}  # collection path -> {name: object} (InferenceObjectives, InferenceModelRewrites)
         self.fail = None
         self.garbage = None  # bytes: every answer is 200 with this body (not JSON)
         self.pool_delay = 0  # seconds the pool GET waits before answering
@@ -179,7 +180,7 @@ class FakeApiServer:
                 self._answer(status, body)
 
             def _watch(self, path, query):
-                kind = "pods" if path.endswith("/pods") else "pools"
+                kind = "pods" if path.endswith("/pods") else path if path in outer.custom else "pools"
                 since = int((query.get("resourceVersion") or ["0"])[0] or 0)
                 timeout = float((query.get("timeoutSeconds") or ["300"])[0])
                 bookmarks = (query.get("allowWatchBookmarks") or ["false"])[0] == "true"
@@ -272,6 +273,11 @@ class FakeApiServer:
             items = [p for p in self._pods.values() if _selector_matches(selector, p["metadata"].get("labels", {}))]
             return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.rv)},
                          "items": items}
+        if path in self.custom:
+            if watch:
+                return "watch"
+            return 200, {"kind": "List", "metadata": {"resourceVersion": str(self.rv)},
+                         "items": list(self.custom[path].values())}
         if path.startswith("/apis/coordination.k8s.io/v1/namespaces/%s/leases/" % NS):
             lease = self.leases.get(path.rsplit("/", 1)[1])
             if lease is not None:
@@ -340,6 +346,27 @@ class FakeApiServer:
                 self.generation += 1  # an API server that fails breaks its open watches
                 self.cond.notify_all()
             self.fail = fail
+
+    def collection(self, group, plural):
+        """Serve (and watch) the namespaced collection /apis/GROUP/v1alpha2/namespaces/NS/PLURAL."""
+        path = "/apis/%s/v1alpha2/namespaces/%s/%s" % (group, NS, plural)
+        with self.lock:
+            self.custom.setdefault(path, {})
+        return path
+
+    def put_object(self, group, plural, obj):
+        path = self.collection(group, plural)
+        with self.lock:
+            name = obj["metadata"]["name"]
+            etype = "MODIFIED" if name in self.custom[path] else "ADDED"
+            obj.setdefault("metadata", {}).setdefault("namespace", NS)
+            self.custom[path][name] = self._event(path, etype, obj)
+
+    def delete_object(self, group, plural, name):
+        path = self.collection(group, plural)
+        with self.lock:
+            obj = self.custom[path].pop(name)
+            self._event(path, "DELETED", obj)
 
     def set_pool(self, pool):
         with self.lock:

@@ -130,6 +130,8 @@ struct PickResult {
   std::string tokens_source;
   std::string tokens_note;
   std::vector<ProfileTrace> profiles;  // only with PickOptions::trace
+  // Set by ext_proc when an InferenceModelRewrite rule chose the model: "NS/NAME: asked -> sent".
+  std::string model_rewrite;
 
   const std::string* primary() const { return endpoints.empty() ? nullptr : &endpoints.front(); }
   // The x-gateway-destination-endpoint value: endpoints joined with ','.

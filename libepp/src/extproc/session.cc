@@ -181,6 +181,72 @@ std::string ExtProcSession::Impl::Path() const {
   return std::string(kDefaultRequestPath);
 }
 
+bool ExtProcSession::Impl::RewriteModel(bool unparsed, std::string& new_body, bool& changed, std::string& rule,
+                                        std::vector<pb::ProcessingResponse>& out) {
+  if (unparsed) return true;  // as in llm-d: no model to rewrite
+  // The client's header first (llm-d's name, then GIE's), else the cluster's rule for the model.
+  std::string target;
+  std::string from;  // names the source in a 400
+  for (std::string_view name : {kLlmdModelNameRewriteHeader, kModelNameRewriteHeader}) {
+    for (const auto& [k, v] : headers)
+      if (k == name && !v.empty()) {
+        target = v;
+        from = std::string(name);
+        break;
+      }
+    if (!target.empty()) break;
+  }
+  if (target.empty() && options.policies) {
+    const std::shared_ptr<const RequestPolicies> policies = options.policies->Get();
+    if (const ModelRewriteRule* r = policies->RuleFor(request->model); r != nullptr) {
+      // A weighted draw per request (the reference's rand.Intn); thread-local, so streams on
+      // different threads never contend for it.
+      thread_local std::mt19937_64 rng{std::random_device{}()};
+      target = PickRewriteTarget(*r, std::uniform_real_distribution<double>(0.0, 1.0)(rng));
+      rule = r->source;
+      from = "InferenceModelRewrite " + r->source;
+    }
+  }
+  if (target.empty() || target == request->model) return true;
+  // Rewrite the body's model (key order kept); the target model also seeds the prefix hashes.
+  // Header values arrive as raw bytes: one that is not UTF-8 cannot become a JSON string, and
+  // the request is refused naming the header rather than sent on with the old model.
+  absl::StatusOr<nlohmann::ordered_json> j = internal::ParseJson<nlohmann::ordered_json>(body);
+  absl::StatusOr<std::string> dumped = absl::InternalError("request body is not a JSON object");
+  if (j.ok() && j->is_object()) {
+    (*j)["model"] = target;
+    dumped = internal::DumpJson(*j);
+  } else if (!j.ok()) {
+    dumped = j.status();
+  }
+  if (!dumped.ok()) {
+    result = PickResult::BadRequest(dumped.status());
+    Immediate(400, from + ": cannot rewrite the model: " + std::string(dumped.status().message()), out);
+    return false;
+  }
+  new_body = std::move(*dumped);
+  changed = true;
+  request->model = target;
+  return true;
+}
+
+int ExtProcSession::Impl::ObjectivePriority() const {
+  for (std::string_view name : {kLlmdObjectiveHeader, kObjectiveHeader}) {
+    for (const auto& [k, v] : headers) {
+      if (k != name) continue;
+      // The cluster's InferenceObjectives first; the --objective flags are the offline form.
+      if (options.policies) {
+        const std::shared_ptr<const RequestPolicies> policies = options.policies->Get();
+        if (auto it = policies->objective_priorities.find(v); it != policies->objective_priorities.end())
+          return it->second;
+      }
+      auto it = options.objective_priorities.find(v);
+      return it != options.objective_priorities.end() ? it->second : 0;
+    }
+  }
+  return 0;
+}
+
 void ExtProcSession::Impl::Immediate(int status, const std::string& message, std::vector<pb::ProcessingResponse>& out) {
   pb::ProcessingResponse r;
   pb::ImmediateResponse* ir = r.mutable_immediate_response();
@@ -191,6 +257,10 @@ void ExtProcSession::Impl::Immediate(int status, const std::string& message, std
   out.push_back(std::move(r));
   finished = true;
   if (stats) stats->RecordOutcome(status);
+  if (stats && model_counted) {
+    stats->RecordModelError(incoming_model, target_model, status);
+    model_counted = false;  // an error ends the request's accounting: no response will come
+  }
 }
 
 void ExtProcSession::Impl::EmitPick(const std::string& new_body, bool body_changed, bool bodyless,
@@ -263,39 +333,16 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
   }
   request = std::move(*parsed);
   request->headers = headers;
-  std::string new_body;
+  incoming_model = request->model;
+  std::string new_body, rule;
   bool changed = false;
-  for (const auto& [k, v] : headers) {
-    if (unparsed) break;  // as in llm-d: no model to rewrite
-    if (k != kModelNameRewriteHeader || v.empty() || v == request->model) continue;
-    // Rewrite the body's model (key order kept); the target model also seeds the prefix hashes.
-    // Header values arrive as raw bytes: one that is not UTF-8 cannot become a JSON string, and
-    // the request is refused naming the header rather than sent on with the old model.
-    absl::StatusOr<nlohmann::ordered_json> j = internal::ParseJson<nlohmann::ordered_json>(body);
-    absl::StatusOr<std::string> dumped = absl::InternalError("request body is not a JSON object");
-    if (j.ok() && j->is_object()) {
-      (*j)["model"] = v;
-      dumped = internal::DumpJson(*j);
-    } else if (!j.ok()) {
-      dumped = j.status();
-    }
-    if (!dumped.ok()) {
-      result = PickResult::BadRequest(dumped.status());
-      Immediate(400, std::string(kModelNameRewriteHeader) + ": cannot rewrite the model: " +
-                         std::string(dumped.status().message()),
-                out);
-      return;
-    }
-    new_body = std::move(*dumped);
-    changed = true;
-    request->model = v;
-    break;
-  }
-  for (const auto& [k, v] : headers) {
-    if (k != kObjectiveHeader) continue;
-    auto it = options.objective_priorities.find(v);
-    if (it != options.objective_priorities.end()) request->priority = it->second;
-    break;
+  if (!RewriteModel(unparsed, new_body, changed, rule, out)) return;
+  target_model = request->model;
+  request->priority = ObjectivePriority();
+  if (stats && !unparsed) {
+    stats->RecordModelRequest(incoming_model, target_model, request->priority, body.size());
+    model_counted = true;
+    if (!rule.empty()) stats->RecordRewrite(rule, incoming_model, target_model);
   }
   const bool logged = options.decision_log && options.decision_log->Admit();
   PickOptions po;
@@ -311,6 +358,7 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
   if (logged)
     options.decision_log->Add(MakeDecisionRecord(*request, *result, headers, pick_us, options.decision_log->options().include_prompt));
   if (stats) stats->RecordUnreachableSkips(result->unreachable);
+  if (!rule.empty()) result->model_rewrite = rule + ": " + incoming_model + " -> " + target_model;
   if (result->status != 200) {
     Immediate(result->status, result->reason, out);
     return;
@@ -343,6 +391,21 @@ void ExtProcSession::Impl::EndResponse() {
     scheduler.Release(*result);
     load_recorded = false;
     if (stats) stats->requests_in_flight--;
+  }
+  if (stats && model_counted && result->status == 200) {
+    model_counted = false;
+    ExtProcStats::ModelResponse r;
+    const auto now = std::chrono::steady_clock::now();
+    r.duration_s = std::chrono::duration<double>(now - received).count();
+    r.response_bytes = response_bytes;
+    if (response_streaming && first_byte != std::chrono::steady_clock::time_point{})
+      r.ttft_s = std::chrono::duration<double>(first_byte - received).count();
+    if (usage) {
+      r.input_tokens = static_cast<int64_t>(usage->prompt_tokens);
+      r.output_tokens = static_cast<int64_t>(usage->completion_tokens);
+      if (usage->cached_tokens) r.cached_tokens = static_cast<int64_t>(*usage->cached_tokens);
+    }
+    stats->RecordModelResponse(incoming_model, target_model, r);
   }
 }
 
@@ -426,6 +489,7 @@ absl::Status ExtProcSession::Impl::Process(const pb::ProcessingRequest& in, std:
     case pb::ProcessingRequest::kRequestHeaders: {
       if (headers_seen) return absl::InvalidArgumentError("request_headers received twice");
       headers_seen = true;
+      received = std::chrono::steady_clock::now();
       for (const auto& h : in.request_headers().headers().headers()) {
         std::string key = absl::AsciiStrToLower(h.key());
         headers.emplace_back(std::move(key), h.raw_value().empty() ? h.value() : h.raw_value());
@@ -484,6 +548,8 @@ absl::Status ExtProcSession::Impl::Process(const pb::ProcessingRequest& in, std:
     }
     case pb::ProcessingRequest::kResponseBody: {
       const std::string& chunk = in.response_body().body();
+      if (!chunk.empty() && first_byte == std::chrono::steady_clock::time_point{}) first_byte = std::chrono::steady_clock::now();
+      response_bytes += static_cast<int64_t>(chunk.size());
       // A streamed response's first body chunk carries its first token: the response path's
       // timing for FirstTokenObserver plugins (the estimated-ttft-scorer's calibration). A
       // non-streamed body arrives whole at the end, so it times nothing.

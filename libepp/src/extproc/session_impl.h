@@ -2,6 +2,7 @@
 // ExtProcSession (serialized bytes) and the gRPC server both drive it.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +45,13 @@ struct ExtProcSession::Impl {
   bool response_body_truncated = false;
   bool first_token_seen = false;  // the first body chunk of a streamed response went to the scheduler
   std::optional<ResponseUsage> usage;  // the response's token usage (ParseUsage), when it had one
+  // GIE's request metrics: when the request arrived, the model asked for and the one sent (after
+  // a rewrite), when the first response byte came, the response's size.
+  std::chrono::steady_clock::time_point received{};
+  std::chrono::steady_clock::time_point first_byte{};
+  std::string incoming_model, target_model;
+  bool model_counted = false;  // a parsed request was counted (its end or error is recorded once)
+  int64_t response_bytes = 0;
 
  private:
   void ReadMetadata(const extproc_pb::ProcessingRequest& in);
@@ -54,6 +62,12 @@ struct ExtProcSession::Impl {
                 std::vector<extproc_pb::ProcessingResponse>& out);
   void EndResponse();
   void ParseUsage();
+  // The model the request is sent as: the rewrite header's (llm-d's name or GIE's), else the
+  // cluster's InferenceModelRewrite rule for it; records the rule in `result`'s trace. Returns
+  // false after answering 400 (a body that cannot be rewritten).
+  bool RewriteModel(bool unparsed, std::string& new_body, bool& changed, std::string& rule,
+                    std::vector<extproc_pb::ProcessingResponse>& out);
+  int ObjectivePriority() const;
 };
 
 }  // namespace epp

@@ -7,6 +7,8 @@
 
 #include "epp/runtime/logger.h"
 
+#include "common/json_string.h"
+
 namespace epp {
 
 bool ParseLogLevel(std::string_view name, LogLevel& level) {
@@ -44,30 +46,6 @@ bool LogLevelFromReference(int v, std::string_view zap, LogLevel& level) {
   return true;
 }
 
-namespace {
-
-// JSON string contents (RFC 8259): quote, backslash and control characters escaped.
-void AppendJsonEscaped(std::string& out, std::string_view s) {
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-}
-
-}  // namespace
 
 void StderrLogger::Write(LogLevel level, std::string_view message) const {
   static std::mutex mu;
@@ -101,9 +79,9 @@ void StderrLogger::Write(LogLevel level, std::string_view message) const {
         break;
     }
     line = std::string("{\"level\":\"") + kJsonNames[static_cast<int>(level)] + "\",\"ts\":" + ts +
-           ",\"logger\":\"epp\",\"msg\":\"";
-    AppendJsonEscaped(line, message);
-    line += "\"}\n";
+           ",\"logger\":\"epp\",\"msg\":";
+    internal::AppendJsonString(message, line);  // quoted and escaped
+    line += "}\n";
   } else {
     line = std::string(stamp) + " " + kNames[static_cast<int>(level)] + " " + std::string(message) + "\n";
   }

@@ -145,6 +145,7 @@ struct EppServer::Impl {
   std::atomic<bool> host_ready{false};
   std::atomic<bool> leader{true};
   std::unique_ptr<LeaderElector> elector;
+  std::unique_ptr<RequestPolicyWatcher> policies;
   void PublishHealth() {
     const bool ready = host_ready.load() && leader.load();
     if (health) health->SetReady(ready);
@@ -370,6 +371,12 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
   so.capture_dir = c.capture_dir;
   so.listen = JoinHostPort(c.listen_address, c.grpc_port);
   so.health_checking = c.health_checking;
+  if (c.policy_watch) {
+    PolicyWatchOptions pw = *c.policy_watch;
+    if (pw.log == nullptr) pw.log = &m.log;
+    EPP_ASSIGN_OR_RETURN(m.policies, RequestPolicyWatcher::Create(std::move(pw)));
+    so.session.policies = m.policies->handle();
+  }
   so.max_receive_message_bytes = c.grpc_max_recv_bytes;
   so.max_send_message_bytes = c.grpc_max_send_bytes;
   if (c.tls) {
@@ -412,6 +419,7 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
                          }));
   }
   if (m.pool) m.pool->Start();
+  if (m.policies) m.policies->Start();
   if (m.elector) m.elector->Start();
   if (m.config_watch) m.watch_thread = std::thread([raw] { raw->Watch(); });
   m.SyncKv();  // subscribed before the first stream (the pool's first set came in Create)
@@ -427,6 +435,10 @@ void EppServer::SetReady(bool ready) {
 }
 
 bool EppServer::leading() const { return impl_->leader.load(); }
+
+void EppServer::StepDown() {
+  if (impl_->elector) impl_->elector->Stop(/*release=*/true);
+}
 
 void EppServer::BeginDrain() {
   if (impl_->server) impl_->server->BeginDrain();
@@ -450,6 +462,7 @@ void EppServer::Shutdown(std::chrono::milliseconds drain) {
   if (m.server) m.server->Shutdown(drain);
   if (m.watch_thread.joinable()) m.watch_thread.join();
   if (m.pool) m.pool->Stop();  // no endpoint set is installed after this
+  if (m.policies) m.policies->Stop();
   m.StopKv();
   if (m.metrics) m.metrics->Stop();
   if (m.health) m.health->Shutdown();

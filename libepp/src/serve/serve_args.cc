@@ -138,6 +138,13 @@ absl::Status Endpoints(const ServeArgs& a, ServeConfig& c) {
     d.metrics.path = a.model_server_metrics_path;
     d.metrics.port = a.model_server_metrics_port;
     c.discovery = std::move(d);
+    if (!standalone && a.watch_objectives && a.pool_watch) {
+      PolicyWatchOptions pw;
+      pw.kube = Kube(a);
+      pw.ns = c.discovery->ns;
+      pw.pool_name = *a.pool_name;
+      c.policy_watch = std::move(pw);
+    }
   }
   return absl::OkStatus();
 }
@@ -162,12 +169,16 @@ absl::Status Metrics(const ServeArgs& a, ServeConfig& c) {
       {"kv_cache_usage_percentage_metric", &a.kv_cache_usage_percentage_metric, "kv"},
       {"lora_info_metric", &a.lora_info_metric, "lora"},
       {"cache_info_metric", &a.cache_info_metric, "cache-info"}};
-  for (const auto& [setting, spec, field] : specs) {
-    if (spec->empty()) continue;
+  for (const auto& [setting, given, field] : specs) {
+    std::string spec = *given;
+    // GIE's chart writes these flags quoted (--total-queued-requests-metric="sglang:..."), and
+    // without a shell the quotes reach the program: one surrounding pair is taken off.
+    if (spec.size() >= 2 && spec.front() == '"' && spec.back() == '"') spec = spec.substr(1, spec.size() - 2);
+    if (spec.empty()) continue;
     MetricMapping probe;
-    if (absl::Status st = ApplyMetricOverride(probe, field, *spec); !st.ok())
+    if (absl::Status st = ApplyMetricOverride(probe, field, spec); !st.ok())
       return absl::InvalidArgumentError(absl::StrCat(std::string(setting), ": ", std::string(st.message())));
-    c.metric_overrides.emplace_back(std::string(field), *spec);
+    c.metric_overrides.emplace_back(std::string(field), spec);
   }
   if (!a.refresh_prometheus_metrics_interval.empty()) {
     // Accepted for the reference's command line: epp computes /metrics when it is scraped, so
@@ -354,7 +365,7 @@ const std::vector<std::string_view>& ServeSettingNames() {
       "config_text", "ha_enable_leader_election", "enable_tracing", "enable_pprof", "enable_cert_reload",
       "metrics_endpoint_auth", "enable_grpc_stream_metrics", "allow_experimental_plugins",
       "refresh_prometheus_metrics_interval", "tls_min_version", "metrics_client_ca_file", "metrics_cert_dir",
-      "tls_cipher_suites", "leader_election_id", "leader_election_namespace", "leader_election_identity",
+      "tls_cipher_suites", "watch_objectives", "leader_election_id", "leader_election_namespace", "leader_election_identity",
       "leader_election_lease_duration", "leader_election_renew_deadline", "leader_election_retry_period"};
   return names;
 }

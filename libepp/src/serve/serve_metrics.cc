@@ -349,6 +349,78 @@ void WriteSchedulerTimings(Exposition& x, const Scheduler& scheduler) {
 
 // The pool and its counters are read once up front, so every endpoint family of one scrape
 // describes the same endpoint set.
+// GIE's request metrics under their names and labels (pkg/epp/metrics: inference_objective_*,
+// model_name = the model asked for, target_model_name = the one sent after a rewrite), so GIE's
+// Grafana dashboard and the KEDA guides read epp unchanged; and the rewrite decisions.
+void WriteGieRequestMetrics(Exposition& x, const ExtProcStats& s) {
+  const auto models = s.ModelFiguresByModel();
+  auto labels = [](const std::pair<std::string, std::string>& k) {
+    return Labels{{"model_name", k.first}, {"target_model_name", k.second}};
+  };
+  x.Family("inference_objective_request_total", "counter",
+           "Counter of inference objective requests broken out for each model and target model.");
+  for (const auto& [k, f] : models)
+    for (const auto& [priority, n] : f.requests) {
+      Labels l = labels(k);
+      l.emplace_back("priority", std::to_string(priority));
+      x.Sample("inference_objective_request_total", l, n);
+    }
+  x.Family("inference_objective_request_error_total", "counter",
+           "Counter of inference objective requests errors broken out for each model and target model.");
+  for (const auto& [k, f] : models)
+    for (const auto& [code, n] : f.errors) {
+      Labels l = labels(k);
+      l.emplace_back("error_code", code);
+      x.Sample("inference_objective_request_error_total", l, n);
+    }
+  x.Family("inference_objective_running_requests", "gauge",
+           "Inference objective number of running requests in each model.");
+  std::map<std::string, int64_t> running;
+  for (const auto& [k, f] : models) running[k.first] += f.running;
+  for (const auto& [model, n] : running) x.Sample("inference_objective_running_requests", {{"model_name", model}}, n);
+  const struct {
+    const char* name;
+    const char* help;
+    ExtProcStats::Histogram ExtProcStats::ModelFigures::*field;
+  } histograms[] = {
+      {"inference_objective_request_duration_seconds", "Inference objective response latency distribution in seconds.",
+       &ExtProcStats::ModelFigures::duration},
+      {"inference_objective_request_sizes", "Inference objective requests size distribution in bytes.",
+       &ExtProcStats::ModelFigures::request_bytes},
+      {"inference_objective_response_sizes", "Inference objective responses size distribution in bytes.",
+       &ExtProcStats::ModelFigures::response_bytes},
+      {"inference_objective_input_tokens", "Inference objective input token count distribution.",
+       &ExtProcStats::ModelFigures::input_tokens},
+      {"inference_objective_output_tokens", "Inference objective output token count distribution.",
+       &ExtProcStats::ModelFigures::output_tokens},
+      {"inference_objective_prompt_cached_tokens", "Inference objective prompt cached token count distribution.",
+       &ExtProcStats::ModelFigures::cached_tokens},
+      {"inference_objective_request_ttft_seconds", "Inference objective time to first token distribution in seconds.",
+       &ExtProcStats::ModelFigures::ttft},
+      {"inference_objective_request_tpot_seconds", "Inference objective time per output token distribution in seconds.",
+       &ExtProcStats::ModelFigures::tpot},
+      {"inference_objective_normalized_time_per_output_token_seconds",
+       "Inference objective latency divided by number of output tokens in seconds.",
+       &ExtProcStats::ModelFigures::ntpot},
+  };
+  for (const auto& h : histograms) {
+    x.Family(h.name, "histogram", h.help);
+    for (const auto& [k, f] : models) {
+      const ExtProcStats::Histogram& hist = f.*(h.field);
+      if (hist.count == 0) continue;
+      std::vector<uint64_t> cumulative;
+      uint64_t acc = 0;
+      for (size_t i = 0; i + 1 < hist.counts.size(); ++i) cumulative.push_back(acc += static_cast<uint64_t>(hist.counts[i]));
+      x.Histogram(h.name, labels(k), *hist.bounds, cumulative, static_cast<uint64_t>(hist.count), hist.sum);
+    }
+  }
+  x.Family("inference_extension_model_rewrite_decisions_total", "counter",
+           "Model rewrites made, by InferenceModelRewrite, asked model and chosen target.");
+  for (const auto& [k, n] : s.Rewrites())
+    x.Sample("inference_extension_model_rewrite_decisions_total",
+             {{"model_rewrite_name", std::get<0>(k)}, {"model_name", std::get<1>(k)}, {"target_model", std::get<2>(k)}}, n);
+}
+
 // Leader election: controller-runtime's gauge (what dashboards built for the reference query) and
 // epp's counters of how leadership moved.
 void WriteLeaderElection(Exposition& x, const ServeMetricsSources& src) {
@@ -383,6 +455,7 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   WriteEndpointInflight(x, *src.scheduler, *pool);
   WriteGiePoolGauges(x, src, *pool, prefix_entries, now_us);
   WriteSchedulerTimings(x, *src.scheduler);
+  WriteGieRequestMetrics(x, s);
   if (src.leader) WriteLeaderElection(x, src);
   return x.Take();
 }

@@ -305,5 +305,73 @@ TEST(PoolWatcherTest, BadOptionsAreRejectedBeforeAnyRequest) {
   EXPECT_EQ(NewInferencePoolWatcher(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// ---- InferenceObjective / InferenceModelRewrite ----------------------------------------------------
+
+TEST(RequestPoliciesTest, ObjectivesAndRewritesOfThePoolWithTheReferencesPrecedence) {
+  auto obj = ParseInferenceObjective(
+      R"({"metadata": {"name": "batch", "namespace": "ns1"}, "spec": {"priority": -2, "poolRef": {"name": "p"}}})", "p");
+  ASSERT_TRUE(obj.ok()) << obj.status();
+  ASSERT_TRUE(obj->has_value());
+  EXPECT_EQ((*obj)->priority, -2);
+  auto other = ParseInferenceObjective(R"({"metadata": {"name": "x"}, "spec": {"poolRef": {"name": "q"}}})", "p");
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(other->has_value());  // another pool's
+  auto unset = ParseInferenceObjective(R"({"metadata": {"name": "y"}, "spec": {"poolRef": {"name": "p"}}})", "p");
+  EXPECT_EQ((*unset)->priority, 0);
+
+  auto young = ParseInferenceModelRewrite(R"({"metadata": {"name": "young", "namespace": "ns1",
+      "creationTimestamp": "2026-12-02T00:00:00Z"}, "spec": {"poolRef": {"name": "p"}, "rules": [
+      {"matches": [{"model": {"value": "a"}}], "targets": [{"modelRewrite": "a-young"}]}]}})", "p");
+  auto old = ParseInferenceModelRewrite(R"({"metadata": {"name": "old", "namespace": "ns1",
+      "creationTimestamp": "2026-11-01T00:00:00Z"}, "spec": {"poolRef": {"name": "p"}, "rules": [
+      {"targets": [{"modelRewrite": "generic"}]},
+      {"matches": [{"model": {"value": "b"}}, {"model": {"type": "Exact", "value": "a"}}],
+       "targets": [{"modelRewrite": "ab-old", "weight": 3}, {"modelRewrite": "ab-old-2", "weight": 1}]}]}})", "p");
+  ASSERT_TRUE(young.ok() && old.ok()) << young.status() << old.status();
+  RequestPolicies p = MergeRequestPolicies({**obj}, {**young, **old});
+  EXPECT_EQ(p.objective_priorities.at("batch"), -2);
+  // Exact before generic (even the older resource's generic rule loses to it); among exact
+  // matches, the oldest resource.
+  ASSERT_NE(p.RuleFor("a"), nullptr);
+  EXPECT_EQ(p.RuleFor("a")->source, "ns1/old");
+  EXPECT_EQ(p.RuleFor("a")->targets[0].model, "ab-old");
+  EXPECT_EQ(p.RuleFor("zzz")->targets[0].model, "generic");
+  // Weighted choice: 3:1 over u in [0, 1).
+  const ModelRewriteRule& ab = *p.RuleFor("b");
+  EXPECT_EQ(PickRewriteTarget(ab, 0.0), "ab-old");
+  EXPECT_EQ(PickRewriteTarget(ab, 0.74), "ab-old");
+  EXPECT_EQ(PickRewriteTarget(ab, 0.76), "ab-old-2");
+  EXPECT_EQ(PickRewriteTarget(ab, 0.999999), "ab-old-2");
+  // Unweighted: even; mixed: the unweighted target is never chosen (as the reference).
+  ModelRewriteRule even{"s", {}, {{"x", 0}, {"y", 0}}};
+  EXPECT_EQ(PickRewriteTarget(even, 0.2), "x");
+  EXPECT_EQ(PickRewriteTarget(even, 0.7), "y");
+  ModelRewriteRule mixed{"s", {}, {{"x", 0}, {"y", 5}}};
+  for (double u : {0.0, 0.5, 0.99}) EXPECT_EQ(PickRewriteTarget(mixed, u), "y");
+}
+
+TEST(RequestPoliciesTest, MalformedObjectsNameTheField) {
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"metadata": {"name": "r", "namespace": "n"}, "spec": {"poolRef": {"name": "p"},
+          "rules": [{"targets": [{"modelRewrite": "x", "weight": 0}]}]}})",
+       "inferencemodelrewrite n/r: spec.rules[0].targets[0].weight: expected an integer in [1, 1000000], got 0"},
+      {R"({"metadata": {"name": "r", "namespace": "n"}, "spec": {"poolRef": {"name": "p"}, "rules": [{}]}})",
+       "spec.rules[0].targets: expected at least one target"},
+      {R"({"metadata": {"name": "r", "namespace": "n"}, "spec": {"poolRef": {"name": "p"},
+          "rules": [{"matches": [{"model": {"type": "Prefix", "value": "a"}}], "targets": [{"modelRewrite": "x"}]}]}})",
+       "matches[0].model.type: 'Prefix' is not supported"},
+      {R"({"metadata": {"name": "r"}, "spec": {}})", "spec.poolRef.name: missing"},
+      {R"([1])", "not a JSON object"},
+  };
+  for (const auto& [json, want] : bad) {
+    auto r = ParseInferenceModelRewrite(json, "p");
+    ASSERT_FALSE(r.ok()) << json;
+    EXPECT_NE(std::string(r.status().message()).find(want), std::string::npos) << r.status();
+  }
+  auto o = ParseInferenceObjective(R"({"metadata": {"name": "o"}, "spec": {"priority": "high", "poolRef": {"name": "p"}}})", "p");
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(std::string(o.status().message()).find("spec.priority: expected a 32-bit integer"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace epp

@@ -33,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -53,6 +54,9 @@ inline constexpr std::string_view kSubsetHintNamespace = "envoy.lb.subset_hint";
 inline constexpr std::string_view kDestinationEndpointSubsetKey = "x-gateway-destination-endpoint-subset";
 inline constexpr std::string_view kModelNameRewriteHeader = "x-gateway-model-name-rewrite";
 inline constexpr std::string_view kObjectiveHeader = "x-gateway-inference-objective";
+// llm-d's names of the two (the x-gateway-* ones stay read as aliases).
+inline constexpr std::string_view kLlmdModelNameRewriteHeader = "x-llm-d-model-name-rewrite";
+inline constexpr std::string_view kLlmdObjectiveHeader = "x-llm-d-inference-objective";
 inline constexpr std::string_view kExtProcServiceName = "envoy.service.ext_proc.v3.ExternalProcessor";
 // Largest streamed body chunk sent back (GIE's BodyByteLimit: below a 64 KiB per-chunk limit some
 // proxies enforce).
@@ -120,15 +124,98 @@ struct ExtProcStats {
   void RecordUnreachableSkips(const std::vector<std::string>& endpoints);
   std::map<std::string, EndpointPicks> PicksByEndpoint() const;
 
+  // GIE's request metrics (inference_objective_*), per (model_name, target_model_name): the model
+  // the client asked for and the one it was sent as (after a rewrite). Bucket bounds are GIE's.
+  struct Histogram {
+    const std::vector<double>* bounds = nullptr;
+    std::vector<int64_t> counts;  // per bound, then +Inf; not cumulative
+    double sum = 0;
+    int64_t count = 0;
+    void Observe(double v);
+  };
+  struct ModelFigures {
+    std::map<int, int64_t> requests;                 // by priority
+    std::map<std::string, int64_t> errors;           // by GIE error code
+    int64_t running = 0;                             // picked, response not finished
+    Histogram duration, request_bytes, response_bytes, input_tokens, output_tokens, cached_tokens, ttft, tpot,
+        ntpot;
+  };
+  // What a finished response tells (unknown values absent).
+  struct ModelResponse {
+    double duration_s = 0;
+    int64_t response_bytes = 0;
+    std::optional<double> ttft_s;
+    std::optional<int64_t> input_tokens, output_tokens, cached_tokens;
+  };
+  static const std::vector<double>& LatencyBucketsSeconds();  // GIE's 5 ms .. 1 h
+  void RecordModelRequest(const std::string& model, const std::string& target, int priority, size_t bytes);
+  void RecordModelError(const std::string& model, const std::string& target, int status);
+  void RecordModelResponse(const std::string& model, const std::string& target, const ModelResponse& r);
+  std::map<std::pair<std::string, std::string>, ModelFigures> ModelFiguresByModel() const;
+  // GIE's error_code label for an answer status: BadRequest, InferencePoolResourceExhausted,
+  // ServiceUnavailable, Internal.
+  static std::string_view ErrorCode(int status);
+  // inference_extension_model_rewrite_decisions_total{model_rewrite_name, model_name, target_model}.
+  void RecordRewrite(const std::string& rule, const std::string& model, const std::string& target);
+  std::map<std::tuple<std::string, std::string, std::string>, int64_t> Rewrites() const;
+
  private:
   mutable std::mutex picks_mu_;
   std::map<std::string, EndpointPicks, std::less<>> picks_;
+  mutable std::mutex models_mu_;
+  std::map<std::pair<std::string, std::string>, ModelFigures> models_;
+  std::map<std::tuple<std::string, std::string, std::string>, int64_t> rewrites_;
+};
+
+// ---- Request policies from the cluster: InferenceObjective and InferenceModelRewrite ----------
+//
+// llm-d.ai/v1alpha2 (and inference.networking.x-k8s.io/v1alpha2 before it). An
+// InferenceObjective gives requests that name it (x-llm-d-inference-objective, or its alias
+// x-gateway-inference-objective) a priority; an InferenceModelRewrite rewrites a request's model
+// to one of weighted targets (canary splits, A/B tests). Precedence, as the reference resolves
+// it: a rule with an exact model match before a generic one (no matches); among those, the oldest
+// resource first; within a resource, the first rule in list order.
+struct ModelRewriteTarget {
+  std::string model;
+  int weight = 0;  // 0: not given (then every target is chosen evenly, as the reference does)
+};
+
+struct ModelRewriteRule {
+  std::string source;               // "NS/NAME" of the InferenceModelRewrite (model_rewrite_name)
+  std::vector<std::string> models;  // exact model matches (any of them); empty: every model
+  std::vector<ModelRewriteTarget> targets;
+};
+
+struct RequestPolicies {
+  std::map<std::string, int, std::less<>> objective_priorities;  // objective name -> priority
+  std::vector<ModelRewriteRule> rewrites;                        // in precedence order
+  // The rule for `model`: the first one listing it, else the first generic one; nullptr: none.
+  const ModelRewriteRule* RuleFor(std::string_view model) const;
+};
+
+// The reference's weighted choice: `u` uniform in [0, 1). With weights, a target without one is
+// never chosen (the reference logs that mix); without any, every target is equally likely.
+const std::string& PickRewriteTarget(const ModelRewriteRule& rule, double u);
+
+// The policies in force, replaced as a whole by whoever watches the cluster; every stream reads
+// the current value once. Thread-safe.
+class RequestPolicyHandle {
+ public:
+  void Set(std::shared_ptr<const RequestPolicies> policies);
+  std::shared_ptr<const RequestPolicies> Get() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const RequestPolicies> current_ = std::make_shared<const RequestPolicies>();
 };
 
 struct ExtProcOptions {
   size_t max_request_bytes = kDefaultMaxRequestBytes;
-  // InferenceObjective priorities by name (header x-gateway-inference-objective); unknown -> 0.
+  // InferenceObjective priorities by name (the --objective flags; header
+  // x-llm-d-inference-objective or x-gateway-inference-objective); unknown -> 0.
   std::map<std::string, int, std::less<>> objective_priorities;
+  // The cluster's objectives and rewrites when watched (their priorities win over the flags').
+  std::shared_ptr<const RequestPolicyHandle> policies;
   bool ignore_subset_hint = false;  // GIE's --disable-endpoint-subset-filter
   bool trace = false;               // keep the pick's explain trace (explain --ext-proc)
   // llm-d's --emit-endpoint-scores: every candidate's total score of the primary profile in

@@ -125,6 +125,54 @@ struct PoolImportDiscoveryOptions {
 // a client, the names are not DNS-1123, or no directory entry has the cluster label.
 absl::StatusOr<std::unique_ptr<EndpointLister>> NewInferencePoolImportLister(const PoolImportDiscoveryOptions& options);
 
+// The pool's InferenceObjectives and InferenceModelRewrites (llm-d.ai/v1alpha2 and
+// inference.networking.x-k8s.io/v1alpha2), watched: those whose spec.poolRef.name is the pool's
+// become the RequestPolicies every new stream reads (objective priorities, rewrite rules in the
+// reference's precedence). A group whose CRDs are not installed, or that RBAC forbids, is logged
+// and retried with backoff; the other keeps working.
+struct PolicyWatchOptions {
+  KubeClientOptions kube;
+  std::string ns;
+  std::string pool_name;
+  const Logger* log = nullptr;
+};
+
+class RequestPolicyWatcher {
+ public:
+  static absl::StatusOr<std::unique_ptr<RequestPolicyWatcher>> Create(PolicyWatchOptions options);
+  ~RequestPolicyWatcher();
+  void Start();
+  void Stop();
+  // What streams read; updated on every change.
+  std::shared_ptr<RequestPolicyHandle> handle() const;
+  KubeWatchStats stats() const;
+
+  struct Impl;
+
+ private:
+  explicit RequestPolicyWatcher(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The objects as the watcher reads them (JSON text of one object). nullopt: the object belongs to
+// another pool (spec.poolRef.name). kInvalidArgument naming the object and the JSON path of what
+// is malformed ("inferencemodelrewrite ns/x: spec.rules[0].targets[1].weight: expected an
+// integer in [1, 1000000]"); the watcher skips such an object with a warning.
+struct ObjectivePolicy {
+  std::string name;
+  int priority = 0;  // spec.priority; unset is 0
+};
+absl::StatusOr<std::optional<ObjectivePolicy>> ParseInferenceObjective(std::string_view json, std::string_view pool_name);
+struct RewritePolicy {
+  std::string source;   // "NS/NAME"
+  std::string created;  // metadata.creationTimestamp (RFC 3339: orders as text)
+  std::vector<ModelRewriteRule> rules;
+};
+absl::StatusOr<std::optional<RewritePolicy>> ParseInferenceModelRewrite(std::string_view json, std::string_view pool_name);
+// The policies of these objects: rewrites oldest resource first (then by name), rules in list
+// order (RequestPolicies::RuleFor then applies the reference's precedence).
+RequestPolicies MergeRequestPolicies(const std::vector<ObjectivePolicy>& objectives, std::vector<RewritePolicy> rewrites);
+
 struct EndpointPoolOptions {
   std::string endpoints_file;            // empty: nothing to watch
   std::vector<EndpointSpec> flag_specs;  // appended after the file's (or the lister's) endpoints
@@ -266,6 +314,9 @@ struct ServeConfig {
   bool metrics_insecure_skip_verify = false;
   // Field overrides of every engine mapping (GIE's metric-spec flags): {"queue", spec}, ...
   std::vector<std::pair<std::string, std::string>> metric_overrides;
+  // The pool's InferenceObjectives and InferenceModelRewrites, watched (RequestPolicyWatcher):
+  // their priorities and rewrites apply to new streams as they change.
+  std::optional<PolicyWatchOptions> policy_watch;
   // Leader election (GIE's --ha-enable-leader-election): readiness SERVING only while this replica
   // holds the Lease; every replica keeps its pool and scheduler warm. Shutdown releases the Lease
   // first, so a standby takes over within a retry period.
@@ -300,6 +351,9 @@ class EppServer {
   void SetReady(bool ready);
   // Without leader election: true. With it: whether this replica holds the Lease now.
   bool leading() const;
+  // Gives the Lease up now (readiness NOT_SERVING on this replica; a standby takes over) and
+  // stops competing for it: what SIGTERM does first. No-op without leader election.
+  void StepDown();
   // New ext_proc streams are refused (UNAVAILABLE) from now on; open ones go on. Shutdown does
   // this first; serve calls it when readiness turns NOT_SERVING with no --shutdown-delay, so no
   // stream can slip in between the two.

@@ -43,6 +43,9 @@ struct ServeArgs {
   std::string pool_group = std::string(kInferencePoolGroupV1);
   std::string pool_resync_interval = "2s";  // between two lists, without pool_watch
   bool pool_watch = true;  // list once, then watch the pool and its Pods (no periodic list)
+  // With pool_name (and discovery from the cluster): watch the pool's InferenceObjectives and
+  // InferenceModelRewrites (priorities by objective name, weighted model rewrites).
+  bool watch_objectives = true;
   // Standalone mode (GIE's --endpoint-selector, --endpoint-target-ports): the Pods this label
   // selector matches in pool_namespace are the endpoints, one per target port; no InferencePool.
   std::string endpoint_selector;
