@@ -48,7 +48,8 @@ def test_rewrites_and_objectives_from_the_cluster(kube_serve, pods_on_loopback, 
         api.collection(GROUP, plural)  # the CRDs exist (the older group's do not: 404, logged)
     api.put_object(GROUP, "inferenceobjectives", objective("batch", -3))
     api.put_object(GROUP, "inferenceobjectives", objective("other-pools", 9, pool="elsewhere"))
-    s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url)
+    s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url, "--decision-log", "1000",
+                   "--decision-log-rate", "1000")
     ch = s.channel()
     s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v is not None, endpoint="127.0.0.2:%d" % port)
 
@@ -59,6 +60,11 @@ def test_rewrites_and_objectives_from_the_cluster(kube_serve, pods_on_loopback, 
         {"targets": [{"modelRewrite": "base"}]}]))
     wait_for(lambda: sent_model(ch, "llama") == "llama-v2", "the exact rule applied", log=s.log)
     assert sent_model(ch, "mistral") == "base"  # the generic rule, older but less specific
+    # The decision log (what `eppctl top` and /debug/decisions show) names the rule.
+    _, listing = s.http("/debug/decisions?limit=1")
+    last = json.loads(listing)["decisions"][0]["id"]
+    _, one = s.http("/debug/decisions?id=%d" % last)
+    assert "ns1/catch-all: mistral -> base" in one, one[:2000]
     # The client's header still wins (llm-d's name, then GIE's).
     assert sent_model(ch, "llama", headers=[("x-llm-d-model-name-rewrite", "pinned")]) == "pinned"
 

@@ -3,7 +3,8 @@
 import json
 import re
 
-from test_eppctl_serve import Serve, chat_body, destination, parse_exposition, pick, serve  # noqa: F401
+from test_eppctl_serve import Serve, Stream, chat_body, destination, parse_exposition, pick, serve  # noqa: F401
+import extproc_wire as wire
 
 
 def dashboard(root):
@@ -38,6 +39,21 @@ def test_every_queried_series_exists_on_a_live_metrics_port(root, serve, sim, tm
     ch = s.channel()
     for i in range(3):
         destination(pick(ch, chat_body("dashboard %d" % i))[0])
+    # A whole streamed response (the GIE request histograms fill at its end) and a 503 (an error
+    # by code), so every panel's series is on /metrics.
+    with Stream(ch) as st:
+        body = chat_body("dashboard streamed", stream=True, stream_options={"include_usage": True})
+        st.send(wire.chat_request(body), wire.request_body(body, end_of_stream=True))
+        destination(st.recv())
+        st.recv()
+        st.send(wire.response_headers([(":status", "200"), ("content-type", "text/event-stream")]))
+        st.recv()
+        events = [b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n',
+                  b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3}}\n\n', b"data: [DONE]\n\n"]
+        for i, e in enumerate(events):
+            st.send(wire.response_body(e, end_of_stream=i == len(events) - 1))
+        st.recv_n(3)
+    assert pick(ch, chat_body("dashboard 503"), md=wire.subset_metadata(["10.9.9.9:1"]))[0]["immediate"]["status"] == 503
     _, text = s.http("/metrics")
     samples, families = parse_exposition(text)
     live = {name for name, _ in samples}
@@ -57,6 +73,9 @@ def test_every_queried_series_exists_on_a_live_metrics_port(root, serve, sim, tm
                 for label in (x.strip() for x in group.split(",")):
                     assert any(label in labels[m] for m in used), "label %r of %r not on %s" % (label, expr, used)
     # The dashboard covers the per-endpoint view eppctl top shows, and the request outcomes.
+    for must in ("inference_objective_request_total", "inference_objective_request_duration_seconds_bucket",
+                 "inference_objective_running_requests"):
+        assert must in queried  # GIE's request metrics, as GIE's dashboards and KEDA guides query them
     for must in ("epp_requests_total", "epp_endpoint_picks_total", "epp_endpoint_waiting_queue_size",
                  "epp_endpoint_kv_cache_usage", "epp_pick_duration_seconds_bucket", "epp_endpoint_metrics_age_seconds"):
         assert must in queried

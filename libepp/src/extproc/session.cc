@@ -353,12 +353,12 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
   request->body = changed ? std::string_view(new_body) : std::string_view(body);  // for the pick only
   result = scheduler.Pick(*request, *pool, po);
   request->body = {};
+  if (!rule.empty()) result->model_rewrite = rule + ": " + incoming_model + " -> " + target_model;
   const int64_t pick_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
   if (stats) stats->RecordLatencyMicros(pick_us);
   if (logged)
     options.decision_log->Add(MakeDecisionRecord(*request, *result, headers, pick_us, options.decision_log->options().include_prompt));
   if (stats) stats->RecordUnreachableSkips(result->unreachable);
-  if (!rule.empty()) result->model_rewrite = rule + ": " + incoming_model + " -> " + target_model;
   if (result->status != 200) {
     Immediate(result->status, result->reason, out);
     return;

@@ -277,6 +277,17 @@ class Linter {
     if (!is_epp) model_servers_.push_back(w);
   }
 
+  // The boolean flags of `epp` / `eppctl serve` (the reference's and epp's own): written with a
+  // separate "false" they take the value true and the "false" becomes a stray argument.
+  static bool IsBooleanFlag(std::string_view name) {
+    static const std::set<std::string_view> kBooleans = {
+        "secure-serving", "metrics-endpoint-auth", "ha-enable-leader-election", "health-checking", "enable-pprof",
+        "tracing", "enable-cert-reload", "enable-grpc-stream-metrics", "allow-experimental-plugins",
+        "disable-endpoint-subset-filter", "emit-endpoint-scores", "model-server-metrics-https-insecure-skip-verify",
+        "zap-devel", "pool-watch", "watch-objectives", "scrape-gzip", "decision-log-prompts"};
+    return kBooleans.count(name) > 0;
+  }
+
   static std::optional<Epp> AsEpp(const Workload& w, const YAML::Node& c) {
     std::vector<std::pair<std::string, int>> words;
     for (const char* key : {"command", "args"})
@@ -296,9 +307,7 @@ class Linter {
         name = name.substr(0, eq);
       } else if (i + 1 < words.size() && words[i + 1].first.rfind("-", 0) != 0) {
         value = words[i + 1].first;
-        if (name == "secure-serving" || name == "metrics-endpoint-auth" || name == "ha-enable-leader-election" ||
-            name == "health-checking" || name == "enable-pprof" || name == "tracing" || name == "enable-cert-reload")
-          e.split_booleans.emplace_back(name, words[i + 1].second);
+        if (IsBooleanFlag(name)) e.split_booleans.emplace_back(name, words[i + 1].second);
         ++i;
       }
       if (name == "pool-name" || name == "endpoint-selector") any_pool = true;

@@ -151,6 +151,7 @@ std::string PickResultToJson(const InferenceRequest* request, const PickResult& 
   result["reason"] = r.reason;
   result["primary_profile"] = r.primary_profile.empty() ? json(nullptr) : json(r.primary_profile);
   if (!r.profiles_reason.empty()) result["profiles_reason"] = r.profiles_reason;
+  if (!r.model_rewrite.empty()) result["model_rewrite"] = r.model_rewrite;
   // Every profile the handler ran or skipped (also without a trace): what pick and replay report.
   json picks = json::array();
   for (const ProfilePick& pp : r.profile_picks) {
@@ -290,6 +291,7 @@ std::string PickResultToText(const InferenceRequest* request, const PickResult& 
   }
   absl::StrAppend(&out, "\n           ", r.reason, "\n");
   if (!r.profiles_reason.empty()) absl::StrAppend(&out, "           profiles: ", r.profiles_reason, "\n");
+  if (!r.model_rewrite.empty()) absl::StrAppend(&out, "      model rewrite: ", r.model_rewrite, "\n");
   absl::StrAppend(&out, bold, "decision", reset, "   ");
   if (r.status == 200) {
     const std::string v = r.DestinationValue();
