@@ -97,6 +97,11 @@ class Serve:
                "--listen-address", "127.0.0.1", "--ready-file", str(self.ready_file), *map(str, args)]
         if not tls:
             cmd.append("--secure-serving=false")
+        # With a Kubernetes API, /metrics is authenticated by default (TokenReview); tests read it
+        # freely unless they test that (they pass --metrics-endpoint-auth and set `token`).
+        if not any(str(a).startswith("--metrics-endpoint-auth") for a in args):
+            cmd.append("--metrics-endpoint-auth=false")
+        self.token = None
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._log)
         deadline = time.monotonic() + 30
@@ -114,7 +119,10 @@ class Serve:
         return self.log_path.read_text()
 
     def http(self, path):
-        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.metrics_port, path), timeout=10) as r:
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.metrics_port, path))
+        if self.token:
+            req.add_header("Authorization", "Bearer " + self.token)
+        with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, r.read().decode()
 
     def exposition(self):

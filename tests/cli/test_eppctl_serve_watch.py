@@ -178,13 +178,14 @@ def test_epp_starts_with_the_reference_runner_flags(pods_on_loopback, fake_api, 
     s = Serve(epp_path(), tmp_path, ["--pool-name=%s" % POOL, "--pool-namespace=%s" % NS, "--kube-api-server", api.url,
                                      "--config-file=%s" % config, *REFERENCE_FLAGS])
     try:
+        s.token = "scraper-token"  # --metrics-endpoint-auth=true: /metrics asks the API server
         assert s.metric("epp_endpoints") == 2
         lines = [json.loads(line) for line in s.log().splitlines() if line.strip()]
         assert all(set(line) >= {"level", "ts", "logger", "msg"} for line in lines)
         notices = [line["msg"] for line in lines if "accepted but not implemented" in line["msg"]]
-        for flag in ("--tracing", "--enable-pprof", "--metrics-endpoint-auth", "--tls-min-version"):
+        for flag in ("--tracing", "--enable-pprof", "--tls-min-version"):
             assert sum(n.startswith(flag + " ") for n in notices) == 1, (flag, notices)
-        assert not any("--enable-cert-reload" in n for n in notices)  # false asks for nothing
+        assert not any("--enable-cert-reload" in n or "--metrics-endpoint-auth" in n for n in notices)
         first, _ = pick(s.channel(), chat_body())
         assert not first.get("immediate")
     finally:
@@ -208,3 +209,36 @@ def test_reference_flag_errors_name_the_flag(eppctl, fake_api, tmp_path):
         r = eppctl(*base, *extra, timeout=30)
         assert r.returncode == 2, (extra, r.stderr)
         assert message in r.stderr, (extra, r.stderr)
+
+
+def test_metrics_endpoint_auth_asks_the_api_server(kube_serve, pods_on_loopback, fake_api):
+    """In a cluster /metrics answers only a scraper whose token the API server authenticates
+    (TokenReview) and allows `get` on the path (SubjectAccessReview), as GIE's
+    --metrics-endpoint-auth; /healthz stays open for probes."""
+    import urllib.error
+    import urllib.request
+    port = pods_on_loopback
+    api = fake_api(V1, port)
+    api.set(pods=[pod("vllm-a", "127.0.0.2")])
+    s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
+                   "--metrics-endpoint-auth")
+
+    def status(path, token=None):
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (s.metrics_port, path))
+        if token:
+            req.add_header("Authorization", "Bearer " + token)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    assert status("/metrics") == 401
+    assert status("/metrics", "forged-token") == 401
+    assert status("/metrics", "nobody-token") == 403
+    assert status("/metrics", "scraper-token") == 200
+    assert status("/healthz") == 200
+    reviews = [c for c in api.calls if c[1].endswith("tokenreviews")]
+    for _ in range(5):
+        assert status("/metrics", "scraper-token") == 200
+    assert len([c for c in api.calls if c[1].endswith("tokenreviews")]) == len(reviews)  # cached verdicts

@@ -285,7 +285,28 @@ class FakeApiServer:
         return 404, {"kind": "Status", "reason": "NotFound", "code": 404,
                      "message": "the server could not find the requested resource"}
 
+    # Tokens the fake TokenReview authenticates (token -> username), and the users a
+    # SubjectAccessReview allows (username -> set of non-resource paths).
+    tokens = {"scraper-token": "system:serviceaccount:monitoring:prometheus",
+              "nobody-token": "system:serviceaccount:default:nobody"}
+    allowed = {"system:serviceaccount:monitoring:prometheus": {"/metrics", "/debug/decisions"}}
+
+    def _review(self, path, body):
+        if path == "/apis/authentication.k8s.io/v1/tokenreviews":
+            user = self.tokens.get(body.get("spec", {}).get("token"))
+            status = {"authenticated": True, "user": {"username": user, "groups": ["system:authenticated"]}} \
+                if user else {"authenticated": False}
+            return 201, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "status": status}
+        spec = body.get("spec", {})
+        allowed = spec.get("nonResourceAttributes", {}).get("path") in self.allowed.get(spec.get("user"), set()) \
+            and spec.get("nonResourceAttributes", {}).get("verb") == "get"
+        return 201, {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                     "status": {"allowed": allowed}}
+
     def _lease_write(self, method, path, body):
+        if method == "POST" and path in ("/apis/authentication.k8s.io/v1/tokenreviews",
+                                         "/apis/authorization.k8s.io/v1/subjectaccessreviews"):
+            return self._review(path, body)
         if self.fail:
             return self.fail, {"kind": "Status", "reason": "InternalError", "message": "etcd is down", "code": self.fail}
         prefix = "/apis/coordination.k8s.io/v1/namespaces/%s/leases" % NS

@@ -146,6 +146,7 @@ struct EppServer::Impl {
   std::atomic<bool> leader{true};
   std::unique_ptr<LeaderElector> elector;
   std::unique_ptr<RequestPolicyWatcher> policies;
+  std::unique_ptr<MetricsAuthorizer> metrics_auth;
   void PublishHealth() {
     const bool ready = host_ready.load() && leader.load();
     if (health) health->SetReady(ready);
@@ -405,8 +406,19 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     if (m.decisions) decisions = [log = m.decisions](const std::map<std::string, std::string>& q, std::string* body) {
       return internal::ServeDecisions(*log, q, body);
     };
+    internal::MetricsHttpServer::Authorize authorize;
+    if (c.metrics_auth) {
+      MetricsAuthOptions ao = *c.metrics_auth;
+      if (ao.log == nullptr) ao.log = &m.log;
+      EPP_ASSIGN_OR_RETURN(m.metrics_auth, MetricsAuthorizer::Create(std::move(ao)));
+      authorize = [raw](std::string_view authorization, std::string_view path) {
+        MetricsAuthorizer::Verdict v = raw->metrics_auth->Check(authorization, path);
+        return std::make_pair(v.status, v.reason);
+      };
+    }
     EPP_ASSIGN_OR_RETURN(m.metrics, internal::MetricsHttpServer::Start(c.listen_address, c.metrics_port,
-                                                                       [raw] { return raw->Render(); }, decisions));
+                                                                       [raw] { return raw->Render(); }, decisions,
+                                                                       authorize));
   }
   if (c.leader_election) {
     // A standby until the Lease is ours: alive, warm, not ready.
@@ -504,6 +516,7 @@ std::string EppServer::Describe() const {
   if (c.leader_election)
     out += "; leader election on lease " + c.leader_election->ns + "/" + c.leader_election->name + " as " +
            c.leader_election->identity;
+  if (c.metrics_auth) out += "; /metrics needs a token the API server authorizes";
   out += "; refresh " + FormatDurationMicros(c.refresh_interval.count()) + ", staleness " + FormatDurationMicros(c.staleness.count());
   return out;
 }

@@ -13,6 +13,7 @@
 #include "epp/runtime/endpoints.h"
 #include "epp/runtime/kube.h"
 #include "epp/runtime/leader_election.h"
+#include "epp/runtime/metrics_auth.h"
 #include "epp/metrics.h"
 #include "epp/params.h"
 
@@ -292,8 +293,6 @@ void Notices(const ServeArgs& a, ServeConfig& c) {
     note("enable_pprof", "epp has no Go pprof handlers; profile the process with perf or heaptrack");
   if (a.enable_cert_reload.value_or(false))
     note("enable_cert_reload", "the certificate in cert_path is read at start; restart to serve a new one");
-  if (a.metrics_endpoint_auth.value_or(false))
-    note("metrics_endpoint_auth", "/metrics is served without TokenReview authentication; restrict it with a NetworkPolicy");
   if (!a.tls_min_version.empty() || !a.tls_cipher_suites.empty())
     note(a.tls_min_version.empty() ? "tls_cipher_suites" : "tls_min_version",
          "gRPC's defaults apply (TLS 1.2 and 1.3 with its cipher suites)");
@@ -321,6 +320,15 @@ absl::StatusOr<ServeConfig> BuildServeConfig(const ServeArgs& args) {
   EPP_RETURN_IF_ERROR(Streams(args, c));
   EPP_RETURN_IF_ERROR(Decisions(args, c));
   EPP_RETURN_IF_ERROR(LeaderElection(args, c));
+  // The reference authenticates /metrics by default; epp does whenever it talks to a Kubernetes
+  // API anyway (discovery, policies, leader election), since only then is there a TokenReview to
+  // ask. Given explicitly, the setting wins (true without an API server fails at start).
+  const bool kube = c.discovery || c.import_discovery || c.leader_election;
+  if (args.metrics_endpoint_auth.value_or(kube)) {
+    MetricsAuthOptions ao;
+    ao.kube = Kube(args);
+    c.metrics_auth = std::move(ao);
+  }
   Notices(args, c);
   return c;
 }

@@ -505,9 +505,20 @@ int ServeDecisions(const DecisionLog& log, const std::map<std::string, std::stri
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host, int port,
                                                                             std::function<std::string()> render,
-                                                                            DebugHandler decisions) {
+                                                                            DebugHandler decisions,
+                                                                            Authorize authorize) {
   auto impl = std::make_unique<Impl>();
-  impl->http.Get("/debug/decisions", [decisions](const httplib::Request& req, httplib::Response& res) {
+  // --metrics-endpoint-auth: every path but /healthz answers only an authorized scraper.
+  auto denied = [authorize](const httplib::Request& req, httplib::Response& res) {
+    if (!authorize) return false;
+    const auto [status, reason] = authorize(req.get_header_value("Authorization"), req.path);
+    if (status == 200) return false;
+    res.status = status;
+    res.set_content(reason + "\n", "text/plain");
+    return true;
+  };
+  impl->http.Get("/debug/decisions", [decisions, denied](const httplib::Request& req, httplib::Response& res) {
+    if (denied(req, res)) return;
     if (!decisions) {
       res.status = 404;
       res.set_content("{\"error\": \"the decision log is off: start eppctl serve with --decision-log N\"}\n",
@@ -520,7 +531,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(cons
     res.status = decisions(query, &body);
     res.set_content(body, "application/json");
   });
-  impl->http.Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
+  impl->http.Get("/metrics", [render, denied](const httplib::Request& req, httplib::Response& res) {
+    if (denied(req, res)) return;
     res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
   });
   impl->http.Get("/healthz",

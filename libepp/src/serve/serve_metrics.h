@@ -53,9 +53,12 @@ class MetricsHttpServer {
   // Serves GET /metrics (render()), GET /healthz ("ok") and GET /debug/decisions (`decisions`;
   // 404 naming the flag without one) on host:port; port 0 picks a free one. Returns once the
   // server accepts connections.
+  // Decides whether a request may read a path: the Authorization header in, (HTTP status, reason)
+  // out, 200 to serve it. /healthz is never checked (kubelet probes carry no token).
+  using Authorize = std::function<std::pair<int, std::string>(std::string_view authorization, std::string_view path)>;
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
                                                                   std::function<std::string()> render,
-                                                                  DebugHandler decisions = {});
+                                                                  DebugHandler decisions = {}, Authorize authorize = {});
   ~MetricsHttpServer();
   int port() const;
   void Stop();

@@ -225,5 +225,23 @@ TEST(ParseByteQuantityTest, KubernetesQuantitiesAsTheReferenceReadsThem) {
   }
 }
 
+TEST(BuildServeConfigTest, MetricsEndpointAuthIsOnWhereAKubernetesApiIs) {
+  ServeArgs files;
+  files.endpoint_flags = {"10.0.0.1:8000"};
+  EXPECT_FALSE(BuildServeConfig(files)->metrics_auth.has_value());  // no API server to ask
+  ServeArgs pool;
+  pool.pool_name = "p";
+  pool.kube_api_server = "http://127.0.0.1:1";
+  absl::StatusOr<ServeConfig> c = BuildServeConfig(pool);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->metrics_auth.has_value());  // the reference's default
+  EXPECT_EQ(c->metrics_auth->kube.api_server, "http://127.0.0.1:1");
+  pool.metrics_endpoint_auth = false;
+  EXPECT_FALSE(BuildServeConfig(pool)->metrics_auth.has_value());
+  files.metrics_endpoint_auth = true;
+  files.kube_api_server = "http://127.0.0.1:1";
+  EXPECT_TRUE(BuildServeConfig(files)->metrics_auth.has_value());
+}
+
 }  // namespace
 }  // namespace epp

@@ -50,6 +50,7 @@
 #include "epp/runtime/extproc.h"
 #include "epp/runtime/kube.h"
 #include "epp/runtime/leader_election.h"
+#include "epp/runtime/metrics_auth.h"
 #include "epp/runtime/logger.h"
 #include "epp/scheduler.h"
 #include "epp/status.h"
@@ -314,6 +315,9 @@ struct ServeConfig {
   bool metrics_insecure_skip_verify = false;
   // Field overrides of every engine mapping (GIE's metric-spec flags): {"queue", spec}, ...
   std::vector<std::pair<std::string, std::string>> metric_overrides;
+  // --metrics-endpoint-auth: /metrics and /debug/decisions answer only scrapers whose token the
+  // API server authenticates and authorizes (epp/runtime/metrics_auth.h).
+  std::optional<MetricsAuthOptions> metrics_auth;
   // The pool's InferenceObjectives and InferenceModelRewrites, watched (RequestPolicyWatcher):
   // their priorities and rewrites apply to new streams as they change.
   std::optional<PolicyWatchOptions> policy_watch;
