@@ -201,14 +201,14 @@ TEST(BuildServeConfigTest, UnimplementedReferenceFlagsGetOneNoticeEachWhenTheyAs
   a.endpoint_flags = {"10.0.0.1:8000"};
   a.enable_tracing = false;  // asks for nothing epp does not do
   a.enable_pprof = true;
-  a.metrics_endpoint_auth = true;
+  a.metrics_cert_dir = "/certs";
   a.tls_cipher_suites = {"TLS_AES_128_GCM_SHA256"};
   absl::StatusOr<ServeConfig> c = BuildServeConfig(a);
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->notices.size(), 3u);
   EXPECT_EQ(c->notices[0].rfind("enable_pprof is accepted but not implemented: ", 0), 0u) << c->notices[0];
-  EXPECT_EQ(c->notices[1].rfind("metrics_endpoint_auth", 0), 0u);
-  EXPECT_EQ(c->notices[2].rfind("tls_cipher_suites", 0), 0u);
+  EXPECT_EQ(c->notices[1].rfind("tls_cipher_suites", 0), 0u) << c->notices[1];
+  EXPECT_EQ(c->notices[2].rfind("metrics_cert_dir", 0), 0u) << c->notices[2];
 }
 
 TEST(ParseByteQuantityTest, KubernetesQuantitiesAsTheReferenceReadsThem) {
