@@ -134,3 +134,56 @@ def test_gie_request_metrics_over_a_streamed_response(kube_serve, pods_on_loopba
         assert m[("inference_objective_%s_count" % h, mt)] == 1, h  # the finished response only
     assert m[("inference_objective_request_sizes_count", mt)] == 2  # every request, as GIE records it
     assert m[("inference_objective_response_sizes_sum", mt)] == sum(len(e) for e in events)
+
+
+SATURATED = ("# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\"} 50\n"
+             "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 8\n"
+             "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.95\n")
+
+
+def test_a_cluster_objective_priority_sheds_on_a_saturated_pool(kube_serve, pods_on_loopback, fake_api):
+    """The InferenceObjective's priority changes the decision: on a saturated pool a request naming
+    a sheddable objective (priority < 0) is answered 429, one naming none is picked; when the
+    objective's priority turns positive, the same request is picked. The Pods' metrics come from
+    --model-server-metrics-port (a server on 0.0.0.0 answering for every 127.x address)."""
+    import http.server
+    import threading
+
+    class Saturated(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            data = SATURATED.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    metrics = http.server.ThreadingHTTPServer(("0.0.0.0", 0), Saturated)
+    threading.Thread(target=metrics.serve_forever, daemon=True).start()
+    try:
+        port = pods_on_loopback
+        api = fake_api(V1, port)
+        api.set(pods=[pod("vllm-a", "127.0.0.2")])
+        api.put_object(GROUP, "inferenceobjectives", objective("batch", -1))
+        s = kube_serve("--pool-name", POOL, "--pool-namespace", NS, "--kube-api-server", api.url,
+                       "--model-server-metrics-port", str(metrics.server_address[1]))
+        s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 50, endpoint="127.0.0.2:%d" % port)
+        ch = s.channel()
+
+        def status(headers):
+            first, _ = pick(ch, chat_body(), extra_headers=headers)
+            return first["immediate"]["status"] if first.get("immediate") else 200
+
+        wait_for(lambda: status([("x-llm-d-inference-objective", "batch")]) == 429, "the sheddable objective shed",
+                 log=s.log)
+        assert status([]) == 200  # priority 0: not sheddable
+        assert status([("x-gateway-inference-objective", "batch")]) == 429  # the alias header
+        api.put_object(GROUP, "inferenceobjectives", objective("batch", 5))
+        wait_for(lambda: status([("x-llm-d-inference-objective", "batch")]) == 200, "the new priority applied",
+                 log=s.log)
+    finally:
+        metrics.shutdown()
+        metrics.server_close()
