@@ -152,6 +152,7 @@ def test_simulator_renders_and_tokenizes_with_its_tokenizer():
         with pytest.raises(urllib.error.HTTPError) as e:
             _post(old.url + "/v1/completions/render", {"model": MODEL, "prompt": "x"})
         assert e.value.code == 404
+        e.value.close()  # an HTTPError holds the response's socket open until closed
     with pytest.raises(pyepp.EppError):
         pyepp.Simulator(tokenizer="sentencepiece")
 
