@@ -188,7 +188,9 @@ void AddReferenceFlags(CLI::App* cmd, ServeOptions& o) {
       {"--tracing", "Accepted; epp emits no OpenTelemetry traces (a notice says so when true)"},
       {"--enable-pprof", "Accepted; epp has no Go pprof handlers (a notice says so when true)"},
       {"--enable-cert-reload", "Accepted; the certificate is read at start (a notice says so when true)"},
-      {"--metrics-endpoint-auth", "Accepted; /metrics has no TokenReview authentication (a notice says so when true)"},
+      {"--metrics-endpoint-auth",
+       "/metrics and /debug/decisions answer only a bearer token the API server authenticates and authorizes "
+       "(TokenReview, SubjectAccessReview); default: on whenever serve uses a Kubernetes API"},
       {"--enable-grpc-stream-metrics", "Accepted; epp's ext_proc stream metrics are always exported"},
       {"--allow-experimental-plugins", "Accepted; every epp plugin type is always allowed"}};
   for (const auto& [flag, help] : optional) group(cmd->add_flag(flag, help));

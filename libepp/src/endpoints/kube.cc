@@ -141,7 +141,7 @@ bool IsDns1123Subdomain(std::string_view s) {
   return alnum(s.front()) && alnum(s.back());
 }
 
-std::string UrlEncode(std::string_view s) {
+std::string UrlEncodeImpl(std::string_view s) {
   static const char* hex = "0123456789ABCDEF";
   std::string out;
   for (unsigned char c : s) {
@@ -393,10 +393,12 @@ absl::StatusOr<InferencePool> ParseInferencePool(std::string_view text, std::str
   return pool;
 }
 
+std::string UrlQueryEscape(std::string_view text) { return UrlEncodeImpl(text); }
+
 std::string LabelSelectorQuery(const std::map<std::string, std::string>& selector) {
   std::string plain;
   for (const auto& [k, v] : selector) plain += (plain.empty() ? "" : ",") + k + "=" + v;
-  return UrlEncode(plain);
+  return UrlQueryEscape(plain);
 }
 
 std::string PodListPath(const InferencePool& pool) {

@@ -22,22 +22,6 @@ using internal::Informer;
 using internal::WatchEventType;
 using json = nlohmann::json;
 
-std::string UrlEncodeQuery(std::string_view s) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-        c == '.' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(hex[c >> 4]);
-      out.push_back(hex[c & 15]);
-    }
-  }
-  return out;
-}
-
 class PoolWatcher final : public EndpointLister {
  public:
   PoolWatcher(PoolDiscoveryOptions options, const Logger* log, LabelSelector standalone)
@@ -56,7 +40,7 @@ class PoolWatcher final : public EndpointLister {
     internal::InformerOptions io;
     io.kube = options_.kube;
     io.path = pool_path.substr(0, pool_path.rfind('/'));  // the collection
-    io.query = "fieldSelector=" + UrlEncodeQuery("metadata.name=" + options_.name);
+    io.query = "fieldSelector=" + UrlQueryEscape("metadata.name=" + options_.name);
     io.what = "inferencepool " + options_.ns + "/" + options_.name;
     io.log = &log_;
     Informer::Handler h;
@@ -180,7 +164,7 @@ class PoolWatcher final : public EndpointLister {
     internal::InformerOptions io;
     io.kube = options_.kube;
     io.path = std::move(path);
-    if (!selector.empty()) io.query = "labelSelector=" + UrlEncodeQuery(selector.String());
+    if (!selector.empty()) io.query = "labelSelector=" + UrlQueryEscape(selector.String());
     io.what = "pods of " + (options_.name.empty() ? "namespace " + options_.ns : "inferencepool " + options_.ns + "/" + options_.name) +
               " (" + selector.String() + ")";
     io.log = &log_;

@@ -37,7 +37,7 @@ class InferencePoolLister final : public EndpointLister {
     if (cancel.load()) return absl::CancelledError("stopping");
     EPP_ASSIGN_OR_RETURN(std::string path, PodCollectionPath(options_.ns));
     // resourceVersion=0: served from the API server's watch cache rather than a quorum read.
-    path += "?labelSelector=" + UrlEncode(selector.String()) + "&resourceVersion=0";
+    path += "?labelSelector=" + UrlQueryEscape(selector.String()) + "&resourceVersion=0";
     EPP_ASSIGN_OR_RETURN(std::string body, kube_->Get(path));
     EPP_ASSIGN_OR_RETURN(std::vector<PodInfo> pods,
                          ParsePodList(body, "GET " + kube_->options().api_server + path, options_.ns, selector));
@@ -49,21 +49,6 @@ class InferencePoolLister final : public EndpointLister {
   }
 
  private:
-  static std::string UrlEncode(std::string_view s) {
-    static const char* hex = "0123456789ABCDEF";
-    std::string out;
-    for (unsigned char c : s) {
-      if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-        out.push_back(static_cast<char>(c));
-      } else {
-        out.push_back('%');
-        out.push_back(hex[c >> 4]);
-        out.push_back(hex[c & 15]);
-      }
-    }
-    return out;
-  }
-
   PoolDiscoveryOptions options_;
   std::unique_ptr<KubeClient> kube_;  // one thread at a time (the discovery thread, or Create)
   LabelSelector standalone_;          // standalone mode's selector (options_.name empty)

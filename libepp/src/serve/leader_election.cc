@@ -30,7 +30,7 @@ std::string MicroTimeNow() {
   const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
   std::tm tm{};
   gmtime_r(&secs, &tm);
-  char buf[40];
+  char buf[96];  // room for any int the format could print (GCC's -Wformat-truncation counts that)
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
                 tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(us));
   return buf;

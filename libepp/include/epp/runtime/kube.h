@@ -101,6 +101,10 @@ absl::StatusOr<std::string> InferencePoolPath(std::string_view group, std::strin
 absl::StatusOr<InferencePool> ParseInferencePool(std::string_view json, std::string_view group,
                                                  std::string_view source);
 
+// `text` percent-encoded for a URL query value (unreserved characters kept): "app=x,y" ->
+// "app%3Dx%2Cy".
+std::string UrlQueryEscape(std::string_view text);
+
 // The selector as a labelSelector query value, keys sorted and URL-encoded:
 // {app: x, tier: "a b"} -> "app%3Dx%2Ctier%3Da%20b".
 std::string LabelSelectorQuery(const std::map<std::string, std::string>& selector);
