@@ -470,7 +470,8 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
           leader_election_id: Optional[str] = None, leader_election_namespace: Optional[str] = None,
           leader_election_identity: Optional[str] = None, leader_election_lease_duration_s: Optional[float] = None,
           leader_election_renew_deadline_s: Optional[float] = None,
-          leader_election_retry_period_s: Optional[float] = None) -> ServeHandle:
+          leader_election_retry_period_s: Optional[float] = None, watch_objectives: bool = True,
+          metrics_endpoint_auth: Optional[bool] = None) -> ServeHandle:
     """Runs the Endpoint Picker in this process: libepp's ``EppServer``, what ``eppctl serve``
     runs, with its ext_proc server, grpc.health.v1 server and Prometheus ``/metrics``.
 
@@ -523,7 +524,9 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     docs/serve.md), for the configuration form:
 
     - ``pool_watch`` (default True): list the InferencePool and its Pods once, then watch them;
-      False lists them every ``pool_resync_interval_s`` instead.
+      False lists them every ``pool_resync_interval_s`` instead. ``watch_objectives`` (default
+      True; with ``pool_name`` and ``pool_watch``): also watch the pool's InferenceObjectives and
+      InferenceModelRewrites (priorities by objective name, weighted model rewrites).
     - ``endpoint_selector`` / ``endpoint_target_ports``: standalone mode, no InferencePool: the
       Pods of ``pool_namespace`` that the label selector (``"app=vllm,env in (a,b)"``) matches
       are the endpoints, one per target port (1 to 8 ports).
@@ -542,6 +545,11 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
       ``leader_election_identity`` (default ``$POD_NAME``, else the host name). Timing:
       ``leader_election_lease_duration_s`` (15), ``leader_election_renew_deadline_s`` (10),
       ``leader_election_retry_period_s`` (2). Closing the handle gives a held Lease up first.
+
+    ``metrics_endpoint_auth``: ``/metrics`` and ``/debug/decisions`` answer only a bearer token
+    the API server authenticates and allows (TokenReview, SubjectAccessReview); None (the default)
+    turns it on whenever the server uses a Kubernetes API (discovery, leader election), False
+    serves them to anyone who reaches the port.
 
     For both forms: ``health_checking`` also answers grpc.health.v1 on the ext_proc port;
     ``grpc_max_recv_msg_size`` / ``grpc_max_send_msg_size`` bound the gRPC messages of the
@@ -664,6 +672,9 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     args.model_server_metrics_https_insecure_skip_verify = bool(model_server_metrics_https_insecure_skip_verify)
     for name, v in metric_specs:
         setattr(args, name, v or "")
+    args.watch_objectives = bool(watch_objectives)
+    if metrics_endpoint_auth is not None:
+        args.metrics_endpoint_auth = bool(metrics_endpoint_auth)
     args.ha_enable_leader_election = bool(ha_enable_leader_election)
     args.leader_election_id = leader_election_id or ""
     args.leader_election_namespace = leader_election_namespace or ""

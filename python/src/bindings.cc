@@ -417,6 +417,7 @@ void BindExtProc(py::module_& m) {
       .def_readwrite("pool_watch", &epp::ServeArgs::pool_watch)
       .def_readwrite("endpoint_selector", &epp::ServeArgs::endpoint_selector)
       .def_readwrite("endpoint_target_ports", &epp::ServeArgs::endpoint_target_ports)
+      .def_readwrite("watch_objectives", &epp::ServeArgs::watch_objectives)
       .def_readwrite("pool_import", &epp::ServeArgs::pool_import)
       .def_readwrite("clusters_file", &epp::ServeArgs::clusters_file)
       .def_readwrite("cluster_label", &epp::ServeArgs::cluster_label)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List
@@ -76,8 +77,10 @@ def runtime() -> Iterator[Any]:
         h.close()
 
 
-def metrics(handle: pyepp.ServeHandle) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{handle.metrics_port}/metrics", timeout=10) as r:
+def metrics(handle: pyepp.ServeHandle, token: str = "") -> str:
+    request = urllib.request.Request(f"http://127.0.0.1:{handle.metrics_port}/metrics",
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
+    with urllib.request.urlopen(request, timeout=10) as r:
         return r.read().decode()
 
 
@@ -153,9 +156,20 @@ def test_pool_discovery_from_a_loopback_api_server(runtime: Any, tmp_path: Path)
         assert "inferencepool ns1/llama" in h.describe()
         api.set(pods=[pod("p0", "10.0.0.1"), pod("p1", "10.0.0.2")])
         wait_for("the second Pod", lambda: sorted(e.address for e in h.endpoints()) == [A, B])
-        assert 'epp_pool_discovery_total{result="ok"}' in metrics(h)
+        # With a Kubernetes API, /metrics answers only a token the API server authenticates and
+        # allows (metrics_endpoint_auth's default); False opens it.
+        assert 'epp_pool_discovery_total{result="ok"}' in metrics(h, token="scraper-token")
+        for token, code in (("", 401), ("nobody-token", 403)):
+            with pytest.raises(urllib.error.HTTPError) as e:
+                metrics(h, token)
+            assert e.value.code == code, token
+            e.value.close()
         assert any(auth == "Bearer t0k3n" for _, _, auth in api.requests)
         h.close()  # before the API server goes away
+        h = runtime.start(pool_name="llama", pool_namespace="ns1", kube_api_server=api.url, metrics_port=0,
+                          metrics_endpoint_auth=False, log_level="error")
+        assert "epp_endpoints 2\n" in metrics(h)
+        h.close()
     finally:
         api.close()
 
