@@ -125,9 +125,12 @@ struct ServeArgs {
   std::string leader_election_renew_deadline = "10s";
   std::string leader_election_retry_period = "2s";
 
-  // ---- Reference flags epp accepts without doing what they ask (each one given is named in a
-  // start-up notice saying why): unset = not given.
-  std::optional<bool> enable_tracing, enable_pprof, enable_cert_reload, metrics_endpoint_auth, enable_grpc_stream_metrics,
+  // ---- GIE's --metrics-endpoint-auth: /metrics answers only tokens the API server authenticates
+  // and authorizes (epp/runtime/metrics_auth.h). Unset: on whenever a Kubernetes API is used.
+  std::optional<bool> metrics_endpoint_auth;
+  // ---- Reference flags epp accepts without doing what they ask (each one given true is named in
+  // a start-up notice saying why): unset = not given.
+  std::optional<bool> enable_tracing, enable_pprof, enable_cert_reload, enable_grpc_stream_metrics,
       allow_experimental_plugins;
   std::string refresh_prometheus_metrics_interval, tls_min_version, metrics_client_ca_file, metrics_cert_dir;
   std::vector<std::string> tls_cipher_suites;
