@@ -85,8 +85,9 @@ def test_gone_relists_and_an_outage_keeps_the_set(kube_serve, pods_on_loopback, 
     before = time.monotonic()
     api.compact()
     s.wait_metric("epp_kube_watch_relists_total", lambda v: v is not None and v >= 1)
-    quorum = [c for c in api.lists(PODS, since=before) if "resourceVersion" not in c[2]]
-    assert quorum, "no quorum relist of the Pods after 410"
+    # Each watch relists on its own schedule (the pool's may come first): wait for the Pods'.
+    wait_for(lambda: [c for c in api.lists(PODS, since=before) if "resourceVersion" not in c[2]],
+             "a quorum relist of the Pods after 410", log=s.log)
     api.set(pods=[pod("vllm-a", "127.0.0.2")])  # b leaves: an event on the new watch
     s.wait_metric("epp_endpoints", lambda v: v == 1)
 
