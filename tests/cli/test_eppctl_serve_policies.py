@@ -87,6 +87,9 @@ def test_rewrites_and_objectives_from_the_cluster(kube_serve, pods_on_loopback, 
     by = {dict(labels)["target_model"]: v for labels, v in decisions if dict(labels)["model_rewrite_name"] == NS + "/canary"}
     assert by.get("llama-v1", 0) >= 1 and by.get("llama-v2", 0) >= 1, decisions
 
+    assert m[("epp_kube_policy_watch_events_total", ())] >= 3
+    assert m[("epp_kube_policy_watch_errors_total", ())] >= 1  # the older group's CRDs are not installed here
+
     # Deleted: the rule no longer applies.
     api.delete_object(GROUP, "inferencemodelrewrites", "canary")
     wait_for(lambda: sent_model(ch, "llama") == "base", "the deletion applied", log=s.log)

@@ -269,6 +269,7 @@ struct EppServer::Impl {
       s.lease_name = elector->options().name;
       s.leader = elector->stats();
     }
+    if (policies) s.policy_watch = policies->stats();
     std::lock_guard<std::mutex> lock(mu);
     s.config_reloads = reloads;
     return s;

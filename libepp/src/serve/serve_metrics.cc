@@ -457,6 +457,18 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   WriteSchedulerTimings(x, *src.scheduler);
   WriteGieRequestMetrics(x, s);
   if (src.leader) WriteLeaderElection(x, src);
+  if (src.policy_watch) {
+    const KubeWatchStats& w = *src.policy_watch;
+    x.Single("epp_kube_policy_watch_synced", "gauge",
+             "1 once the InferenceObjective and InferenceModelRewrite collections of both groups have been listed.",
+             int64_t{w.synced});
+    x.Single("epp_kube_policy_watch_events_total", "counter",
+             "InferenceObjective and InferenceModelRewrite events handled.", w.events);
+    x.Single("epp_kube_policy_watch_errors_total", "counter",
+             "Failed lists or watches of InferenceObjectives and InferenceModelRewrites (a group whose CRDs are "
+             "missing counts here, retried with backoff).",
+             w.errors);
+  }
   return x.Take();
 }
 

@@ -36,6 +36,8 @@ struct ServeMetricsSources {
   // Leader election (--ha-enable-leader-election): the Lease's name and this replica's state.
   std::string lease_name;
   std::optional<LeaderElectionStats> leader;
+  // The InferenceObjective / InferenceModelRewrite watches, when on.
+  std::optional<KubeWatchStats> policy_watch;
 };
 
 // The exposition at `now_us` (the clock the pool stamps metrics with).
