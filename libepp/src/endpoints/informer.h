@@ -52,15 +52,19 @@ struct InformerOptions {
   const Logger* log = nullptr;
 };
 
-struct InformerStats {
-  int64_t lists = 0;          // LIST requests answered
-  int64_t watches = 0;        // WATCH requests started
-  int64_t events = 0;         // ADDED, MODIFIED, DELETED events handled
-  int64_t bookmarks = 0;
-  int64_t relists_gone = 0;   // lists made because the resourceVersion expired (410)
-  int64_t errors = 0;         // failed requests and broken streams
-  bool synced = false;        // a list has been handed over
-};
+// The informer's counters are those serve exports (KubeWatchStats): lists, watches, events,
+// bookmarks, relists after 410, errors, and whether a list has been handed over.
+using InformerStats = KubeWatchStats;
+
+// Adds `s`'s counters to `into` (`synced` is left to the caller: it combines differently).
+inline void AddCounts(KubeWatchStats& into, const KubeWatchStats& s) {
+  into.lists += s.lists;
+  into.watches += s.watches;
+  into.events += s.events;
+  into.bookmarks += s.bookmarks;
+  into.relists_gone += s.relists_gone;
+  into.errors += s.errors;
+}
 
 class Informer {
  public:

@@ -442,6 +442,15 @@ absl::StatusOr<PodInfo> ParsePodJson(const nlohmann::json& pod, const std::strin
   return p;
 }
 
+absl::StatusOr<LabelSelector> StandaloneSelector(const std::string& selector, const std::vector<int>& target_ports) {
+  EPP_ASSIGN_OR_RETURN(LabelSelector parsed, ParseLabelSelector(selector));
+  if (parsed.empty()) return absl::InvalidArgumentError("pod discovery: the endpoint selector must not be empty");
+  if (target_ports.empty() || target_ports.size() > 8)
+    return absl::InvalidArgumentError("pod discovery: expected 1 to 8 target ports, got " +
+                                      std::to_string(target_ports.size()));
+  return parsed;
+}
+
 bool PodCounts(const PodInfo& p, const LabelSelector& selector) {
   return !p.ip.empty() && p.ready && !p.deleting && selector.Matches(p.labels);
 }

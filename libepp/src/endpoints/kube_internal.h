@@ -4,6 +4,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -18,5 +19,9 @@ absl::StatusOr<PodInfo> ParsePodJson(const nlohmann::json& pod, const std::strin
 
 // Whether the Pod is an endpoint of `selector` (Ready, with an IP, not being deleted, selected).
 bool PodCounts(const PodInfo& pod, const LabelSelector& selector);
+
+// Standalone mode's selector (--endpoint-selector) and ports, checked: a non-empty selector and 1
+// to 8 target ports. kInvalidArgument naming what is wrong ("pod discovery: ...").
+absl::StatusOr<LabelSelector> StandaloneSelector(const std::string& selector, const std::vector<int>& target_ports);
 
 }  // namespace epp::internal

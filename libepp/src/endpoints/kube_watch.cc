@@ -100,24 +100,13 @@ class PoolWatcher final : public EndpointLister {
         return;
       }
       const internal::InformerStats s = informer->stats();
-      out.lists += s.lists;
-      out.watches += s.watches;
-      out.events += s.events;
-      out.bookmarks += s.bookmarks;
-      out.relists_gone += s.relists_gone;
-      out.errors += s.errors;
+      internal::AddCounts(out, s);
       out.synced = out.synced && s.synced;
     };
     if (!options_.name.empty()) add(pool_informer_.get());
     std::lock_guard<std::mutex> lock(restart_mu_);
     add(pods_informer_.get());
-    // Counts of informers replaced when the pool's selector changed.
-    out.lists += retired_.lists;
-    out.watches += retired_.watches;
-    out.events += retired_.events;
-    out.bookmarks += retired_.bookmarks;
-    out.relists_gone += retired_.relists_gone;
-    out.errors += retired_.errors;
+    internal::AddCounts(out, retired_);  // informers replaced when the pool's selector changed
     return out;
   }
 
@@ -206,13 +195,7 @@ class PoolWatcher final : public EndpointLister {
     std::lock_guard<std::mutex> lock(restart_mu_);
     if (pods_informer_) {
       pods_informer_->Stop();
-      const internal::InformerStats s = pods_informer_->stats();
-      retired_.lists += s.lists;
-      retired_.watches += s.watches;
-      retired_.events += s.events;
-      retired_.bookmarks += s.bookmarks;
-      retired_.relists_gone += s.relists_gone;
-      retired_.errors += s.errors;
+      internal::AddCounts(retired_, pods_informer_->stats());
     }
     pods_informer_ = std::move(informer);
     pods_informer_->Start();
@@ -274,11 +257,7 @@ absl::StatusOr<std::unique_ptr<EndpointLister>> NewInferencePoolWatcher(const Po
                                                                         const Logger* log) {
   LabelSelector standalone;
   if (options.name.empty()) {
-    EPP_ASSIGN_OR_RETURN(standalone, ParseLabelSelector(options.selector));
-    if (standalone.empty()) return absl::InvalidArgumentError("pod discovery: the endpoint selector must not be empty");
-    if (options.target_ports.empty() || options.target_ports.size() > 8)
-      return absl::InvalidArgumentError("pod discovery: expected 1 to 8 target ports, got " +
-                                        std::to_string(options.target_ports.size()));
+    EPP_ASSIGN_OR_RETURN(standalone, internal::StandaloneSelector(options.selector, options.target_ports));
   }
   EPP_RETURN_IF_ERROR(PodCollectionPath(options.ns).status());
   auto watcher = std::make_unique<PoolWatcher>(options, log, std::move(standalone));

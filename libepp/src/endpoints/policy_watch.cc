@@ -240,12 +240,7 @@ KubeWatchStats RequestPolicyWatcher::stats() const {
   out.synced = true;
   for (const auto& i : impl_->informers) {
     const internal::InformerStats s = i->stats();
-    out.lists += s.lists;
-    out.watches += s.watches;
-    out.events += s.events;
-    out.bookmarks += s.bookmarks;
-    out.relists_gone += s.relists_gone;
-    out.errors += s.errors;
+    internal::AddCounts(out, s);
     out.synced = out.synced && s.synced;
   }
   return out;

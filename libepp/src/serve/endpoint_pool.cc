@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "endpoints/kube_internal.h"
 #include "epp/runtime/kube.h"
 #include "serve/endpoint_pool_impl.h"
 
@@ -98,11 +99,7 @@ absl::StatusOr<std::unique_ptr<EndpointLister>> NewInferencePoolImportLister(con
 absl::StatusOr<std::unique_ptr<EndpointLister>> NewInferencePoolLister(const PoolDiscoveryOptions& options) {
   LabelSelector standalone;
   if (options.name.empty()) {
-    EPP_ASSIGN_OR_RETURN(standalone, ParseLabelSelector(options.selector));
-    if (standalone.empty()) return absl::InvalidArgumentError("pod discovery: the endpoint selector must not be empty");
-    if (options.target_ports.empty() || options.target_ports.size() > 8)
-      return absl::InvalidArgumentError("pod discovery: expected 1 to 8 target ports, got " +
-                                        std::to_string(options.target_ports.size()));
+    EPP_ASSIGN_OR_RETURN(standalone, internal::StandaloneSelector(options.selector, options.target_ports));
     EPP_RETURN_IF_ERROR(PodCollectionPath(options.ns).status());
   } else {
     EPP_RETURN_IF_ERROR(InferencePoolPath(options.group, options.ns, options.name).status());

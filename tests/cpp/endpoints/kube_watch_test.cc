@@ -282,6 +282,46 @@ TEST(PoolWatcherTest, CancelEndsAWaitingListAndTheWatcherStopsPromptly) {
   w->reset();  // ends the open watch stream (HttpStream::Cancel), no wait for its timeout
 }
 
+TEST(PoolWatcherTest, AnEventOverTheLineCapEndsTheWatchAndKeepsTheSet) {
+  // A watch stream that sends one "event" of 17 MiB without a line end: the informer stops
+  // reading at the 16 MiB cap (an error, then backoff and a re-watch) instead of buffering it.
+  TestServer srv;
+  std::atomic<int> watches{0};
+  srv.server().Get("/api/v1/namespaces/ns1/pods", [&](const httplib::Request& req, httplib::Response& res) {
+    if (req.get_param_value("watch") != "1") {
+      res.set_content(R"({"kind": "PodList", "metadata": {"resourceVersion": "5"}, "items": [)" +
+                          PodJson("a", "10.0.0.1", true, 5) + "]}",
+                      "application/json");
+      return;
+    }
+    watches++;
+    auto sent = std::make_shared<size_t>(0);
+    res.set_chunked_content_provider("application/json", [sent](size_t, httplib::DataSink& sink) {
+      if (*sent >= (size_t{17} << 20) || !sink.is_writable()) {
+        sink.done();
+        return true;
+      }
+      const std::string chunk(size_t{1} << 20, 'x');
+      *sent += chunk.size();
+      return sink.write(chunk.data(), chunk.size());
+    });
+  });
+  const std::string url = srv.Start();
+  auto w = NewInferencePoolWatcher(Standalone(url));
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::atomic<bool> cancel{false};
+  absl::StatusOr<std::vector<EndpointSpec>> first = (*w)->List(cancel);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // The failure is reported as the lister's error state (the pool keeps the set in use).
+  absl::StatusOr<std::vector<EndpointSpec>> next = (*w)->List(cancel);
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kResourceExhausted) << next.status();
+  EXPECT_NE(std::string(next.status().message()).find("an event over 16 MiB"), std::string::npos) << next.status();
+  EXPECT_GE((*w)->watch_stats()->errors, 1);
+  w->reset();
+  srv.Stop();
+}
+
 TEST(PoolWatcherTest, FirstListFailsWhenTheApiServerIsDown) {
   PoolDiscoveryOptions o = Standalone("http://127.0.0.1:" + std::to_string(epp::testing::ClosedPort()));
   auto w = NewInferencePoolWatcher(o);
