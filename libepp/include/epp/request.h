@@ -78,6 +78,10 @@ struct InferenceRequest {
   // Scheduling priority; negative means sheddable. Never read from the body: it comes from the
   // InferenceObjective named by the request's headers, or from the caller.
   int priority = 0;
+  // The tenant (flow) this request is queued and shared fairly under by flow control: llm-d's
+  // x-llm-d-inference-fairness-id header (x-gateway-inference-fairness-id read as its alias), or
+  // what agent-identity derives from an agent's session header; empty when neither names one.
+  std::string fairness_id;
   // The request body as JSON text, for plugins that send the request on (token-producer's vllm
   // backend asks the model server to render it). A view, not a copy: the caller that has the
   // body points it there just for Scheduler::Pick (the ext_proc session, eppctl pick/explain with
