@@ -126,6 +126,9 @@ class SaturationDetector;
 class DataProducer;
 class RequestObserver;
 class Admitter;
+class Screener;
+class RequestHeaderSource;
+class MetricsSource;
 class ResponseHeaderSource;
 class ResponseMetadataSource;
 
@@ -203,6 +206,9 @@ class Plugin {
   virtual const DataProducer* AsDataProducer() const { return nullptr; }
   virtual const RequestObserver* AsRequestObserver() const { return nullptr; }
   virtual const Admitter* AsAdmitter() const { return nullptr; }
+  virtual const Screener* AsScreener() const { return nullptr; }
+  virtual const RequestHeaderSource* AsRequestHeaderSource() const { return nullptr; }
+  virtual const MetricsSource* AsMetricsSource() const { return nullptr; }
   virtual const ResponseHeaderSource* AsResponseHeaderSource() const { return nullptr; }
   virtual const ResponseMetadataSource* AsResponseMetadataSource() const { return nullptr; }
 

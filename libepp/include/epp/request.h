@@ -58,6 +58,25 @@ struct ResponseUsage {
   std::optional<double> cached_tokens;  // prompt_tokens_details.cached_tokens, when sent
 };
 
+// What kind of media a prompt part carries (InferenceRequest::media_items).
+enum class MediaModality : uint8_t { kImage, kAudio, kVideo };
+// "image", "audio", "video" (llm-d's modality label values).
+std::string_view MediaModalityName(MediaModality modality);
+
+// One media part of a prompt: its modality and a hash of what identifies its content (for a
+// URL part the URL, for inline data the data), so that the same image sent again by URL or as
+// the same base64 payload has the same hash. mm-embeddings-cache-producer remembers these per
+// endpoint (an encoder-cache affinity signal).
+struct MediaItem {
+  MediaModality modality = MediaModality::kImage;
+  uint64_t hash = 0;
+  bool operator==(const MediaItem&) const = default;
+};
+
+// The hash of a media part's identifying content (MediaItem::hash): XXH3-64 of `content`. Every
+// parser uses it, so that a part means the same whatever API carried it.
+uint64_t MediaContentHash(std::string_view content);
+
 struct InferenceRequest {
   ApiKind api = ApiKind::kCompletions;
   std::string path;        // as received (kDefaultRequestPath when none was given)
@@ -72,6 +91,11 @@ struct InferenceRequest {
   // Media parts of the prompt (chat image_url / input_audio / video_url / audio_url, Responses
   // input_image; not files): what an encode stage would process (always-disagg-multimodal-decider).
   int media_parts = 0;
+  // The media parts themselves, one entry per part in prompt order (repeats included), as far as
+  // the parser identifies them: chat image_url (the URL), input_audio (data and format),
+  // video_url and audio_url (the URL), Responses input_image (image_url or file_id). A parser
+  // that only counts a kind of part leaves it out, so size() <= media_parts.
+  std::vector<MediaItem> media_items;
   // Request headers in arrival order, names lower-cased; a repeated header appears repeatedly.
   // Empty for ParseOpenAIRequest (the body carries none).
   std::vector<std::pair<std::string, std::string>> headers;

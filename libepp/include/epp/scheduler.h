@@ -4,6 +4,8 @@
 // Pick(request, endpoints) runs, in GIE's order:
 //   1. candidates: the endpoints, narrowed by the gateway's subset hint when one is given
 //      (entries "ip:port" match exactly, a bare "ip" matches every port); none left -> 503;
+//   1b. screeners (Screener, e.g. disaggregatedset-rollout-screener) narrow the candidates for the
+//      whole cycle; none left -> 503;
 //   2. data producers (prefix hashing and index lookup);
 //   3. admission: a sheddable request (priority < 0) is rejected with 429 when the saturation
 //      detector reports saturation >= 1.0 over the candidates;
@@ -169,7 +171,7 @@ struct PluginTiming {
   // GIE's names where GIE has the extension point: "ProfilePicker" (ProfileHandler::PickProfiles,
   // called until it returns no profile, so at least twice per pick), "Filter", "Scorer", "Picker",
   // "ProcessProfilesResults" (ProfileHandler::ProcessResults), "DataProducer" (Prepare),
-  // "PreRequest" (RequestObserver, recorded picks only), "Admitter" (Admit); and
+  // "PreRequest" (RequestObserver, recorded picks only), "Admitter" (Admit), "Screener" (Screen); and
   // "SaturationDetector" (Saturation, plus ExplainSaturation when it runs).
   std::string extension_point;
   std::string plugin_type;
@@ -295,6 +297,9 @@ class Scheduler {
   std::vector<PluginTiming> PluginTimings() const;
   // Duration of whole Pick() calls, every outcome included (GIE's scheduler e2e latency).
   DurationHistogram CycleTiming() const;
+  // The metrics of the plugins that export their own (MetricsSource: llm-d's plugin metrics such
+  // as llm_d_epp_encoder_cache_*), in plugin order; what `eppctl serve` adds to /metrics.
+  std::vector<PluginMetric> PluginMetrics() const;
 
   // GIE's SimpleTokenEstimator: input tokens (request.prompt_tokens, at least 1) plus
   // round(1.5 * input) expected output tokens.

@@ -48,6 +48,16 @@ struct TokenState {
   std::string note;  // why a fallback happened ("POST http://...: timed out after 5000 ms")
 };
 
+// Encoder-cache matches for one cycle, filled by mm-embeddings-cache-producer: the request's
+// distinct media items (InferenceRequest::media_items with repeats dropped) and, per endpoint
+// index, how many of them the producer remembers that endpoint processing recently.
+struct EncoderCacheState {
+  bool computed = false;             // a producer ran and the request has media items
+  std::vector<MediaItem> items;      // distinct by hash, first occurrence kept
+  std::vector<int> matched;          // per endpoint index: items recently served there
+  std::string producer;              // name of the producer that filled this
+};
+
 struct SchedulingContext {
   const InferenceRequest* request = nullptr;
   std::span<const Endpoint> endpoints;  // the whole pool; candidates point into it
@@ -58,6 +68,7 @@ struct SchedulingContext {
   std::vector<int64_t> inflight_tokens;
   PrefixState prefix;
   TokenState tokens;
+  EncoderCacheState encoder_cache;
   // The endpoint an earlier profile of this cycle chose that the running profile's picks should be
   // close to (the decode pick while a disaggregated prefill profile runs; llm-d's "peer
   // endpoint"); nullptr when the profile handler names none. Topology affinity reads it.
@@ -189,6 +200,59 @@ class DataProducer {
  public:
   virtual ~DataProducer() = default;
   virtual void Prepare(SchedulingContext& ctx, Candidates candidates) const = 0;
+  // True for a producer that fills SchedulingContext::prefix (approx-, precise- and
+  // burst-prefix-cache-producer): a scheduler holds at most one, and runs it before the producers
+  // that answer false (those fill other per-cycle data, e.g. encoder_cache, and may read prefix).
+  virtual bool FillsPrefix() const { return true; }
+};
+
+// Narrows the candidates once per request, after the gateway's subset hint and before the data
+// producers, admission and every profile (llm-d's Screener). What a screener removes no profile
+// sees, so a constraint the whole cycle must keep (one rollout revision for both the prefill and
+// the decode pick) cannot be undone by a later filter, scorer or picker. Every screener gets the
+// same candidates; the cycle keeps those that all of them keep, in candidate order. None kept:
+// 503 "rejected-no-endpoints". Returns a subset of `candidates` (never adds).
+class Screener {
+ public:
+  virtual ~Screener() = default;
+  virtual std::vector<const Endpoint*> Screen(const SchedulingContext& ctx, Candidates candidates) const = 0;
+};
+
+// Headers for the upstream request, set after a successful pick (llm-d's PreRequest plugins that
+// write request headers, e.g. p2p-source-producer's x-kv-cache-source-host-port). Called in config
+// order with what each profile chose. The gateway's copies of OwnedHeaders() are always removed
+// from the upstream request, whether or not the source sets them (a client cannot set its own).
+class RequestHeaderSource {
+ public:
+  virtual ~RequestHeaderSource() = default;
+  virtual void RequestHeaders(const SchedulingContext& ctx, std::span<const ProfileRun> runs,
+                              std::string_view primary_profile,
+                              std::vector<std::pair<std::string, std::string>>& out) const = 0;
+  virtual std::vector<std::string> OwnedHeaders() const { return {}; }
+};
+
+// One sample of a metric a plugin exports on eppctl serve's /metrics (llm-d's plugin metrics,
+// e.g. llm_d_epp_encoder_cache_hits_total). Samples of one name from several plugins form one
+// family (the first sample's type and help are used).
+struct PluginMetric {
+  std::string name;  // the full exposition name, e.g. "llm_d_epp_encoder_cache_queries_total"
+  std::string type;  // "counter", "gauge" or "histogram"
+  std::string help;
+  std::vector<std::pair<std::string, std::string>> labels;
+  double value = 0;  // counter and gauge
+  // histogram: upper bounds (`le`; +Inf implicit), cumulative counts aligned with them, the
+  // number of observations (+Inf) and their sum.
+  std::vector<double> bounds;
+  std::vector<uint64_t> cumulative;
+  uint64_t count = 0;
+  double sum = 0;
+};
+
+// Implemented by plugins with metrics of their own; called at every /metrics scrape.
+class MetricsSource {
+ public:
+  virtual ~MetricsSource() = default;
+  virtual void CollectMetrics(std::vector<PluginMetric>& out) const = 0;
 };
 
 // Learns from decisions: called after a successful, recorded pick with the primary endpoint (the

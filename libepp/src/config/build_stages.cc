@@ -1,6 +1,7 @@
 // The stages of BuildScheduler (build_stages.h lists them and the GIE rule each applies).
 #include "config/build_stages.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <set>
@@ -315,7 +316,7 @@ absl::Status ResolvePrefixProducer(BuildState& st) {
   Scheduler::Impl& impl = *st.impl;
   const Plugin* producer = nullptr;
   for (const auto& p : impl.plugins) {
-    if (!p->AsDataProducer() || plugins::IsTokenSource(*p)) continue;
+    if (!p->AsDataProducer() || plugins::IsTokenSource(*p) || !p->AsDataProducer()->FillsPrefix()) continue;
     if (producer) return st.Error(0, "", absl::StrCat("two prefix producers: '", producer->name(), "' and '", p->name(), "'"));
     producer = p.get();
   }
@@ -333,6 +334,17 @@ absl::Status ResolvePrefixProducer(BuildState& st) {
     if (p->AsProfileHandler()) needed |= needs_prefix(*p);
   if (needed && !producer) {
     EPP_ASSIGN_OR_RETURN(producer, st.AddDefault(plugins::kApproxPrefixProducerType, std::string(plugins::kApproxPrefixProducerType)));
+  }
+  // mm-embeddings-cache-scorer reads what an mm-embeddings-cache-producer finds; llm-d registers
+  // that producer as its data's default, so a profile using the scorer without one gets one.
+  bool mm_needed = false, mm_present = false;
+  for (const Profile& prof : impl.profiles)
+    for (const auto& s : prof.scorers) mm_needed |= s.plugin->type() == plugins::kMmEmbeddingsCacheScorerType;
+  for (const auto& p : impl.plugins) mm_present |= p->type() == plugins::kMmEmbeddingsCacheProducerType;
+  if (mm_needed && !mm_present) {
+    EPP_RETURN_IF_ERROR(st.AddDefault(plugins::kMmEmbeddingsCacheProducerType,
+                                      std::string(plugins::kMmEmbeddingsCacheProducerType))
+                            .status());
   }
   // prefix-cache-scorer's prefixMatchInfoProducerName must name the producer in use.
   for (const auto& p : impl.plugins) {
@@ -375,9 +387,22 @@ void IndexHooks(BuildState& st) {
   // Token producers first: the prefix producer reads their tokens.
   for (const auto& p : st.impl->plugins)
     if (plugins::IsTokenSource(*p) && p->AsDataProducer()) st.impl->producers.push_back(p->AsDataProducer());
+  // Then the prefix producer, then the producers of other data (they may read its matches).
+  for (const auto& p : st.impl->plugins)
+    if (const DataProducer* d = p->AsDataProducer(); d && !plugins::IsTokenSource(*p) && d->FillsPrefix())
+      st.impl->producers.push_back(d);
   for (const auto& p : st.impl->plugins) {
     const DataProducer* d = p->AsDataProducer();
-    if (d && !plugins::IsTokenSource(*p)) st.impl->producers.push_back(d);
+    if (d && !plugins::IsTokenSource(*p) && !d->FillsPrefix()) st.impl->producers.push_back(d);
+    if (const Screener* sc = p->AsScreener()) st.impl->screeners.push_back(sc);
+    if (const RequestHeaderSource* rh = p->AsRequestHeaderSource()) {
+      st.impl->request_header_sources.push_back(rh);
+      for (std::string h : rh->OwnedHeaders()) {
+        for (char& c : h) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        if (std::find(st.impl->owned_headers.begin(), st.impl->owned_headers.end(), h) == st.impl->owned_headers.end())
+          st.impl->owned_headers.push_back(std::move(h));
+      }
+    }
     if (const RequestObserver* o = p->AsRequestObserver()) st.impl->observers.push_back(o);
     if (const Admitter* a = p->AsAdmitter()) st.impl->admitters.push_back(a);
     if (const ResponseHeaderSource* h = p->AsResponseHeaderSource()) st.impl->response_header_sources.push_back(h);

@@ -14,4 +14,5 @@
 #include "plugins/profile/profile.h"
 #include "plugins/response/response.h"
 #include "plugins/saturation/saturation.h"
+#include "plugins/screener/screener.h"
 #include "plugins/scorer/scorer.h"

@@ -45,7 +45,7 @@ void AppendMediaRef(std::string_view ref, std::string& out) {
 // (<image:...>, <audio:...>) so that the same image renders the same and two images differ, and
 // count in `media`; any other part type is carried as its type and canonical JSON rather than
 // refused, so a part type the OpenAI API adds later still routes.
-absl::Status AppendContentPart(const element& part, const JsonPath& at, std::string& out, int& media) {
+absl::Status AppendContentPart(const element& part, const JsonPath& at, std::string& out, MediaSink media) {
   std::optional<simdjson::dom::object> obj = AsObject(part);
   if (!obj.has_value()) return TypeError(at, "an object", part);
   EPP_ASSIGN_OR_RETURN(std::string_view type, RequiredString(*obj, "type", at));
@@ -69,7 +69,7 @@ absl::Status AppendContentPart(const element& part, const JsonPath& at, std::str
       if (!image_obj.has_value()) return TypeError(image_path, "an object or a string", *image);
       EPP_ASSIGN_OR_RETURN(url, RequiredString(*image_obj, "url", image_path));
     }
-    ++media;
+    media.Add(MediaModality::kImage, *url);
     out += "<image:";
     AppendMediaRef(*url, out);
     out += '>';
@@ -83,7 +83,7 @@ absl::Status AppendContentPart(const element& part, const JsonPath& at, std::str
     if (!ref.has_value()) ref = OptionalString(*obj, "file_id", at, status);
     EPP_RETURN_IF_ERROR(status);
     if (!ref.has_value()) return ErrorAt(at, "expected a string image_url or file_id");
-    ++media;
+    media.Add(MediaModality::kImage, *ref);
     out += "<image:";
     AppendMediaRef(*ref, out);
     out += '>';
@@ -96,16 +96,32 @@ absl::Status AppendContentPart(const element& part, const JsonPath& at, std::str
     std::optional<simdjson::dom::object> audio_obj = AsObject(*audio);
     if (!audio_obj.has_value()) return TypeError(audio_path, "an object", *audio);
     EPP_ASSIGN_OR_RETURN(std::string_view data, RequiredString(*audio_obj, "data", audio_path));
-    ++media;
+    // The same clip in another format is another input to the encoder: the format is part of
+    // its identity (llm-d hashes data and format together too).
+    std::string identity(data);
+    if (std::optional<element> format = Member(*audio_obj, "format"))
+      if (std::optional<std::string_view> f = AsString(*format)) identity.append("\n").append(*f);
+    media.Add(MediaModality::kAudio, identity);
     out += "<audio:";
     AppendMediaRef(data, out);
     out += '>';
     return absl::OkStatus();
   }
   // Any other part (file, video_url, ...): its type and a reference to its canonical JSON.
-  if (type == "video_url" || type == "audio_url") ++media;
   std::string json;
   AppendCanonicalJson(part, json);
+  if (type == "video_url" || type == "audio_url") {
+    // {"video_url": {"url": ...}} (or a bare URL string): the URL identifies it; another shape
+    // is identified by its whole canonical JSON.
+    std::optional<std::string_view> url;
+    if (std::optional<element> ref = Member(*obj, type)) {
+      url = AsString(*ref);
+      if (!url.has_value())
+        if (std::optional<simdjson::dom::object> ref_obj = AsObject(*ref))
+          if (std::optional<element> u = Member(*ref_obj, "url")) url = AsString(*u);
+    }
+    media.Add(type == "video_url" ? MediaModality::kVideo : MediaModality::kAudio, url.value_or(json));
+  }
   out += '<';
   out.append(type);
   out += ':';
@@ -115,7 +131,7 @@ absl::Status AppendContentPart(const element& part, const JsonPath& at, std::str
 }
 
 // `content` of a message: a string, an array of parts, or null.
-absl::Status AppendContent(const element& content, const JsonPath& at, std::string& out, int& media) {
+absl::Status AppendContent(const element& content, const JsonPath& at, std::string& out, MediaSink media) {
   if (std::optional<std::string_view> s = AsString(content)) {
     out.append(*s);
     return absl::OkStatus();
@@ -134,7 +150,7 @@ absl::Status AppendContent(const element& content, const JsonPath& at, std::stri
 }  // namespace
 
 // One chat message (or Responses message item): role, content, then the tool calls it makes.
-absl::Status AppendMessage(const simdjson::dom::object& msg, const JsonPath& at, std::string& out, int& media) {
+absl::Status AppendMessage(const simdjson::dom::object& msg, const JsonPath& at, std::string& out, MediaSink media) {
   std::optional<element> role, content, tool_calls, function_call;
   for (simdjson::dom::key_value_pair kv : msg) {
     if (kv.key == "role") role = kv.value;
@@ -155,7 +171,7 @@ absl::Status AppendMessage(const simdjson::dom::object& msg, const JsonPath& at,
 }
 
 // A chat `messages` array: at least one message (the OpenAI API requires one), each an object.
-absl::Status AppendMessages(const element& messages, const JsonPath& at, std::string& out, int& media) {
+absl::Status AppendMessages(const element& messages, const JsonPath& at, std::string& out, MediaSink media) {
   std::optional<simdjson::dom::array> list = AsArray(messages);
   if (!list.has_value()) return TypeError(at, "an array", messages);
   if (list->begin() == list->end()) return Empty(at);
@@ -189,3 +205,18 @@ absl::Status AppendTools(const std::optional<element>& tools, const JsonPath& at
 }
 
 }  // namespace epp::internal::openai
+
+namespace epp {
+
+std::string_view MediaModalityName(MediaModality modality) {
+  switch (modality) {
+    case MediaModality::kImage: return "image";
+    case MediaModality::kAudio: return "audio";
+    case MediaModality::kVideo: return "video";
+  }
+  return "image";
+}
+
+uint64_t MediaContentHash(std::string_view content) { return XXH3_64bits(content.data(), content.size()); }
+
+}  // namespace epp

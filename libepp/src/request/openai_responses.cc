@@ -16,7 +16,7 @@ namespace {
 // One item of a Responses `input` array: a message (has a role; type absent or "message"), or
 // another item (function_call, function_call_output, reasoning, ...) rendered as its type and
 // canonical JSON.
-absl::Status AppendResponseItem(const element& item, const JsonPath& at, std::string& out, int& media) {
+absl::Status AppendResponseItem(const element& item, const JsonPath& at, std::string& out, MediaSink media) {
   std::optional<simdjson::dom::object> obj = AsObject(item);
   if (!obj.has_value()) return TypeError(at, "an object", item);
   std::optional<element> type = Member(*obj, "type");
@@ -54,7 +54,7 @@ absl::Status AppendInstructions(const std::optional<element>& instructions, cons
 }
 
 // `input`: a non-empty string or a non-empty array of items.
-absl::Status AppendResponsesInput(const element& input, const JsonPath& at, std::string& out, int& media) {
+absl::Status AppendResponsesInput(const element& input, const JsonPath& at, std::string& out, MediaSink media) {
   if (std::optional<std::string_view> s = AsString(input)) {
     if (s->empty()) return Empty(at);
     out += "user\n";

@@ -133,7 +133,7 @@ absl::Status ParseBody(const element& root, size_t body_size, const JsonPath& at
       const JsonPath messages_path = at.Key("messages");
       if (!f.messages.has_value()) return Missing(messages_path);
       EPP_RETURN_IF_ERROR(AppendTools(f.tools, at.Key("tools"), out));
-      EPP_RETURN_IF_ERROR(AppendMessages(*f.messages, messages_path, out, req.media_parts));
+      EPP_RETURN_IF_ERROR(AppendMessages(*f.messages, messages_path, out, MediaSink(req)));
       break;
     }
     case ApiKind::kResponses: {
@@ -141,13 +141,13 @@ absl::Status ParseBody(const element& root, size_t body_size, const JsonPath& at
       if (!f.input.has_value()) return Missing(input_path);
       EPP_RETURN_IF_ERROR(AppendInstructions(f.instructions, at.Key("instructions"), out));
       EPP_RETURN_IF_ERROR(AppendTools(f.tools, at.Key("tools"), out));
-      EPP_RETURN_IF_ERROR(AppendResponsesInput(*f.input, input_path, out, req.media_parts));
+      EPP_RETURN_IF_ERROR(AppendResponsesInput(*f.input, input_path, out, MediaSink(req)));
       break;
     }
     case ApiKind::kEmbeddings: {
       // vLLM also embeds chat conversations given as `messages` instead of `input`.
       if (!f.input.has_value() && f.messages.has_value()) {
-        EPP_RETURN_IF_ERROR(AppendMessages(*f.messages, at.Key("messages"), out, req.media_parts));
+        EPP_RETURN_IF_ERROR(AppendMessages(*f.messages, at.Key("messages"), out, MediaSink(req)));
         break;
       }
       const JsonPath input_path = at.Key("input");

@@ -135,14 +135,34 @@ void AppendCanonicalJson(const element& e, std::string& out);
 // Prompt rendering, one function per input shape; the grammar is documented in
 // docs/scheduling.md. `media` counts image, audio and video parts (InferenceRequest::media_parts).
 
+// Where a renderer reports a media part: it always counts it, and when the sink was made from
+// the request it also records what the part is (InferenceRequest::media_items). Passed by value;
+// a bare `int&` still converts to a counting-only sink.
+class MediaSink {
+ public:
+  MediaSink(int& count) : count_(&count) {}  // NOLINT(google-explicit-constructor): counting only
+  MediaSink(InferenceRequest& req) : count_(&req.media_parts), items_(&req.media_items) {}  // NOLINT
+  // Counts a part whose identity is unknown.
+  void Count() const { ++*count_; }
+  // Counts a part and records it with the hash of `content` (MediaContentHash).
+  void Add(MediaModality modality, std::string_view content) const {
+    ++*count_;
+    if (items_ != nullptr) items_->push_back(MediaItem{modality, MediaContentHash(content)});
+  }
+
+ private:
+  int* count_;
+  std::vector<MediaItem>* items_ = nullptr;
+};
+
 // openai_chat.cc: a chat `messages` array (also an embeddings conversation), and `tools`.
-absl::Status AppendMessage(const simdjson::dom::object& msg, const JsonPath& at, std::string& out, int& media);
-absl::Status AppendMessages(const element& messages, const JsonPath& at, std::string& out, int& media);
+absl::Status AppendMessage(const simdjson::dom::object& msg, const JsonPath& at, std::string& out, MediaSink media);
+absl::Status AppendMessages(const element& messages, const JsonPath& at, std::string& out, MediaSink media);
 absl::Status AppendTools(const std::optional<element>& tools, const JsonPath& at, std::string& out);
 
 // openai_responses.cc: the Responses API's `instructions` and `input`.
 absl::Status AppendInstructions(const std::optional<element>& instructions, const JsonPath& at, std::string& out);
-absl::Status AppendResponsesInput(const element& input, const JsonPath& at, std::string& out, int& media);
+absl::Status AppendResponsesInput(const element& input, const JsonPath& at, std::string& out, MediaSink media);
 
 // openai_prompt_input.cc: a completions `prompt` or embeddings `input`. `token_count` is set for
 // token-id prompts.

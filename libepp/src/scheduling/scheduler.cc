@@ -110,6 +110,7 @@ void SetUpTimers(Scheduler::Impl& m) {
       if (static_cast<const void*>(((*p).*as)()) == iface) return p.get();
     return nullptr;
   };
+  for (const Screener* s : m.screeners) m.screener_timers.push_back(timer("Screener", owner(&Plugin::AsScreener, s)));
   for (const DataProducer* d : m.producers)
     m.producer_timers.push_back(timer("DataProducer", owner(&Plugin::AsDataProducer, d)));
   if (m.detector) m.detector_timer = timer("SaturationDetector", m.detector_plugin);
@@ -264,6 +265,8 @@ class Cycle {
   // 1. The endpoints the gateway's subset hint allows, less those whose scrape was refused
   //    (unless that leaves none); none left: 503.
   bool SelectCandidates();
+  // 1b. Screeners narrow the candidates for the whole cycle (their intersection); none left: 503.
+  bool Screen();
   // 2. Data producers (tokens, prefix hashes and index lookups) fill the context.
   void RunProducers();
   // 3. Admission: the saturation detector sheds a sheddable request from a saturated pool, then
@@ -336,6 +339,33 @@ bool Cycle::SelectCandidates() {
     r_.reason = "the subset hint is empty: no endpoint may serve the request";
   else
     r_.reason = absl::StrCat("no endpoint of the pool matches the subset hint [", absl::StrJoin(*options_.subset, ", "), "]");
+  return false;
+}
+
+bool Cycle::Screen() {
+  if (m_.screeners.empty()) return true;
+  // Every screener sees the same candidates (llm-d's rule: one screener's random choice must not
+  // depend on another's); an endpoint stays when all of them keep it.
+  std::vector<int> kept_by(candidates_.size(), 0);
+  const std::string* emptied = nullptr;
+  for (size_t i = 0; i < m_.screeners.size(); ++i) {
+    const int64_t t0 = TimingNowNs();
+    const std::vector<const Endpoint*> kept = m_.screeners[i]->Screen(ctx_, candidates_);
+    m_.screener_timers[i]->histogram.Record(TimingNowNs() - t0);
+    size_t j = 0;
+    for (size_t c = 0; c < candidates_.size() && j < kept.size(); ++c)
+      if (candidates_[c] == kept[j]) ++kept_by[c], ++j;
+    if (kept.empty() && emptied == nullptr) emptied = &m_.screener_timers[i]->plugin->name();
+  }
+  size_t n = 0;
+  for (size_t c = 0; c < candidates_.size(); ++c)
+    if (kept_by[c] == static_cast<int>(m_.screeners.size())) candidates_[n++] = candidates_[c];
+  candidates_.resize(n);
+  r_.candidates = static_cast<int>(n);
+  if (n > 0) return true;
+  r_.status = 503;
+  r_.reason = emptied ? absl::StrCat("screeners eliminated all endpoint candidates (screener '", *emptied, "' kept none)")
+                      : std::string("screeners eliminated all endpoint candidates");
   return false;
 }
 
@@ -469,6 +499,8 @@ void Cycle::Answer() {
   r_.prefix_match_blocks = ctx_.PrefixMatchBlocks(primary_->picked.front());
   for (const ResponseHeaderSource* h : m_.response_header_sources)
     h->ResponseHeaders(ctx_, runs_, r_.primary_profile, r_.response_headers);
+  for (const RequestHeaderSource* h : m_.request_header_sources)
+    h->RequestHeaders(ctx_, runs_, r_.primary_profile, r_.headers);
 }
 
 void Cycle::Record() {
@@ -503,6 +535,7 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
   PickResult r;
   Cycle cycle(*impl_, request, endpoints, options, r);
   if (!cycle.SelectCandidates()) return r;
+  if (!cycle.Screen()) return r;
   cycle.RunProducers();
   if (!cycle.Admit()) return r;
   cycle.RunProfiles();
@@ -664,5 +697,12 @@ std::vector<PluginTiming> Scheduler::PluginTimings() const {
 }
 
 DurationHistogram Scheduler::CycleTiming() const { return impl_->cycle_timing.Snapshot(); }
+
+std::vector<PluginMetric> Scheduler::PluginMetrics() const {
+  std::vector<PluginMetric> out;
+  for (const auto& p : impl_->plugins)
+    if (const MetricsSource* m = p->AsMetricsSource()) m->CollectMetrics(out);
+  return out;
+}
 
 }  // namespace epp

@@ -122,6 +122,8 @@ struct Scheduler::Impl {
   std::vector<const ResponseMetadataSource*> response_metadata_sources;
   std::vector<const RequestObserver*> observers;
   std::vector<const Admitter*> admitters;
+  std::vector<const Screener*> screeners;                        // config order
+  std::vector<const RequestHeaderSource*> request_header_sources;  // config order
   // The plugins' runtime capabilities and what they add up to, indexed by the Scheduler's
   // constructor once the plugins above are in place.
   plugins::Capabilities caps;
@@ -139,6 +141,7 @@ struct Scheduler::Impl {
   std::vector<PluginTimer*> producer_timers;
   std::vector<PluginTimer*> observer_timers;
   std::vector<PluginTimer*> admitter_timers;
+  std::vector<PluginTimer*> screener_timers;
   PluginTimer* detector_timer = nullptr;
   PluginTimer* profile_picker_timer = nullptr;
   PluginTimer* process_results_timer = nullptr;

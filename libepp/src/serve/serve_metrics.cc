@@ -145,6 +145,27 @@ void WriteTokenizerMetrics(Exposition& x, const std::vector<TokenizerCounters>& 
     x.Sample("epp_tokenizer_cache_tokens", {{"plugin", t.plugin}}, t.cache_tokens);
 }
 
+// Metrics the plugins export themselves (MetricsSource): one family per name, in the order
+// names first appear, each with the first sample's type and help.
+void WritePluginMetrics(Exposition& x, const std::vector<PluginMetric>& samples) {
+  std::vector<std::string_view> names;
+  for (const PluginMetric& m : samples)
+    if (std::find(names.begin(), names.end(), m.name) == names.end()) names.push_back(m.name);
+  for (std::string_view name : names) {
+    bool first = true;
+    for (const PluginMetric& m : samples) {
+      if (m.name != name) continue;
+      if (first) x.Family(m.name, m.type, m.help);
+      first = false;
+      Labels labels(m.labels.begin(), m.labels.end());
+      if (m.type == "histogram")
+        x.Histogram(m.name, labels, m.bounds, m.cumulative, m.count, m.sum);
+      else
+        x.Sample(m.name, labels, m.value);
+    }
+  }
+}
+
 // The approximate prefix cache: the index's size and the pool-wide hit ratio of picked requests.
 void WritePrefixCacheMetrics(Exposition& x, const ExtProcStats& s, int64_t prefix_entries) {
   const int64_t blocks = s.prefix_blocks.load(), matched = s.prefix_match_blocks.load();
@@ -447,6 +468,7 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   WriteStreamCounters(x, s);
   if (src.kv_index) WriteKvEventMetrics(x, src);
   WriteTokenizerMetrics(x, src.scheduler->Tokenizers());
+  WritePluginMetrics(x, src.scheduler->PluginMetrics());
   const int64_t prefix_entries = static_cast<int64_t>(src.scheduler->PrefixIndexEntries());
   WritePrefixCacheMetrics(x, s, prefix_entries);
   WritePoolCounters(x, src, *pool, pc);

@@ -26,4 +26,25 @@ PluginOr CreateEndpointNotificationSource(const std::string& name, const Params&
 PluginSchema PrecisePrefixProducerSchema();  // precise-prefix-cache-scorer's too
 PluginSchema TokenProducerSchema();
 
+// llm-d Router's other request-control data producers (mm_embeddings.cc, burst_prefix_producer.cc,
+// p2p_source_producer.cc). mm-embeddings-cache-scorer lives with its producer: it only reads what
+// the producer leaves in SchedulingContext::encoder_cache.
+inline constexpr std::string_view kMmEmbeddingsCacheProducerType = "mm-embeddings-cache-producer";
+inline constexpr std::string_view kMmEmbeddingsCacheScorerType = "mm-embeddings-cache-scorer";
+inline constexpr std::string_view kBurstPrefixProducerType = "burst-prefix-cache-producer";
+inline constexpr std::string_view kP2pSourceProducerType = "p2p-source-producer";
+// The header p2p-source-producer sets: the peer llm-d's routing sidecar pulls KV blocks from.
+inline constexpr std::string_view kKvCacheSourceHeader = "x-kv-cache-source-host-port";
+
+PluginOr CreateMmEmbeddingsCacheProducer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateMmEmbeddingsCacheScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateBurstPrefixProducer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateP2pSourceProducer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginSchema MmEmbeddingsCacheProducerSchema();
+PluginSchema MmEmbeddingsCacheScorerSchema();
+PluginSchema BurstPrefixProducerSchema();
+PluginSchema P2pSourceProducerSchema();
+// Media items an mm-embeddings-cache-producer remembers for `endpoint` (0 for another plugin).
+size_t MmEmbeddingsCacheEntries(const Plugin& producer, std::string_view endpoint);
+
 }  // namespace epp::plugins
