@@ -53,12 +53,18 @@ int RunSim(SimCommandOptions o) {
     if (i > 0) {  // --kv-events tcp://HOST:PORT with --count: PORT, PORT+1, ... (0 stays 0: free ports)
       if (!h.kv_events_connect) h.kv_events_endpoint = OffsetPort(o.http.kv_events_endpoint, i);  // connect: one socket
       h.kv_events_replay_endpoint = OffsetPort(o.http.kv_events_replay_endpoint, i);
+      // One DCGM exporter per server (its GPU): ports PORT, PORT+1, ... (0: free ones), pods NAME-i.
+      if (h.dcgm_port > 0) h.dcgm_port += i;
+      h.dcgm.gpu = i;
     }
+    if (o.count > 1 && !h.dcgm.pod.empty()) h.dcgm.pod += "-" + std::to_string(i);
     auto s = epp::SimHttpServer::Start(h);
     if (!s.ok()) return PrintError(s.status());
     std::cout << "epp-sim " << h.params.engine << " listening on " << (*s)->url();
     if (!(*s)->kv_events_endpoint().empty()) std::cout << " kv-events " << (*s)->kv_events_endpoint();
     if (!(*s)->kv_events_replay_endpoint().empty()) std::cout << " kv-events-replay " << (*s)->kv_events_replay_endpoint();
+    if ((*s)->dcgm_port() > 0)
+      std::cout << " dcgm http://" << h.host << ":" << (*s)->dcgm_port() << h.dcgm_path;
     std::cout << std::endl;
     servers.push_back(*std::move(s));
   }
@@ -141,6 +147,17 @@ void SetupSimCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--kv-bytes-per-token", h.kv_bytes_per_token, "KV bytes per prompt token (Llama-3.1-8B bf16: 131072)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--dcgm-port", h.dcgm_port,
+                  "Also run an NVIDIA DCGM exporter for the server's GPU on this port (0: a free one; with --count, "
+                  "PORT, PORT+1, ...; the exporter's own is 9400): GPU utilization, power, memory derived from the "
+                  "load (docs/sim.md), what llm-d's dcgm-data-source reads; -1: none")
+      ->capture_default_str()->check(CLI::Range(-1, 65535));
+  cmd->add_option("--dcgm-path", h.dcgm_path, "The DCGM exporter's path")->capture_default_str();
+  cmd->add_option("--dcgm-pod", h.dcgm.pod,
+                  "Write the exporter's Kubernetes labels (pod, namespace, container) with this Pod name (with --count: "
+                  "NAME-0, NAME-1, ...), as a DaemonSet exporter does; empty: none, as a sidecar");
+  cmd->add_option("--dcgm-namespace", h.dcgm.ns, "The namespace label with --dcgm-pod")->capture_default_str();
+  cmd->add_option("--dcgm-hostname", h.dcgm.hostname, "The exporter's Hostname label")->capture_default_str();
   cmd->callback([o, &exit_code] { exit_code = RunSim(*o); });
 }
 

@@ -52,6 +52,25 @@ struct ProfileSpec {
   int line = 0;
 };
 
+// llm-d's `dataLayer:` section: which data sources run, each with the extractors its answers go
+// to; the discovery plugin that lists the endpoints. References name entries of `plugins`.
+struct DataLayerSourceSpec {
+  std::string plugin_ref;
+  std::vector<std::string> extractor_refs;
+  std::string path;  // "dataLayer.sources[0]"
+  int line = 0;
+};
+struct DataLayerSpec {
+  bool present = false;                 // the section was written
+  std::optional<bool> inject_defaults;  // unset: true (llm-d's default)
+  std::vector<DataLayerSourceSpec> sources;
+  std::string discovery_ref;            // dataLayer.discovery.pluginRef; empty: none
+  int discovery_line = 0;
+  // Keys epp loads but does not act on (peerDiscovery, crossReplicaSyncerPluginRef,
+  // crossReplicaSyncInterval), kept for the effective config.
+  Params other;
+};
+
 struct EppConfig {
   std::string api_version = std::string(kGieApiVersion);
   std::string source;  // file name (and embedded location) for messages; "<default>" for the default
@@ -64,6 +83,7 @@ struct EppConfig {
   Params saturation_detector_params;
   std::string parser_ref;                // `parser` (llm-d's deprecated single parser)
   std::vector<std::string> parser_refs;  // requestHandler.parsers, in order
+  DataLayerSpec data_layer;
   // Sections loaded but not acted on, and other notes, e.g.
   // "flowControl: loaded but not implemented by epp; requests are never queued".
   std::vector<std::string> warnings;

@@ -48,6 +48,48 @@ struct EndpointMetrics {
   }
 };
 
+// A model the server lists at /v1/models (llm-d's models-data-extractor): a base model, or a LoRA
+// adapter with the base model it runs on as `parent`.
+struct ServedModel {
+  std::string id;
+  std::string parent;  // empty for a base model
+  bool operator==(const ServedModel&) const = default;
+};
+
+// What the data layer's other sources read about an endpoint beside its Model Server Protocol
+// metrics (llm-d's endpoint attributes): scalars such as dcgm-extractor's GPUUtilization, and the
+// models /v1/models lists. A source's read replaces the values it produced before; a failed read
+// keeps them (as llm-d's extractors leave an attribute in place when they fail) and records why.
+struct EndpointAttributes {
+  struct Value {
+    std::string key;       // "GPUUtilization", "llm-d.ai/multicluster-queue-size"
+    std::string producer;  // the extractor plugin's name
+    std::string source;    // the data source plugin's name
+    double value = 0;
+    bool operator==(const Value&) const = default;
+  };
+  std::vector<Value> values;
+  std::optional<std::vector<ServedModel>> models;  // nullopt: no models source has read it
+  std::string models_source;                       // the data source that read `models`
+  // (source name, its last error), for sources whose last read failed.
+  std::vector<std::pair<std::string, std::string>> errors;
+  bool operator==(const EndpointAttributes&) const = default;
+
+  // The value of `key`, from `producer` when it is not empty; nullopt when absent.
+  std::optional<double> Find(std::string_view key, std::string_view producer = {}) const {
+    for (const Value& v : values)
+      if (v.key == key && (producer.empty() || v.producer == producer)) return v.value;
+    return std::nullopt;
+  }
+  // True when the endpoint serves `model` (a base model or an adapter); nullopt when unknown.
+  std::optional<bool> Serves(std::string_view model) const {
+    if (!models) return std::nullopt;
+    for (const ServedModel& m : *models)
+      if (m.id == model) return true;
+    return false;
+  }
+};
+
 // A configured ceiling on what the scheduler sends to one endpoint (endpoints file `capacity:`),
 // for endpoints that are whole pools behind a gateway (a region-level EPP, docs/multicluster.md).
 // capacity-filter keeps picks within it over a sliding window; capacity-scorer prefers headroom.
@@ -78,6 +120,9 @@ struct Endpoint {
   // metrics age into staleness instead.
   bool unreachable = false;
   EndpointCapacity capacity;  // from the endpoints file; unlimited by default
+  // Read by the config's data-layer sources (dataLayer.sources: dcgm-data-source, models-data-source,
+  // multicluster-metrics-data-source); empty without them.
+  EndpointAttributes attributes;
   // Extra age its metrics may reach before they count as stale (endpoints file
   // `metricsStalenessAllowance`): a server scraped across regions (Endpoint Mode of a
   // multi-cluster pool) is read one RTT late and less often. Added to every staleness threshold.

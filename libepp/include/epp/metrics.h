@@ -205,6 +205,33 @@ MetricsExtraction ExtractMetrics(const MetricFamilies& families, const MetricMap
 
 // ---- Reading an endpoint's metrics: the one path `eppctl check`, the endpoint pool and pyepp take
 
+struct EndpointSpec;  // epp/runtime/endpoints.h
+
+// A data source read from every endpoint beside its own metrics (llm-d's data layer: a
+// dcgm-data-source with its dcgm-extractor, a models-data-source with its models-data-extractor).
+// The scrape loop fetches Request(spec) on the endpoint's schedule, once every `interval` (rounded
+// to whole scrape intervals, at least one), with the same connections as the metrics, and hands
+// each answer to Apply. Only endpoints whose metrics are scraped over HTTP are read (a metrics
+// file or "none" names no live server). Implementations are immutable and shared across threads.
+class AttributeSource {
+ public:
+  virtual ~AttributeSource() = default;
+  // The data source's plugin name: errors and EndpointAttributes name it.
+  virtual const std::string& name() const = 0;
+  // The request reading this endpoint; an error saying why it cannot be read (recorded as the
+  // source's error on the endpoint).
+  virtual absl::StatusOr<HttpRequest> Request(const EndpointSpec& spec) const = 0;
+  virtual std::chrono::microseconds interval() const = 0;  // 0: every scrape
+  // Turns one answer (HTTP 2xx) into the endpoint's attributes: replaces the values this source
+  // produced before. An error leaves `attributes` as it was.
+  virtual absl::Status Apply(std::string_view body, const EndpointSpec& spec, EndpointAttributes& attributes) const = 0;
+};
+
+// Applies one answer of `source` for an endpoint (a transport error, an HTTP error or a body) and
+// records the outcome in attributes.errors; the scrape loop and ResolveEndpoints share it.
+void ApplyAttributeSourceResponse(const AttributeSource& source, const absl::StatusOr<HttpResponse>& response,
+                                  const EndpointSpec& spec, EndpointAttributes& attributes);
+
 // Which dialect an endpoint's metrics are read in, and how they are fetched.
 struct ScrapeOptions {
   std::string engine = "auto";  // "auto" or an engine name (built-in or custom)
@@ -227,6 +254,9 @@ struct ScrapeOptions {
   // three times the parse and compressing costs the model server's front end each scrape; worth
   // it across slow links (a remote region's pods).
   bool accept_gzip = false;
+  // The config's data-layer sources (Scheduler::ConfigureScrape adds them), read from every endpoint
+  // scraped over HTTP into Endpoint::attributes.
+  std::vector<std::shared_ptr<const AttributeSource>> attribute_sources;
 };
 
 // Checks and normalises options in place: timeout >= 1 ms, max_body_bytes > 0, metrics_path

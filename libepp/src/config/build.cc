@@ -10,6 +10,7 @@
 #include "epp/config.h"
 #include "epp/scheduler.h"
 #include "epp/status.h"
+#include "plugins/datalayer/datalayer.h"
 
 namespace epp {
 namespace {
@@ -24,6 +25,9 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Build(const EppConfig& input, const P
   build::AddDefaultProfile(st);
   EPP_RETURN_IF_ERROR(build::ResolveProfiles(st));
   EPP_RETURN_IF_ERROR(build::ResolveReferences(st));
+  EPP_RETURN_IF_ERROR(plugins::WireDataLayer(
+      st.config.data_layer, st.impl->plugins, [&st](int line, std::string_view path) { return st.Where(line, path); },
+      &st.impl->warnings));
   EPP_RETURN_IF_ERROR(build::ResolveProfileHandler(st));
   EPP_RETURN_IF_ERROR(build::ResolveSaturationDetector(st));
   EPP_RETURN_IF_ERROR(build::ResolvePrefixProducer(st));

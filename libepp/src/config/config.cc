@@ -104,6 +104,7 @@ class Parser {
   absl::Status ParseSaturationDetector(const Entry& e);
   absl::Status ParseRequestHandler(const Entry& e);
   absl::Status ParseFlowControl(const Entry& e);
+  absl::Status ParseDataLayer(const Entry& e);
 
   EppConfig config_;
 };
@@ -406,6 +407,70 @@ absl::Status Parser::ParseRequestHandler(const Entry& e) {
   return absl::OkStatus();
 }
 
+// llm-d's DataLayerConfig: sources (with their extractors) and discovery are acted on (the plugins
+// in plugins/datalayer/ read them); the peer-discovery and cross-replica keys load with a warning.
+absl::Status Parser::ParseDataLayer(const Entry& e) {
+  const std::string path = "dataLayer";
+  DataLayerSpec& dl = config_.data_layer;
+  dl.present = true;
+  if (e.value.IsNull()) return absl::OkStatus();
+  EPP_RETURN_IF_ERROR(ExpectMap(e.value, e.line, path));
+  EPP_ASSIGN_OR_RETURN(std::vector<Entry> entries,
+                       Entries(e.value, path,
+                               {"injectDefaults", "sources", "discovery", "peerDiscovery", "crossReplicaSyncerPluginRef",
+                                "crossReplicaSyncInterval"}));
+  dl.other = Params::Map();
+  for (const Entry& x : entries) {
+    const std::string at = path + "." + x.key;
+    if (x.key == "injectDefaults") {
+      EPP_ASSIGN_OR_RETURN(std::string v, String(x, at));
+      if (v != "true" && v != "false") return Error(x.line, at, "expected true or false, got '" + v + "'");
+      dl.inject_defaults = v == "true";
+    } else if (x.key == "sources") {
+      EPP_RETURN_IF_ERROR(ExpectList(x.value, x.line, at));
+      for (size_t i = 0; i < x.value.size(); ++i) {
+        const YAML::Node item = x.value[i];
+        DataLayerSourceSpec src;
+        src.path = at + "[" + std::to_string(i) + "]";
+        src.line = YamlLine(item) > 0 ? YamlLine(item) : x.line;
+        EPP_RETURN_IF_ERROR(ExpectMap(item, src.line, src.path));
+        EPP_ASSIGN_OR_RETURN(std::vector<Entry> fields, Entries(item, src.path, {"pluginRef", "extractors"}));
+        const Entry* ref = FindEntry(fields, "pluginRef");
+        if (ref == nullptr) return Error(src.line, src.path, "missing 'pluginRef'");
+        EPP_ASSIGN_OR_RETURN(src.plugin_ref, String(*ref, src.path + ".pluginRef"));
+        if (src.plugin_ref.empty()) return Error(ref->line, src.path + ".pluginRef", "must not be empty");
+        EPP_RETURN_IF_ERROR(CheckDefined(src.plugin_ref, ref->line, src.path + ".pluginRef"));
+        for (const DataLayerSourceSpec& prev : dl.sources)
+          if (prev.plugin_ref == src.plugin_ref)
+            return Error(ref->line, src.path + ".pluginRef", "source '" + src.plugin_ref + "' listed twice (first at " + prev.path + ")");
+        if (const Entry* ex = FindEntry(fields, "extractors")) {
+          const std::string ex_path = src.path + ".extractors";
+          EPP_RETURN_IF_ERROR(ExpectList(ex->value, ex->line, ex_path));
+          for (size_t j = 0; j < ex->value.size(); ++j) {
+            const YAML::Node ext = ex->value[j];
+            EPP_ASSIGN_OR_RETURN(std::string name, PluginRef(ext, YamlLine(ext) > 0 ? YamlLine(ext) : ex->line,
+                                                             ex_path + "[" + std::to_string(j) + "]"));
+            src.extractor_refs.push_back(std::move(name));
+          }
+        }
+        dl.sources.push_back(std::move(src));
+      }
+    } else if (x.key == "discovery") {
+      if (x.value.IsNull()) continue;
+      EPP_ASSIGN_OR_RETURN(dl.discovery_ref, PluginRef(x.value, x.line, at));
+      dl.discovery_line = x.line;
+    } else {
+      EPP_ASSIGN_OR_RETURN(Params v, BuildParams(x.value, at, x.line, 1));
+      dl.other.Set(x.key, std::move(v));
+      config_.warnings.push_back(at + ": loaded but not implemented by epp (" +
+                                 (x.key == "peerDiscovery" ? std::string("no peer EPP discovery")
+                                                           : std::string("epp replicas share no state")) +
+                                 ")");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Parser::ParseFlowControl(const Entry& e) {
   config_.warnings.push_back("flowControl: loaded but not implemented by epp; requests are never queued, only shed");
   // The llm-d router moved the saturation detector reference here; it is the one part we use.
@@ -476,10 +541,7 @@ absl::StatusOr<EppConfig> Parser::Parse(const YAML::Node& root) {
     EPP_ASSIGN_OR_RETURN(config_.parser_ref, PluginRef(e->value, e->line, "parser"));
   }
   if (const Entry* e = FindEntry(entries, "requestHandler")) EPP_RETURN_IF_ERROR(ParseRequestHandler(*e));
-  if (FindEntry(entries, "dataLayer") != nullptr) {
-    config_.warnings.push_back(
-        "dataLayer: loaded but not implemented by epp (metrics are scraped directly from each endpoint)");
-  }
+  if (const Entry* e = FindEntry(entries, "dataLayer")) EPP_RETURN_IF_ERROR(ParseDataLayer(*e));
   if (const Entry* e = FindEntry(entries, "flowControl")) EPP_RETURN_IF_ERROR(ParseFlowControl(*e));
   return std::move(config_);
 }

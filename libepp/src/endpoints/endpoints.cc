@@ -375,7 +375,29 @@ struct Outcome {
   EndpointMetrics metrics;
   absl::Status error;            // why the metrics were not read, or failed extraction checks
   bool unreachable = false;      // the scrape of the endpoint's own address was refused
+  // The data-layer sources' answers: (index into ScrapeOptions::attribute_sources, answer).
+  std::vector<std::pair<size_t, absl::StatusOr<HttpResponse>>> attribute_reads;
 };
+
+// Whether the data-layer sources read this endpoint: only a live server, whose metrics are scraped
+// over HTTP (a metrics file or "none" names no server to ask).
+bool ReadsAttributes(const EndpointSpec& spec) {
+  const SourceKind k = KindOf(spec.metrics);
+  return k == SourceKind::kDefault || k == SourceKind::kUrl;
+}
+
+// Source k's request for `spec`, with the scrape's timeout.
+absl::StatusOr<HttpRequest> AttributeRequest(const ScrapeOptions& o, size_t k, const EndpointSpec& spec) {
+  absl::StatusOr<HttpRequest> r = o.attribute_sources[k]->Request(spec);
+  if (r.ok()) r->timeout = o.timeout;
+  return r;
+}
+
+void ApplyAttributeReads(const ScrapeOptions& o, Outcome& out, const EndpointSpec& spec, EndpointAttributes& attributes) {
+  for (const auto& [k, response] : out.attribute_reads)
+    ApplyAttributeSourceResponse(*o.attribute_sources[k], response, spec, attributes);
+  out.attribute_reads.clear();
+}
 
 // `what` names the source in a parse error ("metrics from URL"); built only then. `families` is
 // the caller's parse buffer, kept from one read to the next.
@@ -470,7 +492,8 @@ void ResponseOutcome(const absl::StatusOr<HttpResponse>& r, const HttpRequest& r
 }
 
 // Updates an endpoint that already exists from one read of its metrics, stamped `now` when read.
-void ApplyOutcome(Outcome& o, const EndpointSpec& spec, Endpoint& ep, int64_t now) {
+void ApplyOutcome(Outcome& o, const EndpointSpec& spec, Endpoint& ep, int64_t now, const ScrapeOptions& scrape) {
+  ApplyAttributeReads(scrape, o, spec, ep.attributes);
   if (!o.engine.empty()) ep.engine = o.engine;
   if (o.read) {
     ep.metrics = std::move(o.metrics);
@@ -491,13 +514,28 @@ std::vector<Outcome> Collect(std::span<const EndpointSpec> specs, const Plan& pl
   for (size_t i = 0; i < specs.size(); ++i) out.push_back(NewOutcome(plan, i));
   std::vector<HttpRequest> requests;
   std::vector<size_t> owner;  // requests[k] belongs to specs[owner[k]]
+  constexpr size_t kMetrics = SIZE_MAX;
+  std::vector<size_t> source;  // requests[k] reads source[k] of attribute_sources, or the metrics
   auto known = [&](size_t i) { return known_engines.empty() ? std::string_view() : std::string_view(known_engines[i]); };
   MetricFamilies families;  // one parse buffer for every read of the call
   for (size_t i = 0; i < specs.size(); ++i) {
     const EndpointSpec& spec = specs[i];
+    if (ReadsAttributes(spec)) {
+      for (size_t k = 0; k < plan.scrape.attribute_sources.size(); ++k) {
+        absl::StatusOr<HttpRequest> r = AttributeRequest(plan.scrape, k, spec);
+        if (!r.ok()) {
+          out[i].attribute_reads.emplace_back(k, r.status());
+          continue;
+        }
+        requests.push_back(*std::move(r));
+        owner.push_back(i);
+        source.push_back(k);
+      }
+    }
     if (std::optional<HttpRequest> r = RequestFor(spec, plan)) {
       requests.push_back(*std::move(r));
       owner.push_back(i);
+      source.push_back(kMetrics);
     } else if (KindOf(spec.metrics) == SourceKind::kFile) {
       ReadFileOutcome(spec, i, plan, known(i), families, out[i]);
     }
@@ -507,6 +545,10 @@ std::vector<Outcome> Collect(std::span<const EndpointSpec> specs, const Plan& pl
       options.http_client != nullptr ? options.http_client->FetchAll(requests) : HttpFetchAll(requests);
   for (size_t k = 0; k < responses.size(); ++k) {
     const size_t i = owner[k];
+    if (source[k] != kMetrics) {
+      out[i].attribute_reads.emplace_back(source[k], std::move(responses[k]));
+      continue;
+    }
     ResponseOutcome(responses[k], requests[k], specs[i], i, plan, known(i), families, out[i]);
   }
   return out;
@@ -517,6 +559,27 @@ int64_t Now(const ResolveOptions& options) {
 }
 
 }  // namespace
+
+void ApplyAttributeSourceResponse(const AttributeSource& source, const absl::StatusOr<HttpResponse>& response,
+                                  const EndpointSpec& spec, EndpointAttributes& attributes) {
+  absl::Status s;
+  if (!response.ok()) {
+    s = response.status();
+  } else if (response->status < 200 || response->status > 299) {
+    s = absl::UnavailableError("HTTP " + std::to_string(response->status) + ": " + internal::BodySnippet(response->body));
+  } else {
+    s = source.Apply(response->body, spec, attributes);
+  }
+  auto& errors = attributes.errors;
+  auto it = std::find_if(errors.begin(), errors.end(), [&](const auto& e) { return e.first == source.name(); });
+  if (s.ok()) {
+    if (it != errors.end()) errors.erase(it);
+    return;
+  }
+  std::string message(s.message());
+  if (it != errors.end()) it->second = std::move(message);
+  else errors.emplace_back(source.name(), std::move(message));
+}
 
 absl::Status ValidateEndpointAddress(std::string_view address) {
   const std::string q = "'" + std::string(address) + "'";
@@ -655,6 +718,7 @@ absl::StatusOr<std::vector<Endpoint>> ResolveEndpoints(std::span<const EndpointS
     ep.unreachable = o.unreachable;
     ep.capacity = specs[i].capacity;
     ep.metrics_staleness_allowance_us = specs[i].metrics_staleness_allowance_us;
+    ApplyAttributeReads(plan.scrape, o, specs[i], ep.attributes);
   }
   return endpoints;
 }
@@ -679,7 +743,7 @@ absl::Status RefreshEndpointMetrics(std::span<const EndpointSpec> specs, std::sp
   absl::Status first = absl::OkStatus();
   for (size_t i = 0; i < specs.size(); ++i) {
     if (options.fail_on_metrics_error && first.ok()) first = outcomes[i].error;
-    ApplyOutcome(outcomes[i], specs[i], endpoints[i], now);
+    ApplyOutcome(outcomes[i], specs[i], endpoints[i], now, plan.scrape);
   }
   return first;
 }
@@ -699,7 +763,15 @@ struct StaggeredScraper::Impl {
   std::vector<std::optional<HttpRequest>> request;  // per spec: its request, or none (file, none)
   std::vector<uint64_t> in_flight;     // per spec: the transfer's id, 0 when none
   std::vector<Clock::time_point> due_of;  // per spec: when the running scrape fell due
-  std::unordered_map<uint64_t, size_t> owner;  // transfer id -> spec index
+  static constexpr size_t kMetrics = SIZE_MAX;
+  // transfer id -> (spec index, attribute source index or kMetrics)
+  std::unordered_map<uint64_t, std::pair<size_t, size_t>> owner;
+  // The data-layer sources (ScrapeOptions::attribute_sources): each read every `every[k]` rounds;
+  // per spec and source the request (nullopt: the endpoint is not read by sources) and the
+  // transfer in flight (0: none).
+  std::vector<int64_t> every;
+  std::vector<std::vector<std::optional<absl::StatusOr<HttpRequest>>>> source_request;
+  std::vector<std::vector<uint64_t>> source_in_flight;
   MetricFamilies families;                     // the parse buffer, reused by every read
   size_t cursor = 0;   // order[cursor] is the next slot
   int64_t round = 0;   // the next slot is in round `round`
@@ -709,7 +781,7 @@ struct StaggeredScraper::Impl {
   Clock::time_point NextDue() const { return t0 + round * interval + phase[order[cursor]]; }
 
   void Apply(size_t i, Outcome& o, Clock::time_point due, std::span<Endpoint> endpoints, std::vector<Applied>& applied) {
-    ApplyOutcome(o, specs[i], endpoints[i], Now(options));
+    ApplyOutcome(o, specs[i], endpoints[i], Now(options), plan.scrape);
     applied.push_back({i, o.read});
     stats.reads++;
     round_lag = std::max(round_lag, std::chrono::duration<double>(Clock::now() - due).count());
@@ -719,6 +791,7 @@ struct StaggeredScraper::Impl {
   void StartSlot(Clock::time_point now, std::span<Endpoint> endpoints, std::vector<Applied>& applied) {
     const Clock::time_point due = NextDue();
     const size_t i = order[cursor];
+    const int64_t slot_round = round;
     if (++cursor == order.size()) {
       cursor = 0;
       ++round;
@@ -727,7 +800,12 @@ struct StaggeredScraper::Impl {
       round_lag = 0;
     }
     // A slot whose next one has also passed (the thread was held up) is skipped, not repeated.
-    if (due + interval <= now || in_flight[i] != 0) {
+    if (due + interval <= now) {
+      stats.overruns++;
+      return;
+    }
+    StartSources(i, slot_round, endpoints, applied);
+    if (in_flight[i] != 0) {
       stats.overruns++;
       return;
     }
@@ -735,12 +813,28 @@ struct StaggeredScraper::Impl {
     if (request[i]) {
       in_flight[i] = client->Start(*request[i]);
       due_of[i] = due;
-      owner.emplace(in_flight[i], i);
+      owner.emplace(in_flight[i], std::make_pair(i, kMetrics));
       return;
     }
     Outcome o = NewOutcome(plan, i);
     if (KindOf(specs[i].metrics) == SourceKind::kFile) ReadFileOutcome(specs[i], i, plan, known, families, o);
     Apply(i, o, due, endpoints, applied);
+  }
+
+  // Starts the reads of the data-layer sources due for endpoint i in round `r` (one still running
+  // is not doubled); a source that cannot read the endpoint records why at once.
+  void StartSources(size_t i, int64_t r, std::span<Endpoint> endpoints, std::vector<Applied>& applied) {
+    for (size_t k = 0; k < every.size(); ++k) {
+      if (!source_request[i][k] || r % every[k] != 0 || source_in_flight[i][k] != 0) continue;
+      const absl::StatusOr<HttpRequest>& req = *source_request[i][k];
+      if (!req.ok()) {
+        ApplyAttributeSourceResponse(*plan.scrape.attribute_sources[k], req.status(), specs[i], endpoints[i].attributes);
+        applied.push_back({i, false, true});
+        continue;
+      }
+      source_in_flight[i][k] = client->Start(*req);
+      owner.emplace(source_in_flight[i][k], std::make_pair(i, k));
+    }
   }
 };
 
@@ -762,6 +856,15 @@ absl::StatusOr<std::unique_ptr<StaggeredScraper>> StaggeredScraper::Create(std::
   m->request.resize(n);
   m->in_flight.assign(n, 0);
   m->due_of.resize(n);
+  const size_t sources = m->plan.scrape.attribute_sources.size();
+  for (size_t k = 0; k < sources; ++k) {
+    // llm-d rounds a source's interval to the nearest multiple of the base tick.
+    const double ratio = static_cast<double>(m->plan.scrape.attribute_sources[k]->interval().count()) /
+                         static_cast<double>(interval.count());
+    m->every.push_back(std::max<int64_t>(1, static_cast<int64_t>(std::llround(ratio))));
+  }
+  m->source_request.resize(n);
+  m->source_in_flight.assign(n, std::vector<uint64_t>(sources, 0));
   for (size_t i = 0; i < n; ++i) {
     const EndpointSpec& spec = m->specs[i];
     // A hash of the address, not the index: an endpoint keeps its phase when others come or go.
@@ -769,6 +872,9 @@ absl::StatusOr<std::unique_ptr<StaggeredScraper>> StaggeredScraper::Create(std::
     m->phase[i] = Impl::Clock::duration(static_cast<Impl::Clock::rep>(
         static_cast<double>(h >> 11) / static_cast<double>(uint64_t{1} << 53) * static_cast<double>(m->interval.count())));
     m->request[i] = RequestFor(spec, m->plan);
+    m->source_request[i].resize(sources);
+    if (ReadsAttributes(spec))
+      for (size_t k = 0; k < sources; ++k) m->source_request[i][k] = AttributeRequest(m->plan.scrape, k, spec);
   }
   m->order.resize(n);
   for (size_t i = 0; i < n; ++i) m->order[i] = i;
@@ -781,7 +887,7 @@ absl::StatusOr<std::unique_ptr<StaggeredScraper>> StaggeredScraper::Create(std::
 StaggeredScraper::StaggeredScraper(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 StaggeredScraper::~StaggeredScraper() {
-  for (const auto& [id, i] : impl_->owner) impl_->client->Cancel(id);
+  for (const auto& [id, slot] : impl_->owner) impl_->client->Cancel(id);
 }
 
 const StaggeredScraper::Stats& StaggeredScraper::stats() const { return impl_->stats; }
@@ -803,8 +909,14 @@ void StaggeredScraper::RunUntil(std::span<Endpoint> endpoints, std::chrono::stea
     for (HttpClient::Finished& f : finished) {
       auto it = m.owner.find(f.id);
       if (it == m.owner.end()) continue;
-      const size_t i = it->second;
+      const auto [i, k] = it->second;
       m.owner.erase(it);
+      if (k != Impl::kMetrics) {
+        m.source_in_flight[i][k] = 0;
+        ApplyAttributeSourceResponse(*m.plan.scrape.attribute_sources[k], f.response, m.specs[i], endpoints[i].attributes);
+        applied.push_back({i, false, true});
+        continue;
+      }
       m.in_flight[i] = 0;
       Outcome o = NewOutcome(m.plan, i);
       ResponseOutcome(f.response, *m.request[i], m.specs[i], i, m.plan, endpoints[i].engine, m.families, o);

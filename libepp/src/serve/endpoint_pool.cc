@@ -525,7 +525,8 @@ void EndpointPool::Impl::ScrapeLoop() {
       applied.clear();
       scraper->RunUntil(endpoints, Clock::now() + slice, applied);
       if (!applied.empty()) {
-        for (const StaggeredScraper::Applied& a : applied) Track(a.index, a.read);
+        for (const StaggeredScraper::Applied& a : applied)
+          if (!a.attributes) Track(a.index, a.read);
         snapshot.Set(endpoints);
       }
       const StaggeredScraper::Stats& st = scraper->stats();

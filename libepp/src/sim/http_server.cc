@@ -243,6 +243,10 @@ struct SimHttpServer::Impl {
   httplib::Server http;
   std::thread driver, server;
   int port = 0;
+  // The DCGM exporter's listener (SimHttpOptions::dcgm_port), when there is one.
+  std::unique_ptr<httplib::Server> dcgm;
+  std::thread dcgm_thread;
+  int dcgm_port = -1;
   // P/D counters (SimHttpOptions::role).
   std::atomic<uint64_t> prefill_hops{0}, prefill_hop_errors{0}, kv_transfer_bytes{0}, remote_prefills{0};
   std::atomic<int64_t> kv_transfer_us{0};  // simulated
@@ -766,6 +770,27 @@ absl::StatusOr<std::unique_ptr<SimHttpServer>> SimHttpServer::Start(const SimHtt
     impl->kv = *std::move(pub);
     impl->o.params.kv_events = true;
   }
+  if (options.dcgm_port >= 0) {
+    if (options.dcgm_port > 65535 || options.dcgm_path.empty() || options.dcgm_path.front() != '/')
+      return absl::InvalidArgumentError("simulator: dcgm_port must be in [0,65535] and dcgm_path start with '/'");
+    impl->dcgm = std::make_unique<httplib::Server>();
+    impl->dcgm->set_keep_alive_timeout(1);
+    Impl* self = impl.get();
+    impl->dcgm->Get(options.dcgm_path, [self](const httplib::Request&, httplib::Response& res) {
+      std::string text;
+      {
+        std::lock_guard<std::mutex> lock(self->mu);
+        self->sim->AdvanceTo(std::max(self->sim->now_us(), self->VirtualNow()));
+        text = RenderDcgmMetrics(self->o.params, self->sim->Snapshot(), self->o.dcgm);
+      }
+      res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
+    });
+    impl->dcgm_port = options.dcgm_port == 0 ? impl->dcgm->bind_to_any_port(options.host)
+                                             : (impl->dcgm->bind_to_port(options.host, options.dcgm_port) ? options.dcgm_port : -1);
+    if (impl->dcgm_port <= 0)
+      return absl::UnavailableError("simulator: cannot listen on " + options.host + ":" + std::to_string(options.dcgm_port) +
+                                    " for the DCGM exporter");
+  }
   Impl* raw = impl.get();
   impl->driver = std::thread([raw] { raw->Drive(); });
   impl->server = std::thread([raw] { raw->http.listen_after_bind(); });
@@ -782,10 +807,17 @@ absl::StatusOr<std::unique_ptr<SimHttpServer>> SimHttpServer::Start(const SimHtt
     }
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+  if (impl->dcgm) {
+    httplib::Server* dcgm = impl->dcgm.get();
+    impl->dcgm_thread = std::thread([dcgm] { dcgm->listen_after_bind(); });
+    // As above: a Stop() before the loop runs would leave it blocked in accept().
+    while (!dcgm->is_running() && Clock::now() < give_up) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   return std::unique_ptr<SimHttpServer>(new SimHttpServer(std::move(impl)));
 }
 
 int SimHttpServer::port() const { return impl_->port; }
+int SimHttpServer::dcgm_port() const { return impl_->dcgm_port; }
 std::string SimHttpServer::url() const { return "http://" + impl_->o.host + ":" + std::to_string(impl_->port); }
 std::string SimHttpServer::kv_events_endpoint() const { return impl_->kv ? impl_->kv->endpoint() : ""; }
 std::string SimHttpServer::kv_events_replay_endpoint() const { return impl_->kv ? impl_->kv->replay_endpoint() : ""; }
@@ -799,6 +831,8 @@ void SimHttpServer::Stop() {
   impl_->wake.notify_all();
   impl_->http.stop();
   if (impl_->server.joinable()) impl_->server.join();
+  if (impl_->dcgm) impl_->dcgm->stop();
+  if (impl_->dcgm_thread.joinable()) impl_->dcgm_thread.join();
   if (impl_->driver.joinable()) impl_->driver.join();
   if (impl_->kv) impl_->kv->Stop();
 }

@@ -1,4 +1,5 @@
 // Prometheus text of a simulated server in the dialect of vLLM, SGLang or trtllm-serve.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -121,6 +122,42 @@ std::string RenderSimMetrics(const SimParams& p, const SimSnapshot& s, double wa
   w.Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", s.e2e_s);
   w.Histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", s.queue_s);
   return w.Take();
+}
+
+std::string RenderDcgmMetrics(const SimParams& p, const SimSnapshot& s, const SimDcgmOptions& o) {
+  const double occupancy = std::min(1.0, static_cast<double>(s.running + s.waiting) / std::max(1, p.max_running));
+  const double util = std::round(100 * occupancy);
+  // H100 80GB HBM3: 81559 MiB, 90% taken at start (weights and the preallocated KV cache).
+  constexpr double kTotalMiB = 81559;
+  const double used = std::round(kTotalMiB * 0.9);
+  char uuid[64];
+  std::snprintf(uuid, sizeof uuid, "GPU-%08x-5e1d-4a7c-9b1f-%012llx", static_cast<unsigned>(p.seed * 2654435761u + o.gpu),
+                static_cast<unsigned long long>(p.seed + 1));
+  internal::Labels labels = {{"gpu", std::to_string(o.gpu)},
+                             {"UUID", uuid},
+                             {"pci_bus_id", "00000000:" + std::to_string(10 + o.gpu) + ":00.0"},
+                             {"device", "nvidia" + std::to_string(o.gpu)},
+                             {"modelName", "NVIDIA H100 80GB HBM3"},
+                             {"Hostname", o.hostname},
+                             {"DCGM_FI_DRIVER_VERSION", "550.90.07"}};
+  if (!o.pod.empty()) {
+    labels.emplace_back("container", o.container);
+    labels.emplace_back("namespace", o.ns);
+    labels.emplace_back("pod", o.pod);
+  }
+  internal::Exposition x(internal::NumberStyle::kShortest);
+  auto gauge = [&](const char* name, const char* help, double v) {
+    x.Family(name, "gauge", help);
+    x.Sample(name, labels, v);
+  };
+  gauge("DCGM_FI_DEV_SM_CLOCK", "SM frequency (in MHz).", util > 0 ? 1980 : 345);
+  gauge("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", std::round(30 + 40 * occupancy));
+  gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", std::round((70 + 630 * occupancy) * 1000) / 1000);
+  gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", util);
+  gauge("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", std::round(60 * occupancy));
+  gauge("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", kTotalMiB - used);
+  gauge("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", used);
+  return x.Take();
 }
 
 }  // namespace epp

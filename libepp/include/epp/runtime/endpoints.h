@@ -70,6 +70,9 @@ struct EndpointSpec {
   // (kvEventsConfig.podDiscoveryConfig.socketPort on the endpoint's host), if any.
   std::string kv_events;
   std::string kv_events_replay;
+  // The IP of the node the server runs on (a discovered Pod's status.hostIP); empty when unknown.
+  // dcgm-data-source's useNodeAddress reads the node's DCGM exporter there.
+  std::string node_address;
   // Ceilings capacity-filter enforces (endpoints file `capacity:`); unlimited when empty.
   EndpointCapacity capacity;
   // TLS for an https metrics URL (endpoints file `tls:`): a PEM CA bundle (relative to the file)
@@ -163,6 +166,9 @@ class StaggeredScraper {
   struct Applied {
     size_t index;  // into the specs / endpoints
     bool read;     // metrics (and metrics_time_us) were replaced
+    // Only Endpoint::attributes changed: a data-layer source's answer (ScrapeOptions::
+    // attribute_sources), which says nothing about the metrics.
+    bool attributes = false;
   };
 
   // Validates as RefreshEndpointMetrics(); `client` must outlive the scraper, which cancels its

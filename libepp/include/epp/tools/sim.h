@@ -162,6 +162,28 @@ class SimServer {
 // is written where the engine reports a wall-clock timestamp (vllm:lora_requests_info).
 std::string RenderSimMetrics(const SimParams& params, const SimSnapshot& snapshot, double wall_time_s);
 
+// NVIDIA's DCGM exporter beside a simulated server (the GPU it would run on), in the exporter's
+// names, TYPE/HELP lines and labels; what llm-d's dcgm-data-source and dcgm-extractor read.
+// Derived from the snapshot (docs/sim.md):
+//  - DCGM_FI_DEV_GPU_UTIL (integer %): the batch's occupancy, (running + waiting) / max_running,
+//    capped at 100. A real exporter reports the time any kernel ran, near 100 whenever a request
+//    runs; occupancy is the load signal GPU-utilization routing is after, and it moves with load;
+//  - DCGM_FI_DEV_MEM_COPY_UTIL (%): 60% of it (decode reads the weights and KV every step);
+//  - DCGM_FI_DEV_FB_USED / _FB_FREE (MiB): vLLM allocates its KV cache up front
+//    (gpu-memory-utilization 0.9), so memory in use does not follow the load;
+//  - DCGM_FI_DEV_POWER_USAGE (W): 70 idle to 700 at full utilization; DCGM_FI_DEV_GPU_TEMP (C):
+//    30 to 70; DCGM_FI_DEV_SM_CLOCK (MHz).
+// With `pod` set the samples carry the exporter's Kubernetes labels (namespace, pod, container),
+// as a DaemonSet exporter with DCGM_EXPORTER_KUBERNETES=true writes them.
+struct SimDcgmOptions {
+  std::string hostname = "sim-node";
+  std::string ns = "default";
+  std::string pod;  // empty: no Kubernetes labels (a sidecar exporter)
+  std::string container = "vllm";
+  int gpu = 0;  // the GPU index (label gpu, device nvidiaN)
+};
+std::string RenderDcgmMetrics(const SimParams& params, const SimSnapshot& snapshot, const SimDcgmOptions& options);
+
 struct SimHttpOptions {
   SimParams params;
   std::string host = "127.0.0.1";
@@ -216,6 +238,11 @@ struct SimHttpOptions {
   int kv_events_delay_ms = 0;
   double kv_link_gbytes_per_s = 25;      // ~200 Gb/s RDMA
   int64_t kv_bytes_per_token = 131072;   // Llama-3.1-8B bf16: 2 (K, V) x 32 layers x 8 KV heads x 128 x 2 bytes
+  // A DCGM exporter for the server's GPU (RenderDcgmMetrics) on its own listener, as the exporter
+  // sidecar runs beside the model server: -1 none, 0 a free port, else the port (DCGM's is 9400).
+  int dcgm_port = -1;
+  std::string dcgm_path = "/metrics";
+  SimDcgmOptions dcgm;
 };
 
 // The HTTP front: GET /metrics, /v1/models, /health; POST /v1/completions and
@@ -233,6 +260,7 @@ class SimHttpServer {
   // The bound KV-event addresses ("" without them).
   std::string kv_events_endpoint() const;
   std::string kv_events_replay_endpoint() const;
+  int dcgm_port() const;  // the DCGM exporter's bound port; -1 without one
   void Stop();              // idempotent; in-flight requests are answered with 503
 
   struct Impl;

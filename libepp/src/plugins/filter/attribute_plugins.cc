@@ -24,6 +24,9 @@ using internal::Num;
 struct AttributeKey {
   std::string attribute;
   std::optional<std::string> producer;  // nullopt: core-metrics-extractor's custom metrics
+  // Set at load when `producer` names a data-layer extractor (dcgm-extractor, ...): its values
+  // in Endpoint::attributes are read instead of the custom metrics.
+  std::string data_producer;
 
   // llm-d keys custom metrics by (attribute, "core-metrics-extractor"); a producer naming a
   // configured core-metrics-extractor instance means the same.
@@ -86,12 +89,30 @@ void DeclareAttributeKey(ParamTable<O>& t, const char* key_param) {
 }
 
 // At load: whether the attribute can ever be present, with a warning when it cannot.
-bool ResolveAttribute(const AttributeKey& key, const PluginReferences& refs, const std::string& plugin) {
+bool ResolveAttribute(AttributeKey& key, const PluginReferences& refs, const std::string& plugin) {
   if (!key.FromCoreMetrics(&refs)) {
+    // llm-d keys an extractor's attributes by its type (GPUUtilization/dcgm-extractor); a plugin
+    // name is taken too.
+    const Plugin* p = refs.plugin(*key.producer);
+    for (size_t i = 0; p == nullptr && i < refs.all.size(); ++i)
+      if (refs.all[i]->type() == *key.producer && dynamic_cast<const ExtractorPlugin*>(refs.all[i])) p = refs.all[i];
+    if (p != nullptr) {
+      if (auto* ex = dynamic_cast<const ExtractorPlugin*>(p)) {
+        const std::vector<std::string> keys = ex->Produces();
+        if (std::find(keys.begin(), keys.end(), key.attribute) != keys.end()) {
+          key.data_producer = p->name();
+          return true;
+        }
+        if (refs.warnings)
+          refs.warnings->push_back(absl::StrCat("plugin '", plugin, "': attribute ", key.ToString(), ": '", p->name(), "' (",
+                                                p->type(), ") does not produce it; every endpoint misses it"));
+        return false;
+      }
+    }
     if (refs.warnings)
       refs.warnings->push_back(absl::StrCat("plugin '", plugin, "': attribute ", key.ToString(),
-                                            ": epp has no such producer (only core-metrics-extractor's customMetrics "
-                                            "are endpoint attributes); every endpoint misses it"));
+                                            ": no such producer (core-metrics-extractor's customMetrics or a configured "
+                                            "data-layer extractor such as dcgm-extractor); every endpoint misses it"));
     return false;
   }
   bool declared = false;
@@ -105,6 +126,7 @@ bool ResolveAttribute(const AttributeKey& key, const PluginReferences& refs, con
 
 std::optional<double> ValueOf(const Endpoint& e, const AttributeKey& key, bool available) {
   if (!available) return std::nullopt;
+  if (!key.data_producer.empty()) return e.attributes.Find(key.attribute, key.data_producer);
   return e.metrics.Custom(key.attribute);
 }
 
