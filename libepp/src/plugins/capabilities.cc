@@ -1,6 +1,7 @@
 // IndexCapabilities: the only place that looks for the plugins' private runtime interfaces.
 #include "plugins/capabilities.h"
 
+#include "flowcontrol/policies.h"
 #include "plugins/datalayer/datalayer.h"
 #include "plugins/plugin_util.h"
 
@@ -34,5 +35,11 @@ Capabilities IndexCapabilities(std::span<const std::shared_ptr<Plugin>> plugins)
 }
 
 bool IsTokenSource(const Plugin& plugin) { return Find<TokenSource>(plugin) != nullptr; }
+
+FlowControlPolicies FlowControlPoliciesOf(const Plugin& plugin) {
+  return FlowControlPolicies{Find<flowcontrol::FairnessPolicy>(plugin), Find<flowcontrol::OrderingPolicy>(plugin),
+                             Find<flowcontrol::UsageLimitPolicy>(plugin), Find<flowcontrol::EvictionFilter>(plugin),
+                             Find<flowcontrol::EvictionOrder>(plugin)};
+}
 
 }  // namespace epp::plugins

@@ -15,6 +15,14 @@
 #include "epp/plugin.h"
 #include "epp/scheduling.h"
 
+namespace epp::flowcontrol {
+class EvictionFilter;
+class EvictionOrder;
+class FairnessPolicy;
+class OrderingPolicy;
+class UsageLimitPolicy;
+}  // namespace epp::flowcontrol
+
 namespace epp::plugins {
 
 class EndpointState;
@@ -37,5 +45,16 @@ Capabilities IndexCapabilities(std::span<const std::shared_ptr<Plugin>> plugins)
 // True for token-producer: the scheduler runs it before the other data producers, and it is not
 // a prefix producer (BuildScheduler's stages ask before the Scheduler exists).
 bool IsTokenSource(const Plugin& plugin);
+
+// The flow-control policy a plugin implements (flowcontrol/policies.h); null for the others. The
+// flow-control layer and the config's checks of flowControl references ask once per plugin named.
+struct FlowControlPolicies {
+  const flowcontrol::FairnessPolicy* fairness = nullptr;
+  const flowcontrol::OrderingPolicy* ordering = nullptr;
+  const flowcontrol::UsageLimitPolicy* usage_limit = nullptr;
+  const flowcontrol::EvictionFilter* eviction_filter = nullptr;
+  const flowcontrol::EvictionOrder* eviction_order = nullptr;
+};
+FlowControlPolicies FlowControlPoliciesOf(const Plugin& plugin);
 
 }  // namespace epp::plugins

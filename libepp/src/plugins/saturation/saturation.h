@@ -1,4 +1,4 @@
-// Private: the saturation detectors (utilization_detector.cc).
+// Private: the saturation detectors (utilization_detector.cc, concurrency_detector.cc).
 #pragma once
 
 #include <string>
@@ -12,5 +12,11 @@ inline constexpr std::string_view kUtilizationDetectorType = "utilization-detect
 
 PluginOr CreateUtilizationDetector(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginSchema UtilizationDetectorSchema();
+
+// llm-d Router's detector from the scheduler's in-flight requests / tokens; also a filter.
+inline constexpr std::string_view kConcurrencyDetectorType = "concurrency-detector";
+
+PluginOr CreateConcurrencyDetector(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginSchema ConcurrencyDetectorSchema();
 
 }  // namespace epp::plugins
