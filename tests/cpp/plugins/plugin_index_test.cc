@@ -23,6 +23,14 @@ Params MinimalParams(std::string_view type) {
   if (type == "label-selector-filter" || type == "by-label-selector")
     p.Set("matchLabels", Params::Map().Set("zone", Params::String("a")));
   if (type == "by-label") p.Set("label", Params::String("zone"));
+  if (type == "header-label-affinity-scorer") p.Set("headerName", Params::String("x-zone")).Set("labelKey", Params::String("zone"));
+  if (type == "session-id-producer") p.Set("headerName", Params::String("x-session-id"));
+  if (type == "utilization-filter")
+    p.Set("conditions", Params::List().Append(Params::Map().Set("metric", Params::String("active-requests")).Set("maxValue", Params::Int(4))));
+  if (type == "priority-holdback-policy") p.Set("minCeiling", Params::Number(0.5));
+  if (type == "disaggregatedset-rollout-screener")
+    p.Set("scope", Params::Map().Set("labelSelector", Params::String("app=set")))
+        .Set("revisionGating", Params::Map().Set("mode", Params::String("disabled")));
   if (type == "request-attribute-reporter") {
     Params key = Params::Map();
     key.Set("name", Params::String("cost"));
@@ -57,6 +65,9 @@ std::string Points(const Plugin& p) {
   add(p.AsDataProducer() != nullptr, "data producer");
   add(p.AsRequestObserver() != nullptr, "request observer");
   add(p.AsAdmitter() != nullptr, "admitter");
+  add(p.AsRequestHeaderProcessor() != nullptr, "request-header processor");
+  add(p.AsScreener() != nullptr, "screener");
+  add(p.AsRequestHeaderSource() != nullptr, "request-header source");
   add(plugins::AsDecider(&p) != nullptr, "decider");  // asked by disagg-profile-handler
   return out.empty() ? "-" : out;
 }

@@ -24,6 +24,7 @@ Params Required(const std::string& type) {
     m["label-selector-filter"] = selector;
     m["by-label-selector"] = selector;
     m["by-label"] = Params::Map().Set("label", Params::String("llm-d.ai/role"));
+    m["priority-holdback-policy"] = Params::Map().Set("minCeiling", Params::Number(0.5));
     m["endpoint-attribute-filter"] =
         Params::Map()
             .Set("attribute", Params::String("load"))
@@ -39,6 +40,16 @@ Params Required(const std::string& type) {
                            .Set("key", Params::Map().Set("name", Params::String("cost")))
                            .Set("expression", Params::String("usage.total_tokens"));
     m["request-attribute-reporter"] = Params::Map().Set("attributes", Params::List().Append(std::move(attribute)));
+    m["header-label-affinity-scorer"] =
+        Params::Map().Set("headerName", Params::String("x-zone")).Set("labelKey", Params::String("zone"));
+    m["session-id-producer"] = Params::Map().Set("cookieName", Params::String("session"));
+    m["disaggregatedset-rollout-screener"] =
+        Params::Map()
+            .Set("scope", Params::Map().Set("labelSelector", Params::String("app=set")))
+            .Set("revisionGating", Params::Map().Set("mode", Params::String("disabled")));
+    m["utilization-filter"] = Params::Map().Set(
+        "conditions", Params::List().Append(
+                          Params::Map().Set("metric", Params::String("waiting-queue")).Set("maxValue", Params::Int(4))));
     return m;
   }();
   auto it = required.find(type);
