@@ -126,6 +126,7 @@ class SaturationDetector;
 class DataProducer;
 class RequestObserver;
 class Admitter;
+class RequestHeaderProcessor;
 class Screener;
 class RequestHeaderSource;
 class MetricsSource;
@@ -206,6 +207,7 @@ class Plugin {
   virtual const DataProducer* AsDataProducer() const { return nullptr; }
   virtual const RequestObserver* AsRequestObserver() const { return nullptr; }
   virtual const Admitter* AsAdmitter() const { return nullptr; }
+  virtual const RequestHeaderProcessor* AsRequestHeaderProcessor() const { return nullptr; }
   virtual const Screener* AsScreener() const { return nullptr; }
   virtual const RequestHeaderSource* AsRequestHeaderSource() const { return nullptr; }
   virtual const MetricsSource* AsMetricsSource() const { return nullptr; }

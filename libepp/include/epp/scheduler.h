@@ -94,8 +94,16 @@ struct ProfilePick {
   std::string error;                   // why it picked nothing
 };
 
+// Why a request was answered before reaching a model server: llm-d's values of the response
+// header x-llm-d-request-dropped-reason (PickResult::dropped_reason).
+inline constexpr std::string_view kDroppedSaturated = "rejected-saturated";      // 429: shed, or busy filters left none
+inline constexpr std::string_view kDroppedNoEndpoints = "rejected-no-endpoints";  // 503: nothing can serve it
+
 struct PickResult {
   int status = 200;  // 200 picked, 400 bad request, 429 shed, 503 no eligible endpoint
+  // With 429 and 503: kDroppedSaturated or kDroppedNoEndpoints (empty otherwise); ext_proc sends it
+  // as x-llm-d-request-dropped-reason.
+  std::string dropped_reason;
   std::vector<std::string> endpoints;  // primary first, then fallbacks; empty unless 200
   std::string reason;                  // why, in one line (always set)
   std::string primary_profile;
@@ -134,6 +142,9 @@ struct PickResult {
   std::vector<ProfileTrace> profiles;  // only with PickOptions::trace
   // Set by ext_proc when an InferenceModelRewrite rule chose the model: "NS/NAME: asked -> sent".
   std::string model_rewrite;
+  // The flow-control tenant the cycle saw: the request's fairness_id, else what agent-identity
+  // published (kAgentIdentityAttribute); empty when neither names one (flow control's default).
+  std::string fairness_id;
 
   const std::string* primary() const { return endpoints.empty() ? nullptr : &endpoints.front(); }
   // The x-gateway-destination-endpoint value: endpoints joined with ','.
@@ -236,6 +247,12 @@ class Scheduler {
 
   PickResult Pick(const InferenceRequest& request, std::span<const Endpoint> endpoints,
                   const PickOptions& options = {}) const;
+  // llm-d's request-header step, for a request about to enter flow control and Pick: runs the
+  // configured request-header processors (agent-identity) and, when request.fairness_id is empty
+  // (no x-llm-d-inference-fairness-id header named one), sets it to the agent identity they found.
+  // Pick derives the same for PickResult::fairness_id on its own, so callers without flow control
+  // may skip this; those that show or queue by the request's fairness_id call it first.
+  void PrepareRequest(InferenceRequest& request) const;
   // Ends a recorded request: removes its load from the endpoint it was sent to. Releasing more
   // than was recorded clamps at zero.
   void Release(const PickResult& result) const;
@@ -266,10 +283,13 @@ class Scheduler {
   // engineConfigs (customMetrics included) replace same-named mappings, engineLabelKey names the
   // label an endpoint's engine is read from, defaultEngine replaces "auto". Unchanged without one.
   void ConfigureScrape(ScrapeOptions& options) const;
-  // True when a request to `path` is routed without parsing its body (llm-d's passthrough-parser:
-  // for every path when it is the only parser, else for the paths no OpenAI parser claims).
-  // The caller then picks with a request that has only its path and headers, and sends the
-  // body on unchanged.
+  // Which parser reads a request to a path (epp/request.h ParserSet): the configuration's
+  // requestHandler.parsers (else its deprecated `parser`), else llm-d's default list (openai,
+  // anthropic, vllmhttp, passthrough). ext_proc, explain and pick parse requests through it.
+  const ParserSet& Parsers() const;
+  // True when a request to `path` goes to passthrough-parser (routed without reading its body:
+  // the caller picks with a request that has only its path and headers, and sends the body on
+  // unchanged).
   bool RoutesUnparsed(std::string_view path) const;
   // Dynamic metadata for the end of a response with this usage (request-attribute-reporter), in
   // config order; empty without such plugins.

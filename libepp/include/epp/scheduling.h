@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "epp/endpoint.h"
@@ -48,6 +50,34 @@ struct TokenState {
   std::string note;  // why a fallback happened ("POST http://...: timed out after 5000 ms")
 };
 
+// Values plugins publish about one request for the other plugins of its cycle (llm-d's request
+// attribute store), keyed as llm-d serializes a data key: "<data type>/<producer name>", the
+// producer part empty for keys any producer may fill ("agent-identity/",
+// "SessionIDDataKey/session-id-producer"). Filled by request-header processors before the data
+// producers run; few per request, so a vector.
+struct RequestAttributes {
+  std::vector<std::pair<std::string, std::string>> entries;
+  // The value under `key`, or nullptr.
+  const std::string* Find(std::string_view key) const {
+    for (const auto& [k, v] : entries)
+      if (k == key) return &v;
+    return nullptr;
+  }
+  // Sets (or replaces) the value under `key`.
+  void Set(std::string_view key, std::string value) {
+    for (auto& [k, v] : entries)
+      if (k == key) {
+        v = std::move(value);
+        return;
+      }
+    entries.emplace_back(std::string(key), std::move(value));
+  }
+};
+
+// The key agent-identity publishes an agent's session under; the scheduler derives a request's
+// fairness id from it when no header names one (llm-d's Director rule).
+inline constexpr std::string_view kAgentIdentityAttribute = "agent-identity/";
+
 // Encoder-cache matches for one cycle, filled by mm-embeddings-cache-producer: the request's
 // distinct media items (InferenceRequest::media_items with repeats dropped) and, per endpoint
 // index, how many of them the producer remembers that endpoint processing recently.
@@ -75,6 +105,9 @@ struct SchedulingContext {
   const Endpoint* peer = nullptr;
   // The recorded pick's id (PickResult::pick_id) while request observers run; 0 otherwise.
   uint64_t pick_id = 0;
+  // What the request-header processors published about the request (session-id-producer,
+  // agent-identity).
+  RequestAttributes attributes;
 
   // Position of `e` in `endpoints`. REQUIRES: e points into endpoints.
   size_t IndexOf(const Endpoint* e) const { return static_cast<size_t>(e - endpoints.data()); }
@@ -105,6 +138,12 @@ class Filter {
   virtual std::vector<const Endpoint*> Apply(const SchedulingContext& ctx, Candidates candidates) const = 0;
   // Why `e` would be removed (explain output); called only for removed endpoints.
   virtual std::string WhyRemoved(const SchedulingContext& ctx, const Endpoint& e) const = 0;
+  // True for a filter that removes endpoints because they are busy (utilization, concurrency,
+  // capacity), not because they cannot serve the request. When such a filter removes the last
+  // candidate of the primary profile the pool is saturated rather than empty, and the cycle
+  // answers 429 "rejected-saturated" (llm-d's answer whenever filters drain the candidates)
+  // instead of epp's 503 "rejected-no-endpoints" for filters that rule endpoints out.
+  virtual bool RemovesBusyEndpoints() const { return false; }
 };
 
 enum class ScorerCategory { kAffinity, kDistribution, kBalance };
@@ -141,6 +180,8 @@ struct ProfileRun {
   std::vector<const Endpoint*> picked;  // primary first; empty when it failed or was skipped
   std::string error;                    // why it picked nothing (ran only)
   std::string reason;                   // the handler's reason for running or skipping it
+  // The profile failed because a Filter::RemovesBusyEndpoints() filter removed the last candidate.
+  bool saturated = false;
 };
 
 // One decision of a profile handler: profiles to run now, and profiles it decided not to run,
@@ -294,6 +335,16 @@ class ResponseMetadataSource {
  public:
   virtual ~ResponseMetadataSource() = default;
   virtual void ResponseMetadata(const ResponseUsage& usage, std::vector<ResponseMetadataEntry>& out) const = 0;
+};
+
+// Reads the request as it arrives, before anything else of the cycle (llm-d's
+// RequestHeaderProcessor, run after the request is assembled and before admission): publishes
+// request attributes from its headers. Pure: Scheduler::PrepareRequest (before flow control) and
+// Pick both run it on the same request and must get the same attributes.
+class RequestHeaderProcessor {
+ public:
+  virtual ~RequestHeaderProcessor() = default;
+  virtual void RequestHeader(const InferenceRequest& request, RequestAttributes& attributes) const = 0;
 };
 
 // Admission before scheduling (llm-d's Admitter, e.g. probabilistic-admitter): runs after the

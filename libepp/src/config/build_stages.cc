@@ -164,7 +164,7 @@ void AddDefaultProfile(BuildState& st) {
   // Filters first (a saturation detector may also be a filter; it is not part of a profile),
   // then scorers and pickers, each group in config order.
   for (const auto& p : st.impl->plugins)
-    if (p->AsFilter() && !p->AsSaturationDetector()) d.plugins.push_back({p->name(), std::nullopt, "", 0});
+    if (p->AsFilter() && !p->AsSaturationDetector() && !p->AsScorer()) d.plugins.push_back({p->name(), std::nullopt, "", 0});
   for (const auto& p : st.impl->plugins)
     if (p->AsScorer() || p->AsPicker()) d.plugins.push_back({p->name(), std::nullopt, "", 0});
   st.config.profiles.push_back(std::move(d));
@@ -193,6 +193,9 @@ absl::Status ResolveProfiles(BuildState& st) {
       if (ref.weight && (!(*ref.weight >= 0) || std::isinf(*ref.weight)))
         return st.Error(ref.line, ref.path, "weight must be a finite number >= 0");
       if (const Scorer* s = p->AsScorer()) {
+        // A scorer that also filters (context-length-aware with enableFiltering) is both, as in
+        // llm-d's profiles: its filter runs with the others, its score with the scorers.
+        if (const Filter* f = p->AsFilter()) prof.filters.emplace_back(p, f);
         prof.scorers.push_back({p, s, ref.weight.value_or(1.0)});  // rule 5: weight 1.0
         continue;
       }
@@ -206,8 +209,7 @@ absl::Status ResolveProfiles(BuildState& st) {
         prof.picker_plugin = p;
       } else if (const Filter* f = p->AsFilter()) {
         prof.filters.emplace_back(p, f);
-      } else if (p->AsResponseMetadataSource() || p->type() == plugins::kOpenAIParserType ||
-                 p->type() == plugins::kPassthroughParserType) {
+      } else if (p->AsResponseMetadataSource() || plugins::ParserOf(*p).has_value()) {
         // llm-d's own configs list request-attribute-reporter and parsers among a profile's
         // plugins, where its scheduler ignores them; they act on every request anyway.
         st.impl->warnings.push_back(absl::StrCat(st.Where(ref.line, ref.path), ": '", p->name(), "' (", p->type(),
@@ -359,27 +361,18 @@ absl::Status ResolvePrefixProducer(BuildState& st) {
   return absl::OkStatus();
 }
 
-// llm-d's parser selection: requestHandler.parsers in order (else the deprecated `parser`, else
-// every declared parser in config order); the first parser that claims no paths
-// (passthrough-parser) is the fallback and ends the list.
+// llm-d's parser selection: requestHandler.parsers in order (else the deprecated `parser`), else
+// llm-d's default list (ParserSet::Default). ParserSet keeps each parser once and ends the list
+// at the first parser claiming no paths (passthrough-parser, the fallback).
 void ResolveParsers(BuildState& st) {
-  std::vector<std::string> types;
   std::vector<std::string> refs = st.config.parser_refs;
   if (refs.empty() && !st.config.parser_ref.empty()) refs.push_back(st.config.parser_ref);
-  if (!refs.empty()) {
-    for (const std::string& r : refs)
-      if (auto it = st.by_name.find(r); it != st.by_name.end()) types.push_back(it->second->type());
-  } else {
-    for (const auto& p : st.impl->plugins) types.push_back(p->type());
-  }
-  bool openai = false;
-  for (const std::string& t : types) {
-    if (t == plugins::kOpenAIParserType) openai = true;
-    if (t == plugins::kPassthroughParserType) {
-      st.impl->passthrough = openai ? Scheduler::Impl::Passthrough::kUnclaimed : Scheduler::Impl::Passthrough::kAlways;
-      return;
-    }
-  }
+  if (refs.empty()) return;  // Impl's default
+  std::vector<RequestParser> list;
+  for (const std::string& r : refs)
+    if (auto it = st.by_name.find(r); it != st.by_name.end())
+      if (std::optional<RequestParser> p = plugins::ParserOf(*it->second)) list.push_back(*p);
+  st.impl->parsers = ParserSet(list);
 }
 
 void IndexHooks(BuildState& st) {
@@ -405,6 +398,7 @@ void IndexHooks(BuildState& st) {
     }
     if (const RequestObserver* o = p->AsRequestObserver()) st.impl->observers.push_back(o);
     if (const Admitter* a = p->AsAdmitter()) st.impl->admitters.push_back(a);
+    if (const RequestHeaderProcessor* h = p->AsRequestHeaderProcessor()) st.impl->header_processors.push_back(h);
     if (const ResponseHeaderSource* h = p->AsResponseHeaderSource()) st.impl->response_header_sources.push_back(h);
     if (const ResponseMetadataSource* m = p->AsResponseMetadataSource()) st.impl->response_metadata_sources.push_back(m);
   }

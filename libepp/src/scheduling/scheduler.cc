@@ -1,8 +1,10 @@
 // The scheduling cycle (see scheduler.h for the order of steps and the outcome rules).
 //
-// Deliberate deviation from GIE: when the primary profile's filters remove every candidate, GIE
-// answers 429 ("failed to find target endpoint"); epp answers 503, because nothing was shed:
-// no endpoint is eligible, which is what 503 means in the protocol (docs/scheduling.md).
+// Deliberate deviation from llm-d: when the primary profile's filters remove every candidate,
+// llm-d answers 429 ("rejected-saturated") whatever the filter; epp answers 429 only when a filter
+// that removes busy endpoints (Filter::RemovesBusyEndpoints) emptied the set, and 503
+// ("rejected-no-endpoints") when the filters ruled every endpoint out for what it is (a label, a
+// role): nothing was shed, and retrying later will not help (docs/scheduling.md).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -158,7 +160,7 @@ namespace {
 // Runs one profile; returns the picked endpoints (empty with `error` set when filters removed all).
 std::vector<const Endpoint*> RunProfile(const Profile& profile, const SchedulingContext& ctx,
                                         const std::vector<const Endpoint*>& candidates, ProfileTrace* trace,
-                                        std::string& error,
+                                        std::string& error, bool& saturated,
                                         std::vector<std::pair<std::string, double>>* scores_out = nullptr) {
   std::vector<const Endpoint*> cur = candidates;
   // Timing: one clock read per call boundary; consecutive filters share theirs (only a vector move
@@ -187,6 +189,7 @@ std::vector<const Endpoint*> RunProfile(const Profile& profile, const Scheduling
     cur = std::move(next);
     if (cur.empty()) {
       error = absl::StrCat("filter '", plugin->name(), "' removed every remaining endpoint");
+      saturated = filter->RemovesBusyEndpoints();
       return {};
     }
   }
@@ -260,6 +263,12 @@ class Cycle {
     ctx_.endpoints = endpoints;
     ctx_.rng = m.rng;
     ctx_.now_us = m.clock->NowMicros();
+    // 0. Request-header processors publish their attributes; the fairness id follows llm-d's
+    //    Director rule (a header's id, else the agent identity), whatever the cycle's outcome.
+    for (const RequestHeaderProcessor* h : m.header_processors) h->RequestHeader(request, ctx_.attributes);
+    r_.fairness_id = request.fairness_id;
+    if (const std::string* agent = ctx_.attributes.Find(kAgentIdentityAttribute); agent && r_.fairness_id.empty())
+      r_.fairness_id = *agent;
   }
 
   // 1. The endpoints the gateway's subset hint allows, less those whose scrape was refused
@@ -333,6 +342,7 @@ bool Cycle::SelectCandidates() {
   r_.candidates = static_cast<int>(candidates_.size());
   if (!candidates_.empty()) return true;
   r_.status = 503;
+  r_.dropped_reason = kDroppedNoEndpoints;
   if (!options_.subset)
     r_.reason = "no endpoints in the pool";
   else if (options_.subset->empty())
@@ -364,6 +374,7 @@ bool Cycle::Screen() {
   r_.candidates = static_cast<int>(n);
   if (n > 0) return true;
   r_.status = 503;
+  r_.dropped_reason = kDroppedNoEndpoints;
   r_.reason = emptied ? absl::StrCat("screeners eliminated all endpoint candidates (screener '", *emptied, "' kept none)")
                       : std::string("screeners eliminated all endpoint candidates");
   return false;
@@ -395,6 +406,7 @@ bool Cycle::Admit() {
     m_.detector_timer->histogram.Record(TimingNowNs() - t_);
     if (request_.priority < 0 && r_.saturation >= 1.0) {
       r_.status = 429;
+      r_.dropped_reason = kDroppedSaturated;
       r_.reason = absl::StrCat("system saturated, sheddable request dropped (priority ", request_.priority,
                                ", saturation ", Num(r_.saturation), " >= 1)");
       return false;
@@ -406,7 +418,9 @@ bool Cycle::Admit() {
     const bool admitted = m_.admitters[i]->Admit(ctx_, candidates_, why);
     m_.admitter_timers[i]->histogram.Record(TimingNowNs() - t0);
     if (!admitted) {
+      // llm-d answers an admission plugin's refusal 500; epp's admitters shed load (429).
       r_.status = 429;
+      r_.dropped_reason = kDroppedSaturated;
       r_.reason = why;
       return false;
     }
@@ -432,7 +446,7 @@ void Cycle::RunOne(ProfileStep::Entry next) {
   ProfileRun run{std::move(next.profile), true, {}, {}, std::move(next.reason)};
   if (options_.scores) run_scores_.emplace_back();
   ctx_.peer = next.peer;
-  run.picked = RunProfile(*it, ctx_, candidates_, trace, run.error, options_.scores ? &run_scores_.back() : nullptr);
+  run.picked = RunProfile(*it, ctx_, candidates_, trace, run.error, run.saturated, options_.scores ? &run_scores_.back() : nullptr);
   ctx_.peer = nullptr;
   if (trace) trace->error = run.error;
   runs_.push_back(std::move(run));
@@ -464,6 +478,7 @@ bool Cycle::ProcessResults() {
   m_.process_results_timer->histogram.Record(TimingNowNs() - t_);
   if (!outcome.ok()) {
     r_.status = absl::IsInvalidArgument(outcome.status()) ? 400 : 503;
+    if (r_.status == 503) r_.dropped_reason = kDroppedNoEndpoints;
     r_.reason = std::string(outcome.status().message());
     return false;
   }
@@ -476,9 +491,13 @@ bool Cycle::ProcessResults() {
   std::vector<std::string> errors;
   for (const ProfileRun& pr : runs_)
     if (pr.ran && !pr.error.empty()) errors.push_back(absl::StrCat(pr.profile, ": ", pr.error));
-  r_.status = 503;
-  r_.reason =
-      absl::StrCat("no eligible endpoint: ", errors.empty() ? "profile produced no endpoint" : absl::StrJoin(errors, "; "));
+  // The primary profile picked nothing. Busy endpoints (a load filter removed the last one) are
+  // a saturated pool: 429, as llm-d answers; endpoints ruled out for what they are: 503.
+  const bool saturated = primary_ != nullptr && primary_->ran && primary_->saturated;
+  r_.status = saturated ? 429 : 503;
+  r_.dropped_reason = saturated ? kDroppedSaturated : kDroppedNoEndpoints;
+  r_.reason = absl::StrCat(saturated ? "saturated: " : "no eligible endpoint: ",
+                           errors.empty() ? "profile produced no endpoint" : absl::StrJoin(errors, "; "));
   return false;
 }
 
@@ -528,6 +547,13 @@ void Cycle::Record() {
 }
 
 }  // namespace
+
+void Scheduler::PrepareRequest(InferenceRequest& request) const {
+  if (!request.fairness_id.empty() || impl_->header_processors.empty()) return;
+  RequestAttributes attributes;
+  for (const RequestHeaderProcessor* h : impl_->header_processors) h->RequestHeader(request, attributes);
+  if (const std::string* agent = attributes.Find(kAgentIdentityAttribute)) request.fairness_id = *agent;
+}
 
 PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endpoint> endpoints,
                            const PickOptions& options) const {
@@ -588,17 +614,6 @@ const KvEventsBinding* Scheduler::KvEvents() const { return impl_->needs.kv_even
 
 namespace {
 
-// The path suffixes llm-d's openai-parser claims (after the query and trailing slashes go).
-bool OpenAIParserClaims(std::string_view path) {
-  path = path.substr(0, path.find('?'));
-  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
-  for (std::string_view suffix : {"chat/completions", "completions", "embeddings", "responses", "conversations",
-                                  "chat/completions/render", "completions/render", "images/generations"}) {
-    if (path.size() >= suffix.size() && path.substr(path.size() - suffix.size()) == suffix) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 std::vector<ResponseMetadataEntry> Scheduler::ResponseMetadata(const ResponseUsage& usage) const {
@@ -610,13 +625,10 @@ std::vector<ResponseMetadataEntry> Scheduler::ResponseMetadata(const ResponseUsa
 bool Scheduler::WantsResponseMetadata() const { return !impl_->response_metadata_sources.empty(); }
 
 bool Scheduler::RoutesUnparsed(std::string_view path) const {
-  switch (impl_->passthrough) {
-    case Impl::Passthrough::kNever: return false;
-    case Impl::Passthrough::kAlways: return true;
-    case Impl::Passthrough::kUnclaimed: return !OpenAIParserClaims(path);
-  }
-  return false;
+  return impl_->parsers.Resolve(path) == RequestParser::kPassthrough;
 }
+
+const ParserSet& Scheduler::Parsers() const { return impl_->parsers; }
 
 std::vector<TokenizerCounters> Scheduler::Tokenizers() const {
   std::vector<TokenizerCounters> out;

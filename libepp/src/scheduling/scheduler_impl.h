@@ -117,13 +117,15 @@ struct Scheduler::Impl {
   const SaturationDetector* detector = nullptr;
   const Plugin* detector_plugin = nullptr;
   std::vector<const DataProducer*> producers;
-  enum class Passthrough { kNever, kUnclaimed, kAlways } passthrough = Passthrough::kNever;
+  // Which parser reads a request, by path: the configured requestHandler.parsers, else llm-d's default list.
+  ParserSet parsers = ParserSet::Default();
   std::vector<const ResponseHeaderSource*> response_header_sources;
   std::vector<const ResponseMetadataSource*> response_metadata_sources;
   std::vector<const RequestObserver*> observers;
   std::vector<const Admitter*> admitters;
   std::vector<const Screener*> screeners;                        // config order
   std::vector<const RequestHeaderSource*> request_header_sources;  // config order
+  std::vector<const RequestHeaderProcessor*> header_processors;  // config order
   // The plugins' runtime capabilities and what they add up to, indexed by the Scheduler's
   // constructor once the plugins above are in place.
   plugins::Capabilities caps;
