@@ -21,6 +21,8 @@ inline constexpr std::string_view kEndpointAttributeFilterType = "endpoint-attri
 inline constexpr std::string_view kEndpointAttributeScorerType = "endpoint-attribute-scorer";
 inline constexpr std::string_view kTopologyAffinityFilterType = "topology-affinity-filter";
 inline constexpr std::string_view kTopologyAffinityScorerType = "topology-affinity-scorer";
+// utilization_filter.cc: llm-d's caps on an endpoint's load and KV cache.
+inline constexpr std::string_view kUtilizationFilterType = "utilization-filter";
 
 // The label llm-d's role filters read.
 inline constexpr std::string_view kRoleLabel = "llm-d.ai/role";
@@ -35,6 +37,7 @@ PluginOr CreateEndpointAttributeFilter(const std::string& name, const Params& pa
 PluginOr CreateEndpointAttributeScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateTopologyAffinityFilter(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateTopologyAffinityScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateUtilizationFilter(const std::string& name, const Params& params, const PluginContext& ctx);
 
 // Declared parameters (ParamTable::Schema()); the role filters use NoParamsSchema().
 PluginSchema LabelSelectorFilterSchema();
@@ -44,5 +47,6 @@ PluginSchema EndpointAttributeFilterSchema();
 PluginSchema EndpointAttributeScorerSchema();
 PluginSchema TopologyAffinityFilterSchema();
 PluginSchema TopologyAffinityScorerSchema();
+PluginSchema UtilizationFilterSchema();
 
 }  // namespace epp::plugins

@@ -37,10 +37,9 @@ const ParamTable<ProducerOptions>& Table() {
            .Custom("blockSize", ParamType::kInt, "characters per block; use blockSizeTokens",
                    [](const Params& v, ProducerOptions& o) -> absl::Status {
                      EPP_ASSIGN_OR_RETURN(o.block_size_chars, v.AsInt());
-                     if (o.block_size_chars <= 0 || o.block_size_chars % kCharsPerToken != 0)
+                     if (o.block_size_chars <= 0)
                        return absl::InvalidArgumentError(
-                           absl::StrCat(v.path(), ": deprecated character block size must be a positive multiple of ",
-                                        kCharsPerToken, "; use blockSizeTokens"));
+                           absl::StrCat(v.path(), ": must be > 0 (deprecated: characters per block; use blockSizeTokens)"));
                      return absl::OkStatus();
                    },
                    nullptr)
@@ -123,17 +122,45 @@ class ApproxPrefixProducer : public Plugin, public DataProducer, public RequestO
 
 PluginSchema ApproxPrefixProducerSchema() { return Table().Schema(); }
 
-PluginOr CreateApproxPrefixProducer(const std::string& name, const Params& params, const PluginContext&) {
+namespace {
+
+PluginOr CreateProducer(std::string_view type, const std::string& name, const Params& params, const PluginContext& ctx) {
   EPP_ASSIGN_OR_RETURN(ProducerOptions o, Table().Read(params));
-  // The deprecated character block size counts only when blockSizeTokens is not given.
+  // The deprecated character block size counts only when blockSizeTokens is not given. It is read
+  // as GIE read it when it was current (hashBlockSize, then blockSize: characters; GIE <= v1.3,
+  // llm-d <= v0.6), at epp's 4 characters a token, rounded to the nearest token (at least 1): a
+  // block is a whole number of tokens here. llm-d v0.9 on copies it into blockSizeTokens
+  // unchanged; configs of that era spell blockSizeTokens, and the older ones meant characters.
   if (o.block_size_chars > 0 && !params.Has("blockSizeTokens")) {
     if (o.block_size_chars / kCharsPerToken > 65536)
       return absl::InvalidArgumentError(absl::StrCat(params.path(), ".blockSize: must be at most ",
                                                      65536 * kCharsPerToken, " characters"));
-    o.block_size_tokens = static_cast<int>(o.block_size_chars / kCharsPerToken);
+    o.block_size_tokens =
+        static_cast<int>(std::max<int64_t>(1, (o.block_size_chars + kCharsPerToken / 2) / kCharsPerToken));
+    if (ctx.warnings != nullptr) {
+      const bool exact = o.block_size_chars % kCharsPerToken == 0;
+      ctx.warnings->push_back(absl::StrCat(
+          params.path(), ".blockSize: deprecated (characters per block); read as blockSizeTokens: ", o.block_size_tokens,
+          exact ? "" : absl::StrCat(" (", o.block_size_chars, " characters rounded to whole tokens of ", kCharsPerToken, ")")));
+    }
+  } else if (o.block_size_chars > 0 && ctx.warnings != nullptr) {
+    ctx.warnings->push_back(absl::StrCat(params.path(), ".blockSize: deprecated and ignored: blockSizeTokens is given"));
   }
   o.block_size_chars = 0;
-  return std::make_unique<ApproxPrefixProducer>(TypedName{std::string(kApproxPrefixProducerType), name}, o);
+  return std::make_unique<ApproxPrefixProducer>(TypedName{std::string(type), name}, o);
+}
+
+}  // namespace
+
+PluginOr CreateApproxPrefixProducer(const std::string& name, const Params& params, const PluginContext& ctx) {
+  return CreateProducer(kApproxPrefixProducerType, name, params, ctx);
+}
+
+// llm-d's cluster-scoped type: its candidates are cluster endpoints (one address per remote
+// pool's gateway), and the index keys blocks by endpoint address, so a repeated prefix already
+// maps to the cluster that served it: the same producer under its own type name.
+PluginOr CreateMultiClusterApproxPrefixProducer(const std::string& name, const Params& params, const PluginContext& ctx) {
+  return CreateProducer(kMultiClusterApproxPrefixProducerType, name, params, ctx);
 }
 
 }  // namespace epp::plugins

@@ -1,4 +1,5 @@
-// Private: the data producers (prefix_producer.cc).
+// Private: the data producers (prefix_producer.cc) and the request-header processors
+// (session_id_producer.cc, agent_identity.cc: attributes read from the request's headers).
 #pragma once
 
 #include <string>
@@ -25,6 +26,18 @@ PluginOr CreateTokenProducer(const std::string& name, const Params& params, cons
 PluginOr CreateEndpointNotificationSource(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginSchema PrecisePrefixProducerSchema();  // precise-prefix-cache-scorer's too
 PluginSchema TokenProducerSchema();
+
+inline constexpr std::string_view kMultiClusterApproxPrefixProducerType = "multicluster-approx-prefix-cache-producer";
+inline constexpr std::string_view kSessionIdProducerType = "session-id-producer";
+inline constexpr std::string_view kAgentIdentityType = "agent-identity";
+// The data type of session-id-producer's attribute; its key is "SessionIDDataKey/<plugin name>".
+inline constexpr std::string_view kSessionIdAttributeType = "SessionIDDataKey";
+
+PluginOr CreateMultiClusterApproxPrefixProducer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateSessionIdProducer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateAgentIdentity(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginSchema SessionIdProducerSchema();
+PluginSchema AgentIdentitySchema();
 
 // llm-d Router's other request-control data producers (mm_embeddings.cc, burst_prefix_producer.cc,
 // p2p_source_producer.cc). mm-embeddings-cache-scorer lives with its producer: it only reads what

@@ -1,5 +1,6 @@
 // Private: the scorers (scorers.cc: metric and load scorers, prefix-cache-scorer; cache_aware_scorer.cc;
-// llmd_scorers.cc: llm-d's no-hit-lru, load-aware and active-request scorers).
+// llmd_scorers.cc: llm-d's no-hit-lru, load-aware and active-request scorers;
+// llmd_affinity_scorers.cc: context-length-aware, header-label-affinity-scorer).
 #pragma once
 
 #include <string>
@@ -26,6 +27,21 @@ inline constexpr std::string_view kDynamoKvCostScorerType = "dynamo-kv-cost-scor
 // session_affinity.cc: the scorer and the filter share the session logic.
 inline constexpr std::string_view kSessionAffinityScorerType = "session-affinity-scorer";
 inline constexpr std::string_view kSessionAffinityFilterType = "session-affinity-filter";
+// llmd_affinity_scorers.cc: label-driven affinity.
+inline constexpr std::string_view kContextLengthAwareType = "context-length-aware";
+inline constexpr std::string_view kHeaderLabelAffinityScorerType = "header-label-affinity-scorer";
+// The label context-length-aware reads by default: "min-max" prompt tokens.
+inline constexpr std::string_view kContextLengthRangeLabel = "llm-d.ai/context-length-range";
+// llm-d's cluster-scoped variants (candidates are whole pools behind their gateways): queue and
+// KV cache read the pool aggregates multicluster-metrics-extractor writes (Endpoint::attributes);
+// prefix cache and the session filter are the single-cluster plugins under their own type.
+inline constexpr std::string_view kMultiClusterQueueScorerType = "multicluster-queue-scorer";
+inline constexpr std::string_view kMultiClusterKvCacheScorerType = "multicluster-kv-cache-utilization-scorer";
+inline constexpr std::string_view kMultiClusterPrefixCacheScorerType = "multicluster-prefix-cache-scorer";
+inline constexpr std::string_view kMultiClusterSessionAffinityFilterType = "multicluster-session-affinity-filter";
+// The pool aggregates' attribute keys (any producer).
+inline constexpr std::string_view kMultiClusterQueueSizeAttribute = "llm-d.ai/multicluster-queue-size";
+inline constexpr std::string_view kMultiClusterKvCacheAttribute = "llm-d.ai/multicluster-kv-cache-utilization";
 
 PluginOr CreateQueueScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateRunningRequestsScorer(const std::string& name, const Params& params, const PluginContext& ctx);
@@ -42,6 +58,12 @@ PluginOr CreateVllmLoadAwareScorer(const std::string& name, const Params& params
 PluginOr CreateDynamoKvCostScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateSessionAffinityScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateSessionAffinityFilter(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateContextLengthAware(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateHeaderLabelAffinityScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateMultiClusterQueueScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateMultiClusterKvCacheScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateMultiClusterPrefixCacheScorer(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateMultiClusterSessionAffinityFilter(const std::string& name, const Params& params, const PluginContext& ctx);
 
 // Declared parameters (ParamTable::Schema()) of the types above that take any; the others use
 // NoParamsSchema().
@@ -56,6 +78,8 @@ PluginSchema VllmLoadAwareScorerSchema();
 PluginSchema DynamoKvCostScorerSchema();
 PluginSchema SessionAffinityScorerSchema();
 PluginSchema SessionAffinityFilterSchema();
+PluginSchema ContextLengthAwareSchema();
+PluginSchema HeaderLabelAffinityScorerSchema();
 
 // The prefix ratio GIE's prefix scorer computes (also the affinity filter's and explain's).
 double PrefixRatio(int match_blocks, int total_blocks);

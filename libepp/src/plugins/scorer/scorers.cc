@@ -1,12 +1,17 @@
 // Metric and load scorers: queue-scorer, running-requests-size-scorer,
 // kv-cache-utilization-scorer, lora-affinity-scorer, token-load-scorer, prefix-cache-scorer.
 // Formulas follow GIE (docs/scheduling.md gives each with its source).
+// llm-d's multicluster-queue-scorer, multicluster-kv-cache-utilization-scorer and
+// multicluster-prefix-cache-scorer are the same scorers over cluster endpoints: the first two read
+// the pool aggregates multicluster-metrics-extractor writes (Endpoint::attributes) instead of a
+// server's own metrics; the prefix scorer is unchanged (its index already keys by endpoint).
 #include <algorithm>
 #include <cmath>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/strings.h"
+#include "plugins/producer/producer.h"
 #include "plugins/scorer/scorer.h"
 #include "epp/scheduling.h"
 
@@ -21,10 +26,10 @@ using internal::Num;
 class MinMaxScorer : public Plugin, public Scorer {
  public:
   using Getter = std::optional<double> (*)(const Endpoint&);
-  MinMaxScorer(TypedName tn, Getter get, const char* what, PluginInput input)
-      : Plugin(std::move(tn)), get_(get), what_(what), input_(input) {}
+  MinMaxScorer(TypedName tn, Getter get, const char* what, PluginInputs inputs)
+      : Plugin(std::move(tn)), get_(get), what_(what), inputs_(inputs) {}
   const Scorer* AsScorer() const override { return this; }
-  PluginInputs Consumes() const override { return {input_}; }
+  PluginInputs Consumes() const override { return inputs_; }
   ScorerCategory category() const override { return ScorerCategory::kDistribution; }
 
   void Score(const SchedulingContext&, Candidates candidates, std::span<double> scores) const override {
@@ -63,25 +68,35 @@ class MinMaxScorer : public Plugin, public Scorer {
   }
   Getter get_;
   const char* what_;
-  PluginInput input_;
+  PluginInputs inputs_;
 };
 
+// 1 - the KV-cache fraction in use; 0 without one. `get` reads a server's metric, or a pool's
+// aggregate (multicluster); `what` names it in explanations.
 class KvCacheScorer : public Plugin, public Scorer {
  public:
-  using Plugin::Plugin;
+  using Getter = std::optional<double> (*)(const Endpoint&);
+  KvCacheScorer(TypedName tn, Getter get, const char* what, const char* missing, PluginInputs inputs)
+      : Plugin(std::move(tn)), get_(get), what_(what), missing_(missing), inputs_(inputs) {}
   const Scorer* AsScorer() const override { return this; }
-  PluginInputs Consumes() const override { return {PluginInput::kKvCacheUsage}; }
+  PluginInputs Consumes() const override { return inputs_; }
   ScorerCategory category() const override { return ScorerCategory::kDistribution; }
   void Score(const SchedulingContext&, Candidates candidates, std::span<double> scores) const override {
     for (size_t i = 0; i < candidates.size(); ++i) {
-      const auto& kv = candidates[i]->metrics.kv_cache_usage;
+      const auto kv = get_(*candidates[i]);
       scores[i] = kv ? 1.0 - *kv : 0.0;
     }
   }
   std::string Explain(const SchedulingContext&, const Endpoint& e) const override {
-    const auto& kv = e.metrics.kv_cache_usage;
-    return kv ? absl::StrCat("KV cache ", Num(*kv * 100), "% used") : "no KV-cache metric";
+    const auto kv = get_(e);
+    return kv ? absl::StrCat(what_, " ", Num(*kv * 100), "% used") : std::string(missing_);
   }
+
+ private:
+  Getter get_;
+  const char* what_;
+  const char* missing_;
+  PluginInputs inputs_;
 };
 
 class LoraAffinityScorer : public Plugin, public Scorer {
@@ -97,14 +112,20 @@ class LoraAffinityScorer : public Plugin, public Scorer {
 
  private:
   // GIE's order: active, then free slot, then waiting (the capacity test precedes the waiting one).
+  // Slots in use are the distinct adapters (llm-d #2625), not the sum of vLLM's two lists, which
+  // name an adapter with running and waiting requests twice. Where the server publishes
+  // vllm:lora_adapter_loaded, an adapter resident on the GPU is active even with no request in
+  // flight, and one held in CPU memory ranks with the waiting ones (it loads without the disk).
   static std::pair<double, const char*> Value(const SchedulingContext& ctx, const Endpoint& e) {
     if (!e.metrics.lora) return {0.0, "no LoRA metric"};
     const LoraInfo& l = *e.metrics.lora;
     const std::string& m = ctx.request->model;
     auto has = [&](const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), m) != v.end(); };
     if (has(l.running)) return {1.0, "adapter active"};
-    if (static_cast<int64_t>(l.running.size() + l.waiting.size()) < l.max_lora) return {0.8, "free adapter slot"};
+    if (has(l.loaded)) return {1.0, "adapter resident on the GPU"};
+    if (l.SlotsInUse() < l.max_lora) return {0.8, "free adapter slot"};
     if (has(l.waiting)) return {0.6, "adapter waiting to load"};
+    if (has(l.loaded_cpu)) return {0.6, "adapter in CPU memory, no free slot"};
     return {0.0, "adapter absent and no free slot"};
   }
 };
@@ -206,19 +227,38 @@ PluginOr CreateQueueScorer(const std::string& name, const Params& params, const 
   EPP_RETURN_IF_ERROR(ReadNoParams(params));
   return std::make_unique<MinMaxScorer>(
       TN(kQueueScorerType, name), [](const Endpoint& e) { return e.metrics.waiting_queue_size; }, "queue",
-      PluginInput::kWaitingQueue);
+      PluginInputs{PluginInput::kWaitingQueue});
+}
+
+// llm-d's: the shortest pool queue scores 1, the longest 0, all equal 1; an endpoint without the
+// aggregate scores 0 (llm-d leaves it unscored, which its profile counts as 0).
+PluginOr CreateMultiClusterQueueScorer(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(ReadNoParams(params));
+  return std::make_unique<MinMaxScorer>(
+      TN(kMultiClusterQueueScorerType, name),
+      [](const Endpoint& e) { return e.attributes.Find(kMultiClusterQueueSizeAttribute); }, "pool queue", PluginInputs{});
 }
 
 PluginOr CreateRunningRequestsScorer(const std::string& name, const Params& params, const PluginContext&) {
   EPP_RETURN_IF_ERROR(ReadNoParams(params));
   return std::make_unique<MinMaxScorer>(
       TN(kRunningRequestsScorerType, name), [](const Endpoint& e) { return e.metrics.running_requests; },
-      "running", PluginInput::kRunningRequests);
+      "running", PluginInputs{PluginInput::kRunningRequests});
 }
 
 PluginOr CreateKvCacheScorer(const std::string& name, const Params& params, const PluginContext&) {
   EPP_RETURN_IF_ERROR(ReadNoParams(params));
-  return std::make_unique<KvCacheScorer>(TN(kKvCacheScorerType, name));
+  return std::make_unique<KvCacheScorer>(
+      TN(kKvCacheScorerType, name), [](const Endpoint& e) { return e.metrics.kv_cache_usage; }, "KV cache",
+      "no KV-cache metric", PluginInputs{PluginInput::kKvCacheUsage});
+}
+
+PluginOr CreateMultiClusterKvCacheScorer(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_RETURN_IF_ERROR(ReadNoParams(params));
+  return std::make_unique<KvCacheScorer>(
+      TN(kMultiClusterKvCacheScorerType, name),
+      [](const Endpoint& e) { return e.attributes.Find(kMultiClusterKvCacheAttribute); }, "pool KV cache",
+      "no llm-d.ai/multicluster-kv-cache-utilization attribute", PluginInputs{});
 }
 
 PluginOr CreateLoraAffinityScorer(const std::string& name, const Params& params, const PluginContext&) {
@@ -231,9 +271,40 @@ PluginOr CreateTokenLoadScorer(const std::string& name, const Params& params, co
   return std::make_unique<TokenLoadScorer>(TN(kTokenLoadScorerType, name), o);
 }
 
-PluginOr CreatePrefixCacheScorer(const std::string& name, const Params& params, const PluginContext&) {
+// llm-d v0.2's prefix-cache-scorer chose its implementation with `mode`: estimate (GIE's
+// approximate scorer, the default) or cache_tracking (what precise-prefix-cache-scorer became in
+// v0.3, taking the same indexerConfig / kvEventsConfig / tokenProcessorConfig). Read as that
+// choice, with the rest of the parameters. (llm-d v0.3 to v0.5 took the type from GIE, whose
+// decoder dropped `mode` and the precise blocks silently: such configs ran approximate there.)
+static PluginOr CreateLegacyModePrefixScorer(const std::string& name, const Params& params, const Params& mode,
+                                             const PluginContext& ctx) {
+  EPP_ASSIGN_OR_RETURN(std::string m, mode.AsString());
+  if (m != "estimate" && m != "cache_tracking")
+    return absl::InvalidArgumentError(absl::StrCat(mode.path(), ": expected estimate or cache_tracking, got '", m, "'"));
+  Params rest = Params::Map(params.path());
+  rest.set_line(params.line());
+  for (const auto& [k, v] : params.entries())
+    if (k != "mode") rest.Set(k, v);
+  if (ctx.warnings != nullptr)
+    ctx.warnings->push_back(absl::StrCat(
+        mode.path(), ": llm-d v0.2's form; ",
+        m == "estimate" ? "estimate is what prefix-cache-scorer does: delete mode"
+                        : "read as precise-prefix-cache-scorer (declare a precise-prefix-cache-producer with these "
+                          "parameters and a prefix-cache-scorer reading it)"));
+  if (m == "cache_tracking") return CreatePrecisePrefixScorer(name, rest, ctx);
+  return CreatePrefixCacheScorer(name, rest, ctx);
+}
+
+PluginOr CreatePrefixCacheScorer(const std::string& name, const Params& params, const PluginContext& ctx) {
+  if (const Params* mode = params.Find("mode"); mode != nullptr && !mode->is_null())
+    return CreateLegacyModePrefixScorer(name, params, *mode, ctx);
   EPP_ASSIGN_OR_RETURN(PrefixCacheOptions o, PrefixCacheTable().Read(params));
   return std::make_unique<PrefixCacheScorer>(TN(kPrefixCacheScorerType, name), std::move(o));
+}
+
+PluginOr CreateMultiClusterPrefixCacheScorer(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_ASSIGN_OR_RETURN(PrefixCacheOptions o, PrefixCacheTable().Read(params));
+  return std::make_unique<PrefixCacheScorer>(TN(kMultiClusterPrefixCacheScorerType, name), std::move(o));
 }
 
 PluginSchema TokenLoadScorerSchema() { return TokenLoadTable().Schema(); }

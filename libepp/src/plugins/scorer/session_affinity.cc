@@ -5,10 +5,15 @@
 //     base64 of the endpoint that served the session before; every response carries the token
 //     of the endpoint that served it (the primary profile's, or `profileName`'s).
 //   session_id (stateful): the client sends an opaque id (x-session-id, or the first non-empty
-//     header of `sessionIdConfig.sources`); the first pick binds it to the endpoint chosen, later
+//     source of `sessionIdConfig.sources`: a request header, or a request attribute a
+//     request-header processor published, e.g. {attribute: agent-identity} or
+//     {attribute: SessionIDDataKey, producer: session-id-producer}, keyed as llm-d keys them:
+//     "<attribute>/<producer>"); the first pick binds it to the endpoint chosen, later
 //     picks prefer that endpoint while it is a candidate and move the binding when it is not.
 //     Bindings unused for evictionTtlSeconds go (swept every evictionSweepSeconds). Nothing is
 //     written back. Each plugin instance keeps its own bindings.
+// multicluster-session-affinity-filter is the filter under llm-d's cluster-scoped type: its
+// candidates are cluster endpoints, so a session pins to its cluster with no change.
 // Deviation: the token names the endpoint by its address ("10.0.0.1:8000", base64 with padding),
 // where llm-d names its datastore id ("namespace/pod-rank-0"); either is opaque to clients, and a
 // token epp cannot match is no preference, as in llm-d.
@@ -25,11 +30,20 @@
 namespace epp::plugins {
 namespace {
 
+// Where a session id is read (sessionIdConfig.sources): a request header, or a request
+// attribute (`name` is its data type, `producer` the plugin that published it, "" for any).
+struct IdSource {
+  bool attribute = false;
+  std::string name;  // header names lower case
+  std::string producer;
+  std::string Key() const { return absl::StrCat(name, "/", producer); }  // RequestAttributes' key
+};
+
 struct SessionOptions {
   bool session_id = false;             // strategy
   std::string profile;                 // profileName ("" = the primary profile)
   std::string header = "x-session-token";
-  std::vector<std::string> id_headers = {"x-session-id"};
+  std::vector<IdSource> id_sources = {IdSource{false, "x-session-id", ""}};
   int64_t ttl_us = 300'000'000, sweep_us = 10'000'000;
 };
 
@@ -123,12 +137,18 @@ class SessionAffinity : public Plugin,
 
   std::string SessionId(const SchedulingContext& ctx) const {
     if (!ctx.request) return {};
-    for (const std::string& h : o_.id_headers)
-      if (std::optional<std::string_view> v = ctx.request->header(h)) {
-        std::string s(absl::StripAsciiWhitespace(absl::string_view(v->data(), v->size())));
-        if (s.size() > kMaxIdBytes) s.resize(kMaxIdBytes);  // ids are opaque; bound what a client can make us keep
-        if (!s.empty()) return s;
+    for (const IdSource& src : o_.id_sources) {
+      std::optional<std::string_view> v;
+      if (!src.attribute) {
+        v = ctx.request->header(src.name);
+      } else if (const std::string* a = ctx.attributes.Find(src.Key())) {
+        v = *a;
       }
+      if (!v) continue;
+      std::string s(absl::StripAsciiWhitespace(absl::string_view(v->data(), v->size())));
+      if (s.size() > kMaxIdBytes) s.resize(kMaxIdBytes);  // ids are opaque; bound what a client can make us keep
+      if (!s.empty()) return s;
+    }
     return {};
   }
 
@@ -202,6 +222,15 @@ ParamTable<SessionOptions>* MakeTable(std::string what) {
       .String("profileName", &SessionOptions::profile,
               "the profile whose endpoint the token names (encoded_endpoint_header); empty: the primary profile")
       .OmitEmpty()
+      // llm-d v0.9's flat spelling, removed (not deprecated) by v0.10's strategies, whose
+      // decoder rejects it: rejected here too, naming the replacement.
+      .Custom("headerName", ParamType::kString, "llm-d v0.9's form, rejected: use encodedEndpointHeaderConfig.header",
+              [](const Params& v, SessionOptions&) -> absl::Status {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    v.path(), ": llm-d v0.9's form, removed in v0.10; use encodedEndpointHeaderConfig: {header: ", v.text(), "}"));
+              },
+              nullptr)
+      .Deprecated()
       .Custom("encodedEndpointHeaderConfig", ParamType::kMap, "{header}: the request header carrying the token (x-session-token)",
               [](const Params& v, SessionOptions& o) -> absl::Status {
                 EPP_RETURN_IF_ERROR(v.CheckKeys({"header"}));
@@ -215,27 +244,28 @@ ParamTable<SessionOptions>* MakeTable(std::string what) {
                 return Params::Map().Set("header", Params::String(o.header));
               })
       .Custom("sessionIdConfig", ParamType::kMap,
-              "{sources: [{header}], evictionTtlSeconds (300), evictionSweepSeconds (10)}: with strategy session_id",
+              "{sources: [{header} or {attribute, producer}], evictionTtlSeconds (300), evictionSweepSeconds (10)}: "
+              "with strategy session_id",
               [what](const Params& sc, SessionOptions& o) -> absl::Status {
                 if (!o.session_id) return absl::OkStatus();
                 EPP_RETURN_IF_ERROR(sc.CheckKeys({"sources", "evictionTtlSeconds", "evictionSweepSeconds"}));
                 if (const Params* sources = sc.Find("sources"); sources && !sources->is_null()) {
                   if (sources->kind() != Params::Kind::kList)
                     return Bad(sc, "sources", what, "expected a list of {header} or {attribute}");
-                  std::vector<std::string> headers;
+                  std::vector<IdSource> list;
                   for (const Params& s : sources->items()) {
                     EPP_RETURN_IF_ERROR(s.CheckKeys({"header", "attribute", "producer"}));
-                    const bool has_header = s.Has("header"), has_attr = s.Has("attribute");
-                    if (has_header == has_attr) return Bad(s, "", what, "exactly one of header or attribute must be set");
-                    if (has_attr)
-                      return Bad(s, "attribute", what,
-                                 "request attributes (session-id-producer, agent-identity) are not implemented; name the header");
                     EPP_ASSIGN_OR_RETURN(std::string h, s.GetString("header", ""));
+                    EPP_ASSIGN_OR_RETURN(std::string attr, s.GetString("attribute", ""));
+                    EPP_ASSIGN_OR_RETURN(std::string producer, s.GetString("producer", ""));
                     h = HeaderName(h);
-                    if (h.empty()) return Bad(s, "header", what, "must not be empty");
-                    headers.push_back(std::move(h));
+                    attr = std::string(absl::StripAsciiWhitespace(attr));
+                    if (h.empty() == attr.empty()) return Bad(s, "", what, "exactly one of header or attribute must be set");
+                    if (!h.empty() && !producer.empty()) return Bad(s, "producer", what, "only with attribute");
+                    list.push_back(h.empty() ? IdSource{true, std::move(attr), std::string(absl::StripAsciiWhitespace(producer))}
+                                             : IdSource{false, std::move(h), ""});
                   }
-                  if (!headers.empty()) o.id_headers = std::move(headers);
+                  if (!list.empty()) o.id_sources = std::move(list);
                 }
                 EPP_ASSIGN_OR_RETURN(double ttl, sc.GetDouble("evictionTtlSeconds", 0));
                 EPP_ASSIGN_OR_RETURN(double sweep, sc.GetDouble("evictionSweepSeconds", 0));
@@ -248,7 +278,11 @@ ParamTable<SessionOptions>* MakeTable(std::string what) {
               [](const SessionOptions& o) {
                 if (!o.session_id) return Params();
                 Params sources = Params::List();
-                for (const std::string& h : o.id_headers) sources.Append(Params::Map().Set("header", Params::String(h)));
+                for (const IdSource& src : o.id_sources) {
+                  Params entry = Params::Map().Set(src.attribute ? "attribute" : "header", Params::String(src.name));
+                  if (!src.producer.empty()) entry.Set("producer", Params::String(src.producer));
+                  sources.Append(std::move(entry));
+                }
                 return Params::Map()
                     .Set("sources", std::move(sources))
                     .Set("evictionTtlSeconds", Params::Number(static_cast<double>(o.ttl_us) / 1e6))
@@ -260,6 +294,8 @@ ParamTable<SessionOptions>* MakeTable(std::string what) {
 const ParamTable<SessionOptions>& Table(std::string_view type) {
   static const ParamTable<SessionOptions>* scorer = MakeTable(std::string(kSessionAffinityScorerType));
   static const ParamTable<SessionOptions>* filter = MakeTable(std::string(kSessionAffinityFilterType));
+  static const ParamTable<SessionOptions>* multicluster = MakeTable(std::string(kMultiClusterSessionAffinityFilterType));
+  if (type == kMultiClusterSessionAffinityFilterType) return *multicluster;
   return type == kSessionAffinityFilterType ? *filter : *scorer;
 }
 
@@ -281,6 +317,11 @@ PluginOr CreateSessionAffinityScorer(const std::string& name, const Params& para
 PluginOr CreateSessionAffinityFilter(const std::string& name, const Params& params, const PluginContext&) {
   EPP_ASSIGN_OR_RETURN(SessionOptions o, ReadSessionOptions(params, kSessionAffinityFilterType));
   return std::make_unique<SessionAffinity>(TN(kSessionAffinityFilterType, name), std::move(o), true);
+}
+
+PluginOr CreateMultiClusterSessionAffinityFilter(const std::string& name, const Params& params, const PluginContext&) {
+  EPP_ASSIGN_OR_RETURN(SessionOptions o, ReadSessionOptions(params, kMultiClusterSessionAffinityFilterType));
+  return std::make_unique<SessionAffinity>(TN(kMultiClusterSessionAffinityFilterType, name), std::move(o), true);
 }
 
 PluginSchema SessionAffinityScorerSchema() { return Table(kSessionAffinityScorerType).Schema(); }
