@@ -236,8 +236,16 @@ TEST(DisaggTest, DeprecatedFormsLoadWithAWarning) {
   EXPECT_TRUE(Header(chars.sched->Pick(Chat(std::string(50, 'e')), Pool(), {.record = false}), "x-prefiller-host-port").empty());
   EXPECT_FALSE(Header(chars.sched->Pick(Chat(std::string(300, 'e')), Pool(), {.record = false}), "x-prefiller-host-port").empty());
 
-  // Without threshold it needs its decider (default name prefix-based-pd-decider).
-  Env missing(pd(""));
+  // Without threshold or deciderPluginName and no plugin of the default decider's name: llm-d
+  // v0.5's reading (threshold 0, always prefill), with a warning. A decider named explicitly
+  // must exist.
+  Env defaulted(pd(""));
+  ASSERT_TRUE(defaulted.status.ok()) << defaulted.status;
+  warned = false;
+  for (const std::string& w : defaulted.sched->warnings()) warned |= w.find("always ran prefill") != std::string::npos;
+  EXPECT_TRUE(warned);
+  EXPECT_EQ(Header(defaulted.sched->Pick(Chat("hi"), Pool(), {.record = false}), "x-prefiller-host-port"), "10.0.0.1:8000");
+  Env missing(pd("    deciderPluginName: prefix-based-pd-decider\n"));
   ASSERT_FALSE(missing.status.ok());
   EXPECT_NE(std::string(missing.status.message()).find("no plugin named 'prefix-based-pd-decider'"), std::string::npos) << missing.status;
   // primaryPort: the decode pick goes to its host's sidecar port, the rank in x-data-parallel-host-port.

@@ -28,6 +28,11 @@ struct PreciseOptions {
   bool speculative = false;             // speculativeIndexing
   int64_t speculative_ttl_us = 2000000;  // speculativeTTL
   KvIndexOptions index;
+  // Older shapes (docs/config.md "Older parameter shapes"): read, then mapped by the factory.
+  bool top_token_processor = false;  // tokenProcessorConfig given at the top level
+  Params nested_token_processor;     // indexerConfig.tokenProcessorConfig (llm-d-kv-cache <= v0.4)
+  Params tokenizers_pool;            // indexerConfig.tokenizersPoolConfig (the scorer's own tokenizer)
+  std::vector<std::string> notes;    // deprecation warnings for the factory to report
   // llm-d's topic filter when kvEventsConfig is absent ("" given explicitly means every topic).
   KvEventsBinding binding = [] {
     KvEventsBinding b;
@@ -138,6 +143,8 @@ absl::Status ReadTokenProcessor(const Params& tp, PreciseOptions& o) {
   EPP_ASSIGN_OR_RETURN(int64_t bs, tp.GetInt("blockSizeTokens", 0));
   if (bs == 0) {
     EPP_ASSIGN_OR_RETURN(bs, tp.GetInt("blockSize", 16));  // llm-d's deprecated alias (tokens here)
+    if (tp.Has("blockSize"))
+      o.notes.push_back(absl::StrCat(tp.path(), ".blockSize: deprecated; use blockSizeTokens (the same number of tokens)"));
   }
   if (bs <= 0 || bs > 65536) return Bad(tp, "blockSizeTokens", "must be in [1, 65536]");
   o.block_size_tokens = static_cast<int>(bs);
@@ -154,13 +161,38 @@ Params WriteTokenProcessor(const PreciseOptions& o) {
   return Params::Map().Set("blockSizeTokens", Params::Int(o.block_size_tokens)).Set("hashSeed", Params::String(o.hash_seed));
 }
 
+// indexerConfig.tokenizersPoolConfig, every shape llm-d-kv-cache gave it (v0.2: the HuggingFace
+// settings flat; v0.4 on: local / uds / hf blocks): checked, then left to the factory.
+absl::Status ReadTokenizersPool(const Params& pool, PreciseOptions& o) {
+  EPP_RETURN_IF_ERROR(pool.CheckKeys({"modelName", "workersCount", "minPrefixOverlapRatio", "huggingFaceToken",
+                                      "tokenizersCacheDir", "enabled", "local", "uds", "hf"}));
+  o.tokenizers_pool = pool;
+  return absl::OkStatus();
+}
+
 absl::Status ReadIndexer(const Params& ic, PreciseOptions& o) {
-  EPP_RETURN_IF_ERROR(ic.CheckKeys({"kvBlockIndexConfig", "kvCacheBackendConfigs", "tokenizersPoolConfig"}));
-  if (ic.Has("tokenizersPoolConfig"))
-    return Bad(ic, "tokenizersPoolConfig", "tokenize with a token-producer plugin instead (as llm-d requires)");
+  EPP_RETURN_IF_ERROR(ic.CheckKeys({"kvBlockIndexConfig", "kvCacheBackendConfigs", "tokenizersPoolConfig",
+                                    "tokenProcessorConfig", "prefixStoreConfig"}));
+  if (const Params* pool = ic.Find("tokenizersPoolConfig"); pool && !pool->is_null())
+    EPP_RETURN_IF_ERROR(ReadTokenizersPool(*pool, o));
+  if (const Params* tp = ic.Find("tokenProcessorConfig"); tp && !tp->is_null()) o.nested_token_processor = *tp;
+  if (const Params* ps = ic.Find("prefixStoreConfig"); ps && !ps->is_null()) {
+    // llm-d-kv-cache <= v0.5: the tokenizer's prefix cache (reuse of an earlier prompt's tokens).
+    // epp's local tokenizer keeps its own; nothing here maps onto the index.
+    EPP_RETURN_IF_ERROR(ps->CheckKeys({"cacheSize", "blockSize"}));
+    o.notes.push_back(absl::StrCat(ps->path(), ": removed in llm-d-kv-cache v0.6 (the tokenizer's prefix cache); ignored. "
+                                               "Delete it; token-producer's local backend caches prefixes itself"));
+  }
   if (const Params* kbi = ic.Find("kvBlockIndexConfig"); kbi && !kbi->is_null()) {
     EPP_RETURN_IF_ERROR(kbi->CheckKeys({"inMemoryConfig", "enableMetrics", "metricsLoggingInterval",
-                                        "costAwareMemoryConfig", "redisConfig"}));
+                                        "costAwareMemoryConfig", "redisConfig", "maxPrefixBlocksToMatch"}));
+    if (const Params* m = kbi->Find("maxPrefixBlocksToMatch"); m && !m->is_null()) {
+      // In llm-d's samples from v0.6 to v0.9 but never a field of the index: releases before v0.9
+      // dropped it unread, v0.9 on reject it. Kept loading, as those releases did.
+      EPP_RETURN_IF_ERROR(m->AsInt().status());
+      o.notes.push_back(absl::StrCat(m->path(), ": never read by llm-d (its index has no such field); ignored. "
+                                                "Delete it; maxPrefixTokensToMatch caps matching"));
+    }
     if (kbi->Has("redisConfig"))
       return Bad(*kbi, "redisConfig", "a Redis index is not supported: every epp replica subscribes to every server");
     if (kbi->Has("costAwareMemoryConfig"))
@@ -247,7 +279,11 @@ const ParamTable<PreciseOptions>& Table() {
       &(*new ParamTable<PreciseOptions>())
            .Custom("tokenProcessorConfig", ParamType::kMap,
                    "{blockSizeTokens (16; blockSize is the old name), hashSeed, hashAlgorithm: cbor-fnv|xxh64}",
-                   ReadTokenProcessor, WriteTokenProcessor)
+                   [](const Params& v, PreciseOptions& o) {
+                     o.top_token_processor = true;
+                     return ReadTokenProcessor(v, o);
+                   },
+                   WriteTokenProcessor)
            .Custom("indexerConfig", ParamType::kMap,
                    "{kvBlockIndexConfig: {inMemoryConfig: {size, podCacheSize}, enableMetrics}, "
                    "kvCacheBackendConfigs: [{name, weight}]}: the in-memory block index",
@@ -265,17 +301,58 @@ const ParamTable<PreciseOptions>& Table() {
   return *t;
 }
 
-}  // namespace
-
-PluginOr CreatePrecisePrefixProducer(const std::string& name, const Params& params, const PluginContext&) {
+// Reads the parameters and maps the older shapes onto the current ones, noting each.
+absl::StatusOr<PreciseOptions> ReadPrecise(const Params& params) {
   EPP_ASSIGN_OR_RETURN(PreciseOptions o, Table().Read(params));
+  if (!o.nested_token_processor.is_null()) {
+    const std::string& at = o.nested_token_processor.path();
+    if (o.top_token_processor) {
+      // llm-d v0.5 on read only the top-level block; the nested one was ignored.
+      o.notes.push_back(absl::StrCat(at, ": ignored: tokenProcessorConfig is given at the top level, which wins"));
+    } else {
+      EPP_RETURN_IF_ERROR(ReadTokenProcessor(o.nested_token_processor, o));
+      o.notes.push_back(absl::StrCat(at, ": the llm-d-kv-cache v0.4 place; move it to parameters.tokenProcessorConfig"));
+    }
+  }
   o.index.hash_seed = o.hash_seed;
   if (o.speculative_ttl_us <= 0) o.speculative_ttl_us = 2000000;  // llm-d: zero or negative means its default
+  return o;
+}
+
+void Report(const PluginContext& ctx, std::vector<std::string>& notes) {
+  if (ctx.warnings != nullptr)
+    for (std::string& n : notes) ctx.warnings->push_back(std::move(n));
+  notes.clear();
+}
+
+}  // namespace
+
+PluginOr CreatePrecisePrefixProducer(const std::string& name, const Params& params, const PluginContext& ctx) {
+  EPP_ASSIGN_OR_RETURN(PreciseOptions o, ReadPrecise(params));
+  // As llm-d's producer: it takes token ids from a token-producer and has no tokenizer of its own
+  // (only the deprecated precise-prefix-cache-scorer still reads this block).
+  if (!o.tokenizers_pool.is_null())
+    return Bad(o.tokenizers_pool, "", "not supported on precise-prefix-cache-producer; declare a token-producer "
+                                      "(vllm or local) for the token ids, as llm-d requires");
+  Report(ctx, o.notes);
   return std::make_unique<PrecisePrefixProducer>(TypedName{std::string(kPrecisePrefixProducerType), name}, std::move(o));
 }
 
 PluginOr CreatePrecisePrefixScorer(const std::string& name, const Params& params, const PluginContext& ctx) {
-  EPP_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> producer, CreatePrecisePrefixProducer(name, params, ctx));
+  EPP_ASSIGN_OR_RETURN(PreciseOptions o, ReadPrecise(params));
+  if (!o.tokenizers_pool.is_null()) {
+    // llm-d's scorer tokenizes with this pool only when no token-producer gave token ids. epp has
+    // no HuggingFace download or UDS sidecar tokenizer: a token-producer in the config is used
+    // as llm-d would; without one the ids are estimated (llm-d's estimate byte packing), which
+    // matches only engines that tokenize that way.
+    o.notes.push_back(absl::StrCat(o.tokenizers_pool.path(), ": llm-d's older in-scorer tokenizer pool; not used by epp. "
+                                   "Token ids come from a token-producer when the config has one, else they are "
+                                   "estimated; declare a token-producer (vllm: {url} or local: {models}) instead"));
+    o.tokenizers_pool = Params();
+  }
+  Report(ctx, o.notes);
+  std::unique_ptr<Plugin> producer =
+      std::make_unique<PrecisePrefixProducer>(TypedName{std::string(kPrecisePrefixProducerType), name}, std::move(o));
   EPP_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> scorer, CreatePrefixCacheScorer(name, Params::Map(), ctx));
   if (ctx.warnings)
     ctx.warnings->push_back(absl::StrCat("plugin '", name, "' (", std::string(kPrecisePrefixScorerType),

@@ -30,6 +30,10 @@ struct DisaggOptions {
   // pd-profile-handler's legacy `threshold` rule (characters; 0 = always prefill), used instead
   // of a decider when `threshold` is given.
   std::optional<int64_t> legacy_threshold_chars;
+  // pd-profile-handler given neither threshold nor deciderPluginName: llm-d <= v0.5 read that as
+  // threshold 0 (prefill always), v0.6 on as the decider named prefix-based-pd-decider. The
+  // latter when the config has that plugin, else the former (Resolve).
+  bool decider_defaulted = false;
   // pd-profile-handler's primaryPort (0: off): the decode pick goes to its host at this port,
   // with x-data-parallel-host-port naming the rank (data-parallel-profile-handler's rewrite).
   int primary_port = 0;
@@ -40,6 +44,8 @@ const ProfileRun* Find(std::span<const ProfileRun> results, const std::string& p
     if (r.profile == profile) return &r;
   return nullptr;
 }
+
+const ParamTable<DisaggOptions>& PdTable();
 
 class DisaggProfileHandler : public Plugin, public ProfileHandler {
  public:
@@ -84,6 +90,16 @@ class DisaggProfileHandler : public Plugin, public ProfileHandler {
       plugin = p;
       return absl::OkStatus();
     };
+    if (o_.decider_defaulted && refs.plugin(o_.prefill_decider) == nullptr) {
+      o_.prefill_decider.clear();
+      o_.legacy_threshold_chars = 0;
+      effective_ = PdTable().Effective(o_);
+      if (refs.warnings != nullptr)
+        refs.warnings->push_back(absl::StrCat(
+            o_.params_path, ": no deciderPluginName and no plugin named '", std::string(kPrefixBasedPdDeciderType),
+            "': read as llm-d v0.5's pd-profile-handler, which always ran prefill (threshold 0); declare an "
+            "always-disagg-pd-decider (or a prefix-based-pd-decider) and name it in disagg-profile-handler's deciders.prefill"));
+    }
     EPP_RETURN_IF_ERROR(decider(o_.prefill_decider, "prefill", prefill_decider_, prefill_decider_plugin_));
     EPP_RETURN_IF_ERROR(decider(o_.encode_decider, "encode", encode_decider_, encode_decider_plugin_));
     return absl::OkStatus();
@@ -359,6 +375,8 @@ PluginOr CreatePdProfileHandler(const std::string& name, const Params& params, c
       absl::StrAppend(&what, "; hashBlockSize is ignored: cached characters come from the prefix producer's block size");
   } else if (params.Has("hashBlockSize")) {
     return absl::InvalidArgumentError(absl::StrCat(params.path(), ".hashBlockSize: only meaningful with threshold (the old form)"));
+  } else if (!params.Has("deciderPluginName")) {
+    o.decider_defaulted = true;
   }
   Warn(ctx, std::move(what));
   Params effective = PdTable().Effective(o);
