@@ -20,6 +20,7 @@
 #include "common/yaml_limits.h"
 #include "common/yaml_where.h"
 #include "epp/config.h"
+#include "epp/request.h"
 
 namespace epp {
 namespace {
@@ -29,8 +30,6 @@ using internal::YamlLine;
 using internal::YamlWhere;
 
 constexpr std::string_view kKind = "EndpointPickerConfig";
-constexpr std::string_view kOpenAiParserType = "openai-parser";
-constexpr std::string_view kPassthroughParserType = "passthrough-parser";
 // Deeper than any real parameter tree; stops a self-referencing alias (`&a [*a]`, which yaml-cpp
 // turns into a cycle) from recursing forever.
 constexpr int kMaxDepth = 64;
@@ -394,14 +393,14 @@ absl::Status Parser::ParseRequestHandler(const Entry& e) {
       EPP_ASSIGN_OR_RETURN(std::string name, PluginRef(item, YamlLine(item), item_path));
       config_.parser_refs.push_back(name);
       for (const PluginSpec& p : config_.plugins) {
-        if (p.name == name && p.type != kOpenAiParserType && p.type != kPassthroughParserType)
+        if (p.name == name && !RequestParserForType(p.type).has_value())
           unused.push_back("'" + name + "' (" + p.type + ")");
       }
     }
   }
   if (!unused.empty()) {
     config_.warnings.push_back(
-        "requestHandler: loaded, but epp implements only OpenAI request parsing and passthrough; parsers not used: " +
+        "requestHandler: loaded, but these are not request parsers and are not used as parsers: " +
         Join(unused));
   }
   return absl::OkStatus();

@@ -34,34 +34,6 @@ const char* ErrorCodeName(int status) {
   }
 }
 
-// The payloads of the `data:` fields on one SSE line, in order. Besides the line's own `data:`
-// prefix, a `data:` right after a closing brace or bracket (spaces allowed between) starts
-// another event: events sent in separate body chunks without line ends join up that way. When
-// the line splits, the unsplit payload comes first (so it is tried last): a `}data:` inside a
-// JSON string splits wrongly, and then only the whole payload parses.
-std::vector<std::string_view> SseDataPayloads(std::string_view line) {
-  std::vector<std::string_view> out;
-  if (line.substr(0, 5) != "data:") return out;
-  out.push_back(internal::TrimSpace(line.substr(5)));
-  size_t begin = 5;
-  size_t from = 5;
-  while (true) {
-    size_t next = line.find("data:", from);
-    while (next != std::string_view::npos) {
-      size_t k = next;
-      while (k > begin && (line[k - 1] == ' ' || line[k - 1] == '\t')) --k;
-      if (k > begin && (line[k - 1] == '}' || line[k - 1] == ']')) break;
-      next = line.find("data:", next + 5);
-    }
-    const size_t stop = next == std::string_view::npos ? line.size() : next;
-    if (next == std::string_view::npos && out.size() == 1) break;  // one event: the whole payload
-    out.push_back(internal::TrimSpace(line.substr(begin, stop - begin)));
-    if (next == std::string_view::npos) break;
-    begin = from = next + 5;
-  }
-  return out;
-}
-
 void SetHeader(pb::HeaderMutation* m, std::string_view key, std::string_view value) {
   core::HeaderValueOption* o = m->add_set_headers();
   o->mutable_header()->set_key(std::string(key));
@@ -247,13 +219,15 @@ int ExtProcSession::Impl::ObjectivePriority() const {
   return 0;
 }
 
-void ExtProcSession::Impl::Immediate(int status, const std::string& message, std::vector<pb::ProcessingResponse>& out) {
+void ExtProcSession::Impl::Immediate(int status, const std::string& message, std::vector<pb::ProcessingResponse>& out,
+                                     std::string_view dropped_reason) {
   pb::ProcessingResponse r;
   pb::ImmediateResponse* ir = r.mutable_immediate_response();
   ir->mutable_status()->set_code(static_cast<::envoy::type::v3::StatusCode>(status));
   ir->set_body(absl::StrCat("inference error: ", ErrorCodeName(status), " - ", message));
   ir->set_details(message);
   SetHeader(ir->mutable_headers(), "content-type", "text/plain; charset=utf-8");
+  if (!dropped_reason.empty()) SetHeader(ir->mutable_headers(), kRequestDroppedReasonHeader, dropped_reason);
   out.push_back(std::move(r));
   finished = true;
   if (stats) stats->RecordOutcome(status);
@@ -305,7 +279,8 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
       if (in) candidates.push_back(&e);
     }
     if (candidates.empty()) {
-      Immediate(503, subset ? "no endpoint of the pool matches the subset hint" : "no endpoints in the pool", out);
+      Immediate(503, subset ? "no endpoint of the pool matches the subset hint" : "no endpoints in the pool", out,
+                kDroppedNoEndpoints);
       return;
     }
     PickResult r;
@@ -317,15 +292,11 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
     if (stats) stats->RecordOutcome(200);
     return;
   }
-  // passthrough-parser: the body is routed unread (no model, no prompt) and sent on as it came.
-  const bool unparsed = scheduler.RoutesUnparsed(Path());
-  absl::StatusOr<InferenceRequest> parsed = InferenceRequest{};
-  if (unparsed) {
-    parsed->path = Path();
-    parsed->api = ApiKind::kOther;  // nothing was read: no plugin may treat it as completions
-  } else {
-    parsed = ParseOpenAIRequestInPlace(Path(), body);
-  }
+  // The parser the path resolves to reads the body (a path no parser claims is a 400, as in
+  // llm-d). passthrough-parser (and paths a parser forwards unread, api kOther): the body is
+  // routed unread (no model, no prompt) and sent on as it came.
+  absl::StatusOr<InferenceRequest> parsed = ParseRequestInPlace(Path(), body, scheduler.Parsers());
+  const bool unparsed = parsed.ok() && parsed->api == ApiKind::kOther;
   if (!parsed.ok()) {
     result = PickResult::BadRequest(parsed.status());
     Immediate(400, std::string(parsed.status().message()), out);
@@ -336,9 +307,15 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
   incoming_model = request->model;
   std::string new_body, rule;
   bool changed = false;
-  if (!RewriteModel(unparsed, new_body, changed, rule, out)) return;
+  // Model rewrites apply to the JSON bodies that carry a model (llm-d's ModelNameRewriter parsers:
+  // openai, anthropic, vllmhttp); gRPC frames and SGLang's body name none.
+  const bool rewritable = !unparsed && (request->parser == RequestParser::kOpenAI ||
+                                        request->parser == RequestParser::kAnthropic ||
+                                        request->parser == RequestParser::kVllmHttp);
+  if (!RewriteModel(!rewritable, new_body, changed, rule, out)) return;
   target_model = request->model;
   request->priority = ObjectivePriority();
+  request->fairness_id = FairnessIdFromHeaders(*request);
   if (stats && !unparsed) {
     stats->RecordModelRequest(incoming_model, target_model, request->priority, body.size());
     model_counted = true;
@@ -360,7 +337,7 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
     options.decision_log->Add(MakeDecisionRecord(*request, *result, headers, pick_us, options.decision_log->options().include_prompt));
   if (stats) stats->RecordUnreachableSkips(result->unreachable);
   if (result->status != 200) {
-    Immediate(result->status, result->reason, out);
+    Immediate(result->status, result->reason, out, result->dropped_reason);
     return;
   }
   load_recorded = result->load_tokens > 0;
@@ -409,63 +386,20 @@ void ExtProcSession::Impl::EndResponse() {
   }
 }
 
-void ExtProcSession::Impl::ParseUsage() {
-  if ((!stats && !scheduler.WantsResponseMetadata()) || response_body.empty()) return;
-  auto take = [&](const nlohmann::json& j) -> bool {
-    if (!j.is_object()) return false;
-    const nlohmann::json* u = nullptr;
-    if (j.contains("usage") && j["usage"].is_object()) u = &j["usage"];
-    if (!u && j.contains("response") && j["response"].is_object() && j["response"].contains("usage") &&
-        j["response"]["usage"].is_object())
-      u = &j["response"]["usage"];
-    if (!u) return false;
-    // A token count is a non-negative whole number below 2^53 (what a double holds exactly);
-    // anything else (a fraction, a negative, 1e300) counts as absent rather than as a wild cast.
-    auto count = [](const nlohmann::json& v) -> int64_t {
-      std::optional<int64_t> n = internal::JsonInt64(v);
-      return n && *n >= 0 && *n < (int64_t{1} << 53) ? *n : 0;
-    };
-    auto num = [&](const char* a, const char* b) -> int64_t {
-      if (auto it = u->find(a); it != u->end()) return count(*it);
-      if (b != nullptr)
-        if (auto it = u->find(b); it != u->end()) return count(*it);
-      return 0;
-    };
-    ResponseUsage got;
-    got.prompt_tokens = static_cast<double>(num("prompt_tokens", "input_tokens"));
-    got.completion_tokens = static_cast<double>(num("completion_tokens", "output_tokens"));
-    got.total_tokens = static_cast<double>(num("total_tokens", nullptr));
-    for (const char* details : {"prompt_tokens_details", "prompt_token_details", "input_tokens_details"}) {
-      auto d = u->find(details);
-      if (d == u->end() || !d->is_object()) continue;
-      if (auto c = d->find("cached_tokens"); c != d->end()) got.cached_tokens = static_cast<double>(count(*c));
-    }
-    if (stats) {
-      stats->prompt_tokens += static_cast<int64_t>(got.prompt_tokens);
-      stats->completion_tokens += static_cast<int64_t>(got.completion_tokens);
-      if (got.cached_tokens) stats->cached_tokens += static_cast<int64_t>(*got.cached_tokens);
-    }
-    usage = got;
-    return true;
-  };
-  if (!response_streaming && !response_body_truncated) {
-    take(internal::ParseJsonOrDiscarded(response_body));
-    return;
+void ExtProcSession::Impl::ParseUsage(bool final) {
+  if ((!stats && !scheduler.WantsResponseMetadata()) || !request) return;
+  // Each API's usage shape (epp/request.h ParseResponseUsage), merged field by field into what
+  // an earlier part of the stream reported (llm-d #2437: Anthropic's message_start and
+  // message_delta come in different chunks; a part dropped from the kept body was read before).
+  if (std::optional<ResponseUsage> got =
+          ParseResponseUsage(request->parser, request->api, response_body, response_streaming)) {
+    if (!usage) usage = ResponseUsage{};
+    MergeUsage(*usage, *got);
   }
-  // SSE: the last `data:` event carrying usage wins. Events normally end with a blank line, but
-  // a server (or GIE's own tests) may send one event per body chunk with no line end, so that the
-  // joined stream holds `data: {...}data: {...}` on one line: each line is also split where a
-  // `data:` follows the end of a JSON value.
-  size_t end = response_body.size();
-  while (end > 0) {
-    size_t start = response_body.rfind('\n', end - 1);
-    start = start == std::string::npos ? 0 : start + 1;
-    const std::string_view line = internal::TrimSpace(std::string_view(response_body).substr(start, end - start));
-    const std::vector<std::string_view> payloads = SseDataPayloads(line);
-    for (auto it = payloads.rbegin(); it != payloads.rend(); ++it)
-      if (*it != "[DONE]" && take(internal::ParseJsonOrDiscarded(*it))) return;
-    if (start == 0) break;
-    end = start - 1;
+  if (final && usage && stats) {
+    stats->prompt_tokens += static_cast<int64_t>(usage->prompt_tokens);
+    stats->completion_tokens += static_cast<int64_t>(usage->completion_tokens);
+    if (usage->cached_tokens) stats->cached_tokens += static_cast<int64_t>(*usage->cached_tokens);
   }
 }
 
@@ -561,6 +495,8 @@ absl::Status ExtProcSession::Impl::Process(const pb::ProcessingRequest& in, std:
       constexpr size_t kKeep = size_t{1} << 20, kTail = size_t{64} << 10;
       response_body.append(chunk);
       if (response_body.size() > kKeep) {
+        // Anthropic streams report the prompt side of usage at their start: read it before it goes.
+        if (!response_body_truncated && request && request->parser == RequestParser::kAnthropic) ParseUsage(false);
         response_body.erase(0, response_body.size() - kTail);
         response_body_truncated = true;
       }

@@ -57,11 +57,15 @@ struct ExtProcSession::Impl {
   void ReadMetadata(const extproc_pb::ProcessingRequest& in);
   std::string Path() const;
   void Decide(std::vector<extproc_pb::ProcessingResponse>& out, bool bodyless);
-  void Immediate(int status, const std::string& message, std::vector<extproc_pb::ProcessingResponse>& out);
+  // `dropped_reason`, when given, goes out as x-llm-d-request-dropped-reason.
+  void Immediate(int status, const std::string& message, std::vector<extproc_pb::ProcessingResponse>& out,
+                 std::string_view dropped_reason = {});
   void EmitPick(const std::string& new_body, bool body_changed, bool bodyless,
                 std::vector<extproc_pb::ProcessingResponse>& out);
   void EndResponse();
-  void ParseUsage();
+  // Merges the usage the kept response body reports into `usage`; `final`: the response ended
+  // (the totals go to the stats).
+  void ParseUsage(bool final = true);
   // The model the request is sent as: the rewrite header's (llm-d's name or GIE's), else the
   // cluster's InferenceModelRewrite rule for it; records the rule in `result`'s trace. Returns
   // false after answering 400 (a body that cannot be rewritten).

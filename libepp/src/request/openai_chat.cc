@@ -27,6 +27,8 @@ namespace {
 constexpr size_t kMaxInlineMediaRef = 128;
 constexpr size_t kMediaRefPrefix = 64;
 
+}  // namespace
+
 void AppendMediaRef(std::string_view ref, std::string& out) {
   if (ref.size() <= kMaxInlineMediaRef) {
     out.append(ref);
@@ -40,6 +42,8 @@ void AppendMediaRef(std::string_view ref, std::string& out) {
   for (int i = 15; i >= 0; --i, h >>= 4) hex[i] = kHex[h & 0xf];
   out.append(hex, sizeof(hex));
 }
+
+namespace {
 
 // One element of a content array. Text parts add their text; media parts add a reference
 // (<image:...>, <audio:...>) so that the same image renders the same and two images differ, and

@@ -21,6 +21,7 @@
 #include "epp/prefix_cache.h"
 #include "epp/request.h"
 #include "request/fast_parse.h"
+#include "request/request_apis.h"
 #include "request/request_impl.h"
 
 namespace epp {
@@ -32,16 +33,21 @@ std::string_view ApiKindName(ApiKind api) {
     case ApiKind::kResponses: return "responses";
     case ApiKind::kEmbeddings: return "embeddings";
     case ApiKind::kOther: return "other";
+    case ApiKind::kMessages: return "messages";
+    case ApiKind::kGenerate: return "generate";
+    case ApiKind::kSglangGenerate: return "sglang_generate";
+    case ApiKind::kGrpcGenerate: return "grpc_generate";
+    case ApiKind::kGrpcEmbed: return "grpc_embed";
   }
   return "other";
 }
 
 // The API a request path names, by its last segments as OpenAI-compatible servers route them
 // (a prefix such as /v1 or /openai/v1 and a query string do not matter); any other path is read
-// as completions.
+// as completions. vLLM's render sub-paths carry their parent's body (llm-d's openai-parser).
 ApiKind ApiKindForPath(std::string_view path) {
   path = path.substr(0, path.find('?'));
-  if (path.ends_with("/chat/completions")) return ApiKind::kChatCompletions;
+  if (path.ends_with("/chat/completions") || path.ends_with("/chat/completions/render")) return ApiKind::kChatCompletions;
   if (path.ends_with("/completions")) return ApiKind::kCompletions;
   if (path.ends_with("/responses")) return ApiKind::kResponses;
   if (path.ends_with("/embeddings")) return ApiKind::kEmbeddings;
@@ -67,6 +73,13 @@ std::optional<std::string_view> InferenceRequest::header(std::string_view name) 
     if (EqualsIgnoreCase(n, name)) return std::string_view(v);
   }
   return std::nullopt;
+}
+
+std::string FairnessIdFromHeaders(const InferenceRequest& r) {
+  for (std::string_view name : {kLlmdFairnessIdHeader, kFairnessIdHeader})
+    for (const auto& [n, v] : r.headers)
+      if (!v.empty() && EqualsIgnoreCase(n, name)) return v;
+  return {};
 }
 
 // The parser's internals (request_impl.h), shared with its other files.
@@ -156,7 +169,13 @@ absl::Status ParseBody(const element& root, size_t body_size, const JsonPath& at
       break;
     }
     case ApiKind::kCompletions:
-    case ApiKind::kOther: {
+    case ApiKind::kOther:
+    // Not OpenAI APIs (request_apis.h reads them); never given here.
+    case ApiKind::kMessages:
+    case ApiKind::kGenerate:
+    case ApiKind::kSglangGenerate:
+    case ApiKind::kGrpcGenerate:
+    case ApiKind::kGrpcEmbed: {
       const JsonPath prompt_path = at.Key("prompt");
       if (!f.prompt.has_value()) return Missing(prompt_path);
       EPP_RETURN_IF_ERROR(AppendPromptInput(*f.prompt, prompt_path, out, token_count));
@@ -179,45 +198,46 @@ absl::Status ParseBody(const element& root, size_t body_size, const JsonPath& at
 constexpr size_t kMaxRetainedDocumentBytes = size_t{1} << 20;
 
 // Slots: 0 a document, 1 a body nested in an envelope as a JSON string, 2 a value the fast path
-// renders as canonical JSON.
+// renders as canonical JSON, 3 a JSON body nested in a gRPC frame (vertexai).
 simdjson::dom::parser& ThreadParser(int slot) {
-  thread_local std::array<simdjson::dom::parser, 3> parsers;
+  thread_local std::array<simdjson::dom::parser, 4> parsers;
   return parsers[slot];
 }
 
-// A parsed document: the root element and, for large inputs, the parser that owns it.
-class Document {
- public:
-  // `padded`: the text has kRequestBodyPadding readable bytes past its end (simdjson reads it in
-  // place); otherwise simdjson copies it into a padded buffer first.
-  absl::Status Parse(std::string_view text, int slot, const JsonPath* where, bool padded = false) {
-    // simdjson copies the text with memcpy, which must not get the null pointer of an empty
-    // std::string_view() (undefined behaviour even for 0 bytes).
-    if (text.data() == nullptr) text = std::string_view("", 0);
-    simdjson::dom::parser* parser = &ThreadParser(slot);
-    if (text.size() > kMaxRetainedDocumentBytes) {
-      own_ = std::make_unique<simdjson::dom::parser>();
-      parser = own_.get();
-    }
-    const simdjson::error_code err = parser->parse(text.data(), text.size(), !padded).get(root_);
-    if (err == simdjson::SUCCESS) return absl::OkStatus();
-    if (err == simdjson::MEMALLOC) return absl::ResourceExhaustedError("out of memory parsing JSON");
-    std::string msg;
-    if (std::optional<SyntaxError> syntax = FindSyntaxError(text)) {
-      msg = absl::StrCat("invalid JSON at byte ", syntax->offset, ": ", ToAbsl(syntax->reason));
-    } else {
-      msg = absl::StrCat("invalid JSON: ", simdjson::error_message(err));
-    }
-    if (where != nullptr) msg = absl::StrCat(PathString(*where), ": ", msg);
-    return absl::InvalidArgumentError(msg);
+}  // namespace
+
+// JsonDocument (request_impl.h): the calling thread's parser for the slot, or for large inputs
+// one of its own.
+absl::Status internal::openai::JsonDocument::Parse(std::string_view text, int slot, const JsonPath* where, bool padded) {
+  // simdjson copies the text with memcpy, which must not get the null pointer of an empty
+  // std::string_view() (undefined behaviour even for 0 bytes).
+  if (text.data() == nullptr) text = std::string_view("", 0);
+  simdjson::dom::parser* parser = &ThreadParser(slot);
+  if (text.size() > kMaxRetainedDocumentBytes) {
+    own_ = std::make_unique<simdjson::dom::parser>();
+    parser = own_.get();
   }
+  const simdjson::error_code err = parser->parse(text.data(), text.size(), !padded).get(root_);
+  if (err == simdjson::SUCCESS) return absl::OkStatus();
+  if (err == simdjson::MEMALLOC) return absl::ResourceExhaustedError("out of memory parsing JSON");
+  std::string msg;
+  if (std::optional<SyntaxError> syntax = FindSyntaxError(text)) {
+    msg = absl::StrCat("invalid JSON at byte ", syntax->offset, ": ", ToAbsl(syntax->reason));
+  } else {
+    msg = absl::StrCat("invalid JSON: ", simdjson::error_message(err));
+  }
+  if (where != nullptr) msg = absl::StrCat(PathString(*where), ": ", msg);
+  return absl::InvalidArgumentError(msg);
+}
 
-  const element& root() const { return root_; }
+absl::Status internal::openai::ParseOpenAIBody(const element& root, size_t body_size, const JsonPath& at,
+                                              ApiKind api, InferenceRequest& req) {
+  return ParseBody(root, body_size, at, api, req);
+}
 
- private:
-  std::unique_ptr<simdjson::dom::parser> own_;
-  element root_;
-};
+namespace {
+
+using Document = JsonDocument;
 
 // A capture envelope's `headers`: names lower-cased (as HTTP/2 and Envoy give them to ext_proc),
 // a value a string or, for a repeated header, an array of strings.
@@ -243,6 +263,7 @@ absl::Status ParseHeaders(const element& headers, const JsonPath& at, InferenceR
       ++i;
     }
   }
+  req.fairness_id = FairnessIdFromHeaders(req);
   return absl::OkStatus();
 }
 
@@ -308,7 +329,8 @@ absl::StatusOr<InferenceRequest> ParseOpenAIRequestInPlace(std::string_view path
 // headers, body} or a bare body. The path falls back to the headers GIE's openai-parser reads it
 // from, so a capture taken at the gateway replays against the same API.
 absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json, std::string_view path_override,
-                                                      std::string* body_out) {
+                                                      std::string* body_out, const ParserSet* parsers) {
+  if (parsers == nullptr) parsers = &ParserSet::Default();
   const JsonPath root;
   Document doc;
   EPP_RETURN_IF_ERROR(doc.Parse(json, 0, nullptr));
@@ -327,8 +349,8 @@ absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json, std
   if (!body.has_value()) {  // a bare body
     req.path.assign(path.value_or(kDefaultRequestPath));
     if (req.path.empty()) req.path.assign(kDefaultRequestPath);
-    req.api = ApiKindForPath(req.path);
-    EPP_RETURN_IF_ERROR(ParseBody(doc.root(), json.size(), root, req.api, req));
+    EPP_RETURN_IF_ERROR(internal::ChooseParser(*parsers, /*binary_body=*/false, req));
+    EPP_RETURN_IF_ERROR(internal::ParseJsonBody(doc.root(), json.size(), root, req));
     if (body_out) body_out->assign(json);
     return req;
   }
@@ -348,20 +370,21 @@ absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json, std
     }
     if (req.path.empty()) req.path.assign(kDefaultRequestPath);
   }
-  req.api = ApiKindForPath(req.path);
+  EPP_RETURN_IF_ERROR(internal::ChooseParser(*parsers, /*binary_body=*/false, req));
 
   const JsonPath body_path = root.Key("body");
   if (std::optional<std::string_view> text = AsString(*body)) {
+    if (body_out) body_out->assign(*text);
+    if (req.api == ApiKind::kOther) return req;  // routed unread: the body need not be JSON
     Document inner;
     EPP_RETURN_IF_ERROR(inner.Parse(*text, 1, &body_path));
-    EPP_RETURN_IF_ERROR(ParseBody(inner.root(), text->size(), body_path, req.api, req));
-    if (body_out) body_out->assign(*text);
+    EPP_RETURN_IF_ERROR(internal::ParseJsonBody(inner.root(), text->size(), body_path, req));
     return req;
   }
   if (!AsObject(*body).has_value()) {
     return TypeError(body_path, "a JSON object or a JSON string", *body);
   }
-  EPP_RETURN_IF_ERROR(ParseBody(*body, json.size(), body_path, req.api, req));
+  EPP_RETURN_IF_ERROR(internal::ParseJsonBody(*body, json.size(), body_path, req));
   if (body_out) *body_out = simdjson::minify(*body);
   return req;
 }

@@ -21,6 +21,7 @@
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -168,6 +169,32 @@ absl::Status AppendResponsesInput(const element& input, const JsonPath& at, std:
 // token-id prompts.
 absl::Status AppendPromptInput(const element& value, const JsonPath& at, std::string& out,
                                std::optional<int64_t>& token_count);
+
+// ---------------------------------------------------------------------------------------------
+// Documents and bodies (request.cc), shared with the parsers of the other request APIs.
+
+// A parsed JSON document: the root element and, for inputs over 1 MiB, the parser that owns it
+// (smaller ones use the calling thread's parser of `slot`: 0 a document, 1 a body nested in an
+// envelope as a JSON string, 2 the fast path's canonical JSON, 3 a body nested in a gRPC frame).
+class JsonDocument {
+ public:
+  // `padded`: the text has kRequestBodyPadding readable bytes past its end (simdjson reads it in
+  // place); otherwise simdjson copies it into a padded buffer first. Syntax errors give the byte
+  // offset, prefixed by `where` when given.
+  absl::Status Parse(std::string_view text, int slot, const JsonPath* where, bool padded = false);
+  const element& root() const { return root_; }
+
+ private:
+  std::unique_ptr<simdjson::dom::parser> own_;
+  element root_;
+};
+
+// An OpenAI body (the DOM path of ParseOpenAIRequest) for `api`.
+absl::Status ParseOpenAIBody(const element& root, size_t body_size, const JsonPath& at, ApiKind api,
+                             InferenceRequest& req);
+
+// media: a media reference M(s) (docs/scheduling.md), in openai_chat.cc.
+void AppendMediaRef(std::string_view ref, std::string& out);
 
 // ---------------------------------------------------------------------------------------------
 // Locating syntax errors (json_syntax_error.cc). simdjson reports *what* went wrong but not

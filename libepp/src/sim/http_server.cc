@@ -1,4 +1,5 @@
-// The simulator's HTTP front (cpp-httplib): OpenAI endpoints and /metrics over one SimServer.
+// The simulator's HTTP front (cpp-httplib): OpenAI endpoints, Anthropic's /v1/messages, vLLM's
+// /inference/v1/generate, SGLang's /generate and /metrics over one SimServer.
 //
 // Threads: httplib's workers run handlers; a driver thread moves the SimServer's virtual clock
 // with real time (scaled by time_scale) and wakes handlers whose requests progressed. One mutex
@@ -68,6 +69,7 @@ struct ParsedCall {
   std::string cache_salt;
   bool remote_decode = false;                  // a prefill request for a remote decoder (kv_transfer_params)
   std::optional<int64_t> prefiller_cached;     // decode side: cached tokens as the prefiller reported them
+  int64_t cached_at_submit = 0;  // prompt tokens in the cache when the request arrived (Anthropic's message_start)
 };
 
 // Renders the prompt: completions' prompt as text (lists joined by newlines, token ids counted as
@@ -180,6 +182,89 @@ bool ParseCall(const Json& body, bool chat, const SimHttpOptions& o, ParsedCall&
   if (body.contains("cache_salt") && body["cache_salt"].is_string()) c.cache_salt = body["cache_salt"].get<std::string>();
   if (body.contains("kv_transfer_params") && body["kv_transfer_params"].is_object())
     c.remote_decode = body["kv_transfer_params"].value("do_remote_decode", false) == true;
+  return true;
+}
+
+// The APIs the simulator serves: OpenAI's two, Anthropic Messages (as vLLM serves
+// /v1/messages), vLLM's token-in /inference/v1/generate and SGLang's native /generate.
+enum class Api { kCompletions, kChat, kMessages, kVllmGenerate, kSglangGenerate };
+
+// A positive integer member of `obj` (absent or null: `dflt`); false after answering 400.
+bool PositiveInt(const Json& obj, const char* key, int64_t dflt, int64_t& out, httplib::Response& res) {
+  out = dflt;
+  if (!obj.is_object() || !obj.contains(key) || obj[key].is_null()) return true;
+  if (!obj[key].is_number_integer() || obj[key].get<int64_t>() < 1) {
+    OpenAIError(res, 400, std::string("'") + key + "' must be a positive integer", "invalid_request_error", key);
+    return false;
+  }
+  out = obj[key].get<int64_t>();
+  return true;
+}
+
+// The non-OpenAI APIs: the body read by libepp's parser for the API (what an EPP reads of it),
+// plus the fields only the server needs (the output limit, the adapter).
+bool ParseNativeCall(Api api, const Json& body, std::string_view raw, const SimHttpOptions& o, ParsedCall& c,
+                     InferenceRequest& parsed, httplib::Response& res) {
+  const RequestParser parser = api == Api::kMessages       ? RequestParser::kAnthropic
+                               : api == Api::kVllmGenerate ? RequestParser::kVllmHttp
+                                                           : RequestParser::kSglangHttp;
+  const char* path = api == Api::kMessages ? "/v1/messages" : api == Api::kVllmGenerate ? "/inference/v1/generate" : "/generate";
+  absl::StatusOr<InferenceRequest> r = ParseRequestWith(parser, path, raw);
+  if (!r.ok()) {
+    OpenAIError(res, 400, std::string(r.status().message()), "invalid_request_error");
+    return false;
+  }
+  parsed = *std::move(r);
+  const auto& p = o.params;
+  c.model = parsed.model;
+  if (api == Api::kSglangGenerate && body.contains("lora_path") && body["lora_path"].is_string())
+    c.model = body["lora_path"].get<std::string>();  // SGLang picks an adapter by lora_path
+  if (c.model.empty()) c.model = p.models.front();  // the served model, as vLLM and SGLang default
+  const bool base = std::find(p.models.begin(), p.models.end(), c.model) != p.models.end();
+  const bool lora = std::find(p.loras.begin(), p.loras.end(), c.model) != p.loras.end();
+  if (!base && !lora) {
+    OpenAIError(res, 404, "The model '" + c.model + "' does not exist.", "NotFoundError", "model");
+    return false;
+  }
+  if (lora) c.adapter = c.model;
+  if (api == Api::kSglangGenerate && parsed.token_ids.empty() && body.contains("input_ids")) {
+    OpenAIError(res, 400, "the simulator serves one prompt per /generate request, not a batch", "invalid_request_error",
+                "input_ids");
+    return false;
+  }
+  if (api == Api::kSglangGenerate && body.contains("text") && body["text"].is_array()) {
+    OpenAIError(res, 400, "the simulator serves one prompt per /generate request, not a batch", "invalid_request_error", "text");
+    return false;
+  }
+  c.prompt = parsed.prompt;
+  c.prompt_tokens = std::max<int64_t>(1, parsed.prompt_tokens);
+  c.stream = parsed.stream;
+  c.cache_salt = parsed.cache_salt;
+  switch (api) {
+    case Api::kMessages:
+      // Anthropic requires max_tokens; its streams always report usage.
+      if (!body.contains("max_tokens")) {
+        OpenAIError(res, 400, "max_tokens: Field required", "invalid_request_error", "max_tokens");
+        return false;
+      }
+      if (!PositiveInt(body, "max_tokens", o.max_tokens_default, c.max_tokens, res)) return false;
+      c.include_usage = true;
+      break;
+    case Api::kVllmGenerate: {
+      const Json sp = body.contains("sampling_params") ? body["sampling_params"] : Json::object();
+      if (!PositiveInt(sp, "max_tokens", o.max_tokens_default, c.max_tokens, res)) return false;
+      if (body.contains("stream_options") && body["stream_options"].is_object())
+        c.include_usage = body["stream_options"].value("include_usage", false);
+      break;
+    }
+    case Api::kSglangGenerate: {
+      const Json sp = body.contains("sampling_params") ? body["sampling_params"] : Json::object();
+      if (!PositiveInt(sp, "max_new_tokens", o.max_tokens_default, c.max_tokens, res)) return false;
+      c.include_usage = true;  // meta_info carries the counts
+      break;
+    }
+    default: break;
+  }
   return true;
 }
 
@@ -376,6 +461,17 @@ struct SimHttpServer::Impl {
         1024, "text/plain", [](size_t, size_t, httplib::DataSink&) { return false; });
   }
 
+  // The ids of OutputText's words (one token a word), for the token-out APIs.
+  Json OutputIds(const ParsedCall& c, int64_t from, int64_t to) const {
+    std::mt19937_64 g(o.params.seed ^ XXH3_64bits(c.prompt.data(), c.prompt.size()));
+    Json out = Json::array();
+    for (int64_t i = 0; i < to; ++i) {
+      const uint64_t w = g() % (sizeof(kWords) / sizeof(kWords[0]));
+      if (i >= from) out.push_back(1000 + w);
+    }
+    return out;
+  }
+
   std::string OutputText(const ParsedCall& c, int64_t from, int64_t to) const {
     std::mt19937_64 g(o.params.seed ^ XXH3_64bits(c.prompt.data(), c.prompt.size()));
     std::string out;
@@ -458,22 +554,149 @@ struct SimHttpServer::Impl {
     }
   }
 
-  void HandleInference(const httplib::Request& req, httplib::Response& res, bool chat) {
+  // The answer of a non-OpenAI API: Anthropic's message (usage input_tokens, output_tokens,
+  // cache_read_input_tokens), vLLM's GenerateResponse (token ids; with an OpenAI `usage` added:
+  // vLLM's own has none, and llm-d's vllmhttp-parser reads one when a server sends it), SGLang's
+  // {text, output_ids, meta_info}.
+  Json NativeResponse(Api api, const ParsedCall& c, const std::string& rid, const SimRequestResult& r,
+                      const std::string& text) const {
+    const int64_t cached = c.prefiller_cached.value_or(r.cached_tokens);
+    switch (api) {
+      case Api::kMessages:
+        return Json{{"id", rid}, {"type", "message"}, {"role", "assistant"}, {"model", c.model},
+                    {"content", Json::array({Json{{"type", "text"}, {"text", text}}})},
+                    {"stop_reason", "max_tokens"}, {"stop_sequence", nullptr},
+                    {"usage", {{"input_tokens", r.prompt_tokens}, {"output_tokens", r.output_tokens},
+                               {"cache_creation_input_tokens", 0}, {"cache_read_input_tokens", cached}}}};
+      case Api::kVllmGenerate:
+        return Json{{"request_id", rid},
+                    {"choices", Json::array({Json{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", "length"},
+                                                  {"token_ids", OutputIds(c, 0, r.output_tokens)}}})},
+                    {"prompt_logprobs", nullptr}, {"kv_transfer_params", nullptr},
+                    {"usage", {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.output_tokens},
+                               {"total_tokens", r.prompt_tokens + r.output_tokens},
+                               {"prompt_tokens_details", {{"cached_tokens", cached}}}}}};
+      default:
+        return Json{{"text", text}, {"output_ids", OutputIds(c, 0, r.output_tokens)},
+                    {"meta_info", {{"id", rid}, {"finish_reason", {{"type", "length"}, {"length", r.output_tokens}}},
+                                   {"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.output_tokens},
+                                   {"cached_tokens", cached}}}};
+    }
+  }
+
+  // The stream events of a non-OpenAI API for tokens [from, to), and its ending once `r` (the
+  // result) is there: Anthropic's event sequence (message_start with the prompt's usage,
+  // content_block_start/delta/stop, message_delta with the usage, message_stop), vLLM's
+  // GenerateResponse chunks (a usage chunk with stream_options.include_usage) and [DONE], SGLang's
+  // cumulative chunks whose meta_info gets a finish_reason on the last.
+  std::string NativeStreamEvents(Api api, const ParsedCall& c, const std::string& rid, int64_t from, int64_t to,
+                                 const SimRequestResult* r) const {
+    std::string out;
+    auto event = [&](const char* name, const Json& data) {
+      if (name != nullptr) out += std::string("event: ") + name + "\n";
+      out += "data: " + data.dump() + "\n\n";
+    };
+    const int64_t prompt = r ? r->prompt_tokens : c.prompt_tokens;
+    const int64_t cached = r ? c.prefiller_cached.value_or(r->cached_tokens) : c.cached_at_submit;
+    switch (api) {
+      case Api::kMessages: {
+        if (from == 0 && (to > 0 || r)) {
+          event("message_start",
+                Json{{"type", "message_start"},
+                     {"message", {{"id", rid}, {"type", "message"}, {"role", "assistant"}, {"model", c.model},
+                                  {"content", Json::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr},
+                                  {"usage", {{"input_tokens", c.prompt_tokens}, {"output_tokens", 0},
+                                             {"cache_read_input_tokens", c.cached_at_submit}}}}}});
+          event("content_block_start",
+                Json{{"type", "content_block_start"}, {"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}});
+        }
+        for (int64_t i = from; i < to; ++i)
+          event("content_block_delta", Json{{"type", "content_block_delta"}, {"index", 0},
+                                            {"delta", {{"type", "text_delta"}, {"text", OutputText(c, i, i + 1)}}}});
+        if (r) {
+          event("content_block_stop", Json{{"type", "content_block_stop"}, {"index", 0}});
+          // vLLM repeats the prompt's count here; Anthropic's API sends output_tokens (and, lately,
+          // the cache counters) too.
+          event("message_delta", Json{{"type", "message_delta"},
+                                      {"delta", {{"stop_reason", "max_tokens"}, {"stop_sequence", nullptr}}},
+                                      {"usage", {{"input_tokens", prompt}, {"output_tokens", r->output_tokens},
+                                                 {"cache_read_input_tokens", cached}}}});
+          event("message_stop", Json{{"type", "message_stop"}});
+        }
+        return out;
+      }
+      case Api::kVllmGenerate: {
+        for (int64_t i = from; i < to; ++i) {
+          const bool last = r && i + 1 == to;
+          event(nullptr, Json{{"request_id", rid},
+                              {"choices", Json::array({Json{{"index", 0}, {"logprobs", nullptr},
+                                                            {"finish_reason", last ? Json("length") : Json(nullptr)},
+                                                            {"token_ids", OutputIds(c, i, i + 1)}}})}});
+        }
+        if (r) {
+          if (c.include_usage)
+            event(nullptr, Json{{"request_id", rid}, {"choices", Json::array()},
+                                {"usage", {{"prompt_tokens", prompt}, {"completion_tokens", r->output_tokens},
+                                           {"total_tokens", prompt + r->output_tokens},
+                                           {"prompt_tokens_details", {{"cached_tokens", cached}}}}}});
+          out += "data: [DONE]\n\n";
+        }
+        return out;
+      }
+      default: {
+        auto chunk = [&](int64_t n, bool fin) {
+          event(nullptr, Json{{"text", OutputText(c, 0, n)}, {"output_ids", OutputIds(c, 0, n)},
+                              {"meta_info", {{"id", rid},
+                                             {"finish_reason", fin ? Json{{"type", "length"}, {"length", n}} : Json(nullptr)},
+                                             {"prompt_tokens", prompt}, {"completion_tokens", n},
+                                             {"cached_tokens", cached}}}});
+        };
+        for (int64_t i = from; i < to; ++i) chunk(i + 1, r && i + 1 == to);
+        if (r) {
+          if (from == to) chunk(to, true);
+          out += "data: [DONE]\n\n";
+        }
+        return out;
+      }
+    }
+  }
+
+  void HandleInference(const httplib::Request& req, httplib::Response& res, Api api) {
     if (Roll(o.drop_rate)) return Drop(res);
+    const bool chat = api == Api::kChat;
+    const bool openai = api == Api::kChat || api == Api::kCompletions;
     Json body = Json::parse(req.body, nullptr, false);
     if (body.is_discarded()) {
       return OpenAIError(res, 400, "request body is not valid JSON", "invalid_request_error");
     }
     auto call = std::make_shared<ParsedCall>();
-    if (!ParseCall(body, chat, o, *call, res)) return;
+    InferenceRequest native;  // the other APIs' body as libepp reads it
+    if (openai) {
+      if (!ParseCall(body, chat, o, *call, res)) return;
+    } else if (!ParseNativeCall(api, body, req.body, o, *call, native, res)) {
+      return;
+    }
     if (Roll(o.fail_rate)) return OpenAIError(res, 500, "simulated server failure (--fail-rate)", "server_error");
     if (call->remote_decode) ++remote_prefills;
     const std::string hop = req.get_header_value("x-prefiller-host-port");
-    const bool remote_prefill = !hop.empty() && DecodeRole() && !call->remote_decode;
+    const bool remote_prefill = openai && !hop.empty() && DecodeRole() && !call->remote_decode;
     if (remote_prefill && !PrefillHop(hop, req, body, *call, res)) return;
     SimRequest sr;
     const bool words = o.tokenizer == "words" || real != nullptr;  // blocks of real token ids
-    if (kv || words) {
+    if ((kv || words) && !openai) {
+      // A token-in request's ids are what the engine caches; Anthropic Messages are rendered as
+      // the chat vLLM converts them to; SGLang text as its text.
+      if (!native.token_ids.empty()) {
+        sr.token_ids = native.token_ids;
+      } else if (api == Api::kMessages) {
+        absl::StatusOr<std::string> converted = AnthropicToChatCompletions(req.body);
+        sr.token_ids = converted.ok() ? TokenizeRequest(true, *converted, call->prompt) : Tokenize(call->prompt);
+      } else {
+        sr.token_ids = Tokenize(call->prompt);
+      }
+      if (!sr.token_ids.empty()) call->prompt_tokens = static_cast<int64_t>(sr.token_ids.size());
+    }
+    if ((kv || words) && openai) {
       // Token ids of the canonical prompt libepp's parser builds: 4 characters a token
       // (`estimate`, what an EPP tokenizing that way sees) or the words tokenizer (what only an
       // EPP that asks this server's render endpoints sees). They fill the KV events.
@@ -515,6 +738,8 @@ struct SimHttpServer::Impl {
     {
       std::lock_guard<std::mutex> lock(mu);
       sr.id = next_id++;
+      call->cached_at_submit =
+          std::min(sr.prompt_tokens, sim->CachedPrefixBlocks(sr.block_hashes) * o.params.block_size);
       absl::Status st = sim->Submit(sr, std::max(sim->now_us(), VirtualNow()));
       FlushKvEventsLocked();
       if (!st.ok()) return OpenAIError(res, 400, std::string(st.message()), "invalid_request_error");
@@ -523,7 +748,9 @@ struct SimHttpServer::Impl {
     }
     wake.notify_all();
     const uint64_t id = sr.id;
-    const std::string rid = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(id);
+    const char* rid_prefix = api == Api::kChat ? "chatcmpl-" : api == Api::kCompletions ? "cmpl-"
+                             : api == Api::kMessages ? "msg_" : "gen-";
+    const std::string rid = rid_prefix + std::to_string(id);
     const int64_t created = static_cast<int64_t>(WallSeconds());
     auto usage = [call](const SimRequestResult& r) {
       // After a prefill hop the sidecar reports the prefiller's cached tokens.
@@ -551,6 +778,7 @@ struct SimHttpServer::Impl {
       if (!result) return OpenAIError(res, 503, "simulator shutting down", "server_error");
       if (result->rejected) return OpenAIError(res, 400, "prompt does not fit in the KV cache", "invalid_request_error");
       std::string text = OutputText(*call, 0, result->output_tokens);
+      if (!openai) return res.set_content(NativeResponse(api, *call, rid, *result, text).dump(), "application/json");
       Json choice = chat ? Json{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}}, {"logprobs", nullptr},
                                 {"finish_reason", "length"}}
                          : Json{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", "length"}};
@@ -574,7 +802,7 @@ struct SimHttpServer::Impl {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, call, id, rid, created, chat, emitted, finished, usage](size_t, httplib::DataSink& sink) {
+        [this, call, id, rid, created, chat, api, openai, emitted, finished, usage](size_t, httplib::DataSink& sink) {
           if (*finished) {
             sink.done();
             return true;
@@ -592,13 +820,23 @@ struct SimHttpServer::Impl {
             result = sim->TakeResult(id);
           }
           if (result && result->rejected) {
-            std::string s = "data: {\"error\":{\"message\":\"prompt does not fit in the KV cache\"}}\n\n";
+            std::string s = api == Api::kMessages
+                                ? "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\","
+                                  "\"message\":\"prompt does not fit in the KV cache\"}}\n\n"
+                                : "data: {\"error\":{\"message\":\"prompt does not fit in the KV cache\"}}\n\n";
             sink.write(s.data(), s.size());
             *finished = true;
             return true;
           }
           std::string payload;
           const int64_t total = call->max_tokens;
+          if (!openai) {
+            payload = NativeStreamEvents(api, *call, rid, *emitted, progress, result ? &*result : nullptr);
+            *emitted = progress;
+            if (result) *finished = true;
+            if (!payload.empty() && !sink.write(payload.data(), payload.size())) return false;
+            return true;
+          }
           for (int64_t i = *emitted; i < progress; ++i) {
             std::string piece = OutputText(*call, i, i + 1);
             const bool last = i + 1 == total;
@@ -677,7 +915,13 @@ struct SimHttpServer::Impl {
       res.set_content(Json{{"object", "list"}, {"data", data}}.dump(), "application/json");
     });
     http.Post("/v1/completions",
-              [this](const httplib::Request& req, httplib::Response& res) { HandleInference(req, res, false); });
+              [this](const httplib::Request& req, httplib::Response& res) { HandleInference(req, res, Api::kCompletions); });
+    http.Post("/v1/messages",
+              [this](const httplib::Request& req, httplib::Response& res) { HandleInference(req, res, Api::kMessages); });
+    http.Post("/inference/v1/generate",
+              [this](const httplib::Request& req, httplib::Response& res) { HandleInference(req, res, Api::kVllmGenerate); });
+    http.Post("/generate",
+              [this](const httplib::Request& req, httplib::Response& res) { HandleInference(req, res, Api::kSglangGenerate); });
     if (o.render_endpoints) {
       http.Post("/v1/completions/render", [this](const httplib::Request& req, httplib::Response& res) {
         HandleTokenize(req, res, TokenizeEndpoint::kCompletionsRender);
@@ -690,7 +934,7 @@ struct SimHttpServer::Impl {
       HandleTokenize(req, res, TokenizeEndpoint::kTokenize);
     });
     http.Post("/v1/chat/completions",
-              [this](const httplib::Request& req, httplib::Response& res) { HandleInference(req, res, true); });
+              [this](const httplib::Request& req, httplib::Response& res) { HandleInference(req, res, Api::kChat); });
   }
 };
 

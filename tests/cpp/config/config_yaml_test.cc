@@ -371,8 +371,13 @@ requestHandler:
                      "plugins: [{type: openai-parser}, {name: v, type: vllmgrpc-parser}]\n"
                      "requestHandler: {parsers: [{pluginRef: openai-parser}, {pluginRef: v}]}\n");
   ASSERT_TRUE(other.ok()) << other.status();
-  EXPECT_EQ(other->warnings, (std::vector<std::string>{"requestHandler: loaded, but epp implements only OpenAI request "
-                                                       "parsing and passthrough; parsers not used: 'v' (vllmgrpc-parser)"}));
+  EXPECT_TRUE(other->warnings.empty()) << other->warnings.front();  // every llm-d parser is implemented
+  auto scorer = Parse(std::string(kHeader) +
+                      "plugins: [{type: openai-parser}, {name: q, type: queue-scorer}]\n"
+                      "requestHandler: {parsers: [{pluginRef: openai-parser}, {pluginRef: q}]}\n");
+  ASSERT_TRUE(scorer.ok()) << scorer.status();
+  EXPECT_EQ(scorer->warnings, (std::vector<std::string>{"requestHandler: loaded, but these are not request parsers and "
+                                                        "are not used as parsers: 'q' (queue-scorer)"}));
   auto openai_only =
       Parse(std::string(kHeader) +
             "plugins: [{type: openai-parser}]\nrequestHandler: {parsers: [{pluginRef: openai-parser}]}\n");

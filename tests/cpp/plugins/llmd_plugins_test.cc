@@ -472,12 +472,14 @@ TEST(PassthroughParserTest, RoutesWithoutParsingWhereNoOpenAIParserClaimsThePath
   EXPECT_FALSE(both->RoutesUnparsed("/v1/chat/completions"));
   EXPECT_FALSE(both->RoutesUnparsed("/v1/completions?x=1"));
   EXPECT_TRUE(both->RoutesUnparsed("/v2/models/m/infer"));
-  auto declared = build("");  // no list: the declared parsers in order
+  // No list: llm-d's default (openai, anthropic, vllmhttp, then passthrough), whatever is declared.
+  auto declared = build("");
   EXPECT_FALSE(declared->RoutesUnparsed("/v1/embeddings"));
-  EXPECT_TRUE(declared->RoutesUnparsed("/generate"));
+  EXPECT_FALSE(declared->RoutesUnparsed("/v1/messages"));
+  EXPECT_TRUE(declared->RoutesUnparsed("/generate"));  // sglanghttp-parser is not in the default
   auto none = BuildScheduler(DefaultConfig(), BuiltinRegistry());
   ASSERT_TRUE(none.ok());
-  EXPECT_FALSE((*none)->RoutesUnparsed("/v2/models/m/infer"));  // GIE's behaviour without it
+  EXPECT_TRUE((*none)->RoutesUnparsed("/v2/models/m/infer"));  // llm-d #2507: the default ends in passthrough
 }
 
 }  // namespace

@@ -57,6 +57,10 @@ inline constexpr std::string_view kObjectiveHeader = "x-gateway-inference-object
 // llm-d's names of the two (the x-gateway-* ones stay read as aliases).
 inline constexpr std::string_view kLlmdModelNameRewriteHeader = "x-llm-d-model-name-rewrite";
 inline constexpr std::string_view kLlmdObjectiveHeader = "x-llm-d-inference-objective";
+// The fairness-id headers are in epp/request.h (FairnessIdFromHeaders).
+// Set on every answer that stops a request before it reaches a model server (429, 503), with
+// PickResult::dropped_reason's value ("rejected-saturated", "rejected-no-endpoints").
+inline constexpr std::string_view kRequestDroppedReasonHeader = "x-llm-d-request-dropped-reason";
 inline constexpr std::string_view kExtProcServiceName = "envoy.service.ext_proc.v3.ExternalProcessor";
 // Largest streamed body chunk sent back (GIE's BodyByteLimit: below a 64 KiB per-chunk limit some
 // proxies enforce).

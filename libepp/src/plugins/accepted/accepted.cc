@@ -1,5 +1,4 @@
-// metrics-data-source, openai-parser, passthrough-parser,
-// inflight-load-producer: plugin types of GIE's and llm-d's configs that
+// metrics-data-source, inflight-load-producer: plugin types of GIE's and llm-d's configs that
 // name what epp does anyway; their parameters are kept verbatim for the effective config.
 #include "plugins/accepted/accepted.h"
 
@@ -50,10 +49,6 @@ PluginOr CreateMetricsDataSource(const std::string& name, const Params& params, 
   EPP_ASSIGN_OR_RETURN(DataSourceOptions o, DataSourceTable().Read(params));
   return std::make_unique<ParamsOnlyPlugin>(TN(kMetricsDataSourceType, name), DataSourceTable().Effective(o));
 }
-PluginOr CreateOpenAIParser(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(ReadNoParams(params));
-  return std::make_unique<ParamsOnlyPlugin>(TN(kOpenAIParserType, name), Params::Map());
-}
 
 // inflight-load-producer: its parameters are checked as llm-d checks them and kept; the counts
 // themselves are the scheduler's (requests and GIE's token estimate per endpoint, added at the
@@ -67,11 +62,6 @@ PluginOr CreateInflightLoadProducer(const std::string& name, const Params& param
         "not llm-d's uncached-prompt estimate); its parameters are kept but do not change the counts",
         o.sync ? "; syncCrossReplicaState: each epp replica counts only its own requests" : ""));
   return std::make_unique<ParamsOnlyPlugin>(TN(kInflightLoadProducerType, name), InflightTable().Effective(o));
-}
-
-PluginOr CreatePassthroughParser(const std::string& name, const Params& params, const PluginContext&) {
-  EPP_RETURN_IF_ERROR(ReadNoParams(params));
-  return std::make_unique<ParamsOnlyPlugin>(TN(kPassthroughParserType, name), Params::Map());
 }
 
 PluginSchema MetricsDataSourceSchema() { return DataSourceTable().Schema(); }

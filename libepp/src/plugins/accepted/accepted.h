@@ -10,18 +10,13 @@
 namespace epp::plugins {
 
 inline constexpr std::string_view kMetricsDataSourceType = "metrics-data-source";
-inline constexpr std::string_view kOpenAIParserType = "openai-parser";
 // llm-d's in-flight load producer: epp's scheduler keeps in-flight counters itself.
 inline constexpr std::string_view kInflightLoadProducerType = "inflight-load-producer";
-// Routes without parsing the body (Scheduler::RoutesUnparsed).
-inline constexpr std::string_view kPassthroughParserType = "passthrough-parser";
 
 PluginOr CreateMetricsDataSource(const std::string& name, const Params& params, const PluginContext& ctx);
-PluginOr CreateOpenAIParser(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateInflightLoadProducer(const std::string& name, const Params& params, const PluginContext& ctx);
-PluginOr CreatePassthroughParser(const std::string& name, const Params& params, const PluginContext& ctx);
 
-// Declared parameters; the parsers use NoParamsSchema().
+// Declared parameters. (The request parsers, once here, are in plugins/parser/.)
 PluginSchema MetricsDataSourceSchema();
 PluginSchema InflightLoadProducerSchema();
 

@@ -166,15 +166,32 @@ class TokenProducer : public Plugin, public DataProducer, public TokenSource {
     t = TokenState{};
     t.computed = true;
     ++requests_;
+    // A request that carries its token ids (vLLM's and SGLang's generate, vLLM gRPC) is already
+    // tokenized, by the client as the server expects: those ids are the ones its KV cache holds.
+    if (!r.token_ids.empty()) {
+      t.ids = r.token_ids;
+      t.source = "request";
+      return;
+    }
     if (o_.local) return PrepareLocal(t, r);
     if (!o_.vllm) {
       t.ids = EstimateTokenIds(r.prompt);
       t.source = "estimate";
       return;
     }
-    const std::optional<TokenizeEndpoint> render = RenderEndpointFor(r.api);
+    // Anthropic Messages: vLLM renders the chat body it converts them to (AnthropicToChatCompletions).
+    const bool messages = r.api == ApiKind::kMessages;
+    const std::optional<TokenizeEndpoint> render = messages ? TokenizeEndpoint::kChatRender : RenderEndpointFor(r.api);
     if (!render) return Fallback(t, r, kApi, absl::StrCat("the ", std::string(ApiKindName(r.api)), " API has no render endpoint"));
     if (r.body.empty()) return Fallback(t, r, kNoBody, "no request body to send (the caller had none)");
+    std::string converted;
+    std::string_view body = r.body;
+    if (messages) {
+      absl::StatusOr<std::string> chat = AnthropicToChatCompletions(r.body);
+      if (!chat.ok()) return Fallback(t, r, kNoBody, std::string(chat.status().message()));
+      converted = std::move(*chat);
+      body = converted;
+    }
     const std::string_view model = o_.model_name.empty() ? std::string_view(r.model) : std::string_view(o_.model_name);
     XXH3_state_t* st = XXH3_createState();
     XXH3_128bits_reset(st);
@@ -182,7 +199,7 @@ class TokenProducer : public Plugin, public DataProducer, public TokenSource {
     XXH3_128bits_update(st, &api, 1);
     XXH3_128bits_update(st, model.data(), model.size());
     XXH3_128bits_update(st, "\0", 1);
-    XXH3_128bits_update(st, r.body.data(), r.body.size());
+    XXH3_128bits_update(st, body.data(), body.size());
     const XXH128_hash_t key = XXH3_128bits_digest(st);
     XXH3_freeState(st);
     if (cache_.Get(key, t.ids)) {
@@ -191,9 +208,9 @@ class TokenProducer : public Plugin, public DataProducer, public TokenSource {
       return;
     }
     std::string rewritten;
-    std::string_view send = r.body;
+    std::string_view send = body;
     if (!o_.model_name.empty() && o_.model_name != r.model) {  // llm-d sends the configured model
-      absl::StatusOr<nlohmann::ordered_json> j = internal::ParseJson<nlohmann::ordered_json>(r.body);
+      absl::StatusOr<nlohmann::ordered_json> j = internal::ParseJson<nlohmann::ordered_json>(body);
       if (!j.ok() || !j->is_object()) return Fallback(t, r, kNoBody, "the request body is not a JSON object");
       (*j)["model"] = o_.model_name;
       absl::StatusOr<std::string> dumped = internal::DumpJson(*j);
@@ -262,13 +279,21 @@ class TokenProducer : public Plugin, public DataProducer, public TokenSource {
     if (auto m = o_.model_tokenizers.find(absl::string_view(model.data(), model.size())); m != o_.model_tokenizers.end())
       tok = m->second.get();
     if (tok == nullptr) return Fallback(t, r, kModel, absl::StrCat("no tokenizer for model '", r.model, "'"));
-    const bool chat = r.api == ApiKind::kChatCompletions;
+    // Anthropic Messages are rendered with the chat template after vLLM's conversion to a chat.
+    const bool messages = r.api == ApiKind::kMessages;
+    const bool chat = r.api == ApiKind::kChatCompletions || messages;
     if (r.api != ApiKind::kCompletions && !chat)
       return Fallback(t, r, kApi, absl::StrCat("the ", std::string(ApiKindName(r.api)), " API is not tokenized"));
     if (r.body.empty()) return Fallback(t, r, kNoBody, "no request body (the caller had none)");
     if (chat && !tok->chat) return Fallback(t, r, kTemplate, tok->no_chat);
-    absl::StatusOr<TokenizedPrompt> p =
-        TokenizeRequestBody(tok->tokenizer, chat ? "/v1/chat/completions" : "/v1/completions", r.body, tok->chat.get());
+    std::string converted;
+    if (messages) {
+      absl::StatusOr<std::string> c = AnthropicToChatCompletions(r.body);
+      if (!c.ok()) return Fallback(t, r, kNoBody, std::string(c.status().message()));
+      converted = std::move(*c);
+    }
+    absl::StatusOr<TokenizedPrompt> p = TokenizeRequestBody(tok->tokenizer, chat ? "/v1/chat/completions" : "/v1/completions",
+                                                            messages ? std::string_view(converted) : r.body, tok->chat.get());
     if (!p.ok()) return Fallback(t, r, chat ? kTemplate : kAnswer, std::string(p.status().message()));
     t.ids = std::move(p->ids);
     t.source = "local";
