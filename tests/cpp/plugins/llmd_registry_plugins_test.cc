@@ -370,7 +370,8 @@ void PoolAttr(Endpoint& e, const std::string& key, double v) {
 }
 
 TEST(MultiClusterTest, QueueAndKvScorersReadThePoolAggregates) {
-  auto s = MustBuild(Config("- type: multicluster-queue-scorer\n- type: multicluster-kv-cache-utilization-scorer\n",
+  auto s = MustBuild(Config("- type: multicluster-metrics-extractor\n"
+                            "- type: multicluster-queue-scorer\n- type: multicluster-kv-cache-utilization-scorer\n",
                             "- name: default\n  plugins:\n  - pluginRef: multicluster-queue-scorer\n"
                             "  - pluginRef: multicluster-kv-cache-utilization-scorer\n"));
   ASSERT_NE(s, nullptr);
@@ -394,13 +395,23 @@ TEST(MultiClusterTest, QueueAndKvScorersReadThePoolAggregates) {
 }
 
 TEST(MultiClusterTest, QueueScorerEqualPoolsScoreOne) {
-  auto s = MustBuild(Config("- type: multicluster-queue-scorer\n", "- name: default\n  plugins:\n  - pluginRef: multicluster-queue-scorer\n"));
+  auto s = MustBuild(Config("- type: multicluster-metrics-extractor\n- type: multicluster-queue-scorer\n",
+                            "- name: default\n  plugins:\n  - pluginRef: multicluster-queue-scorer\n"));
   ASSERT_NE(s, nullptr);
   std::vector<Endpoint> pool = {EndpointBuilder("gw-a:443"), EndpointBuilder("gw-b:443")};
   PoolAttr(pool[0], "llm-d.ai/multicluster-queue-size", 3);
   PoolAttr(pool[1], "llm-d.ai/multicluster-queue-size", 3);
   EXPECT_EQ(Raw(Trace(*s, Req(), pool), "multicluster-queue-scorer"),
             (std::map<std::string, double>{{"gw-a:443", 1}, {"gw-b:443", 1}}));
+}
+
+TEST(MultiClusterTest, PoolScorersWithoutTheExtractorFailToLoad) {
+  for (const std::string type : {"multicluster-queue-scorer", "multicluster-kv-cache-utilization-scorer"}) {
+    auto s = Build(Config("- type: " + type + "\n", "- name: default\n  plugins:\n  - pluginRef: " + type + "\n"));
+    ASSERT_FALSE(s.ok()) << type;
+    EXPECT_NE(std::string(s.status().message()).find("which only a multicluster-metrics-extractor produces"), std::string::npos)
+        << s.status();
+  }
 }
 
 TEST(MultiClusterTest, PrefixProducerAndScorerRouteARepeatedPrefixToItsCluster) {

@@ -33,15 +33,13 @@ inline constexpr std::string_view kHeaderLabelAffinityScorerType = "header-label
 // The label context-length-aware reads by default: "min-max" prompt tokens.
 inline constexpr std::string_view kContextLengthRangeLabel = "llm-d.ai/context-length-range";
 // llm-d's cluster-scoped variants (candidates are whole pools behind their gateways): queue and
-// KV cache read the pool aggregates multicluster-metrics-extractor writes (Endpoint::attributes);
+// KV cache read the pool aggregates multicluster-metrics-extractor writes (Endpoint::attributes,
+// datalayer.h's keys) and fail the config without one;
 // prefix cache and the session filter are the single-cluster plugins under their own type.
 inline constexpr std::string_view kMultiClusterQueueScorerType = "multicluster-queue-scorer";
 inline constexpr std::string_view kMultiClusterKvCacheScorerType = "multicluster-kv-cache-utilization-scorer";
 inline constexpr std::string_view kMultiClusterPrefixCacheScorerType = "multicluster-prefix-cache-scorer";
 inline constexpr std::string_view kMultiClusterSessionAffinityFilterType = "multicluster-session-affinity-filter";
-// The pool aggregates' attribute keys (any producer).
-inline constexpr std::string_view kMultiClusterQueueSizeAttribute = "llm-d.ai/multicluster-queue-size";
-inline constexpr std::string_view kMultiClusterKvCacheAttribute = "llm-d.ai/multicluster-kv-cache-utilization";
 
 PluginOr CreateQueueScorer(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateRunningRequestsScorer(const std::string& name, const Params& params, const PluginContext& ctx);

@@ -4,7 +4,9 @@
 // llm-d's multicluster-queue-scorer, multicluster-kv-cache-utilization-scorer and
 // multicluster-prefix-cache-scorer are the same scorers over cluster endpoints: the first two read
 // the pool aggregates multicluster-metrics-extractor writes (Endpoint::attributes) instead of a
-// server's own metrics; the prefix scorer is unchanged (its index already keys by endpoint).
+// server's own metrics, and, as in llm-d, a configuration without that extractor fails to load
+// rather than scoring 0 everywhere; the prefix scorer is unchanged (its index already keys by
+// endpoint).
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -12,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/strings.h"
 #include "plugins/producer/producer.h"
+#include "plugins/datalayer/datalayer.h"
 #include "plugins/scorer/scorer.h"
 #include "epp/scheduling.h"
 
@@ -20,15 +23,28 @@ namespace {
 
 using internal::Num;
 
+// For the multicluster scorers: the pool aggregate `attribute` they read exists only with a
+// multicluster-metrics-extractor in the configuration (llm-d's required data dependency).
+absl::Status RequireAggregateProducer(const Plugin& self, std::string_view attribute, const PluginReferences& refs) {
+  for (const Plugin* p : refs.all)
+    if (p->type() == kMulticlusterMetricsExtractorType) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("plugin '", self.name(), "' (", self.type(), ") reads ", std::string(attribute),
+                                                 ", which only a ", std::string(kMulticlusterMetricsExtractorType),
+                                                 " produces: configure one (bound to a multicluster-metrics-data-source)"));
+}
+
 // Min-max normalisation shared by the queue and running-requests scorers: the smallest value
 // scores 1, the largest 0, all equal -> 1 (GIE's queuedepth / runningrequests). Endpoints
 // without the metric score 0 and do not take part in min/max.
 class MinMaxScorer : public Plugin, public Scorer {
  public:
   using Getter = std::optional<double> (*)(const Endpoint&);
-  MinMaxScorer(TypedName tn, Getter get, const char* what, PluginInputs inputs)
-      : Plugin(std::move(tn)), get_(get), what_(what), inputs_(inputs) {}
+  // `aggregate`: the pool attribute a multicluster variant reads ("" for a server's metric).
+  MinMaxScorer(TypedName tn, Getter get, const char* what, PluginInputs inputs, std::string_view aggregate = {})
+      : Plugin(std::move(tn)), get_(get), what_(what), inputs_(inputs), aggregate_(aggregate) {}
   const Scorer* AsScorer() const override { return this; }
+  bool HasReferences() const override { return !aggregate_.empty(); }
+  absl::Status Resolve(const PluginReferences& refs) override { return RequireAggregateProducer(*this, aggregate_, refs); }
   PluginInputs Consumes() const override { return inputs_; }
   ScorerCategory category() const override { return ScorerCategory::kDistribution; }
 
@@ -69,6 +85,7 @@ class MinMaxScorer : public Plugin, public Scorer {
   Getter get_;
   const char* what_;
   PluginInputs inputs_;
+  std::string_view aggregate_;
 };
 
 // 1 - the KV-cache fraction in use; 0 without one. `get` reads a server's metric, or a pool's
@@ -76,9 +93,12 @@ class MinMaxScorer : public Plugin, public Scorer {
 class KvCacheScorer : public Plugin, public Scorer {
  public:
   using Getter = std::optional<double> (*)(const Endpoint&);
-  KvCacheScorer(TypedName tn, Getter get, const char* what, const char* missing, PluginInputs inputs)
-      : Plugin(std::move(tn)), get_(get), what_(what), missing_(missing), inputs_(inputs) {}
+  KvCacheScorer(TypedName tn, Getter get, const char* what, const char* missing, PluginInputs inputs,
+                std::string_view aggregate = {})
+      : Plugin(std::move(tn)), get_(get), what_(what), missing_(missing), inputs_(inputs), aggregate_(aggregate) {}
   const Scorer* AsScorer() const override { return this; }
+  bool HasReferences() const override { return !aggregate_.empty(); }
+  absl::Status Resolve(const PluginReferences& refs) override { return RequireAggregateProducer(*this, aggregate_, refs); }
   PluginInputs Consumes() const override { return inputs_; }
   ScorerCategory category() const override { return ScorerCategory::kDistribution; }
   void Score(const SchedulingContext&, Candidates candidates, std::span<double> scores) const override {
@@ -97,6 +117,7 @@ class KvCacheScorer : public Plugin, public Scorer {
   const char* what_;
   const char* missing_;
   PluginInputs inputs_;
+  std::string_view aggregate_;
 };
 
 class LoraAffinityScorer : public Plugin, public Scorer {
@@ -236,7 +257,8 @@ PluginOr CreateMultiClusterQueueScorer(const std::string& name, const Params& pa
   EPP_RETURN_IF_ERROR(ReadNoParams(params));
   return std::make_unique<MinMaxScorer>(
       TN(kMultiClusterQueueScorerType, name),
-      [](const Endpoint& e) { return e.attributes.Find(kMultiClusterQueueSizeAttribute); }, "pool queue", PluginInputs{});
+      [](const Endpoint& e) { return e.attributes.Find(kMulticlusterQueueAttribute); }, "pool queue", PluginInputs{},
+      kMulticlusterQueueAttribute);
 }
 
 PluginOr CreateRunningRequestsScorer(const std::string& name, const Params& params, const PluginContext&) {
@@ -257,8 +279,8 @@ PluginOr CreateMultiClusterKvCacheScorer(const std::string& name, const Params& 
   EPP_RETURN_IF_ERROR(ReadNoParams(params));
   return std::make_unique<KvCacheScorer>(
       TN(kMultiClusterKvCacheScorerType, name),
-      [](const Endpoint& e) { return e.attributes.Find(kMultiClusterKvCacheAttribute); }, "pool KV cache",
-      "no llm-d.ai/multicluster-kv-cache-utilization attribute", PluginInputs{});
+      [](const Endpoint& e) { return e.attributes.Find(kMulticlusterKvCacheAttribute); }, "pool KV cache",
+      "no llm-d.ai/multicluster-kv-cache-utilization attribute", PluginInputs{}, kMulticlusterKvCacheAttribute);
 }
 
 PluginOr CreateLoraAffinityScorer(const std::string& name, const Params& params, const PluginContext&) {
