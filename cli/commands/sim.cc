@@ -92,6 +92,8 @@ void SetupSimCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--lora", p.loras, "LoRA adapter name (repeatable)");
   cmd->add_option("--max-loras", p.max_loras, "Adapters resident at once")->capture_default_str();
   cmd->add_option("--lora-load-ms", p.lora_load_ms, "Time to swap an adapter in")->capture_default_str();
+  cmd->add_flag("--lora-loaded-metric", p.lora_loaded_metric,
+                "Also publish vllm:lora_adapter_loaded (one series per adapter resident on the GPU)");
   cmd->add_option("--max-running", p.max_running, "Requests in the running batch (max-num-seqs)")->capture_default_str();
   cmd->add_option("--kv-blocks", p.kv_blocks, "KV-cache blocks")->capture_default_str();
   cmd->add_option("--block-size", p.block_size, "Tokens per KV block")->capture_default_str();

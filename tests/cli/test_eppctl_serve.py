@@ -334,6 +334,8 @@ def test_empty_subset_is_503(serve, pool):
     first, responses = pick(s.channel(), chat_body(), md=wire.subset_metadata([]))
     assert first["kind"] == "immediate_response"
     assert first["immediate"]["status"] == 503
+    hm = {"header_mutation": first["immediate"]["headers"]}
+    assert wire.header(hm, "x-llm-d-request-dropped-reason") == "rejected-no-endpoints"
     assert responses == [first]  # nothing after an ImmediateResponse; the stream ends cleanly
     first, _ = pick(s.channel(), chat_body(), md=wire.subset_metadata(["10.9.9.9:8000"]))
     assert first["immediate"]["status"] == 503
@@ -400,13 +402,21 @@ def test_sheddable_objective_is_429_when_saturated(serve, tmp_path):
     first, responses = pick(ch, chat_body(), extra_headers=[("x-gateway-inference-objective", "low")])
     assert first["kind"] == "immediate_response" and first["immediate"]["status"] == 429
     assert "inference error: ResourceExhausted" in first["immediate"]["body"]
+    hm = {"header_mutation": first["immediate"]["headers"]}
+    assert wire.header(hm, "x-llm-d-request-dropped-reason") == "rejected-saturated"
+    # llm-d's name of the objective header sets the priority too, and wins over the old alias.
+    first, _ = pick(ch, chat_body("llm-d"), extra_headers=[("x-llm-d-inference-objective", "low")])
+    assert first["kind"] == "immediate_response" and first["immediate"]["status"] == 429
+    first, _ = pick(ch, chat_body("both"), extra_headers=[("x-llm-d-inference-objective", "high"),
+                                                          ("x-gateway-inference-objective", "low")])
+    assert destination(first) in POOL[:2]
     for objective in ("high", "unknown-objective"):  # priority >= 0 is never shed
         first, _ = pick(ch, chat_body(), extra_headers=[("x-gateway-inference-objective", objective)])
         assert destination(first) in POOL[:2]
     first, _ = pick(ch, chat_body())
     assert destination(first) in POOL[:2]
-    assert s.metric("epp_requests_total", outcome="429") == 1
-    assert s.metric("epp_requests_total", outcome="200") == 3
+    assert s.metric("epp_requests_total", outcome="429") == 2
+    assert s.metric("epp_requests_total", outcome="200") == 4
 
 
 def test_bodyless_get_is_answered_at_headers(serve, pool):
@@ -1171,3 +1181,20 @@ def test_request_attribute_reporter_puts_the_cost_in_the_last_body_message(serve
         first, last = st.recv_n(2)
         assert first["dynamic_metadata"] is None
         assert last["dynamic_metadata"]["envoy.lb"]["x-gateway-inference-request-cost"] == 10
+
+
+def test_fairness_id_headers_reach_the_decision_log(serve, pool):
+    # llm-d's x-llm-d-inference-fairness-id names the request's tenant; the old
+    # x-gateway-inference-fairness-id is read when the new one is absent.
+    s = serve("--endpoints", pool, "--decision-log", "100", "--decision-log-rate", "1000")
+    ch = s.channel()
+    cases = [([("x-llm-d-inference-fairness-id", "team-a")], "team-a"),
+             ([("x-gateway-inference-fairness-id", "team-b")], "team-b"),
+             ([("x-gateway-inference-fairness-id", "old"), ("x-llm-d-inference-fairness-id", "new")], "new"),
+             ([], "")]
+    for i, (headers, _) in enumerate(cases):
+        first, _ = pick(ch, chat_body("f%d" % i), extra_headers=headers)
+        assert destination(first) in POOL
+    _, listing = s.http("/debug/decisions?limit=%d" % len(cases))
+    got = [d["fairness_id"] for d in json.loads(listing)["decisions"]]
+    assert sorted(got) == sorted(want for _, want in cases), got

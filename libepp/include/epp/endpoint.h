@@ -20,12 +20,23 @@
 
 namespace epp {
 
-// LoRA adapter state from a `vllm:lora_requests_info`-style metric.
+// LoRA adapter state from a `vllm:lora_requests_info`-style metric, and, where the server has it,
+// vLLM's residency metric `vllm:lora_adapter_loaded{adapter_name,level,pinned}` (one series per
+// loaded adapter, present even when the adapter has no request in flight).
 struct LoraInfo {
-  int64_t max_lora = 0;               // adapters that fit in one batch (label max_lora)
-  std::vector<std::string> running;   // adapters loaded and serving (running_lora_adapters)
-  std::vector<std::string> waiting;   // adapters requested but not loaded (waiting_lora_adapters)
+  int64_t max_lora = 0;               // adapters that fit in one batch (label max_lora); 0: unknown
+  std::vector<std::string> running;   // adapters with requests running (running_lora_adapters)
+  std::vector<std::string> waiting;   // adapters with requests waiting (waiting_lora_adapters)
+  std::vector<std::string> loaded;      // resident in GPU memory (lora_adapter_loaded level="gpu")
+  std::vector<std::string> loaded_cpu;  // held in CPU memory (level="cpu"): quick to bring back
   bool operator==(const LoraInfo&) const = default;
+
+  // Adapter slots in use: the distinct adapters of running, waiting and loaded. vLLM lists an
+  // adapter with both running and waiting requests in both lists, so adding their sizes counts
+  // it twice (llm-d #2605): with a1,a2 in both and max_lora 4 the sum says full, the union 2.
+  int64_t SlotsInUse() const;
+  // The adapter serves now: it has running requests or is resident on the GPU.
+  bool Active(std::string_view adapter) const;
 };
 
 struct EndpointMetrics {

@@ -128,6 +128,9 @@ struct MetricMapping {
   std::vector<MetricSpec> running;     // gauge: requests running
   std::vector<MetricSpec> kv_usage;    // gauge: fraction of KV cache used
   std::vector<MetricSpec> lora;        // gauge whose labels describe LoRA adapters
+  // One series per adapter in memory, labels adapter_name and level (gpu|cpu): vLLM's
+  // vllm:lora_adapter_loaded, read beside `lora` when the server has it (LoraInfo::loaded).
+  std::vector<MetricSpec> lora_loaded;
   std::vector<MetricSpec> cache_info;  // info gauge whose labels carry block size / count
   std::string cache_block_size_label = "block_size";
   std::string cache_num_blocks_label = "num_gpu_blocks";

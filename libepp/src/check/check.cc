@@ -367,7 +367,12 @@ std::string CheckReportToJson(const CheckReport& report, int indent) {
     if (t.metrics.lora) {
       m["lora"] = {{"max_lora", t.metrics.lora->max_lora},
                    {"running", t.metrics.lora->running},
-                   {"waiting", t.metrics.lora->waiting}};
+                   {"waiting", t.metrics.lora->waiting},
+                   {"slots_in_use", t.metrics.lora->SlotsInUse()}};
+      if (!t.metrics.lora->loaded.empty() || !t.metrics.lora->loaded_cpu.empty()) {
+        m["lora"]["loaded"] = t.metrics.lora->loaded;
+        m["lora"]["loaded_cpu"] = t.metrics.lora->loaded_cpu;
+      }
     } else {
       m["lora"] = nullptr;
     }

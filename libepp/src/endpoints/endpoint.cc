@@ -1,4 +1,5 @@
 // ValidateEndpointMetrics and ShiftMetricsTimes (epp/endpoint.h).
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -45,6 +46,8 @@ absl::Status ValidateEndpointMetrics(const EndpointMetrics& m) {
       return absl::InvalidArgumentError(absl::StrCat("metrics.lora.max_lora: must be >= 0, got ", m.lora->max_lora));
     if (absl::Status s = CheckNames(m.lora->running, "running"); !s.ok()) return s;
     if (absl::Status s = CheckNames(m.lora->waiting, "waiting"); !s.ok()) return s;
+    if (absl::Status s = CheckNames(m.lora->loaded, "loaded"); !s.ok()) return s;
+    if (absl::Status s = CheckNames(m.lora->loaded_cpu, "loaded_cpu"); !s.ok()) return s;
   }
   for (size_t i = 0; i < m.custom.size(); ++i) {
     const auto& [key, value] = m.custom[i];
@@ -55,6 +58,19 @@ absl::Status ValidateEndpointMetrics(const EndpointMetrics& m) {
       if (m.custom[j].first == key) return absl::InvalidArgumentError(absl::StrCat("metrics.attributes.", key, ": given twice"));
   }
   return absl::OkStatus();
+}
+
+int64_t LoraInfo::SlotsInUse() const {
+  std::vector<std::string_view> seen;
+  for (const auto* list : {&running, &waiting, &loaded})
+    for (const std::string& a : *list)
+      if (std::find(seen.begin(), seen.end(), a) == seen.end()) seen.push_back(a);
+  return static_cast<int64_t>(seen.size());
+}
+
+bool LoraInfo::Active(std::string_view adapter) const {
+  return std::find(running.begin(), running.end(), adapter) != running.end() ||
+         std::find(loaded.begin(), loaded.end(), adapter) != loaded.end();
 }
 
 void ShiftMetricsTimes(std::span<Endpoint> endpoints, int64_t delta_us) {

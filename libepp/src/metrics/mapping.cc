@@ -25,6 +25,7 @@ std::vector<MetricMapping> MakeBuiltIns() {
     // vLLM renamed the KV gauge; GIE switched defaults in v1.3.0 (PR #1905).
     m.kv_usage = Specs({"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"});
     m.lora = Specs({"vllm:lora_requests_info"});
+    m.lora_loaded = Specs({"vllm:lora_adapter_loaded"});
     m.cache_info = Specs({"vllm:cache_config_info"});
     m.cache_block_size_label = "block_size";
     m.cache_num_blocks_label = "num_gpu_blocks";
@@ -105,13 +106,14 @@ absl::Status ApplyMetricOverride(MetricMapping& mapping, std::string_view field,
   else if (field == "running") target = &mapping.running;
   else if (field == "kv") target = &mapping.kv_usage;
   else if (field == "lora") target = &mapping.lora;
+  else if (field == "lora-loaded") target = &mapping.lora_loaded;
   else if (field == "cache-info") target = &mapping.cache_info;
   else if (field == "cache-block-size") target = &mapping.cache_block_size;
   else if (field == "cache-num-blocks") target = &mapping.cache_num_blocks;
   if (target == nullptr) {
     return absl::InvalidArgumentError(
         "unknown metric field '" + std::string(field) +
-        "' (known: queue, running, kv, lora, cache-info, cache-block-size, cache-num-blocks)");
+        "' (known: queue, running, kv, lora, lora-loaded, cache-info, cache-block-size, cache-num-blocks)");
   }
   *target = {std::move(spec)};
   return absl::OkStatus();

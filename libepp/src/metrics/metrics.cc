@@ -166,10 +166,43 @@ std::optional<int64_t> ParsePositiveInt(std::string_view s, bool allow_zero) {
   return v;
 }
 
+// vllm:lora_adapter_loaded: one series per adapter in memory, `level` gpu or cpu. A series
+// whose value is 0 is not counted (an exporter may keep a series at 0 instead of removing it).
+// Returns false when the mapping names no such metric or the scrape has none.
+bool ReadLoraResidency(const MetricFamilies& families, const MetricMapping& mapping, LoraInfo& info) {
+  const MetricSpec* spec = FirstPresent(families, mapping.lora_loaded);
+  if (spec == nullptr) return false;
+  const MetricFamily* family = nullptr;
+  for (const Sample* s : Matching(families, *spec, &family)) {
+    if (s->value == 0) continue;
+    std::optional<std::string_view> name = s->label("adapter_name");
+    if (!name || name->empty()) continue;
+    std::vector<std::string>& list = s->label("level").value_or("gpu") == "cpu" ? info.loaded_cpu : info.loaded;
+    if (std::find(list.begin(), list.end(), *name) == list.end()) list.emplace_back(*name);
+  }
+  return true;
+}
+
 void ReadLora(const MetricFamilies& families, const MetricMapping& mapping, bool describe, MetricsExtraction& out) {
   const char* id = "metrics.lora";
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+    return "[" + s + "]";
+  };
+  LoraInfo info;
+  const bool residency = ReadLoraResidency(families, mapping, info);
+  auto residency_text = [&] {
+    return residency ? ", loaded " + join(info.loaded) + ", in CPU memory " + join(info.loaded_cpu) : std::string();
+  };
   const MetricSpec* spec = FirstPresent(families, mapping.lora);
   if (spec == nullptr) {
+    if (residency) {  // residency alone: which adapters are active, but not how many fit
+      out.checks.push_back({id, CheckStatus::kPass,
+                            describe ? JoinNames(mapping.lora_loaded) + ": max_lora unknown" + residency_text() : ""});
+      out.metrics.lora = std::move(info);
+      return;
+    }
     out.checks.push_back({id, CheckStatus::kWarn,
                           !describe              ? std::string()
                           : mapping.lora.empty() ? "no LoRA metric for engine " + mapping.engine
@@ -187,7 +220,6 @@ void ReadLora(const MetricFamilies& families, const MetricMapping& mapping, bool
   for (const Sample* s : samples) {
     if (s->value > best->value) best = s;
   }
-  LoraInfo info;
   auto max_lora = best->label("max_lora");
   if (!max_lora) {
     out.checks.push_back({id, CheckStatus::kFail, spec->name + " has no max_lora label"});
@@ -202,15 +234,10 @@ void ReadLora(const MetricFamilies& families, const MetricMapping& mapping, bool
   info.max_lora = *parsed;
   info.running = SplitAdapters(best->label("running_lora_adapters").value_or(""));
   info.waiting = SplitAdapters(best->label("waiting_lora_adapters").value_or(""));
-  auto join = [](const std::vector<std::string>& v) {
-    std::string s;
-    for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
-    return "[" + s + "]";
-  };
   std::string msg;
   if (describe) {
     msg = spec->name + ": max_lora " + std::to_string(info.max_lora) + ", running " + join(info.running) + ", waiting " +
-          join(info.waiting);
+          join(info.waiting) + residency_text() + ", slots in use " + std::to_string(info.SlotsInUse());
     if (samples.size() > 1) msg += " (newest of " + std::to_string(samples.size()) + " series)";
   }
   out.checks.push_back({id, CheckStatus::kPass, msg});

@@ -104,6 +104,7 @@ std::string PickResultToJson(const InferenceRequest* request, const PickResult& 
                     {"api", std::string(ApiKindName(request->api))},
                     {"stream", request->stream},
                     {"priority", request->priority},
+                    {"fairness_id", request->fairness_id},
                     {"prompt_chars", request->prompt.size()},
                     {"prompt_tokens", request->prompt_tokens},
                     {"prefix_blocks", r.prefix_blocks},
@@ -174,6 +175,8 @@ std::string PickResultToJson(const InferenceRequest* request, const PickResult& 
                      {"dynamic_metadata", {{"envoy.lb", {{"x-gateway-destination-endpoint", v}}}}}};
   } else {
     j["decision"] = {{"immediate_response", {{"status", r.status}, {"body", r.reason}}}};
+    if (!r.dropped_reason.empty())
+      j["decision"]["immediate_response"]["headers"] = {{"x-llm-d-request-dropped-reason", r.dropped_reason}};
   }
   // Names and reasons carry config and label text, which YAML does not require to be UTF-8: a
   // byte that is not becomes U+FFFD instead of a JSON writer exception (explain is diagnostic).
@@ -192,6 +195,7 @@ std::string PickResultToText(const InferenceRequest* request, const PickResult& 
                       r.prefix_block_size_tokens, " tokens (",
                       r.prefix_block_size_tokens * kCharsPerToken, " chars)");
     if (request->priority != 0) absl::StrAppend(&out, "  priority ", request->priority);
+    if (!request->fairness_id.empty()) absl::StrAppend(&out, "  fairness id ", request->fairness_id);
     out += "\n";
     if (r.tokens >= 0) {
       absl::StrAppend(&out, bold, "tokens", reset, "     ", r.tokens, " from ", r.tokens_source);
@@ -300,6 +304,8 @@ std::string PickResultToText(const InferenceRequest* request, const PickResult& 
     absl::StrAppend(&out, "           metadata envoy.lb {\"x-gateway-destination-endpoint\": \"", v, "\"}\n");
   } else {
     absl::StrAppend(&out, "ImmediateResponse ", r.status, ": ", r.reason, "\n");
+    if (!r.dropped_reason.empty())
+      absl::StrAppend(&out, "           header x-llm-d-request-dropped-reason: ", r.dropped_reason, "\n");
   }
   return out;
 }

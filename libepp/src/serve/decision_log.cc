@@ -23,10 +23,12 @@ json SummaryJson(const DecisionRecord& r) {
             {"path", r.path},
             {"objective", r.objective},
             {"priority", r.priority},
+            {"fairness_id", r.fairness_id},
             {"stream", r.stream},
             {"prompt_chars", r.prompt_chars},
             {"prompt_tokens", r.prompt_tokens},
             {"status", r.status},
+            {"dropped_reason", r.dropped_reason},
             {"endpoint", r.endpoints.empty() ? json(nullptr) : json(r.endpoints.front())},
             {"fallbacks", r.endpoints.size() > 1 ? json(std::vector<std::string>(r.endpoints.begin() + 1, r.endpoints.end()))
                                                  : json::array()},
@@ -62,8 +64,12 @@ DecisionRecord MakeDecisionRecord(const InferenceRequest& request, const PickRes
   DecisionRecord r;
   for (const auto& [k, v] : headers) {
     if (k == "x-request-id" && r.request_id.empty()) r.request_id = v;
+    // llm-d's header wins over its old alias wherever the two appear.
+    if (k == kLlmdObjectiveHeader) r.objective = v;
     if (k == kObjectiveHeader && r.objective.empty()) r.objective = v;
   }
+  r.fairness_id = request.fairness_id;
+  r.dropped_reason = result.dropped_reason;
   r.model = request.model;
   r.path = request.path;
   r.priority = request.priority;

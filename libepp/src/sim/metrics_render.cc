@@ -101,6 +101,11 @@ std::string RenderSimMetrics(const SimParams& p, const SimSnapshot& s, double wa
             {"running_lora_adapters", Join(s.running_adapters)},
             {"waiting_lora_adapters", Join(s.waiting_adapters)}},
            wall_time_s);
+    if (p.lora_loaded_metric) {
+      w.Family("vllm:lora_adapter_loaded", "gauge", "LoRA adapters loaded, one series per adapter.");
+      for (const std::string& a : s.resident_adapters)
+        w.Info("vllm:lora_adapter_loaded", {{"adapter_name", a}, {"level", "gpu"}, {"pinned", "false"}}, 1.0);
+    }
   }
   w.Family("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
   w.Info("vllm:cache_config_info",

@@ -55,6 +55,34 @@ TEST(ExtractMetricsTest, SumsCountsTakesMaxKvAndNewestLora) {
   EXPECT_NE(r.Find("metrics.kv_cache")->message.find("max of 2 series"), std::string::npos);
 }
 
+TEST(ExtractMetricsTest, LoraResidencyFromLoraAdapterLoaded) {
+  const std::string residency =
+      "# TYPE vllm:lora_adapter_loaded gauge\n"
+      "vllm:lora_adapter_loaded{adapter_name=\"g1\",level=\"gpu\",pinned=\"false\"} 1\n"
+      "vllm:lora_adapter_loaded{adapter_name=\"g2\",level=\"gpu\",pinned=\"true\"} 1\n"
+      "vllm:lora_adapter_loaded{adapter_name=\"gone\",level=\"gpu\",pinned=\"false\"} 0\n"
+      "vllm:lora_adapter_loaded{adapter_name=\"c1\",level=\"cpu\",pinned=\"false\"} 1\n";
+  Extracted r = Extract(std::string(kHealthyVllm) + residency);
+  ASSERT_TRUE(r.ex.metrics.lora.has_value());
+  EXPECT_EQ(r.ex.metrics.lora->max_lora, 3);
+  EXPECT_EQ(r.ex.metrics.lora->loaded, (std::vector<std::string>{"g1", "g2"}));
+  EXPECT_EQ(r.ex.metrics.lora->loaded_cpu, (std::vector<std::string>{"c1"}));
+  // running a,b + waiting c + resident g1,g2: five distinct adapters.
+  EXPECT_EQ(r.ex.metrics.lora->SlotsInUse(), 5);
+  EXPECT_NE(r.Find("metrics.lora")->message.find("loaded [g1,g2]"), std::string::npos) << r.Find("metrics.lora")->message;
+  EXPECT_TRUE(r.ex.metrics.lora->Active("g2"));
+  EXPECT_FALSE(r.ex.metrics.lora->Active("c1"));
+
+  // Residency without lora_requests_info (vLLM hides the deprecated metric later): which adapters
+  // are loaded is known, how many fit is not.
+  Extracted alone = Extract("vllm:num_requests_waiting 0\n" + residency);
+  ASSERT_TRUE(alone.ex.metrics.lora.has_value());
+  EXPECT_EQ(alone.ex.metrics.lora->max_lora, 0);
+  EXPECT_EQ(alone.ex.metrics.lora->loaded, (std::vector<std::string>{"g1", "g2"}));
+  EXPECT_EQ(alone.Find("metrics.lora")->status, CheckStatus::kPass);
+  EXPECT_NE(alone.Find("metrics.lora")->message.find("max_lora unknown"), std::string::npos);
+}
+
 TEST(ExtractMetricsTest, CacheGeometryGaugesNearInt64AreRejectedNotCast) {
   // trtllm-serve and Triton report block size and count as gauge values: a value near or above
   // 2^63 was cast to int64 (undefined behaviour) and later multiplied.

@@ -112,6 +112,7 @@ TEST(CapacityFilterTest, KeepsPicksWithinTheLimitOverTheWindowThenSheds) {
   EXPECT_EQ(got["b:1"], 2);
   PickResult shed = b.scheduler->Pick(Req(), pool, {.trace = true});
   EXPECT_EQ(shed.status, 429);
+  EXPECT_EQ(shed.dropped_reason, kDroppedSaturated);
   EXPECT_NE(shed.reason.find("every endpoint is at its capacity limit"), std::string::npos) << shed.reason;
   EXPECT_NE(shed.reason.find("a:1 (3 of 3 requests in the last 1 s)"), std::string::npos) << shed.reason;
   // One second after the first pick, its slot frees (the window slides, it does not reset).

@@ -94,6 +94,14 @@ TEST(LoraAffinityScorerTest, GieOrder) {
       {"waiting, no slot", LoraInfo{2, {"x"}, {"ad"}}, 0.6},
       {"absent, no slot", LoraInfo{1, {"x"}, {}}, 0.0},
       {"no LoRA metric", std::nullopt, 0.0},
+      // vLLM lists an adapter with running and waiting requests in both lists: two slots, not
+      // four (llm-d #2605), so a third adapter still finds a free slot.
+      {"union, not sum", LoraInfo{4, {"a1", "a2"}, {"a1", "a2"}}, 0.8},
+      {"union full, waiting tier reachable", LoraInfo{2, {"x", "y"}, {"x", "ad"}}, 0.6},
+      {"resident on the GPU, idle", LoraInfo{2, {}, {}, {"ad"}, {}}, 1.0},
+      {"resident adapters take slots", LoraInfo{2, {"x"}, {}, {"y"}, {}}, 0.0},
+      {"in CPU memory, no slot", LoraInfo{1, {"x"}, {}, {"x"}, {"ad"}}, 0.6},
+      {"residency only: max unknown", LoraInfo{0, {}, {}, {"x"}, {}}, 0.0},
   };
   auto scorer = Make(plugins::kLoraAffinityScorerType);
   for (const Case& c : cases) {
@@ -105,6 +113,20 @@ TEST(LoraAffinityScorerTest, GieOrder) {
     pool.Finish();
     ExpectScores(Scores(*scorer, pool), {c.want});
   }
+}
+
+// The case: a1 and a2 both running and waiting, max_lora 4, a request for a3.
+TEST(LoraAffinityScorerTest, AdaptersInBothListsLeaveFreeSlots) {
+  auto scorer = Make(plugins::kLoraAffinityScorerType);
+  Pool pool;
+  pool.request.model = "a3";
+  pool.endpoints = {Ep("a:1", 0), Ep("b:1", 0)};
+  pool.endpoints[0].metrics.lora = LoraInfo{4, {"a1", "a2"}, {"a1", "a2"}};
+  pool.endpoints[1].metrics.lora = LoraInfo{4, {"a1", "a2", "a4"}, {"a5"}};
+  pool.Finish();
+  EXPECT_EQ(pool.endpoints[0].metrics.lora->SlotsInUse(), 2);
+  ExpectScores(Scores(*scorer, pool), {0.8, 0.0});
+  EXPECT_EQ(scorer->AsScorer()->Explain(pool.ctx, pool.endpoints[0]), "free adapter slot");
 }
 
 TEST(TokenLoadScorerTest, InflightTokensAgainstThreshold) {

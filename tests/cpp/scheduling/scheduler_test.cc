@@ -230,6 +230,10 @@ TEST(SchedulerTest, SheddableRequestsAreDroppedOnlyWhenSaturated) {
   PickResult shed = f.sched->Pick(Chat("x", -1), busy);
   EXPECT_EQ(shed.status, 429);
   EXPECT_NE(shed.reason.find("sheddable"), std::string::npos);
+  EXPECT_EQ(shed.dropped_reason, kDroppedSaturated);
+  EXPECT_EQ(nlohmann::json::parse(PickResultToJson(nullptr, shed))["decision"]["immediate_response"]["headers"]
+                                 ["x-llm-d-request-dropped-reason"],
+            "rejected-saturated");
   EXPECT_EQ(f.sched->Pick(Chat("x", 0), busy).status, 200);  // priority >= 0 is never shed
   EXPECT_EQ(f.sched->Pick(Chat("x", -1), idle).status, 200);
   // Stale metrics count as saturated.
@@ -258,14 +262,20 @@ schedulingProfiles:
   PickResult r = f.sched->Pick(Chat("x"), pool, o);
   EXPECT_EQ(r.status, 503);
   EXPECT_NE(r.reason.find("label-selector-filter"), std::string::npos) << r.reason;
+  // A label rules endpoints out for what they are, not for being busy: no endpoints, not saturated.
+  EXPECT_EQ(r.dropped_reason, kDroppedNoEndpoints);
+  EXPECT_NE(PickResultToText(nullptr, r, false).find("header x-llm-d-request-dropped-reason: rejected-no-endpoints"),
+            std::string::npos);
   ASSERT_EQ(r.profiles.size(), 1u);
   ASSERT_EQ(r.profiles[0].filters.size(), 1u);
   EXPECT_EQ(r.profiles[0].filters[0].removed.size(), 2u);
   EXPECT_EQ(f.sched->Pick(Chat("x"), std::vector<Endpoint>{}).status, 503);
+  EXPECT_EQ(f.sched->Pick(Chat("x"), std::vector<Endpoint>{}).dropped_reason, kDroppedNoEndpoints);
   pool[1].labels["pool"] = "gold";
   r = f.sched->Pick(Chat("x"), pool, o);
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.endpoints[0], "b:1");
+  EXPECT_EQ(r.dropped_reason, "");
 }
 
 TEST(SchedulerTest, SameSeedSamePicks) {

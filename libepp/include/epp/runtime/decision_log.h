@@ -35,10 +35,12 @@ struct DecisionRecord {
   std::string request_id;     // x-request-id when the gateway sent one
   std::string model, path, objective;
   int priority = 0;
+  std::string fairness_id;    // InferenceRequest::fairness_id; empty when the request named none
   bool stream = false;
   size_t prompt_chars = 0;
   int64_t prompt_tokens = 0;
   int status = 0;             // 200, 429, 503
+  std::string dropped_reason;  // PickResult::dropped_reason (429 and 503)
   std::vector<std::string> endpoints;  // primary first
   std::string reason;
   int candidates = 0;

@@ -43,6 +43,9 @@ struct SimParams {
   double decode_step_ms = 6.0;      // one decode step at batch size 1
   double decode_ms_per_seq = 0.05;  // added per running sequence
   double lora_load_ms = 25;         // swapping an adapter in
+  // Also publish vLLM's residency metric vllm:lora_adapter_loaded{adapter_name,level="gpu",pinned}
+  // (one series per resident adapter) beside vllm:lora_requests_info.
+  bool lora_loaded_metric = false;
   uint64_t seed = 0;
   // Record KV-cache events (TakeKvEvents): a BlockStored for the blocks a request adds to the
   // cache (with the request's token_ids), a BlockRemoved for every block evicted.

@@ -167,6 +167,7 @@ class CapacityFilter : public Plugin, public Filter, public Admitter, public Req
   std::string WhyRemoved(const SchedulingContext& ctx, const Endpoint& e) const override {
     return absl::StrCat("at its capacity limit: ", RoomOf(window_, e, ctx.now_us).Describe(window_.window_s()));
   }
+  bool RemovesBusyEndpoints() const override { return true; }
   bool Admit(const SchedulingContext& ctx, Candidates candidates, std::string& why) const override {
     if (candidates.empty()) return true;  // nothing to protect; the scheduler answers 503
     const int64_t tokens = RequestTokens(ctx);

@@ -66,6 +66,7 @@ class UtilizationDetector : public Plugin, public SaturationDetector, public Fil
     if (out.empty()) out.assign(candidates.begin(), candidates.end());
     return out;
   }
+  bool RemovesBusyEndpoints() const override { return true; }
   std::string WhyRemoved(const SchedulingContext& ctx, const Endpoint& e) const override {
     if (ctx.MetricsStale(e, o_.staleness_us))
       return e.metrics_time_us ? absl::StrCat("metrics older than ", Num(o_.staleness_us / 1000.0), "ms")
