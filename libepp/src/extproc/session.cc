@@ -316,6 +316,7 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
   target_model = request->model;
   request->priority = ObjectivePriority();
   request->fairness_id = FairnessIdFromHeaders(*request);
+  scheduler.PrepareRequest(*request);  // agent-identity fills the fairness id the headers left empty
   if (stats && !unparsed) {
     stats->RecordModelRequest(incoming_model, target_model, request->priority, body.size());
     model_counted = true;

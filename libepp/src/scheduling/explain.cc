@@ -104,7 +104,7 @@ std::string PickResultToJson(const InferenceRequest* request, const PickResult& 
                     {"api", std::string(ApiKindName(request->api))},
                     {"stream", request->stream},
                     {"priority", request->priority},
-                    {"fairness_id", request->fairness_id},
+                    {"fairness_id", r.fairness_id.empty() ? request->fairness_id : r.fairness_id},
                     {"prompt_chars", request->prompt.size()},
                     {"prompt_tokens", request->prompt_tokens},
                     {"prefix_blocks", r.prefix_blocks},
@@ -195,7 +195,9 @@ std::string PickResultToText(const InferenceRequest* request, const PickResult& 
                       r.prefix_block_size_tokens, " tokens (",
                       r.prefix_block_size_tokens * kCharsPerToken, " chars)");
     if (request->priority != 0) absl::StrAppend(&out, "  priority ", request->priority);
-    if (!request->fairness_id.empty()) absl::StrAppend(&out, "  fairness id ", request->fairness_id);
+    // The cycle's fairness id: the header's, or what agent-identity derived from a session header.
+    const std::string& fairness = r.fairness_id.empty() ? request->fairness_id : r.fairness_id;
+    if (!fairness.empty()) absl::StrAppend(&out, "  fairness id ", fairness);
     out += "\n";
     if (r.tokens >= 0) {
       absl::StrAppend(&out, bold, "tokens", reset, "     ", r.tokens, " from ", r.tokens_source);

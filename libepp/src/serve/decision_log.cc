@@ -68,7 +68,7 @@ DecisionRecord MakeDecisionRecord(const InferenceRequest& request, const PickRes
     if (k == kLlmdObjectiveHeader) r.objective = v;
     if (k == kObjectiveHeader && r.objective.empty()) r.objective = v;
   }
-  r.fairness_id = request.fairness_id;
+  r.fairness_id = result.fairness_id.empty() ? request.fairness_id : result.fairness_id;
   r.dropped_reason = result.dropped_reason;
   r.model = request.model;
   r.path = request.path;
