@@ -181,3 +181,48 @@ def test_gpu_utilization_config_routes_away_from_the_busy_gpu(serve, gpu_sims, t
     for _ in range(5):
         first, _ = pick(ch, chat_body("and now?"))
         assert destination(first) == b.address
+
+
+def test_file_discovery_lists_the_endpoints_for_serve_and_follows_the_file(serve, gpu_sims, tmp_path):
+    a, b = gpu_sims
+    listing = tmp_path / "endpoints.yaml"
+
+    def write(*sims):
+        text = "endpoints:\n" + "".join(
+            '- name: vllm-%d\n  address: "%s"\n  port: "%s"\n' % ((i,) + tuple(s.address.rsplit(":", 1)))
+            for i, s in enumerate(sims))
+        tmp = tmp_path / "endpoints.tmp"
+        tmp.write_text(text)
+        tmp.rename(listing)  # atomic, as an editor's safe write
+
+    write(a, b)
+    config = tmp_path / "discovery.yaml"
+    config.write_text("""apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: file-discovery
+  parameters:
+    path: %s
+    watchFile: true
+- type: queue-scorer
+- type: max-score-picker
+dataLayer:
+  discovery:
+    pluginRef: file-discovery
+""" % listing)
+    s = serve("--config", config)  # no --endpoints: the configuration lists them
+    ch = s.channel()
+    seen = set()
+    for i in range(20):
+        first, _ = pick(ch, chat_body("hello %d" % i))
+        seen.add(destination(first))
+    assert seen <= {a.address, b.address} and seen, seen
+
+    write(b)  # a leaves the file: it leaves the pool
+    deadline = time.monotonic() + 8
+    streak = 0
+    while streak < 10:
+        assert time.monotonic() < deadline, "the pool never followed the file\n" + s.log()
+        first, _ = pick(ch, chat_body("again"))
+        streak = streak + 1 if destination(first) == b.address else 0
+    assert "file-discovery %s: endpoints file changed, reloading" % listing in s.log(), s.log()

@@ -84,6 +84,8 @@ void RegisterBuiltinPlugins(PluginRegistry& registry) {
       {kModelsDataExtractorType, CreateModelsDataExtractor, NoParamsSchema},
       {kMulticlusterMetricsDataSourceType, CreateMulticlusterMetricsDataSource, MulticlusterMetricsDataSourceSchema},
       {kMulticlusterMetricsExtractorType, CreateMulticlusterMetricsExtractor, MulticlusterMetricsExtractorSchema},
+      {kFileDiscoveryType, CreateFileDiscovery, FileDiscoverySchema},
+      {kMulticlusterFileDiscoveryType, CreateMulticlusterFileDiscovery, FileDiscoverySchema},
       {kEndpointAttributeFilterType, CreateEndpointAttributeFilter, EndpointAttributeFilterSchema},
       {kEndpointAttributeScorerType, CreateEndpointAttributeScorer, EndpointAttributeScorerSchema},
       {kTopologyAffinityFilterType, CreateTopologyAffinityFilter, TopologyAffinityFilterSchema},

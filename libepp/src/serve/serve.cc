@@ -11,6 +11,7 @@
 #include "epp/registry.h"
 #include "epp/runtime/serve.h"
 #include "epp/version.h"
+#include "plugins/datalayer/datalayer.h"
 #include "serve/file_watch.h"
 #include "serve/serve_metrics.h"
 
@@ -341,6 +342,14 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     po.interval = c.refresh_interval;
     po.log = &m.log;
     po.lister = c.lister;
+    // The configuration's dataLayer.discovery (file-discovery): where it lists the endpoints,
+    // unless the command line names them.
+    if (std::shared_ptr<EndpointLister> d = plugins::ConfiguredDiscovery(*m.handle->Get(), &m.log)) {
+      if (po.lister || c.discovery || c.import_discovery || !c.endpoints_file.empty())
+        m.log.Warn("config: dataLayer.discovery (" + d->Describe() + ") not used: the endpoints come from the command line");
+      else
+        po.lister = std::move(d);
+    }
     if (!po.lister && c.discovery) {
       EPP_ASSIGN_OR_RETURN(std::unique_ptr<EndpointLister> lister,
                            c.discovery->watch ? NewInferencePoolWatcher(*c.discovery, &m.log)

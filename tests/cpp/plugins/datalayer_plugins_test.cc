@@ -5,7 +5,9 @@
 // filters and scores on it.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -19,6 +21,7 @@
 #include "epp/runtime/http.h"
 #include "epp/scheduler.h"
 #include "epp/tools/sim.h"
+#include "plugins/datalayer/datalayer.h"
 
 namespace epp {
 namespace {
@@ -404,6 +407,79 @@ TEST(DataLayerPluginsTest, SimulatorDcgmExporterFollowsTheLoad) {
   EXPECT_FALSE(fam->SamplesNamed("DCGM_FI_DEV_GPU_UTIL")[0].second->label("pod").has_value());
   EXPECT_EQ(fam->SamplesNamed("DCGM_FI_DEV_FB_USED").size(), 1u);
   EXPECT_EQ(fam->SamplesNamed("DCGM_FI_DEV_FB_FREE").size(), 1u);
+}
+
+}  // namespace
+}  // namespace epp
+
+namespace epp {
+namespace {
+
+// The scheduler's selected discovery plugin, listing once.
+absl::StatusOr<std::vector<EndpointSpec>> ListOnce(const Scheduler& s) {
+  std::shared_ptr<EndpointLister> l = plugins::ConfiguredDiscovery(s, nullptr);
+  if (!l) return absl::NotFoundError("no discovery");
+  std::atomic<bool> cancel{false};
+  return l->List(cancel);
+}
+
+TEST(DataLayerPluginsTest, FileDiscoveryReadsLlmdsEndpointsFile) {
+  const std::string dir = ::testing::TempDir();
+  const std::string path = dir + "/dl-endpoints.yaml";
+  {
+    std::ofstream f(path);
+    f << "endpoints:\n"
+         "- {name: vllm-0, address: \"10.0.0.1\", port: \"8000\", labels: {role: decode}}\n"
+         "- {name: vllm-1, namespace: team, address: \"10.0.0.2\", port: 8001}\n"
+         "- {name: bad-ip, address: gw.example, port: \"8000\"}\n"
+         "- {name: bad-port, address: \"10.0.0.3\", port: \"70000\"}\n"
+         "- {name: twice, address: \"10.0.0.1\", port: \"8000\"}\n";
+  }
+  const std::string config = Config("- type: file-discovery\n  parameters: {path: " + path + ", watchFile: true}\n",
+                                    "dataLayer:\n  discovery: {pluginRef: file-discovery}\n");
+  auto s = MustBuild(config);
+  ASSERT_NE(s, nullptr);
+  auto specs = ListOnce(*s);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 2u);  // the invalid entries are skipped, as llm-d skips them
+  EXPECT_EQ((*specs)[0].address, "10.0.0.1:8000");
+  EXPECT_EQ((*specs)[0].instance, "default/vllm-0");  // the Pod name dcgm-extractor matches
+  EXPECT_EQ((*specs)[0].labels.at("role"), "decode");
+  EXPECT_EQ((*specs)[1].address, "10.0.0.2:8001");
+  EXPECT_EQ((*specs)[1].instance, "team/vllm-1");
+
+  // multicluster-file-discovery: gateway hosts, metrics where the labels say.
+  {
+    std::ofstream f(path);
+    f << "endpoints:\n"
+         "- {name: east, address: gw-east.example, port: \"443\", labels: {metricsAddress: epp-east.example, "
+         "metricsPort: \"9090\"}}\n"
+         "- {name: west, address: \"10.9.0.1\", port: \"443\"}\n"
+         "- {name: Bad_Host, address: Bad_Host, port: \"443\"}\n";
+  }
+  auto m = MustBuild(Config("- type: multicluster-file-discovery\n  name: peers\n  parameters: {path: " + path + "}\n",
+                            "dataLayer:\n  discovery: {pluginRef: peers}\n"));
+  ASSERT_NE(m, nullptr);
+  auto peers = ListOnce(*m);
+  ASSERT_TRUE(peers.ok()) << peers.status();
+  ASSERT_EQ(peers->size(), 2u);
+  EXPECT_EQ((*peers)[0].address, "gw-east.example:443");
+  EXPECT_EQ((*peers)[0].metrics, "http://epp-east.example:9090/metrics");
+  EXPECT_EQ((*peers)[1].metrics, "");
+
+  // A file that is not the format fails the load; a discovery plugin not selected lists nothing.
+  { std::ofstream(path) << "endpoints: {a: 1}\n"; }
+  EXPECT_FALSE(ListOnce(*MustBuild(config)).ok());
+  auto unused = MustBuild(Config("- type: file-discovery\n  parameters: {path: " + path + "}\n", ""));
+  ASSERT_NE(unused, nullptr);
+  EXPECT_EQ(plugins::ConfiguredDiscovery(*unused, nullptr), nullptr);
+  EXPECT_TRUE(HasWarning(*unused, "is not dataLayer.discovery; it lists nothing"));
+  auto nopath = Build(Config("- type: file-discovery\n", ""));
+  ASSERT_FALSE(nopath.ok());
+  EXPECT_NE(nopath.status().message().find("path: required"), std::string_view::npos);
+  auto notdisc = Build(Config("- type: queue-scorer\n", "dataLayer:\n  discovery: {pluginRef: queue-scorer}\n"));
+  ASSERT_FALSE(notdisc.ok());
+  EXPECT_NE(notdisc.status().message().find("is not an endpoint discovery plugin"), std::string_view::npos);
 }
 
 }  // namespace

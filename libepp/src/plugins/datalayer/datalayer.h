@@ -30,6 +30,7 @@
 #include "epp/endpoint.h"
 #include "epp/metrics.h"
 #include "epp/runtime/endpoints.h"
+#include "epp/runtime/serve.h"
 #include "plugins/plugin_util.h"
 
 namespace epp::plugins {
@@ -57,9 +58,9 @@ PluginOr CreateMulticlusterMetricsDataSource(const std::string& name, const Para
 PluginOr CreateDcgmExtractor(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateModelsDataExtractor(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateMulticlusterMetricsExtractor(const std::string& name, const Params& params, const PluginContext& ctx);
-PluginOr CreateK8sNotificationSource(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateFileDiscovery(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateMulticlusterFileDiscovery(const std::string& name, const Params& params, const PluginContext& ctx);
+PluginOr CreateK8sNotificationSource(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginSchema DcgmDataSourceSchema();
 PluginSchema ModelsDataSourceSchema();
 PluginSchema MulticlusterMetricsDataSourceSchema();
@@ -116,15 +117,23 @@ absl::Status WireDataLayer(const DataLayerSpec& spec, std::span<const std::share
                            const std::function<std::string(int line, std::string_view path)>& where,
                            std::vector<std::string>* warnings);
 
-// Implemented by file-discovery (dataLayer.discovery): where `eppctl serve` reads the endpoints.
+// Implemented by file-discovery and multicluster-file-discovery. WireDataLayer selects the one
+// dataLayer.discovery names; `eppctl serve` then lists the endpoints with it (ConfiguredDiscovery)
+// through the endpoint pool's discovery machinery (departures, settle rule, last set kept on
+// failure), as it lists an InferencePool's Pods.
 class EndpointDiscoverySource {
  public:
   virtual ~EndpointDiscoverySource() = default;
-  virtual const std::string& path() const = 0;
-  virtual bool watch() const = 0;  // re-read the file when it changes
-  // Reads the file in llm-d's format into endpoint specs (multicluster: metrics host from labels).
-  virtual absl::StatusOr<std::vector<EndpointSpec>> Load() const = 0;
+  // Reads the file now: the endpoints of its valid entries; `skipped` gets why each invalid entry
+  // was left out (llm-d logs and skips them). An unreadable or malformed file is an error.
+  virtual absl::StatusOr<std::vector<EndpointSpec>> Load(std::vector<std::string>* skipped) const = 0;
+  virtual void Select() = 0;
+  virtual bool selected() const = 0;
 };
+
+// The endpoint lister of the discovery plugin the scheduler's dataLayer.discovery selected;
+// nullptr without one. `log` (may be null) gets skipped entries and reload failures.
+std::shared_ptr<EndpointLister> ConfiguredDiscovery(const Scheduler& scheduler, const Logger* log);
 
 PluginOr CreateCoreMetricsExtractor(const std::string& name, const Params& params, const PluginContext& ctx);
 PluginOr CreateTopologyExtractor(const std::string& name, const Params& params, const PluginContext& ctx);

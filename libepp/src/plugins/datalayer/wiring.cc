@@ -69,6 +69,18 @@ absl::Status WireDataLayer(const DataLayerSpec& spec, std::span<const std::share
   for (const auto& p : plugins)
     if (dynamic_cast<const DataSourcePlugin*>(p.get()) != nullptr && !listed.count(p->name()))
       warn(absl::StrCat("plugin ", Describe(*p), " is in no dataLayer.sources entry; it reads nothing (as in llm-d)"));
+  EndpointDiscoverySource* discovery = nullptr;
+  if (!spec.discovery_ref.empty()) {
+    Plugin* p = find(spec.discovery_ref);
+    if (p == nullptr) return error(spec.discovery_line, "dataLayer.discovery.pluginRef", "no plugin named '" + spec.discovery_ref + "'");
+    discovery = dynamic_cast<EndpointDiscoverySource*>(p);
+    if (discovery == nullptr)
+      return error(spec.discovery_line, "dataLayer.discovery.pluginRef", Describe(*p) + " is not an endpoint discovery plugin");
+    discovery->Select();
+  }
+  for (const auto& p : plugins)
+    if (auto* d = dynamic_cast<const EndpointDiscoverySource*>(p.get()); d != nullptr && d != discovery)
+      warn(absl::StrCat("plugin ", Describe(*p), " is not dataLayer.discovery; it lists nothing"));
   if (spec.inject_defaults == false)
     warn("dataLayer.injectDefaults: false: epp still reads every endpoint's metrics (its scheduling needs them)");
   return absl::OkStatus();
