@@ -209,16 +209,14 @@ absl::Status ResolveProfiles(BuildState& st) {
         prof.picker_plugin = p;
       } else if (const Filter* f = p->AsFilter()) {
         prof.filters.emplace_back(p, f);
-      } else if (p->AsResponseMetadataSource() || plugins::ParserOf(*p).has_value()) {
-        // llm-d's own configs list request-attribute-reporter and parsers among a profile's
-        // plugins, where its scheduler ignores them; they act on every request anyway.
+      } else {
+        // llm-d's profiles take what filters, scores or picks and silently ignore the rest, and its
+        // own configs rely on that: request-attribute-reporter, parsers, predicted-latency-producer
+        // and (v0.7/v0.8) tokenizer listed among a profile's plugins. epp loads them the same way
+        // but says so: such a plugin acts on every request, or not at all, wherever it is listed.
         st.impl->warnings.push_back(absl::StrCat(st.Where(ref.line, ref.path), ": '", p->name(), "' (", p->type(),
                                                  ") has no part in a profile's filters, scorers or picker; it acts on "
                                                  "every request wherever it is listed"));
-      } else {
-        return st.Error(ref.line, ref.path,
-                        absl::StrCat("plugin '", p->name(), "' (type: ", p->type(),
-                                     ") is not a filter, scorer or picker and cannot be used in a profile"));
       }
     }
     if (!prof.picker) {
