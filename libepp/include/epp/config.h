@@ -14,6 +14,7 @@
 // accepted: the embedded document is loaded and its location reported in `source`.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,6 +72,33 @@ struct DataLayerSpec {
   Params other;
 };
 
+// llm-d's `flowControl:` section (apix/config/v1alpha1 FlowControlConfig). Quantities are read
+// as Kubernetes quantities ("1Gi", "500M", "1k"); 0 means "not set" as in the reference. The
+// flow-control layer's builder (src/flowcontrol/build.h) turns it into a controller configuration.
+struct FlowControlBandSpec {
+  int priority = 0;
+  uint64_t max_bytes = 0;     // 0: the reference's default (1G)
+  uint64_t max_requests = 0;  // 0: the reference's default (5000)
+  std::string fairness_policy_ref;  // empty: global-strict-fairness-policy
+  std::string ordering_policy_ref;  // empty: fcfs-ordering-policy
+  std::string path;  // "flowControl.priorityBands[1]", "flowControl.defaultPriorityBand"
+  int line = 0;
+};
+struct FlowControlSpec {
+  bool present = false;  // the section was written
+  uint64_t max_bytes = 0;     // global; 0: no limit
+  uint64_t max_requests = 0;  // global; 0: no limit
+  std::optional<int64_t> default_request_ttl_us;      // unset: 60 s
+  std::optional<int64_t> no_endpoint_request_ttl_us;  // unset: defaultRequestTTL, else 60 s
+  std::optional<FlowControlBandSpec> default_band;
+  std::optional<FlowControlBandSpec> default_negative_band;
+  std::vector<FlowControlBandSpec> bands;
+  std::string usage_limit_policy_ref;  // empty: static-usage-limit-policy
+  int usage_limit_policy_line = 0;
+  bool enable_eviction = false;
+  int line = 0;
+};
+
 struct EppConfig {
   std::string api_version = std::string(kGieApiVersion);
   std::string source;  // file name (and embedded location) for messages; "<default>" for the default
@@ -84,6 +112,7 @@ struct EppConfig {
   std::string parser_ref;                // `parser` (llm-d's deprecated single parser)
   std::vector<std::string> parser_refs;  // requestHandler.parsers, in order
   DataLayerSpec data_layer;
+  FlowControlSpec flow_control;
   // Sections loaded but not acted on, and other notes, e.g.
   // "flowControl: loaded but not implemented by epp; requests are never queued".
   std::vector<std::string> warnings;

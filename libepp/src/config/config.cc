@@ -8,6 +8,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
+#include <charconv>
+#include <limits>
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
@@ -16,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "common/strings.h"
 #include "common/yaml_limits.h"
 #include "common/yaml_where.h"
@@ -103,6 +106,9 @@ class Parser {
   absl::Status ParseSaturationDetector(const Entry& e);
   absl::Status ParseRequestHandler(const Entry& e);
   absl::Status ParseFlowControl(const Entry& e);
+  absl::StatusOr<FlowControlBandSpec> ParseBand(const YAML::Node& node, int line, const std::string& path) const;
+  absl::StatusOr<uint64_t> Quantity(const Entry& e, const std::string& path) const;
+  absl::StatusOr<int64_t> Duration(const Entry& e, const std::string& path) const;
   absl::Status ParseDataLayer(const Entry& e);
 
   EppConfig config_;
@@ -470,18 +476,163 @@ absl::Status Parser::ParseDataLayer(const Entry& e) {
   return absl::OkStatus();
 }
 
+// A Kubernetes resource quantity (apimachinery's resource.Quantity) as Quantity.Value() reads it:
+// a decimal number with an optional binary (Ki..Ei) or decimal (m, k, M, G, T, P, E) suffix or an
+// exponent (e3), rounded up to a whole number. Returns false when the text is not a quantity, or
+// is negative or too large for an int64.
+bool ParseK8sQuantity(std::string_view text, uint64_t& out) {
+  size_t i = 0;
+  if (i < text.size() && text[i] == '+') ++i;
+  if (i < text.size() && text[i] == '-') return false;
+  unsigned __int128 num = 0, den = 1;
+  size_t digits = 0;
+  bool dot = false;
+  for (; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '.' && !dot) {
+      dot = true;
+      continue;
+    }
+    if (c < '0' || c > '9') break;
+    if (++digits > 30) return false;
+    num = num * 10 + static_cast<unsigned>(c - '0');
+    if (dot) den *= 10;
+  }
+  if (digits == 0) return false;
+  const std::string_view suffix = text.substr(i);
+  static const std::pair<std::string_view, int> kBinary[] = {{"Ki", 10}, {"Mi", 20}, {"Gi", 30},
+                                                             {"Ti", 40}, {"Pi", 50}, {"Ei", 60}};
+  static const std::pair<std::string_view, int> kDecimal[] = {{"", 0},  {"m", -3}, {"k", 3},  {"M", 6},
+                                                              {"G", 9}, {"T", 12}, {"P", 15}, {"E", 18}};
+  int shift = -1, exp10 = 0;
+  bool known = false;
+  for (const auto& [name, s] : kBinary) {
+    if (suffix == name) shift = s, known = true;
+  }
+  for (const auto& [name, e] : kDecimal) {
+    if (suffix == name) exp10 = e, known = true;
+  }
+  if (!known && suffix.size() > 1 && (suffix[0] == 'e' || suffix[0] == 'E')) {
+    int e = 0;
+    const auto [p, ec] = std::from_chars(suffix.data() + 1 + (suffix[1] == '+'), suffix.data() + suffix.size(), e);
+    if (ec != std::errc() || p != suffix.data() + suffix.size() || e < -30 || e > 30) return false;
+    exp10 = e;
+    known = true;
+  }
+  if (!known) return false;
+  if (shift > 0) num <<= shift;
+  for (; exp10 > 0; --exp10) num *= 10;
+  for (; exp10 < 0; ++exp10) den *= 10;
+  const unsigned __int128 value = (num + den - 1) / den;  // Value() rounds up
+  if (value > static_cast<unsigned __int128>(std::numeric_limits<int64_t>::max())) return false;
+  out = static_cast<uint64_t>(value);
+  return true;
+}
+
+absl::StatusOr<uint64_t> Parser::Quantity(const Entry& e, const std::string& path) const {
+  if (e.value.IsNull()) return uint64_t{0};
+  if (!e.value.IsScalar()) return Error(e.line, path, "expected a quantity, got " + Describe(e.value));
+  uint64_t v = 0;
+  if (!ParseK8sQuantity(e.value.Scalar(), v))
+    return Error(e.line, path,
+                 "'" + e.value.Scalar() + "' is not a non-negative quantity (e.g. 100, 1k, 500M, 1Gi)");
+  return v;
+}
+
+absl::StatusOr<int64_t> Parser::Duration(const Entry& e, const std::string& path) const {
+  if (!e.value.IsScalar()) return Error(e.line, path, "expected a duration (e.g. 30s), got " + Describe(e.value));
+  absl::StatusOr<int64_t> us = ParseDurationMicros(e.value.Scalar());
+  if (!us.ok()) return Error(e.line, path, std::string(us.status().message()));
+  // The reference's controller config refuses negative TTLs.
+  if (*us < 0) return Error(e.line, path, "must not be negative, got '" + e.value.Scalar() + "'");
+  return *us;
+}
+
+absl::StatusOr<FlowControlBandSpec> Parser::ParseBand(const YAML::Node& node, int line, const std::string& path) const {
+  EPP_RETURN_IF_ERROR(ExpectMap(node, line, path));
+  EPP_ASSIGN_OR_RETURN(std::vector<Entry> fields,
+                       Entries(node, path, {"priority", "maxBytes", "maxRequests", "fairnessPolicyRef", "orderingPolicyRef"}));
+  FlowControlBandSpec band;
+  band.path = path;
+  band.line = line;
+  for (const Entry& f : fields) {
+    const std::string at = path + "." + f.key;
+    if (f.key == "priority") {
+      int64_t p = 0;
+      if (!f.value.IsScalar() || !absl::SimpleAtoi(f.value.Scalar(), &p) || p < std::numeric_limits<int>::min() ||
+          p > std::numeric_limits<int>::max())
+        return Error(f.line, at, "expected an integer, got " + Describe(f.value));
+      band.priority = static_cast<int>(p);
+    } else if (f.key == "maxBytes") {
+      EPP_ASSIGN_OR_RETURN(band.max_bytes, Quantity(f, at));
+    } else if (f.key == "maxRequests") {
+      EPP_ASSIGN_OR_RETURN(band.max_requests, Quantity(f, at));
+    } else {
+      EPP_ASSIGN_OR_RETURN(std::string ref, String(f, at));
+      // The reference registers its default ordering and fairness policies under their type names
+      // when the config does not define them, so those names resolve without a plugins entry.
+      if (!ref.empty() && ref != "fcfs-ordering-policy" && ref != "global-strict-fairness-policy")
+        EPP_RETURN_IF_ERROR(CheckDefined(ref, f.line, at));
+      (f.key == "fairnessPolicyRef" ? band.fairness_policy_ref : band.ordering_policy_ref) = std::move(ref);
+    }
+  }
+  return band;
+}
+
 absl::Status Parser::ParseFlowControl(const Entry& e) {
   config_.warnings.push_back("flowControl: loaded but not implemented by epp; requests are never queued, only shed");
-  // The llm-d router moved the saturation detector reference here; it is the one part we use.
   if (!e.value.IsMap()) return absl::OkStatus();
   const std::string path = "flowControl.saturationDetector";
-  // The reference's whole FlowControlConfig schema (llm-d-router apix/config/v1alpha1), so a typo
-  // is still an error while the section itself is not acted on.
+  // The reference's whole FlowControlConfig schema (llm-d-router apix/config/v1alpha1).
   EPP_ASSIGN_OR_RETURN(std::vector<Entry> entries,
                        Entries(e.value, "flowControl",
                                {"maxBytes", "maxRequests", "defaultRequestTTL", "noEndpointRequestTTL", "defaultPriorityBand",
                                 "defaultNegativePriorityBand", "priorityBands", "usageLimitPolicyPluginRef",
                                 "saturationDetector", "enableEviction"}));
+  FlowControlSpec& fc = config_.flow_control;
+  fc.present = true;
+  fc.line = e.line;
+  for (const Entry& f : entries) {
+    const std::string at = "flowControl." + f.key;
+    if (f.value.IsNull()) continue;
+    if (f.key == "maxBytes") {
+      EPP_ASSIGN_OR_RETURN(fc.max_bytes, Quantity(f, at));
+    } else if (f.key == "maxRequests") {
+      EPP_ASSIGN_OR_RETURN(fc.max_requests, Quantity(f, at));
+    } else if (f.key == "defaultRequestTTL") {
+      EPP_ASSIGN_OR_RETURN(fc.default_request_ttl_us, Duration(f, at));
+    } else if (f.key == "noEndpointRequestTTL") {
+      EPP_ASSIGN_OR_RETURN(fc.no_endpoint_request_ttl_us, Duration(f, at));
+    } else if (f.key == "defaultPriorityBand") {
+      EPP_ASSIGN_OR_RETURN(fc.default_band, ParseBand(f.value, f.line, at));
+    } else if (f.key == "defaultNegativePriorityBand") {
+      EPP_ASSIGN_OR_RETURN(fc.default_negative_band, ParseBand(f.value, f.line, at));
+    } else if (f.key == "priorityBands") {
+      EPP_RETURN_IF_ERROR(ExpectList(f.value, f.line, at));
+      for (size_t i = 0; i < f.value.size(); ++i) {
+        const YAML::Node item = f.value[i];
+        const std::string item_path = at + "[" + std::to_string(i) + "]";
+        EPP_ASSIGN_OR_RETURN(FlowControlBandSpec band,
+                             ParseBand(item, YamlLine(item) > 0 ? YamlLine(item) : f.line, item_path));
+        for (const FlowControlBandSpec& prev : fc.bands) {
+          // The reference's registry refuses a priority level configured twice.
+          if (prev.priority == band.priority)
+            return Error(band.line, item_path + ".priority",
+                         "duplicate priority level " + std::to_string(band.priority) + " (first at " + prev.path + ")");
+        }
+        fc.bands.push_back(std::move(band));
+      }
+    } else if (f.key == "usageLimitPolicyPluginRef") {
+      EPP_ASSIGN_OR_RETURN(fc.usage_limit_policy_ref, String(f, at));
+      fc.usage_limit_policy_line = f.line;
+      if (!fc.usage_limit_policy_ref.empty() && fc.usage_limit_policy_ref != "static-usage-limit-policy")
+        EPP_RETURN_IF_ERROR(CheckDefined(fc.usage_limit_policy_ref, f.line, at));
+    } else if (f.key == "enableEviction") {
+      if (!f.value.IsScalar() || (f.value.Scalar() != "true" && f.value.Scalar() != "false"))
+        return Error(f.line, at, "expected true or false, got " + Describe(f.value));
+      fc.enable_eviction = f.value.Scalar() == "true";
+    }
+  }
   const Entry* detector = FindEntry(entries, "saturationDetector");
   if (detector == nullptr || detector->value.IsNull()) return absl::OkStatus();
   EPP_RETURN_IF_ERROR(ExpectMap(detector->value, detector->line, path));

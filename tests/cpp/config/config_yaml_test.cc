@@ -343,7 +343,7 @@ TEST(ConfigYamlTest, FlowControlFullSchemaAndInlineDetectorParameters) {
       "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n"
       "flowControl:\n  maxBytes: 1Gi\n  maxRequests: 100\n  defaultRequestTTL: 30s\n  noEndpointRequestTTL: 5s\n"
       "  defaultPriorityBand:\n    maxBytes: 10Mi\n  priorityBands:\n  - priority: 1\n    maxRequests: 10\n"
-      "  usageLimitPolicyPluginRef: x\n  enableEviction: true\n  saturationDetector:\n    metricsStalenessThreshold: 150ms\n";
+      "  usageLimitPolicyPluginRef: static-usage-limit-policy\n  enableEviction: true\n  saturationDetector:\n    metricsStalenessThreshold: 150ms\n";
   auto c = ParseConfig(yaml, "fc.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->saturation_detector_params.Find("metricsStalenessThreshold")->text(), "150ms");
