@@ -59,7 +59,7 @@ absl::Status RouteHistory(const std::string& file, const Pool& pool) {
   while (std::getline(in, line)) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    auto req = epp::ParseCaptureEnvelope(line);
+    auto req = epp::ParseCaptureEnvelope(line, {}, nullptr, &pool.scheduler->Parsers());
     if (!req.ok()) return absl::InvalidArgumentError(file + ":" + std::to_string(n) + ": " + std::string(req.status().message()));
     epp::PickResult r = pool.scheduler->Pick(*req, pool.endpoints);
     pool.scheduler->Release(r);
@@ -137,7 +137,8 @@ int RunExplain(const ExplainCommandOptions& o) {
 
   epp::PickResult result;
   std::string body;  // the request body, for a token-producer that sends it on
-  absl::StatusOr<epp::InferenceRequest> req = epp::ParseCaptureEnvelope(*text, o.path, &body);
+  absl::StatusOr<epp::InferenceRequest> req =
+      epp::ParseCaptureEnvelope(*text, o.path, &body, &(*pool)->scheduler->Parsers());  // the config's parsers
   if (!req.ok()) {
     std::cerr << o.request << ": request does not parse (the gateway would answer 400)\n";
     result = epp::PickResult::BadRequest(req.status());

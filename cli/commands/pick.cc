@@ -60,7 +60,7 @@ int RunPick(const PickCommandOptions& o) {
     epp::PickResult r;
     const auto t0 = std::chrono::steady_clock::now();
     std::string body;  // for a token-producer that sends it on
-    absl::StatusOr<epp::InferenceRequest> req = epp::ParseCaptureEnvelope(line, o.path, &body);
+    absl::StatusOr<epp::InferenceRequest> req = epp::ParseCaptureEnvelope(line, o.path, &body, &pool.scheduler->Parsers());
     if (!req.ok()) {
       r = epp::PickResult::BadRequest(req.status());
     } else {

@@ -39,11 +39,13 @@ def _text(value: Any, what: str) -> str:
 
 
 class Request:
-    """An inference request as the scheduler sees it, parsed from an OpenAI-style body.
+    """An inference request as the scheduler sees it, parsed from a request body.
 
-    Build one with :meth:`from_openai` or :meth:`from_capture`. Attributes (read-only except
-    ``priority``): ``model``, ``path``, ``api`` (``"completions"``, ``"chat_completions"``,
-    ``"responses"``, ``"embeddings"``), ``prompt`` (the canonical prompt text that prefix
+    Build one with :meth:`from_openai`, :meth:`parse` (any API llm-d Router's parsers read) or
+    :meth:`from_capture`. Attributes (read-only except ``priority``): ``model``, ``path``,
+    ``api`` (``"completions"``, ``"chat_completions"``, ``"responses"``, ``"embeddings"``,
+    ``"messages"``, ``"generate"``, ``"sglang_generate"``, ``"grpc_generate"``, ``"grpc_embed"``,
+    ``"other"``), ``parser``, ``token_ids``, ``media_parts``, ``prompt`` (the canonical prompt text that prefix
     hashing reads, see docs/scheduling.md), ``prompt_tokens`` (estimate), ``stream``,
     ``cache_salt``, ``headers`` (list of ``(name, value)``, names lower-cased) and ``priority``
     (int; negative means sheddable: it is rejected with 429 when the pool is saturated).
@@ -72,6 +74,30 @@ class Request:
             raise TypeError(f"path must be a str, not {type(path).__name__}")
         text = _text(body, "body")
         return cls(lib.parse_openai_request(path, text), text)
+
+    @classmethod
+    def parse(cls, path: str, body: Union[Mapping[str, Any], Text], parsers: Optional[List[str]] = None) -> "Request":
+        """Parses a request body sent to ``path`` with the parser the path resolves to, as
+        ``eppctl serve`` does: among ``parsers`` (plugin types such as ``"anthropic-parser"``;
+        None means llm-d's default list: openai, anthropic, vllmhttp, passthrough) the one
+        claiming the longest suffix of the path. Reads OpenAI bodies, Anthropic Messages
+        (``/v1/messages``), vLLM's ``/inference/v1/generate``, SGLang's ``/generate`` and, as
+        bytes, the gRPC frames of Vertex AI and vLLM's gRPC API. Raises :class:`pyepp.ConfigError`
+        naming the JSON path of the problem, or when no parser claims the path.
+        """
+        if isinstance(body, Mapping):
+            body = json.dumps(body)
+        if not isinstance(path, str):
+            raise TypeError(f"path must be a str, not {type(path).__name__}")
+        if isinstance(body, str):
+            raw = body.encode("utf-8")
+        elif isinstance(body, (bytes, bytearray, memoryview)):
+            raw = bytes(body)
+        else:
+            raise TypeError(f"body must be a mapping, str or bytes, not {type(body).__name__}")
+        native = lib.parse_request(path, raw, list(parsers or []))
+        text = "" if native.parser in ("vertexai-parser", "vllmgrpc-parser") else raw.decode("utf-8", "replace")
+        return cls(native, text)
 
     @classmethod
     def from_capture(cls, text: Union[Mapping[str, Any], Text], path: Optional[str] = None) -> "Request":
@@ -116,6 +142,31 @@ class Request:
     @property
     def headers(self) -> List[Tuple[str, str]]:
         return list(self._native.headers)
+
+    @property
+    def parser(self) -> str:
+        """The parser plugin type that read the request (``"openai-parser"``, ...)."""
+        return self._native.parser
+
+    @property
+    def token_ids(self) -> List[int]:
+        """The request's own token ids (generate APIs, vLLM gRPC), else an empty list."""
+        return list(self._native.token_ids)
+
+    @property
+    def media_parts(self) -> int:
+        return self._native.media_parts
+
+    def response_usage(self, body: Union[Text, bytes], event_stream: bool = False) -> Optional[Dict[str, Any]]:
+        """The token usage a model server's response to this request reports, read as
+        ``eppctl serve`` reads it for its API (``event_stream``: a text/event-stream response):
+        ``{"prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens"}`` (cached
+        None when not reported), or None."""
+        raw = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        u = lib.parse_response_usage(self._native, raw, bool(event_stream))
+        if u is None:
+            return None
+        return {"prompt_tokens": u[0], "completion_tokens": u[1], "total_tokens": u[2], "cached_tokens": u[3]}
 
     def header(self, name: str) -> Optional[str]:
         """The first header called ``name`` (any case), or None."""

@@ -79,9 +79,18 @@ void BindRequest(py::module_& m) {
   m.def("parse_openai_request", &InferenceRequest_ParseOpenAIShim, py::arg("path"), py::arg("body"),
         py::call_guard<py::gil_scoped_release>());
   m.def("parse_capture_envelope", &InferenceRequest_ParseCaptureShim, py::arg("text"), py::arg("path_override"),
+      .def_property_readonly("parser", &InferenceRequest_ParserShim)
+      .def_readonly("token_ids", &epp::InferenceRequest::token_ids)
+      .def_readonly("media_parts", &epp::InferenceRequest::media_parts)
         py::call_guard<py::gil_scoped_release>());
   m.def("parse_capture_envelope_with_body", &InferenceRequest_ParseCaptureWithBodyShim, py::arg("text"),
         py::arg("path_override"), py::call_guard<py::gil_scoped_release>());
+  // pybind11 gives a std::string parameter the bytes of a bytes argument (a gRPC frame) unchanged.
+  m.def("parse_request", &InferenceRequest_ParseShim, py::arg("path"), py::arg("body"), py::arg("parsers"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("anthropic_to_chat_completions", &AnthropicToChatShim, py::arg("body"), py::call_guard<py::gil_scoped_release>());
+  m.def("parse_response_usage", &ResponseUsage_ParseShim, py::arg("request"), py::arg("body"), py::arg("event_stream"),
+        py::call_guard<py::gil_scoped_release>());
 }
 
 void BindConfig(py::module_& m) {

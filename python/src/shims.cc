@@ -271,6 +271,31 @@ std::pair<epp::InferenceRequest, std::string> InferenceRequest_ParseCaptureWithB
   return {std::move(r), std::move(body)};
 }
 
+epp::InferenceRequest InferenceRequest_ParseShim(const std::string& path, const std::string& body,
+                                                 const std::vector<std::string>& parsers) {
+  if (parsers.empty()) return Unwrap(epp::ParseRequest(path, body));
+  std::vector<epp::RequestParser> list;
+  for (const std::string& t : parsers) {
+    std::optional<epp::RequestParser> p = epp::RequestParserForType(t);
+    if (!p) ThrowIfError(absl::InvalidArgumentError("parsers: '" + t + "' is not a request parser type"));
+    list.push_back(*p);
+  }
+  return Unwrap(epp::ParseRequest(path, body, epp::ParserSet(list)));
+}
+
+std::string InferenceRequest_ParserShim(const epp::InferenceRequest& request) {
+  return std::string(epp::RequestParserType(request.parser));
+}
+
+std::string AnthropicToChatShim(const std::string& body) { return Unwrap(epp::AnthropicToChatCompletions(body)); }
+
+std::optional<std::tuple<double, double, double, std::optional<double>>> ResponseUsage_ParseShim(
+    const epp::InferenceRequest& request, const std::string& body, bool event_stream) {
+  std::optional<epp::ResponseUsage> u = epp::ParseResponseUsage(request.parser, request.api, body, event_stream);
+  if (!u) return std::nullopt;
+  return std::make_tuple(u->prompt_tokens, u->completion_tokens, u->total_tokens, u->cached_tokens);
+}
+
 std::string InferenceRequest_ApiShim(const epp::InferenceRequest& request) {
   return std::string(epp::ApiKindName(request.api));
 }

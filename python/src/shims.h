@@ -135,6 +135,17 @@ std::pair<epp::InferenceRequest, std::string> InferenceRequest_ParseCaptureWithB
                                                                                        const std::string& path_override);
 // ApiKindName() of the request's API.
 std::string InferenceRequest_ApiShim(const epp::InferenceRequest& request);
+// ParseRequest() through the parsers named by type (llm-d's default list when `parsers` is
+// empty), errors as exceptions; the body is bytes (a gRPC frame for vertexai and vllmgrpc).
+epp::InferenceRequest InferenceRequest_ParseShim(const std::string& path, const std::string& body,
+                                                 const std::vector<std::string>& parsers);
+// RequestParserType() of the parser that read the request.
+std::string InferenceRequest_ParserShim(const epp::InferenceRequest& request);
+// AnthropicToChatCompletions(), errors as exceptions.
+std::string AnthropicToChatShim(const std::string& body);
+// ParseResponseUsage() for a response to `request`: (prompt, completion, total, cached or None).
+std::optional<std::tuple<double, double, double, std::optional<double>>> ResponseUsage_ParseShim(
+    const epp::InferenceRequest& request, const std::string& body, bool event_stream);
 
 // ValidateEndpointAddress(), errors as exceptions.
 void Endpoint_ValidateAddressShim(const std::string& address);

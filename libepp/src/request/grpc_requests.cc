@@ -130,7 +130,8 @@ absl::Status ParseVertex(std::string_view message, InferenceRequest& req) {
   EPP_ASSIGN_OR_RETURN(std::optional<std::string_view> data, BytesField(*http_body, 2, "google.api.HttpBody"));
   const std::string_view json = data.value_or("");
   const openai::JsonPath root;
-  const openai::JsonPath data_path = root.Key("http_body").Key("data");
+  const openai::JsonPath body_path = root.Key("http_body");  // each segment must outlive the next
+  const openai::JsonPath data_path = body_path.Key("data");
   openai::JsonDocument doc;
   EPP_RETURN_IF_ERROR(doc.Parse(json, 3, &data_path));
   return openai::ParseOpenAIBody(doc.root(), json.size(), data_path, req.api, req);
@@ -156,18 +157,17 @@ absl::Status ReadTokenized(std::string_view message, InferenceRequest& req) {
 absl::Status ParseVllmGenerate(std::string_view message, InferenceRequest& req) {
   ProtoReader r(message);
   ProtoField f;
-  std::optional<std::string_view> tokenized, text, mm;
+  // Which member of the `input` oneof came last (protobuf: the last one set wins).
+  enum { kNone, kTokenized, kText } input = kNone;
+  std::string_view input_bytes, mm;
+  bool has_mm = false;
   while (r.Next(f)) {
     switch (f.number) {
       case 2:
-        if (f.wire_type != 2) return Malformed("GenerateRequest");
-        tokenized = f.bytes;
-        text.reset();  // a oneof: the last member set wins
-        break;
       case 3:
         if (f.wire_type != 2) return Malformed("GenerateRequest");
-        text = f.bytes;
-        tokenized.reset();
+        input = f.number == 2 ? kTokenized : kText;
+        input_bytes = f.bytes;
         break;
       case 5:
         if (f.wire_type != 0) return Malformed("GenerateRequest");
@@ -176,21 +176,22 @@ absl::Status ParseVllmGenerate(std::string_view message, InferenceRequest& req) 
       case 7:
         if (f.wire_type != 2) return Malformed("GenerateRequest");
         mm = f.bytes;
+        has_mm = true;
         break;
       default: break;
     }
   }
   if (!r.ok()) return Malformed("GenerateRequest");
-  if (mm.has_value()) {  // MultimodalInputs: repeated PlaceholderRange mm_placeholders = 5
-    ProtoReader m(*mm);
+  if (has_mm) {  // MultimodalInputs: repeated PlaceholderRange mm_placeholders = 5
+    ProtoReader m(mm);
     ProtoField p;
     while (m.Next(p))
       if (p.number == 5) ++req.media_parts;
     if (!m.ok()) return Malformed("MultimodalInputs");
   }
-  if (tokenized.has_value()) return ReadTokenized(*tokenized, req);
-  if (text.has_value()) {
-    req.prompt.assign(*text);
+  if (input == kTokenized) return ReadTokenized(input_bytes, req);
+  if (input == kText) {
+    req.prompt.assign(input_bytes);
     req.prompt_tokens = ApproxTokens(req.prompt.size());
     return absl::OkStatus();
   }
