@@ -86,6 +86,7 @@ void RegisterBuiltinPlugins(PluginRegistry& registry) {
       {kMulticlusterMetricsExtractorType, CreateMulticlusterMetricsExtractor, MulticlusterMetricsExtractorSchema},
       {kFileDiscoveryType, CreateFileDiscovery, FileDiscoverySchema},
       {kMulticlusterFileDiscoveryType, CreateMulticlusterFileDiscovery, FileDiscoverySchema},
+      {kK8sNotificationSourceType, CreateK8sNotificationSource, K8sNotificationSourceSchema},
       {kEndpointAttributeFilterType, CreateEndpointAttributeFilter, EndpointAttributeFilterSchema},
       {kEndpointAttributeScorerType, CreateEndpointAttributeScorer, EndpointAttributeScorerSchema},
       {kTopologyAffinityFilterType, CreateTopologyAffinityFilter, TopologyAffinityFilterSchema},

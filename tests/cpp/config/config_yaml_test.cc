@@ -326,13 +326,11 @@ TEST(ConfigYamlTest, FlowControlDetectorRef) {
   EXPECT_TRUE(HasWarning(*both,
                          "saturationDetector: pluginRef 'concurrency-detector' overridden by "
                          "flowControl.saturationDetector.pluginRef 'utilization-detector'"));
-  // Any other flowControl content is accepted as is.
+  // Any other flowControl content is accepted as is (dataLayer is implemented: no warning).
   auto other = Parse(std::string(kHeader) + "flowControl: [whatever, {x: 1}]\ndataLayer: {sources: []}\n");
   ASSERT_TRUE(other.ok()) << other.status();
-  EXPECT_EQ(other->warnings,
-            (std::vector<std::string>{
-                "dataLayer: loaded but not implemented by epp (metrics are scraped directly from each endpoint)",
-                "flowControl: loaded but not implemented by epp; requests are never queued, only shed"}));
+  EXPECT_EQ(other->warnings, (std::vector<std::string>{
+                                 "flowControl: loaded but not implemented by epp; requests are never queued, only shed"}));
 }
 
 // llm-d's full FlowControlConfig schema loads (not acted on), and inline detector parameters under
@@ -556,7 +554,7 @@ TEST_F(ConfigFixturesTest, EveryConfigParses) {
        1,
        gie,
        false,
-       {"'dataLayer' is deprecated", "dataLayer: loaded but not implemented"},
+       {"'dataLayer' is deprecated"},
        ""},
       {"llm-d-router__deploy_config_epp-config.yaml", 4, 1, llmd, false, {}, ""},
       {"llm-d-router__deploy_config_epp-precise-prefix-cache-config.yaml",
@@ -564,7 +562,7 @@ TEST_F(ConfigFixturesTest, EveryConfigParses) {
        1,
        llmd,
        false,
-       {"dataLayer: loaded but not implemented"},
+       {},
        ""},
       {"llm-d-router__deploy_config_pd-epp-config.yaml", 8, 2, llmd, false, {}, ""},
       {"llm-d-router__deploy_config_probabilistic-admitter-epp-config.yaml",

@@ -484,3 +484,28 @@ TEST(DataLayerPluginsTest, FileDiscoveryReadsLlmdsEndpointsFile) {
 
 }  // namespace
 }  // namespace epp
+
+namespace epp {
+namespace {
+
+TEST(DataLayerPluginsTest, K8sNotificationSourceChecksItsKindAndTakesNoExtractor) {
+  auto s = MustBuild(Config("- type: k8s-notification-source\n  name: pods\n  parameters: {group: \"\", version: v1, kind: Pod}\n",
+                            "dataLayer:\n  sources:\n  - pluginRef: pods\n"));
+  ASSERT_NE(s, nullptr);
+  EXPECT_TRUE(HasWarning(*s, "plugin 'pods' (k8s-notification-source, v1 Pod): epp has no notification extractors"));
+  EXPECT_NE(s->EffectiveConfigYaml().find("kind: Pod"), std::string::npos);
+  auto missing = Build(Config("- type: k8s-notification-source\n  parameters: {version: v1}\n", ""));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("version and kind are required"), std::string_view::npos) << missing.status();
+  auto wired = Build(Config("- type: k8s-notification-source\n  name: pods\n  parameters: {version: v1, kind: Pod}\n"
+                            "- type: dcgm-extractor\n",
+                            "dataLayer:\n  sources:\n  - pluginRef: pods\n    extractors: [{pluginRef: dcgm-extractor}]\n"));
+  ASSERT_FALSE(wired.ok());
+  EXPECT_NE(wired.status().message().find("reads Prometheus metrics but 'pods' (k8s-notification-source) provides "
+                                          "Kubernetes objects"),
+            std::string_view::npos)
+      << wired.status();
+}
+
+}  // namespace
+}  // namespace epp

@@ -28,6 +28,8 @@ Params MinimalParams(std::string_view type) {
   if (type == "utilization-filter")
     p.Set("conditions", Params::List().Append(Params::Map().Set("metric", Params::String("active-requests")).Set("maxValue", Params::Int(4))));
   if (type == "priority-holdback-policy") p.Set("minCeiling", Params::Number(0.5));
+  if (type == "file-discovery" || type == "multicluster-file-discovery") p.Set("path", Params::String("/etc/epp/endpoints.yaml"));
+  if (type == "k8s-notification-source") p.Set("version", Params::String("v1")).Set("kind", Params::String("Pod"));
   if (type == "disaggregatedset-rollout-screener")
     p.Set("scope", Params::Map().Set("labelSelector", Params::String("app=set")))
         .Set("revisionGating", Params::Map().Set("mode", Params::String("disabled")));

@@ -50,6 +50,9 @@ Params Required(const std::string& type) {
     m["utilization-filter"] = Params::Map().Set(
         "conditions", Params::List().Append(
                           Params::Map().Set("metric", Params::String("waiting-queue")).Set("maxValue", Params::Int(4))));
+    m["file-discovery"] = Params::Map().Set("path", Params::String("/etc/epp/endpoints.yaml"));
+    m["multicluster-file-discovery"] = m["file-discovery"];
+    m["k8s-notification-source"] = Params::Map().Set("version", Params::String("v1")).Set("kind", Params::String("Pod"));
     return m;
   }();
   auto it = required.find(type);

@@ -87,3 +87,51 @@ absl::Status WireDataLayer(const DataLayerSpec& spec, std::span<const std::share
 }
 
 }  // namespace epp::plugins
+
+namespace epp::plugins {
+namespace {
+
+// ---- k8s-notification-source: one Kubernetes kind, whose events llm-d hands to the
+// NotificationExtractors wired to it. Facts: llm-d-router's datalayer/source/notifications.
+struct NotificationOptions {
+  std::string group, version, kind;
+};
+
+const ParamTable<NotificationOptions>& NotificationTable() {
+  static const auto* t = &(*new ParamTable<NotificationOptions>())
+                              .String("group", &NotificationOptions::group, "the API group; empty for the core group")
+                              .String("version", &NotificationOptions::version, "the API version, e.g. v1 (required)")
+                              .String("kind", &NotificationOptions::kind, "the kind, e.g. Pod (required)");
+  return *t;
+}
+
+// epp has no notification extractor (llm-d has none in tree either: its extractors are
+// out-of-tree plugins), so wiring one is refused (WireDataLayer: no extractor accepts Kubernetes
+// objects) and the source starts no watch: it loads, with its parameters checked, and says so.
+class K8sNotificationSource final : public Plugin, public DataSourcePlugin {
+ public:
+  K8sNotificationSource(TypedName tn, NotificationOptions o) : Plugin(std::move(tn)), o_(std::move(o)) {}
+  Params EffectiveParams() const override { return NotificationTable().Effective(o_); }
+  bool HasReferences() const override { return true; }
+  DataPayload Provides() const override { return DataPayload::kKubeObjects; }
+  void AddExtractor(std::string, std::shared_ptr<const DataExtractor>) override {}
+
+ private:
+  NotificationOptions o_;
+};
+
+}  // namespace
+
+PluginOr CreateK8sNotificationSource(const std::string& name, const Params& params, const PluginContext& ctx) {
+  EPP_ASSIGN_OR_RETURN(NotificationOptions o, NotificationTable().Read(params));
+  if (o.version.empty() || o.kind.empty())
+    return absl::InvalidArgumentError(absl::StrCat(params.path(), ": version and kind are required for k8s-notification-source"));
+  if (ctx.warnings)
+    ctx.warnings->push_back(absl::StrCat("plugin '", name, "' (k8s-notification-source, ", o.group.empty() ? "" : o.group + "/",
+                                         o.version, " ", o.kind,
+                                         "): epp has no notification extractors, so it starts no watch"));
+  return std::make_unique<K8sNotificationSource>(TN(kK8sNotificationSourceType, name), std::move(o));
+}
+PluginSchema K8sNotificationSourceSchema() { return NotificationTable().Schema(); }
+
+}  // namespace epp::plugins

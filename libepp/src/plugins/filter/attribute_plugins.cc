@@ -111,7 +111,7 @@ bool ResolveAttribute(AttributeKey& key, const PluginReferences& refs, const std
     }
     if (refs.warnings)
       refs.warnings->push_back(absl::StrCat("plugin '", plugin, "': attribute ", key.ToString(),
-                                            ": no such producer (core-metrics-extractor's customMetrics or a configured "
+                                            ": epp has no such producer (core-metrics-extractor's customMetrics or a configured "
                                             "data-layer extractor such as dcgm-extractor); every endpoint misses it"));
     return false;
   }
