@@ -480,11 +480,16 @@ absl::Status Parser::ParseDataLayer(const Entry& e) {
 // a decimal number with an optional binary (Ki..Ei) or decimal (m, k, M, G, T, P, E) suffix or an
 // exponent (e3), rounded up to a whole number. Returns false when the text is not a quantity, or
 // is negative or too large for an int64.
+// 128-bit arithmetic (a GCC/Clang extension, marked so -Wpedantic accepts it): 30 digits times
+// 2^60 or 10^30 need more than 64 bits before the result is known to fit.
+__extension__ typedef unsigned __int128 QuantityInt;
+
 bool ParseK8sQuantity(std::string_view text, uint64_t& out) {
+  constexpr QuantityInt kMax = ~QuantityInt{0};
   size_t i = 0;
   if (i < text.size() && text[i] == '+') ++i;
   if (i < text.size() && text[i] == '-') return false;
-  unsigned __int128 num = 0, den = 1;
+  QuantityInt num = 0, den = 1;
   size_t digits = 0;
   bool dot = false;
   for (; i < text.size(); ++i) {
@@ -520,11 +525,26 @@ bool ParseK8sQuantity(std::string_view text, uint64_t& out) {
     known = true;
   }
   if (!known) return false;
-  if (shift > 0) num <<= shift;
-  for (; exp10 > 0; --exp10) num *= 10;
-  for (; exp10 < 0; ++exp10) den *= 10;
-  const unsigned __int128 value = (num + den - 1) / den;  // Value() rounds up
-  if (value > static_cast<unsigned __int128>(std::numeric_limits<int64_t>::max())) return false;
+  // Every step is checked: a value past 128 bits is far past int64 (too large), and a
+  // denominator past it leaves a non-zero fraction below one, which rounds up to 1.
+  if (shift > 0) {
+    if (num > (kMax >> shift)) return false;
+    num <<= shift;
+  }
+  for (; exp10 > 0; --exp10) {
+    if (num > kMax / 10) return false;
+    num *= 10;
+  }
+  for (; exp10 < 0; ++exp10) {
+    if (den > kMax / 10) {
+      out = num > 0 ? 1 : 0;
+      return true;
+    }
+    den *= 10;
+  }
+  if (num > kMax - den) return false;
+  const QuantityInt value = (num + den - 1) / den;  // Value() rounds up
+  if (value > static_cast<QuantityInt>(std::numeric_limits<int64_t>::max())) return false;
   out = static_cast<uint64_t>(value);
   return true;
 }

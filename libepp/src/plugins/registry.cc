@@ -164,6 +164,21 @@ absl::StatusOr<std::unique_ptr<Plugin>> PluginRegistry::Create(const std::string
   auto it = factories_.find(type);
   if (it == factories_.end())
     return absl::NotFoundError(absl::StrCat("unknown plugin type '", type, "' (known: ", absl::StrJoin(Types(), ", "), ")"));
+  // Types llm-d registers as deprecated (RegisterDeprecated: still loaded, a warning naming the
+  // replacement) whose factories here do not already say so themselves.
+  struct Deprecated {
+    const char *type, *since, *use;
+  };
+  static constexpr Deprecated kDeprecated[] = {
+      {"by-label-selector", "v0.9.0", "label-selector-filter"},
+      {"by-label", "v0.9.0", "label-selector-filter"},
+      {"tokenizer", "v0.9.0", "token-producer"},
+  };
+  if (context.warnings)
+    for (const Deprecated& d : kDeprecated)
+      if (type == d.type)
+        context.warnings->push_back(absl::StrCat("plugin '", name, "': type '", type, "' is deprecated since llm-d ",
+                                                 d.since, " (removed in v0.11.0); use '", d.use, "'"));
   absl::StatusOr<std::unique_ptr<Plugin>> p = it->second.factory(name, params, context);
   if (!p.ok())
     return absl::Status(p.status().code(), absl::StrCat("failed to create plugin '", name, "' (type: ", type,

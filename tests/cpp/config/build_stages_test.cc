@@ -180,7 +180,6 @@ TEST(BuildStagesTest, ProfileReferencesAreCheckedWhereTheyAreWritten) {
     std::string error;
   } cases[] = {
       {"- name: a\n  plugins:\n  - pluginRef: random-picker\n  - pluginRef: max-score-picker\n", "has two pickers: 'random-picker' and 'max-score-picker'"},
-      {"- name: a\n  plugins:\n  - pluginRef: approx-prefix-cache-producer\n", "is not a filter, scorer or picker"},
   };
   for (const Case& c : cases) {
     BuildState st = Created(
@@ -191,6 +190,17 @@ TEST(BuildStagesTest, ProfileReferencesAreCheckedWhereTheyAreWritten) {
     ASSERT_FALSE(s.ok()) << c.profiles;
     EXPECT_NE(std::string(s.message()).find(c.error), std::string::npos) << s;
   }
+  // A plugin that neither filters, scores nor picks loads in a profile with a warning naming the
+  // place: llm-d ignores it there (its configs list producers and parsers among profile plugins).
+  BuildState producer = Created(
+      "plugins:\n- type: approx-prefix-cache-producer\n- type: queue-scorer\nschedulingProfiles:\n- name: a\n  plugins:\n"
+      "  - pluginRef: approx-prefix-cache-producer\n  - pluginRef: queue-scorer\n");
+  ASSERT_TRUE(ResolveProfiles(producer).ok());
+  ASSERT_FALSE(producer.impl->warnings.empty());
+  EXPECT_NE(producer.impl->warnings.back().find("schedulingProfiles[0].plugins[0]: 'approx-prefix-cache-producer' "
+                                                "(approx-prefix-cache-producer) has no part in a profile's filters"),
+            std::string::npos)
+      << producer.impl->warnings.back();
   // A weight on a picker is ignored with a warning naming the place.
   BuildState warn = Created("plugins:\n- type: random-picker\nschedulingProfiles:\n- name: a\n  plugins:\n  - pluginRef: random-picker\n    weight: 3\n");
   ASSERT_TRUE(ResolveProfiles(warn).ok());

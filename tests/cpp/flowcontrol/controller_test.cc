@@ -528,6 +528,12 @@ TEST(FlowControlBuild, Quantities) {
   EXPECT_EQ(*parse("\"0\""), 0u);
   EXPECT_FALSE(parse("1KB").ok());
   EXPECT_FALSE(parse("100Ei").ok());  // beyond int64
+  // 30 digits scaled by 2^60 or 10^30 overflow even 128 bits: refused, not wrapped to a small value.
+  EXPECT_FALSE(parse("999999999999999999999999999999Ei").ok());
+  EXPECT_FALSE(parse("999999999999999999999999999999e30").ok());
+  // A tiny positive quantity rounds up to 1, even when its denominator passes 128 bits.
+  EXPECT_EQ(*parse("0.0000000000000000000000001e-30"), 1u);
+  EXPECT_EQ(*parse("0.0e-30"), 0u);
 }
 
 // ---- Concurrency ----

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "epp/plugin.h"
 #include "epp/registry.h"
 
 namespace epp {
@@ -128,6 +129,23 @@ TEST(LlmdRegistryTest, EveryTypeDeclaresItsParameters) {
     if (s == nullptr) continue;  // reported by the test above
     EXPECT_TRUE(s->declared) << t;
   }
+}
+
+TEST(LlmdRegistryTest, DeprecatedTypesLoadWithAWarningNamingTheReplacement) {
+  const PluginRegistry r = BuiltinRegistry();
+  SeededRng rng(1);
+  std::vector<std::string> warnings;
+  PluginContext ctx{&SteadyClock::Get(), &rng};
+  ctx.warnings = &warnings;
+  Params by_label = Params::Map().Set("label", Params::String("llm-d.ai/role"));
+  ASSERT_TRUE(r.Create("by-label", "old", by_label, ctx).ok());
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "plugin 'old': type 'by-label' is deprecated since llm-d v0.9.0 (removed in v0.11.0); use 'label-selector-filter'");
+  warnings.clear();
+  ASSERT_TRUE(r.Create("label-selector-filter", "new",
+                       Params::Map().Set("matchLabels", Params::Map().Set("a", Params::String("b"))), ctx)
+                  .ok());
+  EXPECT_TRUE(warnings.empty());
 }
 
 }  // namespace

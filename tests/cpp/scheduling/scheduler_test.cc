@@ -339,9 +339,9 @@ kind: EndpointPickerConfig
 plugins:
 - type: decode-filterz
 - type: queue-scorer
-- type: vertexai-parser
+- type: vertexai-parserz
 )",
-       "unsupported plugin types: decode-filterz (plugins[0]), vertexai-parser (plugins[2])"},
+       "unsupported plugin types: decode-filterz (plugins[0]), vertexai-parserz (plugins[2])"},
       {"two pickers in a profile", R"(
 apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
