@@ -25,7 +25,9 @@ void SetupExplainCommand(CLI::App& app, int& exit_code) {
                                    "An ext_proc stream captured by `eppctl serve --capture DIR` (one file): replay it and "
                                    "print what the EPP answered and why");
   request->excludes(ext_proc);
-  cmd->add_option("--path", opts->path, "Request path (overrides the capture's), e.g. /v1/chat/completions");
+  cmd->add_option("--path", opts->path,
+                  "Request path (overrides the capture's); it picks the parser as the gateway would, e.g. "
+                  "/v1/chat/completions, /v1/messages, /inference/v1/generate");
   cmd->add_option("--history", opts->history, "JSONL of requests routed first, to warm the prefix index");
   auto* subset = cmd->add_option("--subset", opts->subset, "The gateway's subset hint: ip:port or ip, comma-separated or repeated");
   subset->allow_extra_args(false);
