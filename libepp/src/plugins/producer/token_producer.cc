@@ -20,6 +20,10 @@
 //             tokenized without adding special tokens, as vLLM's OpenAI server does. A model
 //             without a template, or a request its template refuses, is estimated (reason
 //             "template").
+// Whatever the backend, a request that carries its own token ids (vLLM's and SGLang's generate,
+// vLLM gRPC; InferenceRequest::token_ids) keeps them (source "request"), and an Anthropic Messages
+// request is tokenized as the OpenAI chat vLLM converts it to (AnthropicToChatCompletions): through
+// the chat render endpoint (vllm) or the chat template (local).
 // When the server cannot be asked or does not answer in time the request's tokens are estimated
 // instead: the pick goes on (its prefix scores then match only what an estimate matches) and the
 // fallback is counted by reason (Scheduler::Tokenizers, /metrics epp_tokenizer_fallbacks_total)
