@@ -80,11 +80,21 @@ class ParseResult(List[MetricFamily]):
 
 @dataclass(frozen=True)
 class LoraInfo:
-    """LoRA adapter state: how many fit in a batch, which are loaded, which are waiting."""
+    """LoRA adapter state: how many fit in a batch (0: unknown), which have requests running or
+    waiting, and -- where the server publishes ``vllm:lora_adapter_loaded`` -- which are resident on
+    the GPU (``loaded``) or held in CPU memory (``loaded_cpu``)."""
 
     max_lora: int
     running: List[str]
     waiting: List[str]
+    loaded: List[str] = field(default_factory=list)
+    loaded_cpu: List[str] = field(default_factory=list)
+
+    @property
+    def slots_in_use(self) -> int:
+        """Distinct adapters of running, waiting and loaded: the slots lora-affinity-scorer counts
+        (vLLM names an adapter with running and waiting requests in both lists)."""
+        return len(set(self.running) | set(self.waiting) | set(self.loaded))
 
 
 @dataclass(frozen=True)
@@ -147,22 +157,29 @@ class EndpointMetrics:
         lora = values.get("lora")
         if lora is not None:
             if isinstance(lora, LoraInfo):
-                lora = {"max_lora": lora.max_lora, "running": lora.running, "waiting": lora.waiting}
+                lora = {"max_lora": lora.max_lora, "running": lora.running, "waiting": lora.waiting,
+                        "loaded": lora.loaded, "loaded_cpu": lora.loaded_cpu}
             if not isinstance(lora, Mapping):
                 raise ConfigError(f"metrics.lora: expected a mapping, got {lora!r}")
-            extra = [k for k in lora if k not in ("max_lora", "running", "waiting")]
+            # slots_in_use is derived (check's JSON carries it); it is read back only as a check.
+            known = ("max_lora", "running", "waiting", "loaded", "loaded_cpu", "slots_in_use")
+            extra = [k for k in lora if k not in known]
             if extra:
-                raise ConfigError(f"metrics.lora: unknown key {extra[0]!r} (known: max_lora, running, waiting)")
+                raise ConfigError(f"metrics.lora: unknown key {extra[0]!r} (known: {', '.join(known)})")
             max_lora = lora.get("max_lora", 0)
             if isinstance(max_lora, bool) or not isinstance(max_lora, int) or not -2**63 <= max_lora < 2**63:
                 raise ConfigError(f"metrics.lora.max_lora: expected an int, got {max_lora!r}")
             lists = []
-            for key in ("running", "waiting"):
+            for key in ("running", "waiting", "loaded", "loaded_cpu"):
                 names = lora.get(key) or []
                 if isinstance(names, str) or not all(isinstance(n, str) for n in names):
                     raise ConfigError(f"metrics.lora.{key}: expected a list of adapter names, got {names!r}")
                 lists.append(list(names))
-            lora = LoraInfo(max_lora, lists[0], lists[1])
+            given = lora.get("slots_in_use")
+            lora = LoraInfo(max_lora, *lists)
+            if given is not None and given != lora.slots_in_use:
+                raise ConfigError(f"metrics.lora.slots_in_use: {given!r} is not the {lora.slots_in_use} distinct "
+                                  "adapters of running, waiting and loaded")
         attributes = values.get("attributes") or {}
         if not isinstance(attributes, Mapping):
             raise ConfigError(f"metrics.attributes: expected a mapping of name to number, got {attributes!r}")
@@ -197,7 +214,10 @@ class EndpointMetrics:
         target's ``"metrics"`` object in :func:`pyepp.check` (``eppctl check --output json``)."""
         lora = None
         if self.lora is not None:
-            lora = {"max_lora": self.lora.max_lora, "running": list(self.lora.running), "waiting": list(self.lora.waiting)}
+            lora = {"max_lora": self.lora.max_lora, "running": list(self.lora.running), "waiting": list(self.lora.waiting),
+                    "slots_in_use": self.lora.slots_in_use}
+            if self.lora.loaded or self.lora.loaded_cpu:
+                lora["loaded"], lora["loaded_cpu"] = list(self.lora.loaded), list(self.lora.loaded_cpu)
         return {
             "engine": self.engine,
             "waiting_queue_size": self.waiting_queue_size,
@@ -226,6 +246,8 @@ def _to_native(m: EndpointMetrics) -> Any:
         lora.max_lora = m.lora.max_lora
         lora.running = list(m.lora.running)
         lora.waiting = list(m.lora.waiting)
+        lora.loaded = list(m.lora.loaded)
+        lora.loaded_cpu = list(m.lora.loaded_cpu)
         native.lora = lora
     native.cache_block_size = m.cache_block_size
     native.cache_num_blocks = m.cache_num_blocks
@@ -280,7 +302,8 @@ def _metric_overrides(metrics: Optional[Mapping[str, str]]) -> List[Tuple[str, s
 def _endpoint_metrics(engine: str, native: Any, checks: Any) -> EndpointMetrics:
     lora = None
     if native.lora is not None:
-        lora = LoraInfo(native.lora.max_lora, list(native.lora.running), list(native.lora.waiting))
+        lora = LoraInfo(native.lora.max_lora, list(native.lora.running), list(native.lora.waiting),
+                        list(native.lora.loaded), list(native.lora.loaded_cpu))
     return EndpointMetrics(
         engine=engine,
         waiting_queue_size=native.waiting_queue_size,

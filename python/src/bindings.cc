@@ -32,7 +32,11 @@ void BindEndpoint(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("max_lora", &epp::LoraInfo::max_lora)
       .def_readwrite("running", &epp::LoraInfo::running)
-      .def_readwrite("waiting", &epp::LoraInfo::waiting);
+      .def_readwrite("waiting", &epp::LoraInfo::waiting)
+      .def_readwrite("loaded", &epp::LoraInfo::loaded)
+      .def_readwrite("loaded_cpu", &epp::LoraInfo::loaded_cpu)
+      .def("slots_in_use", &epp::LoraInfo::SlotsInUse,
+           "Distinct adapters of running, waiting and loaded: the slots the scorer counts as used");
   py::class_<epp::EndpointMetrics>(m, "EndpointMetrics")
       .def(py::init<>())
       .def_readwrite("waiting_queue_size", &epp::EndpointMetrics::waiting_queue_size)
@@ -75,22 +79,22 @@ void BindRequest(py::module_& m) {
       .def_readonly("prompt", &epp::InferenceRequest::prompt)
       .def_readonly("prompt_tokens", &epp::InferenceRequest::prompt_tokens)
       .def_readonly("headers", &epp::InferenceRequest::headers)
-      .def_readwrite("priority", &epp::InferenceRequest::priority);
-  m.def("parse_openai_request", &InferenceRequest_ParseOpenAIShim, py::arg("path"), py::arg("body"),
-        py::call_guard<py::gil_scoped_release>());
-  m.def("parse_capture_envelope", &InferenceRequest_ParseCaptureShim, py::arg("text"), py::arg("path_override"),
       .def_property_readonly("parser", &InferenceRequest_ParserShim)
       .def_readonly("token_ids", &epp::InferenceRequest::token_ids)
       .def_readonly("media_parts", &epp::InferenceRequest::media_parts)
+      .def_readwrite("priority", &epp::InferenceRequest::priority);
+  m.def("parse_openai_request", &InferenceRequest_ParseOpenAIShim, py::arg("path"), py::arg("body"),
         py::call_guard<py::gil_scoped_release>());
-  m.def("parse_capture_envelope_with_body", &InferenceRequest_ParseCaptureWithBodyShim, py::arg("text"),
-        py::arg("path_override"), py::call_guard<py::gil_scoped_release>());
   // pybind11 gives a std::string parameter the bytes of a bytes argument (a gRPC frame) unchanged.
   m.def("parse_request", &InferenceRequest_ParseShim, py::arg("path"), py::arg("body"), py::arg("parsers"),
         py::call_guard<py::gil_scoped_release>());
   m.def("anthropic_to_chat_completions", &AnthropicToChatShim, py::arg("body"), py::call_guard<py::gil_scoped_release>());
   m.def("parse_response_usage", &ResponseUsage_ParseShim, py::arg("request"), py::arg("body"), py::arg("event_stream"),
         py::call_guard<py::gil_scoped_release>());
+  m.def("parse_capture_envelope", &InferenceRequest_ParseCaptureShim, py::arg("text"), py::arg("path_override"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("parse_capture_envelope_with_body", &InferenceRequest_ParseCaptureWithBodyShim, py::arg("text"),
+        py::arg("path_override"), py::call_guard<py::gil_scoped_release>());
 }
 
 void BindConfig(py::module_& m) {
@@ -345,6 +349,7 @@ void BindSim(py::module_& m) {
       .def_readwrite("decode_step_ms", &epp::SimParams::decode_step_ms)
       .def_readwrite("decode_ms_per_seq", &epp::SimParams::decode_ms_per_seq)
       .def_readwrite("lora_load_ms", &epp::SimParams::lora_load_ms)
+      .def_readwrite("lora_loaded_metric", &epp::SimParams::lora_loaded_metric)
       .def_readwrite("seed", &epp::SimParams::seed);
   py::class_<epp::SimRequestResult>(m, "SimRequestResult")
       .def_readonly("id", &epp::SimRequestResult::id)

@@ -40,7 +40,7 @@ def test_healthy_server_passes_every_check_with_exact_json_shape(eppctl):
     assert set(t) == {"target", "engine", "status", "metrics", "checks", "elapsed_ms"}
     assert t["target"] == srv.url and t["engine"] == "vllm" and t["status"] == "pass"
     assert t["metrics"] == {"waiting_queue_size": 2, "running_requests": 3, "kv_cache_usage": 0.25,
-                            "lora": {"max_lora": 2, "running": ["a"], "waiting": []},
+                            "lora": {"max_lora": 2, "running": ["a"], "waiting": [], "slots_in_use": 1},
                             "cache_block_size": 16, "cache_num_blocks": 512}
     assert [c["id"] for c in t["checks"]] == CHECK_IDS
     assert all(c["status"] == "pass" for c in t["checks"]), t["checks"]
@@ -208,11 +208,11 @@ def test_text_output_has_a_line_per_check(eppctl, root):
 
 
 EXPECTED = {
-    "llm-d-inference-sim-v0.7.1-idle-maxlora2.prom": ("vllm", "pass", 0, 0, 0, {"max_lora": 2, "running": [], "waiting": []}, 16, 1024),
+    "llm-d-inference-sim-v0.7.1-idle-maxlora2.prom": ("vllm", "pass", 0, 0, 0, {"max_lora": 2, "running": [], "waiting": [], "slots_in_use": 0}, 16, 1024),
     "sglang-2025-docs-production-metrics-loaded.prom": ("sglang", "warn", 2826, 162, 0.28, None, None, None),
     "sglang-2024q4-docs-production-metrics-name-label.prom": ("sglang", "warn", 0, 0, 0.01, None, None, None),
     "triton-trtllm-backend-2026-readme-inflight.prom": ("triton-tensorrt-llm", "warn", 1, 1, 0.4875, None, 64, 6239),
-    "vllm-0.7-v0engine-aibrix-runtime-doc-truncated.prom": ("vllm", "pass", 0, 0, 0.0, {"max_lora": 0, "running": [], "waiting": []}, 16, 81767),
+    "vllm-0.7-v0engine-aibrix-runtime-doc-truncated.prom": ("vllm", "pass", 0, 0, 0.0, {"max_lora": 0, "running": [], "waiting": [], "slots_in_use": 0}, 16, 81767),
 }
 
 

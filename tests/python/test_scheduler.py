@@ -195,6 +195,19 @@ def test_endpoint_construction() -> None:
         pyepp.Endpoint("10.0.0.1:1", metrics=[1])  # type: ignore[arg-type]
 
 
+def test_lora_slots_are_the_union_of_adapters() -> None:
+    # vLLM names an adapter with running and waiting requests in both lists: two slots, not four.
+    m = pyepp.EndpointMetrics.from_dict({"lora": {"max_lora": 4, "running": ["a1", "a2"], "waiting": ["a1", "a2"]}})
+    assert m.lora.slots_in_use == 2
+    assert m.to_dict()["lora"]["slots_in_use"] == 2
+    resident = pyepp.EndpointMetrics.from_dict(
+        {"lora": {"max_lora": 4, "running": ["a1"], "waiting": [], "loaded": ["a1", "g"], "loaded_cpu": ["c"]}})
+    assert resident.lora.slots_in_use == 2 and resident.lora.loaded_cpu == ["c"]
+    assert pyepp.EndpointMetrics.from_dict(resident.to_dict()) == resident
+    with pytest.raises(pyepp.ConfigError, match="slots_in_use"):
+        pyepp.EndpointMetrics.from_dict({"lora": {"max_lora": 4, "running": ["a"], "slots_in_use": 3}})
+
+
 def test_endpoint_metrics_from_dict_and_text(vllm_metrics: str) -> None:
     full = {"waiting_queue_size": 3, "running_requests": 12.0, "kv_cache_usage": 0.44,
             "lora": {"max_lora": 2, "running": ["a"], "waiting": []}, "cache_block_size": 16, "cache_num_blocks": 4096}
