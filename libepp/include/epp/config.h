@@ -114,7 +114,7 @@ struct EppConfig {
   DataLayerSpec data_layer;
   FlowControlSpec flow_control;
   // Sections loaded but not acted on, and other notes, e.g.
-  // "flowControl: loaded but not implemented by epp; requests are never queued".
+  // "flowControl: the section is set but the flowControl feature gate is off; ...".
   std::vector<std::string> warnings;
 };
 

@@ -7,6 +7,7 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <limits>
@@ -259,8 +260,7 @@ absl::Status Parser::ParseFeatureGates(const Entry& e) {
     if (name == "dataLayer") {
       warning = "featureGates: 'dataLayer' is deprecated and has no effect";
     } else if (name == "flowControl") {
-      warning =
-          "featureGates: 'flowControl' accepted, but epp does not implement flow control; requests are never queued";
+      // Implemented by `eppctl serve` (requests queue in the flow-control layer): no note.
     } else if (name == "enableLegacyMetrics") {
       warning = "featureGates: 'enableLegacyMetrics' accepted; epp always scrapes metrics directly";
     } else if (name == "haPopulateNonLeaderDatastore") {
@@ -271,7 +271,7 @@ absl::Status Parser::ParseFeatureGates(const Entry& e) {
     }
     if (!enabled) continue;  // a known gate switched off needs no note
     config_.feature_gates.push_back(name);
-    config_.warnings.push_back(std::move(warning));
+    if (!warning.empty()) config_.warnings.push_back(std::move(warning));
   }
   return absl::OkStatus();
 }
@@ -600,7 +600,19 @@ absl::StatusOr<FlowControlBandSpec> Parser::ParseBand(const YAML::Node& node, in
 }
 
 absl::Status Parser::ParseFlowControl(const Entry& e) {
-  config_.warnings.push_back("flowControl: loaded but not implemented by epp; requests are never queued, only shed");
+  // As llm-d: without the feature gate the section's settings other than saturationDetector are
+  // ignored, and a section that sets any says so.
+  if (std::find(config_.feature_gates.begin(), config_.feature_gates.end(), "flowControl") ==
+      config_.feature_gates.end()) {
+    bool settings = !e.value.IsMap() && !e.value.IsNull();
+    if (e.value.IsMap())
+      for (auto it = e.value.begin(); it != e.value.end(); ++it)
+        settings = settings || !it->first.IsScalar() || it->first.Scalar() != "saturationDetector";
+    if (settings)
+      config_.warnings.push_back(
+          "flowControl: the section is set but the flowControl feature gate is off; its settings other than "
+          "saturationDetector are ignored (requests are never queued)");
+  }
   if (!e.value.IsMap()) return absl::OkStatus();
   const std::string path = "flowControl.saturationDetector";
   // The reference's whole FlowControlConfig schema (llm-d-router apix/config/v1alpha1).

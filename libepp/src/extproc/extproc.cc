@@ -87,6 +87,14 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
       s_->stats.streams_active++;
       if (!s_->options.capture_dir.empty()) capture_ = std::make_unique<CaptureFile>(s_->options.capture_dir, s_->next_id++);
       started_us_ = last_message_us_ = SteadyMicros();
+      if (s_->options.session.flow_control) {
+        if (std::shared_ptr<flowcontrol::FlowController> f = s_->options.session.flow_control->Get()) {
+          session_.flow = std::move(f);
+          // The layer's callback keeps the reactor alive (a reference) until it has run.
+          session_.flow_hold = [this] { Ref(); };
+          session_.flow_done = [this](const flowcontrol::Completion& c) { OnFlowDone(c); };
+        }
+      }
       {
         std::lock_guard<std::mutex> lock(s_->registry_mu);
         s_->registry.insert(this);
@@ -132,7 +140,47 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
       MaybeWrite();
       MaybeFinish();
     }
-    void OnCancel() override {}
+    void OnCancel() override {
+      {
+        std::lock_guard<std::recursive_mutex> lock(mu_);
+        cancelled_ = true;
+      }
+      CancelFlow();  // the client went away: it leaves the flow-control queue at once
+    }
+    // The layer's outcome for this stream's request (any thread; before Enqueue returns for an
+    // immediate answer, inside CancelFlow for a cancel). Drops the reference flow_hold took.
+    void OnFlowDone(const flowcontrol::Completion& c) {
+      {
+        std::lock_guard<std::recursive_mutex> lock(mu_);
+        const bool alive = !finished_ && !cancelled_;
+        std::vector<pb::ProcessingResponse> out;
+        session_.Resume(c, alive, out);
+        if (alive) {
+          for (auto& r : out) {
+            if (capture_) capture_->Write("response", r);
+            queue_.push_back(std::move(r));
+          }
+          if (session_.finished) read_closed_ = true;
+        } else {
+          read_closed_ = true;
+        }
+        MaybeWrite();
+        MaybeFinish();
+      }
+      Unref();
+    }
+    // Takes the request out of the flow-control queue if it still waits there.
+    void CancelFlow() {
+      std::shared_ptr<flowcontrol::FlowController> flow;
+      flowcontrol::Handle handle = flowcontrol::kNoHandle;
+      {
+        std::lock_guard<std::recursive_mutex> lock(mu_);
+        if (!session_.flow_waiting || session_.flow_handle == flowcontrol::kNoHandle) return;
+        flow = session_.flow;
+        handle = session_.flow_handle;
+      }
+      flow->Cancel(handle);  // false: the outcome is on its way (OnFlowDone sees the stream ended)
+    }
     void OnDone() override {
       {
         std::lock_guard<std::mutex> lock(s_->registry_mu);
@@ -158,6 +206,8 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
       if (finished_) return;
       (why == Expiry::kRequest ? s_->stats.timeouts_request : s_->stats.timeouts_idle)++;
       status_ = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, message);
+      cancelled_ = true;
+      CancelFlow();  // a request still queued leaves the layer
       read_closed_ = true;
       if (writing_) {
         while (queue_.size() > 1) queue_.pop_back();
@@ -179,7 +229,8 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
       StartWrite(&queue_.front());
     }
     void MaybeFinish() {
-      if (finished_ || !read_closed_ || writing_ || !queue_.empty()) return;
+      // A request waiting in flow control keeps the stream open until the layer answers.
+      if (finished_ || !read_closed_ || writing_ || !queue_.empty() || session_.flow_waiting) return;
       finished_ = true;
       Finish(status_);
     }
@@ -193,6 +244,7 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
     pb::ProcessingRequest in_;
     std::deque<pb::ProcessingResponse> queue_;  // front = being written; deque keeps it in place
     bool writing_ = false, read_closed_ = false, finished_ = false;
+    bool cancelled_ = false;  // the call was cancelled or timed out: a late pick is not made
     grpc::Status status_ = grpc::Status::OK;
     std::atomic<int> refs_{1};  // gRPC's, until OnDone
     int64_t started_us_ = 0;

@@ -17,6 +17,7 @@
 #include "common/strings.h"
 #include "epp/runtime/decision_log.h"
 #include "extproc/session_impl.h"
+#include "flowcontrol/policies.h"
 
 namespace epp {
 namespace {
@@ -305,8 +306,9 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
   request = std::move(*parsed);
   request->headers = headers;
   incoming_model = request->model;
-  std::string new_body, rule;
-  bool changed = false;
+  std::string& new_body = pending_body_;
+  std::string& rule = pending_rule_;
+  bool& changed = pending_changed_;
   // Model rewrites apply to the JSON bodies that carry a model (llm-d's ModelNameRewriter parsers:
   // openai, anthropic, vllmhttp); gRPC frames and SGLang's body name none.
   const bool rewritable = !unparsed && (request->parser == RequestParser::kOpenAI ||
@@ -322,6 +324,68 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
     model_counted = true;
     if (!rule.empty()) stats->RecordRewrite(rule, incoming_model, target_model);
   }
+  if (flow && flow_done) {
+    // Flow control: the request waits in its band and flow until the layer dispatches it; the
+    // stream stays open and nothing goes upstream. The answer comes from Resume.
+    flowcontrol::EnqueueRequest fr;
+    for (const auto& [k, v] : headers)
+      if (k == "x-request-id") fr.request_id = v;
+    fr.fairness_id = request->fairness_id;
+    fr.priority = request->priority;
+    fr.bytes = body.size();
+    fr.received_us = std::chrono::duration_cast<std::chrono::microseconds>(received.time_since_epoch()).count();
+    fr.slo_ttft_ms = flowcontrol::SloTtftMs(*request);
+    flow_waiting = true;
+    if (flow_hold) flow_hold();
+    // An immediate answer (capacity, shutdown) runs Resume before Enqueue returns.
+    const flowcontrol::Handle h = flow->Enqueue(std::move(fr), flow_done);
+    if (flow_waiting) flow_handle = h;
+    return;
+  }
+  Dispatch(t0, out);
+}
+
+void ExtProcSession::Impl::Resume(const flowcontrol::Completion& done, bool alive, std::vector<pb::ProcessingResponse>& out) {
+  if (!flow_waiting) return;
+  flow_waiting = false;
+  flow_handle = flowcontrol::kNoHandle;
+  flow_wait_us = done.waited_us;
+  if (!alive) {
+    // The stream ended while the request waited (client gone, time limit): nothing is picked.
+    finished = true;
+    if (done.outcome == flowcontrol::Outcome::kDispatched && flow) flow->NotifyCapacity();
+    return;
+  }
+  if (done.outcome == flowcontrol::Outcome::kDispatched) {
+    Dispatch(std::chrono::steady_clock::now(), out);
+    if (result && result->status == 200 && load_recorded) {
+      flow_dispatched = true;
+    } else if (flow) {
+      flow->NotifyCapacity();  // the dispatch took no capacity: the next request may go
+    }
+  } else {
+    const std::shared_ptr<const std::vector<Endpoint>> pool = source.Snapshot();
+    const flowcontrol::DropAnswer a = flowcontrol::AnswerFor(done.outcome, pool->empty());
+    PickResult r;
+    r.status = a.status;
+    r.reason = a.message;
+    r.dropped_reason = std::string(a.reason);
+    result = std::move(r);
+    Immediate(a.status, a.message, out, a.reason);
+  }
+  if (trailers_pending && !finished) {
+    trailers_pending = false;
+    pb::ProcessingResponse r;
+    r.mutable_request_trailers();
+    out.push_back(std::move(r));
+  }
+}
+
+void ExtProcSession::Impl::Dispatch(std::chrono::steady_clock::time_point t0, std::vector<pb::ProcessingResponse>& out) {
+  const std::string& new_body = pending_body_;
+  const std::string& rule = pending_rule_;
+  const bool changed = pending_changed_;
+  std::shared_ptr<const std::vector<Endpoint>> pool = source.Snapshot();
   const bool logged = options.decision_log && options.decision_log->Admit();
   PickOptions po;
   po.subset = subset;
@@ -334,8 +398,11 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
   if (!rule.empty()) result->model_rewrite = rule + ": " + incoming_model + " -> " + target_model;
   const int64_t pick_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
   if (stats) stats->RecordLatencyMicros(pick_us);
-  if (logged)
-    options.decision_log->Add(MakeDecisionRecord(*request, *result, headers, pick_us, options.decision_log->options().include_prompt));
+  if (logged) {
+    DecisionRecord record = MakeDecisionRecord(*request, *result, headers, pick_us, options.decision_log->options().include_prompt);
+    record.queue_wait_us = flow_wait_us;
+    options.decision_log->Add(std::move(record));
+  }
   if (stats) stats->RecordUnreachableSkips(result->unreachable);
   if (result->status != 200) {
     Immediate(result->status, result->reason, out, result->dropped_reason);
@@ -356,6 +423,8 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
   }
   body.clear();
   body.shrink_to_fit();
+  pending_body_.clear();
+  pending_body_.shrink_to_fit();
 }
 
 void ExtProcSession::Impl::EndResponse() {
@@ -369,6 +438,13 @@ void ExtProcSession::Impl::EndResponse() {
     scheduler.Release(*result);
     load_recorded = false;
     if (stats) stats->requests_in_flight--;
+  }
+  if (flow_dispatched) {
+    // Capacity freed: the layer's next request may go; the band's fairness policy learns the
+    // flow's usage.
+    flow_dispatched = false;
+    flow->Completed(request->priority, request->fairness_id, usage.value_or(ResponseUsage{}));
+    flow->NotifyCapacity();
   }
   if (stats && model_counted && result->status == 200) {
     model_counted = false;
@@ -460,6 +536,10 @@ absl::Status ExtProcSession::Impl::Process(const pb::ProcessingRequest& in, std:
         body_done = true;
         Decide(out, body.empty());
         if (finished) return absl::OkStatus();
+      }
+      if (flow_waiting) {  // answered in order, after the pick
+        trailers_pending = true;
+        return absl::OkStatus();
       }
       pb::ProcessingResponse r;
       r.mutable_request_trailers();

@@ -3,12 +3,15 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "envoy/service/ext_proc/v3/external_processor.pb.h"
 #include "epp/runtime/extproc.h"
+#include "flowcontrol/controller.h"
 
 namespace epp {
 
@@ -53,7 +56,30 @@ struct ExtProcSession::Impl {
   bool model_counted = false;  // a parsed request was counted (its end or error is recorded once)
   int64_t response_bytes = 0;
 
+  // Flow control (set by ExtProcServer's reactor; a bare session never queues). Decide hands a
+  // parsed request to `flow` and returns without an answer; the layer then calls `flow_done`
+  // exactly once (on its dispatcher thread, or on the caller's before Enqueue / Cancel returns),
+  // which takes the stream's lock and calls Resume. `flow_hold` runs before Enqueue: the stream
+  // stays alive until `flow_done` has run.
+  std::shared_ptr<flowcontrol::FlowController> flow;
+  std::function<void()> flow_hold;
+  std::function<void(const flowcontrol::Completion&)> flow_done;
+  flowcontrol::Handle flow_handle = flowcontrol::kNoHandle;
+  bool flow_waiting = false;     // enqueued, no outcome yet
+  bool flow_dispatched = false;  // dispatched and picked: its end frees capacity in the layer
+  bool trailers_pending = false; // request trailers came while waiting: answered after the pick
+  int64_t flow_wait_us = -1;     // time in the layer; -1: did not pass through it
+  // The outcome of the wait: `alive` false when the stream has ended meanwhile (nothing is
+  // picked then). Appends the pick (or the layer's answer) to `out`.
+  void Resume(const flowcontrol::Completion& done, bool alive, std::vector<extproc_pb::ProcessingResponse>& out);
+
  private:
+  // Decide's state carried over a wait in the layer.
+  std::string pending_body_;  // the rewritten body, when `pending_changed_`
+  std::string pending_rule_;
+  bool pending_changed_ = false;
+  // Decide after the parse and rewrite: Pick and the answer.
+  void Dispatch(std::chrono::steady_clock::time_point t0, std::vector<extproc_pb::ProcessingResponse>& out);
   void ReadMetadata(const extproc_pb::ProcessingRequest& in);
   std::string Path() const;
   void Decide(std::vector<extproc_pb::ProcessingResponse>& out, bool bodyless);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "epp/runtime/extproc.h"
 #include "epp/scheduler.h"
 #include "plugins/capabilities.h"
 #include "scheduling/scheduler_impl.h"
@@ -127,6 +128,32 @@ absl::StatusOr<ControllerConfig> BuildControllerConfig(const EppConfig& config, 
   PluginContext context;
   if (impl.clock != nullptr) context.clock = impl.clock;
   return BuildControllerConfig(config, lookup, registry, context);
+}
+
+PoolSampler MakePoolSampler(std::shared_ptr<const Scheduler> scheduler, const EndpointSource& source) {
+  return [scheduler = std::move(scheduler), &source]() {
+    PoolSample sample;
+    const std::shared_ptr<const std::vector<Endpoint>> pool = source.Snapshot();
+    sample.empty = pool->empty();
+    const Scheduler::Impl& impl = scheduler->impl();
+    if (impl.detector == nullptr) return sample;
+    SchedulingContext ctx;
+    ctx.endpoints = *pool;
+    ctx.rng = impl.rng;
+    ctx.now_us = impl.clock != nullptr ? impl.clock->NowMicros() : SteadyClock::Get().NowMicros();
+    impl.load->Snapshot(*pool, ctx.inflight_requests, ctx.inflight_tokens);
+    std::vector<const Endpoint*> candidates;
+    candidates.reserve(pool->size());
+    for (const Endpoint& e : *pool) candidates.push_back(&e);
+    sample.saturation = StageSaturation(*impl.detector, ctx, candidates);
+    return sample;
+  };
+}
+
+bool FlowControlEnabled(const EppConfig& config) {
+  for (const std::string& g : config.feature_gates)
+    if (g == "flowControl") return true;
+  return false;
 }
 
 }  // namespace epp::flowcontrol

@@ -15,6 +15,7 @@
 #include "flowcontrol/controller.h"
 
 namespace epp {
+class EndpointSource;
 class Scheduler;
 }
 
@@ -33,5 +34,14 @@ absl::StatusOr<ControllerConfig> BuildControllerConfig(const EppConfig& config, 
 // of the config, referenced by a profile or not).
 absl::StatusOr<ControllerConfig> BuildControllerConfig(const EppConfig& config, const Scheduler& scheduler,
                                                        const PluginRegistry& registry);
+
+// The pool as the dispatcher sees it: `scheduler`'s saturation detector over every endpoint of
+// `source` (per stage with llm-d roles: StageSaturation), reading the scheduler's own in-flight
+// counts, so a request picked in the dispatch callback counts at the next cycle. No detector:
+// saturation 0. `source` must outlive the sampler.
+PoolSampler MakePoolSampler(std::shared_ptr<const Scheduler> scheduler, const EndpointSource& source);
+
+// True when the configuration's featureGates turn the layer on.
+bool FlowControlEnabled(const EppConfig& config);
 
 }  // namespace epp::flowcontrol

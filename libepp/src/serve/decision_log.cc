@@ -37,6 +37,7 @@ json SummaryJson(const DecisionRecord& r) {
             {"prefix_blocks", r.prefix_blocks},
             {"prefix_match_blocks", r.prefix_match_blocks},
             {"pick_us", r.pick_us}};
+  if (r.queue_wait_us >= 0) j["queue_wait_us"] = r.queue_wait_us;
   const DecisionSummary& d = r.summary;
   json s = {{"kind", d.kind}};
   if (!d.kind.empty()) {

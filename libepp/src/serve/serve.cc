@@ -11,6 +11,8 @@
 #include "epp/registry.h"
 #include "epp/runtime/serve.h"
 #include "epp/version.h"
+#include "flowcontrol/build.h"
+#include "flowcontrol/controller.h"
 #include "plugins/datalayer/datalayer.h"
 #include "serve/file_watch.h"
 #include "serve/serve_metrics.h"
@@ -66,6 +68,13 @@ struct EppServer::Impl {
   std::unique_ptr<SchedulerHandle> handle;
   std::unique_ptr<EndpointPool> pool;
   const EndpointSource* endpoints = nullptr;  // the pool, or config.endpoint_source
+  // The flow-control layer new streams wait in (featureGates: [flowControl]; empty otherwise).
+  // A reload builds a new one; the previous layer stays (retired) while requests still wait in
+  // it or streams still hold it, dispatching as capacity frees, and is stopped at a later reload
+  // once idle. Declared after `pool` (its sampler reads it) and before `server` (whose streams
+  // cancel into it), so that it is destroyed between them.
+  std::shared_ptr<FlowControlHandle> flow = std::make_shared<FlowControlHandle>();
+  std::vector<std::shared_ptr<flowcontrol::FlowController>> retired_flows;  // under mu
   std::string cert_pem;
   std::unique_ptr<ExtProcServer> server;
   std::unique_ptr<HealthServer> health;
@@ -179,6 +188,32 @@ struct EppServer::Impl {
     return c;
   }
 
+  // The flow-control layer `c` asks for over `scheduler`, not started; nullptr when the
+  // feature gate is off.
+  absl::StatusOr<std::shared_ptr<flowcontrol::FlowController>> BuildFlow(const EppConfig& c,
+                                                                        std::shared_ptr<const Scheduler> scheduler) {
+    if (!flowcontrol::FlowControlEnabled(c)) return std::shared_ptr<flowcontrol::FlowController>();
+    EPP_ASSIGN_OR_RETURN(flowcontrol::ControllerConfig fc, flowcontrol::BuildControllerConfig(c, *scheduler, registry));
+    flowcontrol::PoolSampler sampler = flowcontrol::MakePoolSampler(std::move(scheduler), *endpoints);
+    return std::make_shared<flowcontrol::FlowController>(std::move(fc), std::move(sampler), SteadyClock::Get());
+  }
+  // Under mu: `next` (started here) serves new streams; the previous layer retires.
+  void SwapFlow(std::shared_ptr<flowcontrol::FlowController> next) {
+    if (next) next->Start();
+    std::shared_ptr<flowcontrol::FlowController> previous = flow->Get();
+    flow->Set(std::move(next));
+    if (previous) retired_flows.push_back(std::move(previous));
+    // A retired layer nobody holds (no stream can reach it any more) with nothing queued stops.
+    for (auto it = retired_flows.begin(); it != retired_flows.end();) {
+      if (it->use_count() == 1 && (*it)->queued() == 0) {
+        (*it)->Shutdown();
+        it = retired_flows.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
   // The configuration as the server builds it: loaded, with the detector staleness applied.
   absl::StatusOr<EppConfig> LoadConfig(std::string* note) const {
     EppConfig c = DefaultConfig();
@@ -194,10 +229,18 @@ struct EppServer::Impl {
   absl::Status Reload() {
     std::lock_guard<std::mutex> serial(reload_mu);
     std::string note;
+    EppConfig loaded;
     absl::StatusOr<std::unique_ptr<Scheduler>> built = [&]() -> absl::StatusOr<std::unique_ptr<Scheduler>> {
-      EPP_ASSIGN_OR_RETURN(EppConfig c, LoadConfig(&note));
-      return RebuildScheduler(c, registry, Context(), *handle->Get());
+      EPP_ASSIGN_OR_RETURN(loaded, LoadConfig(&note));
+      return RebuildScheduler(loaded, registry, Context(), *handle->Get());
     }();
+    std::shared_ptr<const Scheduler> next;
+    absl::StatusOr<std::shared_ptr<flowcontrol::FlowController>> next_flow;
+    if (built.ok()) {
+      next = std::shared_ptr<const Scheduler>(*std::move(built));
+      next_flow = BuildFlow(loaded, next);
+      if (!next_flow.ok()) built = next_flow.status();
+    }
     std::lock_guard<std::mutex> lock(mu);
     if (!built.ok()) {
       reloads.failed++;
@@ -209,8 +252,8 @@ struct EppServer::Impl {
     // The new configuration's scrape settings are checked before it replaces the running one:
     // a setting the pool refuses fails the reload as a bad config would.
     const Scheduler& previous = *handle->Get();
-    if (pool && ((*built)->Needs().scrape_settings || previous.Needs().scrape_settings)) {
-      if (absl::Status s = pool->SetScrapeOptions(ScrapeFor(**built)); !s.ok()) {
+    if (pool && (next->Needs().scrape_settings || previous.Needs().scrape_settings)) {
+      if (absl::Status s = pool->SetScrapeOptions(ScrapeFor(*next)); !s.ok()) {
         reloads.failed++;
         reloads.last_error = "metrics scrape settings: " + std::string(s.message());
         log.Error("config " + config.config_file + " not reloaded: " + reloads.last_error +
@@ -218,8 +261,9 @@ struct EppServer::Impl {
         return s;
       }
     }
-    for (const std::string& w : (*built)->warnings()) log.Warn("config: " + w);
-    handle->Set(std::shared_ptr<const Scheduler>(*std::move(built)));
+    for (const std::string& w : next->warnings()) log.Warn("config: " + w);
+    handle->Set(std::move(next));
+    if (config.scheduler == nullptr) SwapFlow(*std::move(next_flow));
     SyncKv();  // a new precise producer's index, or none
     reloads.ok++;
     reloads.last_error.clear();
@@ -271,6 +315,7 @@ struct EppServer::Impl {
       s.leader = elector->stats();
     }
     if (policies) s.policy_watch = policies->stats();
+    if (std::shared_ptr<flowcontrol::FlowController> f = flow->Get()) s.flow_control = f->Stats();
     std::lock_guard<std::mutex> lock(mu);
     s.config_reloads = reloads;
     return s;
@@ -302,6 +347,7 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
   for (const std::string& n : c.notices) m.log.Warn(n);
 
   // Configuration and scheduler.
+  std::optional<EppConfig> loaded_config;  // for the flow-control layer, built once the pool is
   if (c.scheduler) {
     if (!c.config_file.empty() || !c.config_yaml.empty())
       return absl::InvalidArgumentError("give a scheduler or a configuration, not both");
@@ -313,6 +359,7 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
       m.config_watch->MarkApplied();
     }
     EPP_ASSIGN_OR_RETURN(EppConfig loaded, m.LoadConfig(&note));
+    loaded_config = loaded;
     EPP_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, BuildScheduler(loaded, m.registry, m.Context()));
     for (const std::string& w : scheduler->warnings()) m.log.Warn("config: " + w);
     if (!note.empty()) m.log.Info(note);
@@ -372,9 +419,19 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     m.endpoints = m.pool.get();
   }
 
+  // Flow control (featureGates: [flowControl]): requests wait in the layer while the pool is
+  // saturated. A caller's scheduler comes without a configuration: no layer.
+  if (loaded_config) {
+    EPP_ASSIGN_OR_RETURN(std::shared_ptr<flowcontrol::FlowController> flow, m.BuildFlow(*loaded_config, m.handle->Get()));
+    if (flow) m.log.Info("flow control on: requests wait in the flow-control layer while the pool is saturated");
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.SwapFlow(std::move(flow));
+  }
+
   // Servers: ext_proc (TLS material first), health, metrics.
   ExtProcServerOptions so;
   so.session = c.session;
+  so.session.flow_control = m.flow;
   if (c.decision_log.capacity > 0) {
     m.decisions = std::make_shared<DecisionLog>(c.decision_log);
     so.session.decision_log = m.decisions;
@@ -483,6 +540,12 @@ void EppServer::Shutdown(std::chrono::milliseconds drain) {
   if (m.server) m.server->BeginDrain();
   if (m.server) m.server->Shutdown(drain);
   if (m.watch_thread.joinable()) m.watch_thread.join();
+  {
+    // Every stream has ended (and left its queue); the dispatchers stop.
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (std::shared_ptr<flowcontrol::FlowController> f = m.flow->Get()) f->Shutdown();
+    for (const auto& f : m.retired_flows) f->Shutdown();
+  }
   if (m.pool) m.pool->Stop();  // no endpoint set is installed after this
   if (m.policies) m.policies->Stop();
   m.StopKv();

@@ -456,6 +456,84 @@ void WriteLeaderElection(Exposition& x, const ServeMetricsSources& src) {
            "Lease reads and writes that failed (409 conflicts with another candidate included).", l.attempts_failed);
 }
 
+namespace {
+
+// llm-d Router's flow-control metrics (pkg/epp/metrics, llm_d_epp_flow_control_*), from the
+// layer's snapshot. The reference also labels the queue gauges and the queue-duration histogram
+// by model_name / target_model_name, and the histogram by fairness_id and priority; the layer
+// keeps these figures per flow and band (gauges) and per outcome (histogram) only, so those
+// labels are absent (the sums a dashboard takes over them are the same).
+void WriteFlowControl(Exposition& x, const ServeMetricsSources& src) {
+  const flowcontrol::ControllerStats& fc = *src.flow_control;
+  const std::string& pool = src.pool_name;
+  x.Family("llm_d_epp_flow_control_queue_size", "gauge", "Requests held in the flow-control queues.");
+  for (const flowcontrol::FlowStats& f : fc.flows)
+    x.Sample("llm_d_epp_flow_control_queue_size",
+             {{"fairness_id", f.flow_id}, {"priority", std::to_string(f.priority)}, {"inference_pool", pool}},
+             static_cast<int64_t>(f.queued));
+  x.Family("llm_d_epp_flow_control_queue_bytes", "gauge", "Bytes of the requests held in the flow-control queues.");
+  for (const flowcontrol::FlowStats& f : fc.flows)
+    x.Sample("llm_d_epp_flow_control_queue_bytes",
+             {{"fairness_id", f.flow_id}, {"priority", std::to_string(f.priority)}, {"inference_pool", pool}},
+             static_cast<int64_t>(f.bytes));
+  x.Family("llm_d_epp_flow_control_pool_saturation", "gauge",
+           "Pool saturation gating dispatch (effective: the worse of the prefill and decode stages; 1 is the set point).");
+  x.Sample("llm_d_epp_flow_control_pool_saturation", {{"inference_pool", pool}, {"stage", "effective"}},
+           fc.pool.saturation);
+  if (fc.pool.prefill >= 0)
+    x.Sample("llm_d_epp_flow_control_pool_saturation", {{"inference_pool", pool}, {"stage", "prefill"}}, fc.pool.prefill);
+  if (fc.pool.decode >= 0)
+    x.Sample("llm_d_epp_flow_control_pool_saturation", {{"inference_pool", pool}, {"stage", "decode"}}, fc.pool.decode);
+  auto ratio = [](uint64_t used, uint64_t cap) { return cap == 0 ? 0.0 : static_cast<double>(used) / static_cast<double>(cap); };
+  x.Family("llm_d_epp_flow_control_capacity_utilization_requests", "gauge",
+           "Fraction of a priority band's request capacity occupied.");
+  for (const flowcontrol::BandStats& b : fc.bands)
+    x.Sample("llm_d_epp_flow_control_capacity_utilization_requests",
+             {{"priority", std::to_string(b.priority)}, {"inference_pool", pool}}, ratio(b.queued, b.max_requests));
+  x.Family("llm_d_epp_flow_control_capacity_utilization_bytes", "gauge",
+           "Fraction of a priority band's byte capacity occupied.");
+  for (const flowcontrol::BandStats& b : fc.bands)
+    x.Sample("llm_d_epp_flow_control_capacity_utilization_bytes",
+             {{"priority", std::to_string(b.priority)}, {"inference_pool", pool}}, ratio(b.bytes, b.max_bytes));
+  if (fc.max_requests > 0) {
+    x.Family("llm_d_epp_flow_control_global_capacity_utilization_requests", "gauge",
+             "Fraction of the global request capacity occupied.");
+    x.Sample("llm_d_epp_flow_control_global_capacity_utilization_requests", {{"inference_pool", pool}},
+             ratio(fc.queued, fc.max_requests));
+  }
+  if (fc.max_bytes > 0) {
+    x.Family("llm_d_epp_flow_control_global_capacity_utilization_bytes", "gauge",
+             "Fraction of the global byte capacity occupied.");
+    x.Sample("llm_d_epp_flow_control_global_capacity_utilization_bytes", {{"inference_pool", pool}},
+             ratio(fc.bytes, fc.max_bytes));
+  }
+  x.Family("llm_d_epp_flow_control_requests_total", "counter",
+           "Requests the flow-control layer finished, by outcome (Dispatched, RejectedCapacity, EvictedTTL, ...).");
+  for (const flowcontrol::BandStats& b : fc.bands)
+    for (size_t i = 0; i < flowcontrol::kNumOutcomes; ++i)
+      if (b.outcomes[i] > 0)
+        x.Sample("llm_d_epp_flow_control_requests_total",
+                 {{"outcome", std::string(flowcontrol::OutcomeName(static_cast<flowcontrol::Outcome>(i)))},
+                  {"priority", std::to_string(b.priority)},
+                  {"inference_pool", pool}},
+                 static_cast<int64_t>(b.outcomes[i]));
+  x.Family("llm_d_epp_flow_control_request_queue_duration_seconds", "histogram",
+           "Time requests spend in the flow-control layer, from enqueue to outcome.");
+  for (size_t i = 0; i < flowcontrol::kNumOutcomes; ++i) {
+    const flowcontrol::WaitHistogram& h = fc.waits[i];
+    if (h.count == 0) continue;
+    std::vector<uint64_t> cumulative;
+    uint64_t acc = 0;
+    for (size_t b = 0; b < fc.wait_bounds_s.size() && b < h.buckets.size(); ++b) cumulative.push_back(acc += h.buckets[b]);
+    x.Histogram("llm_d_epp_flow_control_request_queue_duration_seconds",
+                {{"outcome", std::string(flowcontrol::OutcomeName(static_cast<flowcontrol::Outcome>(i)))},
+                 {"inference_pool", pool}},
+                fc.wait_bounds_s, cumulative, h.count, h.sum_s);
+  }
+}
+
+}  // namespace
+
 std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   Exposition x;
   const ExtProcStats& s = *src.stats;
@@ -479,6 +557,7 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   WriteSchedulerTimings(x, *src.scheduler);
   WriteGieRequestMetrics(x, s);
   if (src.leader) WriteLeaderElection(x, src);
+  if (src.flow_control) WriteFlowControl(x, src);
   if (src.policy_watch) {
     const KubeWatchStats& w = *src.policy_watch;
     x.Single("epp_kube_policy_watch_synced", "gauge",

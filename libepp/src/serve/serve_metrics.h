@@ -17,6 +17,7 @@
 #include "epp/runtime/leader_election.h"
 #include "epp/runtime/serve.h"
 #include "epp/status.h"
+#include "flowcontrol/controller.h"
 
 namespace epp::internal {
 
@@ -38,6 +39,8 @@ struct ServeMetricsSources {
   std::optional<LeaderElectionStats> leader;
   // The InferenceObjective / InferenceModelRewrite watches, when on.
   std::optional<KubeWatchStats> policy_watch;
+  // The flow-control layer new streams wait in (featureGates: [flowControl]).
+  std::optional<flowcontrol::ControllerStats> flow_control;
 };
 
 // The exposition at `now_us` (the clock the pool stamps metrics with).

@@ -277,8 +277,6 @@ TEST(ConfigYamlTest, FeatureGateForms) {
   EXPECT_EQ(c->feature_gates, (std::vector<std::string>{"flowControl", "haPopulateNonLeaderDatastore"}));
   EXPECT_EQ(c->warnings,
             (std::vector<std::string>{
-                "featureGates: 'flowControl' accepted, but epp does not implement flow control; requests are never "
-                "queued",
                 "featureGates: 'haPopulateNonLeaderDatastore' has no effect in epp",
                 "featureGates: unknown feature gate 'myGate' ignored",
                 "featureGates: unknown feature gate 'otherGate' ignored",
@@ -315,8 +313,8 @@ TEST(ConfigYamlTest, FlowControlDetectorRef) {
                  "flowControl:\n  maxRequests: 10\n  saturationDetector:\n    pluginRef: utilization-detector\n");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->saturation_detector_ref, "utilization-detector");
-  EXPECT_EQ(c->warnings, (std::vector<std::string>{"flowControl: loaded but not implemented by epp; requests are "
-                                                   "never queued, only shed"}));
+  EXPECT_EQ(c->warnings, (std::vector<std::string>{"flowControl: the section is set but the flowControl feature gate is off; its settings other than "
+                                                   "saturationDetector are ignored (requests are never queued)"}));
   // Both set: the llm-d router uses the new field, and we say so.
   auto both = Parse(std::string(kHeader) + plugins +
                     "saturationDetector: {pluginRef: concurrency-detector}\n"
@@ -329,8 +327,17 @@ TEST(ConfigYamlTest, FlowControlDetectorRef) {
   // Any other flowControl content is accepted as is (dataLayer is implemented: no warning).
   auto other = Parse(std::string(kHeader) + "flowControl: [whatever, {x: 1}]\ndataLayer: {sources: []}\n");
   ASSERT_TRUE(other.ok()) << other.status();
-  EXPECT_EQ(other->warnings, (std::vector<std::string>{
-                                 "flowControl: loaded but not implemented by epp; requests are never queued, only shed"}));
+  EXPECT_EQ(other->warnings, (std::vector<std::string>{"flowControl: the section is set but the flowControl feature gate is off; its settings other than "
+                                                   "saturationDetector are ignored (requests are never queued)"}));
+  // With the gate on the layer acts on the section: no note; a section with only the detector
+  // is not "settings" (the reference's flowControlSettingsConfigured).
+  auto gated = Parse(std::string(kHeader) + plugins + "featureGates: [flowControl]\nflowControl: {maxRequests: 10}\n");
+  ASSERT_TRUE(gated.ok()) << gated.status();
+  EXPECT_TRUE(gated->warnings.empty());
+  auto detector_only =
+      Parse(std::string(kHeader) + plugins + "flowControl: {saturationDetector: {pluginRef: utilization-detector}}\n");
+  ASSERT_TRUE(detector_only.ok()) << detector_only.status();
+  EXPECT_TRUE(detector_only->warnings.empty());
 }
 
 // llm-d's full FlowControlConfig schema loads (not acted on), and inline detector parameters under
@@ -570,7 +577,7 @@ TEST_F(ConfigFixturesTest, EveryConfigParses) {
        1,
        gie,
        false,
-       {"flowControl: loaded but not implemented"},
+       {},  // flowControl names only its detector: no settings ignored, no note (as llm-d)
        "utilization-detector"},
       {"llm-d-router__deploy_config_sim-epp-config.yaml", 5, 1, llmd, false, {}, ""},
       {"llm-d-router__test_perf_config_router-configs_optimized-baseline.yaml", 5, 1, llmd, true, {}, ""},

@@ -46,6 +46,7 @@ struct DecisionRecord {
   int candidates = 0;
   int prefix_blocks = 0, prefix_match_blocks = 0;
   int64_t pick_us = 0;        // parse + schedule
+  int64_t queue_wait_us = -1; // time waiting in flow control before the pick; -1: not queued
   DecisionSummary summary;    // winner, runner-up, the deciding scorer
   std::string explain_json;   // PickResultToJson (no prompt text)
   std::string explain_text;   // PickResultToText, uncoloured

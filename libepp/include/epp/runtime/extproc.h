@@ -68,6 +68,28 @@ inline constexpr size_t kBodyChunkBytes = 62000;
 inline constexpr size_t kDefaultMaxRequestBytes = size_t{16} << 20;
 
 class DecisionLog;  // epp/runtime/decision_log.h
+namespace flowcontrol {
+class FlowController;  // libepp's flow-control layer (private)
+}
+
+// The flow-control layer new streams wait in (serve with llm-d's `featureGates: [flowControl]`):
+// replaced whole on a config reload; each stream reads it once, as it reads the scheduler.
+// Thread-safe.
+class FlowControlHandle {
+ public:
+  void Set(std::shared_ptr<flowcontrol::FlowController> controller) {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_ = std::move(controller);
+  }
+  std::shared_ptr<flowcontrol::FlowController> Get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return current_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<flowcontrol::FlowController> current_;
+};
 
 // The pool as of now. Implementations return an immutable snapshot; readers keep it alive for as
 // long as they use it.
@@ -240,6 +262,11 @@ struct ExtProcOptions {
   std::chrono::milliseconds handshake_timeout{10000};
   // When set (serve --decision-log): decisions the log admits are made with a trace and kept.
   std::shared_ptr<DecisionLog> decision_log;
+  // When set (serve with the flowControl feature gate): a parsed request waits in the layer until
+  // it dispatches it, its stream open and nothing sent on; then it is picked as usual, or
+  // answered with the layer's outcome (429 / 503 and x-llm-d-request-dropped-reason). Only
+  // ExtProcServer's streams queue: a bare ExtProcSession ignores it.
+  std::shared_ptr<const FlowControlHandle> flow_control;
 };
 
 // The per-stream state machine over serialized messages (see the file comment).
