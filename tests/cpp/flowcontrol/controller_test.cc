@@ -14,10 +14,12 @@
 
 #include "epp/config.h"
 #include "epp/registry.h"
+#include "epp/runtime/extproc.h"
 #include "epp/scheduler.h"
 #include "flowcontrol/build.h"
 #include "flowcontrol/controller.h"
 #include "plugins/capabilities.h"
+#include "testing/epp_testing.h"
 
 namespace epp::flowcontrol {
 namespace {
@@ -615,6 +617,55 @@ TEST(FlowControllerConcurrency, EnqueueCancelWhileDispatching) {
   const ControllerStats s = fc.Stats();
   EXPECT_EQ(s.bytes, 0u);
   EXPECT_EQ(s.outcomes[static_cast<size_t>(Outcome::kDispatched)], static_cast<uint64_t>(dispatched.load()));
+}
+
+}  // namespace
+}  // namespace epp::flowcontrol
+
+namespace epp::flowcontrol {
+namespace {
+
+// The sampler serve gives the layer: the configured detector over every endpoint, reading the
+// scheduler's own in-flight counts, so a pick made in the dispatch callback is seen at once.
+TEST(FlowControlBuild, PoolSamplerReadsTheSchedulersInflightCounts) {
+  auto cfg = ParseConfig(R"(apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: concurrency-detector
+  parameters: {maxConcurrency: 1}
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: max-score-picker
+flowControl:
+  saturationDetector: {pluginRef: concurrency-detector}
+)",
+                         "fc.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_TRUE(FlowControlEnabled(*cfg));
+  auto built = BuildScheduler(*cfg, BuiltinRegistry());
+  ASSERT_TRUE(built.ok()) << built.status();
+  std::shared_ptr<const Scheduler> sched(std::move(*built));
+  EndpointSnapshot pool({epp::testing::Ep("10.0.0.1:8000"), epp::testing::Ep("10.0.0.2:8000")});
+  PoolSampler sample = MakePoolSampler(sched, pool);
+  EXPECT_DOUBLE_EQ(sample().saturation, 0.0);
+  EXPECT_FALSE(sample().empty);
+  InferenceRequest req;
+  req.model = "m";
+  req.prompt = "hello";
+  PickOptions po;
+  po.record = true;
+  const std::shared_ptr<const std::vector<Endpoint>> eps = pool.Snapshot();
+  PickResult r = sched->Pick(req, *eps, po);
+  ASSERT_EQ(r.status, 200) << r.reason;
+  EXPECT_DOUBLE_EQ(sample().saturation, 0.5);  // one of two requests' worth in flight
+  sched->Release(r);
+  EXPECT_DOUBLE_EQ(sample().saturation, 0.0);
+  pool.Set({});
+  EXPECT_TRUE(sample().empty);
+  EXPECT_DOUBLE_EQ(sample().saturation, 1.0);  // no candidates: saturated, as the reference
 }
 
 }  // namespace
