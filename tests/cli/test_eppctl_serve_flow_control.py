@@ -6,6 +6,7 @@ with their stream open and no answer, then go out by priority band and, within a
 come first served; TTL expiry is a 429 rejected-ttl-expired; a client that leaves is out of the
 queue at once. Every wait is bounded.
 """
+import os
 import queue
 import threading
 import time
@@ -114,7 +115,8 @@ def fc_serve(eppctl, tmp_path):
         cfg = tmp_path / "flow-control.yaml"
         cfg.write_text(CONFIG % (ttl, extra))
         s = Serve(_eppctl_path(), tmp_path, ["--endpoints", pool, "--config-file", cfg, "--objective", "high=10",
-                                              "--objective", "low=0"])
+                                              "--objective", "low=0", "--refresh-metrics-interval", "20ms"])
+        s.config_path = cfg
         started.append(s)
         return s
 
@@ -230,3 +232,41 @@ def test_full_queue_is_answered_at_once_429_rejected_saturated(fc_serve):
     assert s.metric("llm_d_epp_flow_control_requests_total", outcome="RejectedCapacity", priority="0",
                     inference_pool=POOL_NAME) == 1
     assert s.metric("llm_d_epp_flow_control_global_capacity_utilization_requests", inference_pool=POOL_NAME) == 0
+
+
+def test_reload_keeps_what_waits_in_the_previous_layer(fc_serve):
+    # A config reload builds a new layer for new streams; a request queued before it stays queued
+    # (not dropped) and goes out as capacity frees, as does one queued in the new layer.
+    s = fc_serve()
+    ch = s.channel()
+    a = Held(ch, "a")
+    a.picked()
+    b = Held(ch, "b")
+    assert b.silent()
+    tmp = s.config_path.with_suffix(".tmp")
+    tmp.write_text(CONFIG % ("30s", ""))
+    os.replace(tmp, s.config_path)
+    s.wait_metric("epp_config_reloads_total", lambda v: v == 1, result="ok")
+    assert b.silent()
+    c = Held(ch, "c")
+    assert c.silent()
+    a.finish_response()
+    got = None
+    deadline = time.monotonic() + 5
+    while got is None and time.monotonic() < deadline:
+        for h in (b, c):
+            r = h.recv(0.05)
+            if r != "silent":
+                got = (h, r)
+                break
+    assert got, "nothing dispatched after capacity freed"
+    first, head = got
+    assert destination(head) == ENDPOINT
+    assert first.recv()["kind"] == "request_body"
+    second = c if first is b else b
+    # Not asserted: that `second` stays held now. The two layers' dispatchers sample the pool
+    # independently, so while both hold requests they may overshoot by one (docs/flow-control.md).
+    first.finish_response()
+    second.picked()
+    second.finish_response()
+    assert s.metric("epp_endpoint_inflight_requests", endpoint=ENDPOINT) == 0
