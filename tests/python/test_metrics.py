@@ -222,7 +222,9 @@ def test_endpoint_metrics_to_dict_round_trip(vllm_metrics: str, tmp_path: Path) 
     m = pyepp.extract_metrics(vllm_metrics)
     d = m.to_dict()
     assert json.loads(json.dumps(d)) == d
-    lora = pyepp.LoraInfo(**d.pop("lora"))
+    lora_dict = d.pop("lora")
+    assert lora_dict.pop("slots_in_use") == 3  # derived: the distinct adapters of running and waiting
+    lora = pyepp.LoraInfo(**lora_dict)
     assert pyepp.EndpointMetrics(lora=lora, **d) == m
     # The metric keys and values are those `check` reports for the same text.
     path = tmp_path / "vllm.prom"

@@ -299,7 +299,8 @@ def test_pick_503_on_empty_or_unmatched_subset() -> None:
     assert s.pick(chat(), eps, subset=["10.0.0.1:8000"]).endpoint == "10.0.0.1:8000"
     assert s.pick(chat(), []).status == 503
     explain = empty.explain()
-    assert explain["decision"] == {"immediate_response": {"status": 503, "body": empty.reason}}
+    assert explain["decision"] == {"immediate_response": {
+        "status": 503, "body": empty.reason, "headers": {"x-llm-d-request-dropped-reason": "rejected-no-endpoints"}}}
 
 
 def test_pick_429_sheds_sheddable_requests_on_a_saturated_pool() -> None:
