@@ -42,8 +42,13 @@ std::unique_ptr<Scheduler> MustBuild(const std::string& yaml) {
 // A completions request whose prompt is `tokens` token ids (prompt_tokens = tokens exactly).
 InferenceRequest TokensReq(int tokens) {
   std::string ids;
-  for (int i = 0; i < tokens; ++i) ids += (i ? "," : "") + std::to_string(i % 50000);
-  auto r = ParseOpenAIRequest("/v1/completions", R"({"model":"m","prompt":[)" + ids + "]}");
+  for (int i = 0; i < tokens; ++i) {
+    if (i) ids.push_back(',');
+    ids.append(std::to_string(i % 50000));
+  }
+  std::string body = R"({"model":"m","prompt":[)";
+  body.append(ids).append("]}");
+  auto r = ParseOpenAIRequest("/v1/completions", body);
   EXPECT_TRUE(r.ok()) << r.status();
   return *r;
 }
