@@ -112,7 +112,7 @@ void SetupTopCommand(CLI::App& app, int& exit_code) {
     int width = 132, height = 40, limit = 50;
   };
   auto o = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand("top", "Live view of a running EPP: endpoints and the latest decisions (from its metrics port)");
+  CLI::App* cmd = app.add_subcommand("top", "Live view of a running EPP: endpoints, flow-control queues and the latest decisions (from its metrics port)");
   cmd->add_option("--target", o->target, "HOST:PORT of eppctl serve's metrics port (or http://HOST:PORT)")->required();
   cmd->add_option("--interval", o->interval_s, "Seconds between refreshes")->capture_default_str();
   cmd->add_flag("--once", o->once, "Poll twice one interval apart, print one frame and exit (no terminal needed)");

@@ -4,10 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <iterator>
 #include <limits>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "epp/metrics.h"
@@ -48,11 +51,177 @@ std::string Pad(std::string_view s, size_t width, bool right = false) {
   return out;
 }
 
+// `s` safe to write to a terminal, byte for byte the same length: control characters (C0, DEL,
+// C1), and so every escape sequence's introducer, and bytes that are not well-formed UTF-8 become
+// '?'; a tab becomes a space.
+std::string Sanitize(std::string_view s) {
+  std::string out(s);
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = b[i];
+    if (c < 0x80) {
+      if (c == '\t') out[i] = ' ';
+      else if (c < 0x20 || c == 0x7f) out[i] = '?';
+      ++i;
+      continue;
+    }
+    // A multi-byte sequence: its length from the lead byte, every continuation 10xxxxxx, no
+    // overlong or surrogate forms (RFC 3629's table), and not a C1 control (U+0080..U+009F).
+    size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) n = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+      n = 3;
+      if (c == 0xe0) lo = 0xa0;
+      if (c == 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      n = 4;
+      if (c == 0xf0) lo = 0x90;
+      if (c == 0xf4) hi = 0x8f;
+    }
+    bool ok = n > 0 && i + n <= s.size() && b[i + 1] >= lo && b[i + 1] <= hi;
+    for (size_t k = 2; ok && k < n; ++k) ok = b[i + k] >= 0x80 && b[i + k] <= 0xbf;
+    if (ok && c == 0xc2 && b[i + 1] <= 0x9f) ok = false;  // C1 controls (0x9b is CSI)
+    if (!ok) {
+      out[i++] = '?';
+      continue;
+    }
+    i += n;
+  }
+  return out;
+}
+
+// 312 B, 4.1 KiB, 12.0 MiB.
+std::string Bytes(double v) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  size_t u = 0;
+  while (v >= 1024 && u + 1 < std::size(kUnits)) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[u]);
+  return buf;
+}
+
+// Seconds as milliseconds: "0.4 ms", "12 ms".
+std::string Ms(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s < 0.01 ? "%.1f ms" : "%.0f ms", s * 1e3);
+  return buf;
+}
+
 std::string Opt(const std::optional<double>& v, const char* fmt) {
   if (!v) return "-";
   char buf[32];
   std::snprintf(buf, sizeof buf, fmt, *v);
   return buf;
+}
+
+// The flow-control layer's series (serve's WriteFlowControl), or nullopt when there are none.
+// `outcomes` gets requests_total by outcome; `last` is the previous poll's, `dt` the seconds since.
+std::optional<TopFlowControl> ParseFlowControl(const MetricFamilies& m, double dt,
+                                               const std::map<std::string, int64_t>& last,
+                                               std::map<std::string, int64_t>& outcomes) {
+  constexpr std::string_view kPrefix = "llm_d_epp_flow_control_";
+  bool any = false;
+  for (const MetricFamily& f : m.families())
+    if (f.name.substr(0, kPrefix.size()) == kPrefix && !f.samples.empty()) any = true;
+  if (!any) return std::nullopt;
+  const auto named = [&](std::string_view suffix) { return m.SamplesNamed(std::string(kPrefix) + std::string(suffix)); };
+  const auto priority = [](const Sample& s) -> std::optional<int> {
+    const std::optional<std::string_view> p = s.label("priority");
+    int v = 0;
+    if (!p || !absl::SimpleAtoi(absl::string_view(p->data(), p->size()), &v)) return std::nullopt;
+    return v;
+  };
+  TopFlowControl fc;
+  std::map<int, TopFlowBand, std::greater<int>> bands;
+  auto band = [&](int p) -> TopFlowBand& {
+    TopFlowBand& b = bands[p];
+    b.priority = p;
+    return b;
+  };
+  std::map<std::pair<std::string, int>, TopFlow> flows;  // by (raw fairness id, priority)
+  auto flow = [&](const Sample& s) -> TopFlow* {
+    const std::optional<int> p = priority(s);
+    if (!p) return nullptr;
+    const std::string id = Sv(s.label("fairness_id").value_or(""));
+    TopFlow& f = flows[{id, *p}];
+    f.id = Sanitize(id);
+    f.priority = *p;
+    return &f;
+  };
+  for (const auto& [family, s] : named("queue_size")) {
+    (void)family;
+    if (TopFlow* f = flow(*s)) f->queued = static_cast<int64_t>(s->value);
+  }
+  for (const auto& [family, s] : named("queue_bytes")) {
+    (void)family;
+    if (TopFlow* f = flow(*s)) f->bytes = static_cast<int64_t>(s->value);
+  }
+  for (const auto& [key, f] : flows) {
+    TopFlowBand& b = band(f.priority);
+    b.queued += f.queued;
+    b.bytes += f.bytes;
+    fc.queued += f.queued;
+    fc.bytes += f.bytes;
+    fc.flows.push_back(f);
+  }
+  std::stable_sort(fc.flows.begin(), fc.flows.end(), [](const TopFlow& a, const TopFlow& b) {
+    if (a.queued != b.queued) return a.queued > b.queued;
+    if (a.bytes != b.bytes) return a.bytes > b.bytes;
+    return a.priority > b.priority;  // then by id: the map's order
+  });
+  for (const auto& [family, s] : named("capacity_utilization_requests")) {
+    (void)family;
+    if (const std::optional<int> p = priority(*s)) band(*p).requests_used = s->value;
+  }
+  for (const auto& [family, s] : named("capacity_utilization_bytes")) {
+    (void)family;
+    if (const std::optional<int> p = priority(*s)) band(*p).bytes_used = s->value;
+  }
+  for (auto& [p, b] : bands) fc.bands.push_back(b);
+  for (const auto& [family, s] : named("global_capacity_utilization_requests")) {
+    (void)family;
+    fc.requests_used = s->value;
+  }
+  for (const auto& [family, s] : named("global_capacity_utilization_bytes")) {
+    (void)family;
+    fc.bytes_used = s->value;
+  }
+  for (const auto& [family, s] : named("pool_saturation")) {
+    (void)family;
+    const std::string_view stage = s->label("stage").value_or("effective");
+    if (stage == "effective") fc.saturation = s->value;
+    else if (stage == "prefill") fc.prefill_saturation = s->value;
+    else if (stage == "decode") fc.decode_saturation = s->value;
+  }
+  for (const auto& [family, s] : named("requests_total")) {
+    (void)family;
+    outcomes[Sv(s->label("outcome").value_or("?"))] += static_cast<int64_t>(s->value);
+  }
+  for (const auto& [name, total] : outcomes) {
+    TopFlowOutcome o{Sanitize(name), total, 0};
+    auto prev = last.find(name);
+    if (dt > 0) o.per_s = std::max<int64_t>(0, total - (prev == last.end() ? 0 : prev->second)) / dt;
+    fc.outcomes.push_back(std::move(o));
+  }
+  std::vector<std::pair<double, double>> waits;
+  for (const auto& [family, s] : named("request_queue_duration_seconds_bucket")) {
+    (void)family;
+    if (s->label("outcome").value_or("") != "Dispatched") continue;
+    const std::string le = Sv(s->label("le").value_or("+Inf"));
+    waits.emplace_back(le == "+Inf" ? std::numeric_limits<double>::infinity() : std::strtod(le.c_str(), nullptr),
+                       s->value);
+  }
+  // The largest bound is +Inf, whose count is every dispatched request.
+  if (!waits.empty() && std::max_element(waits.begin(), waits.end())->second > 0) {
+    fc.wait_p50_s = Quantile(waits, 0.5);
+    fc.wait_p99_s = Quantile(waits, 0.99);
+  }
+  return fc;
 }
 
 }  // namespace
@@ -141,6 +310,8 @@ absl::Status TopModel::Update(std::string_view metrics_text, std::string_view de
   }
   next.pick_p50_us = Quantile(buckets, 0.5) * 1e6;
   next.pick_p99_us = Quantile(buckets, 0.99) * 1e6;
+  std::map<std::string, int64_t> flow_outcomes;
+  next.flow_control = ParseFlowControl(*parsed, dt, last_flow_outcomes_, flow_outcomes);
 
   // Decisions: merged by id, so a poll that returns only newer ones keeps the older rows.
   if (!decisions_error.empty()) {
@@ -180,6 +351,7 @@ absl::Status TopModel::Update(std::string_view metrics_text, std::string_view de
   }
   for (const auto& [id, d] : decisions_) next.decisions.push_back(d);
   last_ = std::move(counts);
+  last_flow_outcomes_ = std::move(flow_outcomes);
   last_s_ = now_s;
   last_requests_ = requests;
   state_ = std::move(next);
@@ -190,7 +362,7 @@ std::string RenderTop(const TopState& s, const TopView& v, int width, int height
   width = std::max(width, 20);
   height = std::max(height, 3);
   std::vector<std::string> lines;
-  auto add = [&](std::string line) { lines.push_back(Fit(std::move(line), static_cast<size_t>(width))); };
+  auto add = [&](std::string line) { lines.push_back(Sanitize(Fit(std::move(line), static_cast<size_t>(width)))); };
   const auto outcome = [&](const char* k) {
     auto it = s.outcomes.find(k);
     return it == s.outcomes.end() ? int64_t{0} : it->second;
@@ -227,8 +399,17 @@ std::string RenderTop(const TopState& s, const TopView& v, int width, int height
     add(absl::StrCat(Pad("ENDPOINT", 24), Pad("QUEUE", 7, true), Pad("RUN", 6, true), Pad("KV", 7, true),
                      Pad("INFL", 6, true), Pad("PICK/S", 8, true), Pad("PREFIX", 8, true), Pad("AGE", 8, true),
                      Pad("ERR", 6, true), "  STATE"));
-    const int decision_rows = std::max(3, (height - 6) / 2);
-    const int endpoint_rows = std::max(1, height - 6 - decision_rows);
+    // The flow-control section: a title, a table of the bands and totals beside the longest flows,
+    // the outcomes and a blank line; its table takes at most a sixth of the frame (at least two rows).
+    int fc_rows = 0, fc_lines = 0;
+    if (s.flow_control) {
+      const TopFlowControl& fc = *s.flow_control;
+      const size_t wanted = std::max(fc.bands.size() + 1, std::min<size_t>(fc.flows.size(), 3));
+      fc_rows = static_cast<int>(std::min<size_t>(wanted, static_cast<size_t>(std::max(2, height / 6))));
+      fc_lines = fc_rows + 4;
+    }
+    const int decision_rows = std::max(3, (height - 6 - fc_lines) / 2);
+    const int endpoint_rows = std::max(1, height - 6 - fc_lines - decision_rows);
     int shown = 0;
     for (const TopEndpoint& e : rows) {
       if (shown++ >= endpoint_rows) {
@@ -244,6 +425,67 @@ std::string RenderTop(const TopState& s, const TopView& v, int width, int height
                        Pad(std::to_string(e.scrape_errors), 6, true), "  ", state));
     }
     add("");
+    if (s.flow_control) {
+      const TopFlowControl& fc = *s.flow_control;
+      const auto pct = [](const std::optional<double>& v) { return v ? Opt(*v * 100, "%.0f%%") : std::string("-"); };
+      std::string title = absl::StrCat("FLOW CONTROL   saturation ", Opt(fc.saturation, "%.2f"));
+      if (fc.prefill_saturation || fc.decode_saturation)
+        absl::StrAppend(&title, " (prefill ", Opt(fc.prefill_saturation, "%.2f"), ", decode ",
+                        Opt(fc.decode_saturation, "%.2f"), ")");
+      if (fc.wait_p50_s)
+        absl::StrAppend(&title, "   wait p50 ", Ms(*fc.wait_p50_s), " p99 ", Ms(fc.wait_p99_s.value_or(0)), " (dispatched)");
+      add(title);
+      add(absl::StrCat("  ", Pad("BAND", 8), Pad("QUEUED", 8, true), Pad("BYTES", 11, true), Pad("REQ%", 7, true),
+                       Pad("BYTES%", 8, true), "    ", Pad("FLOW", 24), Pad("BAND", 6, true), Pad("QUEUED", 8, true),
+                       Pad("BYTES", 11, true)));
+      // Left: the bands, then the layer's totals against its global limits. Right: the longest flows.
+      const size_t rows = static_cast<size_t>(fc_rows);
+      const auto band_row = [&](const std::string& name, int64_t queued, int64_t bytes, const std::optional<double>& req,
+                                const std::optional<double>& byt) {
+        return absl::StrCat(Pad(name, 8), Pad(std::to_string(queued), 8, true), Pad(Bytes(static_cast<double>(bytes)), 11, true),
+                            Pad(pct(req), 7, true), Pad(pct(byt), 8, true));
+      };
+      std::vector<std::string> left;
+      const size_t bands_shown = fc.bands.size() + 1 > rows ? rows - 2 : fc.bands.size();
+      for (size_t k = 0; k < bands_shown; ++k) {
+        const TopFlowBand& b = fc.bands[k];
+        left.push_back(band_row(std::to_string(b.priority), b.queued, b.bytes, b.requests_used, b.bytes_used));
+      }
+      if (bands_shown < fc.bands.size()) left.push_back(Pad(absl::StrCat("... ", fc.bands.size() - bands_shown, " more bands"), 42));
+      left.push_back(band_row("all", fc.queued, fc.bytes, fc.requests_used, fc.bytes_used));
+      std::vector<std::string> right;
+      const size_t flows_shown = fc.flows.size() > rows ? rows - 1 : fc.flows.size();
+      for (size_t k = 0; k < flows_shown; ++k) {
+        const TopFlow& f = fc.flows[k];
+        right.push_back(absl::StrCat(Pad(f.id, 24), Pad(std::to_string(f.priority), 6, true),
+                                     Pad(std::to_string(f.queued), 8, true), Pad(Bytes(static_cast<double>(f.bytes)), 11, true)));
+      }
+      if (flows_shown < fc.flows.size()) right.push_back(absl::StrCat("... ", fc.flows.size() - flows_shown, " more flows"));
+      if (fc.flows.empty()) right.push_back("(no requests queued)");
+      for (size_t k = 0; k < rows; ++k) {
+        std::string row = absl::StrCat("  ", k < left.size() ? left[k] : std::string(42, ' '), "    ",
+                                       k < right.size() ? right[k] : "");
+        while (!row.empty() && row.back() == ' ') row.pop_back();
+        add(std::move(row));
+      }
+      // Drops first (every outcome but Dispatched), then what went out.
+      std::string outcomes = "  dropped/s (total):";
+      const TopFlowOutcome* dispatched = nullptr;
+      bool dropped = false;
+      for (const TopFlowOutcome& o : fc.outcomes) {
+        if (o.outcome == "Dispatched") {
+          dispatched = &o;
+          continue;
+        }
+        dropped = true;
+        absl::StrAppend(&outcomes, "  ", o.outcome, " ", Opt(o.per_s, "%.1f"), " (", o.total, ")");
+      }
+      if (!dropped) absl::StrAppend(&outcomes, " none");
+      absl::StrAppend(&outcomes, "    dispatched/s ", Opt(dispatched ? dispatched->per_s : 0, "%.1f"), " (",
+                      dispatched ? dispatched->total : 0, ")");
+      add(outcomes);
+      add("");
+    }
     add(absl::StrCat("DECISIONS (newest first; ", s.decisions_kept, " kept of ", s.decisions_seen,
                      " seen)   sort: ", std::string(TopSortName(v.sort)), v.descending ? " desc" : "",
                      "   keys: s sort, r reverse, up/down select, Enter explain, q quit"));

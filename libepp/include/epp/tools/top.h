@@ -1,7 +1,8 @@
 // `eppctl top`: a live view of a running EPP from its metrics port: the pool's endpoints (queue,
 // running, KV, in flight, picks per second, prefix hit rate, scrape age and errors) from
-// `/metrics`, and the latest decisions (winner, runner-up, the deciding scorer) from
-// `/debug/decisions` (serve --decision-log).
+// `/metrics`, the flow-control layer's queues when serve runs one (featureGates [flowControl]:
+// llm-d's llm_d_epp_flow_control_* series), and the latest decisions (winner, runner-up, the
+// deciding scorer) from `/debug/decisions` (serve --decision-log).
 //
 // TopModel turns successive polls into rates; RenderTop draws one frame as plain text lines of a
 // given size (the CLI adds the terminal handling). Both are pure: tests feed them text.
@@ -41,9 +42,50 @@ struct TopDecision {
   int prefix_blocks = 0, prefix_match_blocks = 0;
 };
 
+// The flow-control layer, from llm-d's llm_d_epp_flow_control_* series. Text that came from a
+// label (flow ids are chosen by clients, outcome names) is sanitized for a terminal: control
+// characters, escapes and bytes that are not UTF-8 are '?'.
+struct TopFlowBand {
+  int priority = 0;
+  int64_t queued = 0;  // requests held: the sum of the band's flows' queue_size
+  int64_t bytes = 0;   // and of their queue_bytes
+  // Fractions of the band's own request and byte limits occupied (capacity_utilization_*).
+  std::optional<double> requests_used, bytes_used;
+};
+
+struct TopFlow {
+  std::string id;  // the fairness id (tenant), sanitized
+  int priority = 0;
+  int64_t queued = 0, bytes = 0;
+};
+
+struct TopFlowOutcome {
+  std::string outcome;  // the `outcome` label: Dispatched, RejectedCapacity, EvictedTTL, ...
+  int64_t total = 0;    // requests_total summed over the bands, cumulative
+  double per_s = 0;     // between the last two polls (0 after the first)
+};
+
+struct TopFlowControl {
+  std::vector<TopFlowBand> bands;  // highest priority first
+  std::vector<TopFlow> flows;      // longest queue first (then bytes, band, id); empty flows are not exported
+  int64_t queued = 0, bytes = 0;   // the whole layer
+  // Fractions of the layer's global limits occupied; nullopt when the limit is not set (serve
+  // exports global_capacity_utilization_* only then).
+  std::optional<double> requests_used, bytes_used;
+  // pool_saturation by stage: the effective one gating dispatch (1 is the set point) and the
+  // prefill and decode stages when the pool has endpoints of that role.
+  std::optional<double> saturation, prefill_saturation, decode_saturation;
+  std::vector<TopFlowOutcome> outcomes;  // by outcome name; Dispatched included
+  // Time dispatched requests waited in the layer, from the queue-duration histogram (cumulative);
+  // nullopt before any was dispatched.
+  std::optional<double> wait_p50_s, wait_p99_s;
+};
+
 struct TopState {
   std::vector<TopEndpoint> endpoints;
   std::vector<TopDecision> decisions;  // newest last
+  // The flow-control layer; nullopt when the metrics have no llm_d_epp_flow_control_* sample.
+  std::optional<TopFlowControl> flow_control;
   double requests_per_s = 0;           // ext_proc requests of any outcome, between the last two polls
   std::map<std::string, int64_t> outcomes;  // epp_requests_total by outcome, cumulative
   int64_t streams_active = 0;
@@ -71,6 +113,7 @@ class TopModel {
     int64_t picks = 0, blocks = 0, matched = 0;
   };
   std::map<std::string, Counts> last_;
+  std::map<std::string, int64_t> last_flow_outcomes_;  // flow-control requests_total by outcome
   std::map<uint64_t, TopDecision> decisions_;  // by id, bounded
 };
 
@@ -86,7 +129,9 @@ struct TopView {
   std::string error;     // the last poll's failure, shown in the status line
 };
 
-// One frame: exactly `height` lines of at most `width` characters, joined with '\n'.
+// One frame: exactly `height` lines of at most `width` characters, joined with '\n'. The
+// flow-control section (after the endpoints, before the decisions) is drawn only when
+// `state.flow_control` is set. Every line is sanitized for a terminal (see TopFlowControl).
 std::string RenderTop(const TopState& state, const TopView& view, int width, int height);
 
 }  // namespace epp
