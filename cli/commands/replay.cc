@@ -121,6 +121,11 @@ void SetupReplayCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--duration", o->duration_s,
                   "Seconds: a workload generates rate x duration requests (default: every prompt once); a trace is cut after it")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--tenants", o->tenants,
+                  "Give every request a tenant (fairness id): N equal tenants t1..tN, or NAME=WEIGHT,... drawn by weight "
+                  "(replaces the trace's own)");
+  cmd->add_option("--priority-mix", o->priority_mix,
+                  "Give every request a priority drawn by share, PRIORITY=SHARE,... e.g. 1=0.1,0=0.9 (replaces the trace's own)");
   cmd->add_option("--time-scale", o->time_scale, "Multiplies arrival times (0.5 = twice as fast)")->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--servers", o->servers, "Simulated model servers")->capture_default_str()->check(CLI::Range(1, 100000));
@@ -236,6 +241,11 @@ int RunReplay(const ReplayCommandOptions& o) {
   std::string title;
   absl::StatusOr<std::vector<epp::ReplayRequest>> trace = LoadInput(o, title);
   if (!trace.ok()) return PrintError(trace.status());
+  if (!o.tenants.empty() || !o.priority_mix.empty()) {
+    absl::StatusOr<epp::TenantMix> mix = epp::ParseTenantMix(o.tenants, o.priority_mix, o.seed);
+    if (!mix.ok()) return PrintError(mix.status());
+    epp::MixTenants(*trace, *mix);
+  }
 
   if (!o.regions.empty()) {
     if (policies.size() != 1)

@@ -20,6 +20,8 @@ struct ReplayCommandOptions {
   std::string arrivals = "poisson";       // poisson or constant
   double duration_s = 0;                  // workload: rate x duration requests; trace: first S seconds
   double time_scale = 1.0;                // trace timestamps are multiplied by this
+  std::string tenants;                    // --tenants: "N" or NAME=WEIGHT,... (epp::ParseTenantMix)
+  std::string priority_mix;               // --priority-mix: PRIORITY=SHARE,...
   // Servers.
   int servers = 8;
   int64_t server_kv_tokens = 0;           // 0: SimParams' default kv_blocks

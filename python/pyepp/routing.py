@@ -185,7 +185,8 @@ def _run(trace: Any, policies: Any, servers: int, server_kv_tokens: Optional[int
          refresh_interval_s: float, seed: int, trace_format: Optional[str], time_scale: float,
          prefill_servers: int = 0, decode_servers: int = 0, kv_link_gbytes_per_s: float = 25.0,
          kv_bytes_per_token: int = 131072, epp_replicas: int = 1, kv_event_delay_s: float = 0.0,
-         server_speeds: Optional[Sequence[float]] = None) -> Any:
+         server_speeds: Optional[Sequence[float]] = None, tenants: Any = None,
+         priority_mix: Optional[Mapping[int, float]] = None) -> Any:
     seed = _uint64(seed, "seed")
     if isinstance(servers, bool) or not isinstance(servers, int) or servers <= 0:
         raise ConfigError(f"servers must be an int > 0, got {servers!r}")
@@ -223,7 +224,36 @@ def _run(trace: Any, policies: Any, servers: int, server_kv_tokens: Optional[int
         count = prefill_servers + decode_servers if prefill_servers + decode_servers > 0 else servers
         options.per_server = lib.mixed_speed_servers(options.server, count, [float(v) for v in server_speeds])
     native_trace = _trace(trace, trace_format, float(time_scale), seed)
+    tenant_spec, priority_spec = _mix_specs(tenants, priority_mix)
+    if tenant_spec or priority_spec:
+        lib.mix_tenants(native_trace, tenant_spec, priority_spec, seed)
     return lib.run_replay(native_trace, native_policies, options)
+
+
+def _mix_specs(tenants: Any, priority_mix: Optional[Mapping[int, float]]) -> Tuple[str, str]:
+    """``eppctl replay --tenants/--priority-mix`` texts of replay()'s arguments."""
+    tenant_spec = ""
+    if tenants is None:
+        pass
+    elif isinstance(tenants, int) and not isinstance(tenants, bool):
+        tenant_spec = str(tenants)
+    elif isinstance(tenants, Mapping):
+        tenant_spec = ",".join(f"{k}={float(v)!r}" for k, v in tenants.items())
+    elif isinstance(tenants, Sequence) and not isinstance(tenants, (str, bytes)):
+        tenant_spec = ",".join(str(k) for k in tenants)
+    else:
+        raise ConfigError(f"tenants must be a count, a list of names or a dict of name: weight, got {tenants!r}")
+    if tenant_spec == "" and tenants not in (None,):
+        raise ConfigError("tenants: give at least one tenant")
+    priority_spec = ""
+    if priority_mix is not None:
+        if not isinstance(priority_mix, Mapping) or not priority_mix:
+            raise ConfigError(f"priority_mix must be a dict of priority: share, got {priority_mix!r}")
+        for k, v in priority_mix.items():
+            if isinstance(k, bool) or not isinstance(k, int) or isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ConfigError(f"priority_mix: {k!r}: {v!r}: expected an int priority and a numeric share")
+        priority_spec = ",".join(f"{k}={float(v)!r}" for k, v in priority_mix.items())
+    return tenant_spec, priority_spec
 
 
 def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Union[str, Sequence[Any]],
@@ -231,7 +261,8 @@ def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Un
            refresh_interval_s: float = 0.05, seed: int = 0, trace_format: Optional[str] = None,
            time_scale: float = 1.0, prefill_servers: int = 0, decode_servers: int = 0,
            kv_link_gbytes_per_s: float = 25.0, kv_bytes_per_token: int = 131072, epp_replicas: int = 1,
-           kv_event_delay_s: float = 0.0, server_speeds: Optional[Sequence[float]] = None) -> Dict[str, Any]:
+           kv_event_delay_s: float = 0.0, server_speeds: Optional[Sequence[float]] = None, tenants: Any = None,
+           priority_mix: Optional[Mapping[int, float]] = None) -> Dict[str, Any]:
     """Replays ``trace`` once per policy over ``servers`` simulated model servers; returns the
     report (``eppctl replay --output json``) as a dict: ``trace`` (requests, blocks,
     prompt_tokens, duration_s and the two block hit-rate bounds) and ``policies`` (per policy:
@@ -271,10 +302,19 @@ def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Un
 
     ``server_speeds`` (``eppctl replay --server-speed``) makes a pool of mixed GPUs: server i runs
     at ``server_speeds[i % len]`` times the prefill rate, its decode steps that much shorter.
+
+    Flow control: a policy whose config has ``featureGates: [flowControl]`` runs llm-d's
+    flow-control layer in virtual time (requests wait in the EPP while the pool is saturated).
+    ``tenants`` (a count, a list of names or a dict of name: weight) and ``priority_mix`` (a dict
+    of priority: share) give every request a fairness id and a priority (``eppctl replay
+    --tenants/--priority-mix``). Each policy then reports ``flow_control``, ``flow_wait_s``,
+    ``drops`` (by x-llm-d-request-dropped-reason), ``bands`` and ``tenants`` (requests, completed,
+    dropped, TTFT and time queued percentiles, served and demanded requests per second) and
+    ``jain_fairness`` (None with fewer than two tenants).
     """
     report = _run(trace, policies, servers, server_kv_tokens, sim, refresh_interval_s, seed, trace_format, time_scale,
                   prefill_servers, decode_servers, kv_link_gbytes_per_s, kv_bytes_per_token, epp_replicas,
-                  kv_event_delay_s, server_speeds)
+                  kv_event_delay_s, server_speeds, tenants, priority_mix)
     return json.loads(lib.replay_report_to_json(report, -1))
 
 
@@ -283,6 +323,18 @@ def _percentiles(d: Mapping[str, Any]) -> Any:
     for k in ("p50", "p90", "p99", "mean"):
         setattr(p, k, float(d.get(k, 0.0)))
     return p
+
+
+def _group_from_dict(d: Mapping[str, Any]) -> Any:
+    g = lib.ReplayGroupReport()
+    g.name = str(d["name"])
+    for k in ("requests", "completed", "dropped"):
+        setattr(g, k, int(d[k]))
+    g.ttft_s = _percentiles(d["ttft_s"])
+    g.wait_s = _percentiles(d["wait_s"])
+    g.served_rps = float(d["served_rps"])
+    g.demand_rps = float(d["demand_rps"])
+    return g
 
 
 def _report_from_dict(report: Mapping[str, Any]) -> Any:
@@ -294,6 +346,8 @@ def _report_from_dict(report: Mapping[str, Any]) -> Any:
             setattr(t, k, int(report["trace"][k]))
         for k in ("duration_s", "upper_bound_block_hit_rate", "pooled_cache_bound_block_hit_rate"):
             setattr(t, k, float(report["trace"][k]))
+        if "ttft_bound_s" in report["trace"]:
+            t.ttft_bound_s = _percentiles(report["trace"]["ttft_bound_s"])
         native.trace = t
         policies = []
         for p in report["policies"]:
@@ -313,6 +367,22 @@ def _report_from_dict(report: Mapping[str, Any]) -> Any:
                 n.disaggregated = int(p["disaggregated"])
                 n.kv_transfer_s_mean = float(p["kv_transfer_s_mean"])
                 n.server_roles = [str(x) for x in p["server_roles"]]
+            if "ttft_over_bound" in p:
+                n.ttft_over_bound = _percentiles(p["ttft_over_bound"])
+            flags = []
+            for f in p.get("flags", []):
+                flag = lib.ReplayFlag()
+                flag.code, flag.message = str(f["code"]), str(f["message"])
+                flags.append(flag)
+            n.flags = flags
+            if "flow_control" in p:  # reports written before flow-control replay lack these
+                n.flow_control = bool(p["flow_control"])
+                n.flow_wait_s = _percentiles(p["flow_wait_s"])
+                n.drops = {str(k): int(v) for k, v in p["drops"].items()}
+                n.bands = [_group_from_dict(g) for g in p["bands"]]
+                n.tenants = [_group_from_dict(g) for g in p["tenants"]]
+                jain = p.get("jain_fairness")
+                n.jain_fairness = math.nan if jain is None else float(jain)
             n.requests_per_server = [int(x) for x in p["requests_per_server"]]
             for k in ("kv_usage_mean_per_server", "ttft_samples_s", "hit_rate_timeline"):
                 setattr(n, k, [float(x) for x in p[k]])
@@ -336,7 +406,8 @@ def _bind_replay_args(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[An
     a = bound.arguments
     return (a["trace"], a["policies"], a["servers"], a["server_kv_tokens"], a["sim"], a["refresh_interval_s"], a["seed"],
             a["trace_format"], a["time_scale"], a["prefill_servers"], a["decode_servers"], a["kv_link_gbytes_per_s"],
-            a["kv_bytes_per_token"], a["epp_replicas"], a["kv_event_delay_s"], a["server_speeds"])
+            a["kv_bytes_per_token"], a["epp_replicas"], a["kv_event_delay_s"], a["server_speeds"], a["tenants"],
+            a["priority_mix"])
 
 
 def replay_text(*report_or_args: Any, **kwargs: Any) -> str:

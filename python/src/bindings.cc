@@ -540,6 +540,8 @@ void BindReplay(py::module_& m) {
         py::call_guard<py::gil_scoped_release>());
   m.def("generate_shared_prefix", &ReplayTrace_SharedPrefixShim, py::arg("workload"),
         py::call_guard<py::gil_scoped_release>());
+  m.def("mix_tenants", &ReplayTrace_MixTenantsShim, py::arg("trace"), py::arg("tenants"), py::arg("priorities"),
+        py::arg("seed"));
   py::class_<epp::ReplayPolicy>(m, "ReplayPolicy")
       .def(py::init<>())
       .def_readwrite("name", &epp::ReplayPolicy::name)
@@ -575,7 +577,23 @@ void BindReplay(py::module_& m) {
       .def_readwrite("prompt_tokens", &epp::ReplayTraceInfo::prompt_tokens)
       .def_readwrite("duration_s", &epp::ReplayTraceInfo::duration_s)
       .def_readwrite("upper_bound_block_hit_rate", &epp::ReplayTraceInfo::upper_bound_block_hit_rate)
-      .def_readwrite("pooled_cache_bound_block_hit_rate", &epp::ReplayTraceInfo::pooled_cache_bound_block_hit_rate);
+      .def_readwrite("pooled_cache_bound_block_hit_rate", &epp::ReplayTraceInfo::pooled_cache_bound_block_hit_rate)
+      .def_readwrite("ttft_bound_s", &epp::ReplayTraceInfo::ttft_bound_s)
+      .def_readwrite("ttft_bound_samples_s", &epp::ReplayTraceInfo::ttft_bound_samples_s);
+  py::class_<epp::ReplayFlag>(m, "ReplayFlag")
+      .def(py::init<>())
+      .def_readwrite("code", &epp::ReplayFlag::code)
+      .def_readwrite("message", &epp::ReplayFlag::message);
+  py::class_<epp::ReplayGroupReport>(m, "ReplayGroupReport")
+      .def(py::init<>())
+      .def_readwrite("name", &epp::ReplayGroupReport::name)
+      .def_readwrite("requests", &epp::ReplayGroupReport::requests)
+      .def_readwrite("completed", &epp::ReplayGroupReport::completed)
+      .def_readwrite("dropped", &epp::ReplayGroupReport::dropped)
+      .def_readwrite("ttft_s", &epp::ReplayGroupReport::ttft_s)
+      .def_readwrite("wait_s", &epp::ReplayGroupReport::wait_s)
+      .def_readwrite("served_rps", &epp::ReplayGroupReport::served_rps)
+      .def_readwrite("demand_rps", &epp::ReplayGroupReport::demand_rps);
   py::class_<epp::ReplayPolicyReport>(m, "ReplayPolicyReport")
       .def(py::init<>())
       .def_readwrite("name", &epp::ReplayPolicyReport::name)
@@ -600,6 +618,14 @@ void BindReplay(py::module_& m) {
       .def_readwrite("kv_usage_mean_per_server", &epp::ReplayPolicyReport::kv_usage_mean_per_server)
       .def_readwrite("ttft_samples_s", &epp::ReplayPolicyReport::ttft_samples_s)
       .def_readwrite("hit_rate_timeline", &epp::ReplayPolicyReport::hit_rate_timeline)
+      .def_readwrite("ttft_over_bound", &epp::ReplayPolicyReport::ttft_over_bound)
+      .def_readwrite("flags", &epp::ReplayPolicyReport::flags)
+      .def_readwrite("flow_control", &epp::ReplayPolicyReport::flow_control)
+      .def_readwrite("flow_wait_s", &epp::ReplayPolicyReport::flow_wait_s)
+      .def_readwrite("drops", &epp::ReplayPolicyReport::drops)
+      .def_readwrite("bands", &epp::ReplayPolicyReport::bands)
+      .def_readwrite("tenants", &epp::ReplayPolicyReport::tenants)
+      .def_readwrite("jain_fairness", &epp::ReplayPolicyReport::jain_fairness)
       .def_readwrite("wall_s", &epp::ReplayPolicyReport::wall_s);
   py::class_<epp::ReplayReport>(m, "ReplayReport")
       .def(py::init<>())

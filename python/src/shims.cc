@@ -973,6 +973,10 @@ std::shared_ptr<ReplayTrace> ReplayTrace_SharedPrefixShim(const epp::SharedPrefi
   return trace;
 }
 
+void ReplayTrace_MixTenantsShim(ReplayTrace& trace, const std::string& tenants, const std::string& priorities, uint64_t seed) {
+  epp::MixTenants(trace.requests, Unwrap(epp::ParseTenantMix(tenants, priorities, seed)));
+}
+
 epp::SharedPrefixWorkload SharedPrefix_GieShim(const std::string& name) {
   return Unwrap(epp::GieBenchmarkWorkload(name));
 }

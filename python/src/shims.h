@@ -338,6 +338,8 @@ struct ReplayTrace {
 size_t ReplayTrace_LenShim(const ReplayTrace& trace);
 std::shared_ptr<ReplayTrace> ReplayTrace_LoadShim(const std::string& format, const std::string& path, double time_scale);
 std::shared_ptr<ReplayTrace> ReplayTrace_SharedPrefixShim(const epp::SharedPrefixWorkload& workload);
+// ParseTenantMix() + MixTenants() on the trace in place; kInvalidArgument for a bad spec.
+void ReplayTrace_MixTenantsShim(ReplayTrace& trace, const std::string& tenants, const std::string& priorities, uint64_t seed);
 epp::SharedPrefixWorkload SharedPrefix_GieShim(const std::string& name);
 epp::ReplayPolicy ReplayPolicy_NamedShim(const std::string& name);
 // ResolveReplayPolicy() / MakePolicyNamesUnique(), errors as exceptions.

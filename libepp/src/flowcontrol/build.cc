@@ -130,24 +130,25 @@ absl::StatusOr<ControllerConfig> BuildControllerConfig(const EppConfig& config, 
   return BuildControllerConfig(config, lookup, registry, context);
 }
 
+PoolSample SamplePool(const Scheduler& scheduler, const std::vector<Endpoint>& pool) {
+  PoolSample sample;
+  sample.empty = pool.empty();
+  const Scheduler::Impl& impl = scheduler.impl();
+  if (impl.detector == nullptr) return sample;
+  SchedulingContext ctx;
+  ctx.endpoints = pool;
+  ctx.rng = impl.rng;
+  ctx.now_us = impl.clock != nullptr ? impl.clock->NowMicros() : SteadyClock::Get().NowMicros();
+  impl.load->Snapshot(pool, ctx.inflight_requests, ctx.inflight_tokens);
+  std::vector<const Endpoint*> candidates;
+  candidates.reserve(pool.size());
+  for (const Endpoint& e : pool) candidates.push_back(&e);
+  sample.saturation = StageSaturation(*impl.detector, ctx, candidates);
+  return sample;
+}
+
 PoolSampler MakePoolSampler(std::shared_ptr<const Scheduler> scheduler, const EndpointSource& source) {
-  return [scheduler = std::move(scheduler), &source]() {
-    PoolSample sample;
-    const std::shared_ptr<const std::vector<Endpoint>> pool = source.Snapshot();
-    sample.empty = pool->empty();
-    const Scheduler::Impl& impl = scheduler->impl();
-    if (impl.detector == nullptr) return sample;
-    SchedulingContext ctx;
-    ctx.endpoints = *pool;
-    ctx.rng = impl.rng;
-    ctx.now_us = impl.clock != nullptr ? impl.clock->NowMicros() : SteadyClock::Get().NowMicros();
-    impl.load->Snapshot(*pool, ctx.inflight_requests, ctx.inflight_tokens);
-    std::vector<const Endpoint*> candidates;
-    candidates.reserve(pool->size());
-    for (const Endpoint& e : *pool) candidates.push_back(&e);
-    sample.saturation = StageSaturation(*impl.detector, ctx, candidates);
-    return sample;
-  };
+  return [scheduler = std::move(scheduler), &source]() { return SamplePool(*scheduler, *source.Snapshot()); };
 }
 
 bool FlowControlEnabled(const EppConfig& config) {

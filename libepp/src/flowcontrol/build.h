@@ -40,6 +40,8 @@ absl::StatusOr<ControllerConfig> BuildControllerConfig(const EppConfig& config, 
 // counts, so a request picked in the dispatch callback counts at the next cycle. No detector:
 // saturation 0. `source` must outlive the sampler.
 PoolSampler MakePoolSampler(std::shared_ptr<const Scheduler> scheduler, const EndpointSource& source);
+// One sample of `pool` as MakePoolSampler's sampler takes it (the replay samples its own pool).
+PoolSample SamplePool(const Scheduler& scheduler, const std::vector<Endpoint>& pool);
 
 // True when the configuration's featureGates turn the layer on.
 bool FlowControlEnabled(const EppConfig& config);

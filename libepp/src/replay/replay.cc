@@ -23,6 +23,8 @@
 #include "epp/kv/index.h"
 #include "epp/kv/subscriber.h"
 #include "epp/scheduler.h"
+#include "flowcontrol/build.h"
+#include "flowcontrol/controller.h"
 #include "replay/render.h"
 
 namespace epp {
@@ -131,6 +133,15 @@ struct Pending {
   int64_t transfer_us = 0;       // decode stage: the KV transfer
   size_t replica = 0;            // the EPP replica that picked it (ReplayOptions::epp_replicas)
   uint64_t pick_id = 0;          // PickResult::pick_id: its first token is reported to the replica
+  size_t band = 0, tenant = 0;   // its groups (PolicyRun::bands, tenants)
+  size_t trace_index = 0;        // its ReplayRequest in the trace
+};
+
+// What a policy's run measures for one priority band or tenant (ReplayGroupReport).
+struct GroupAcc {
+  std::string name;
+  int64_t requests = 0, completed = 0, dropped = 0, served = 0;
+  std::vector<double> ttft, wait;
 };
 
 // KV events on their way from a server to the EPP replicas (ReplayOptions::kv_event_delay_us).
@@ -399,12 +410,27 @@ struct PolicyRun {
 
   void DeliverKvEvents(int64_t now_us);
   absl::Status PickAndSubmit(const ReplayRequest& r, const InferenceRequest& req, size_t replica);
+  // The request the EPP receives for `r` (fills and returns `req`).
+  const InferenceRequest& RequestFor(const ReplayRequest& r);
+  // Flow control: the layer of each replica (BuildReplicas), an arrival entering it, the
+  // dispatch and expiry cycles run after anything that may free capacity, and the event loop
+  // that steps servers one event at a time while requests wait (so capacity frees when a request
+  // ends, as at a real response end, not at the next scrape).
+  absl::Status BuildFlowControl(const PluginRegistry& registry);
+  absl::Status Enqueue(const ReplayRequest& r, size_t replica);
+  absl::Status RunFlowCycles(int64_t now_us);
+  absl::Status StepUntil(int64_t until, int64_t& next_scrape, bool draining);
+  size_t Queued() const;
+  void Drop(const ReplayRequest& r, std::string_view reason);
+  size_t BandOf(int priority);
+  size_t TenantOf(const std::string& tenant);
   void AccountHits(const Pending& pd, const SimRequestResult& res);
   void Collect(size_t s);
   void FinishPrefill(size_t s, const Pending& pd, const std::optional<SimRequestResult>& res, bool rejected);
   void FinishRequest(size_t s, const Pending& pd, const std::optional<SimRequestResult>& res, bool rejected);
   absl::Status AdvancePd(int64_t until);
   void Scrape(int64_t t);
+  void ReportGroups();
 
   const ReplaySetup& setup;
   const ReplayPolicy& policy;
@@ -436,8 +462,17 @@ struct PolicyRun {
   std::vector<int> prefill_pending = std::vector<int>(params.size(), 0);
   absl::flat_hash_map<uint64_t, Pending> pending;
   uint64_t next_id = 1;
+  // Flow control (empty when the policy's config does not turn it on).
+  std::vector<std::unique_ptr<flowcontrol::FlowController>> flows;
+  absl::Status flow_error;  // a dispatch callback's failure, returned by the loop
+  InferenceRequest req;     // RequestFor's
   // What the run measures.
   ReplayPolicyReport rep;
+  std::vector<GroupAcc> bands, tenants;
+  absl::flat_hash_map<int, size_t> band_of;
+  absl::flat_hash_map<std::string, size_t> tenant_of;
+  std::vector<double> flow_wait;
+  int64_t last_arrival = 0;
   std::vector<double> itl;
   int64_t transfer_us_sum = 0;
   int64_t scrapes = 0;
@@ -457,6 +492,135 @@ absl::Status PolicyRun::BuildReplicas(const PluginRegistry& registry) {
     replicas.push_back(std::move(built));
   }
   kv_on = kv_of.front() != nullptr;
+  return BuildFlowControl(registry);
+}
+
+absl::Status PolicyRun::BuildFlowControl(const PluginRegistry& registry) {
+  if (!flowcontrol::FlowControlEnabled(policy.config)) return absl::OkStatus();
+  rep.flow_control = true;
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    absl::StatusOr<flowcontrol::ControllerConfig> fc = flowcontrol::BuildControllerConfig(policy.config, *replicas[i], registry);
+    if (!fc.ok()) return absl::InvalidArgumentError(absl::StrCat("policy ", policy.name, ": ", fc.status().message()));
+    const Scheduler* scheduler = replicas[i].get();
+    // No dispatcher thread: RunFlowCycles drives the layer in virtual time.
+    flows.push_back(std::make_unique<flowcontrol::FlowController>(
+        *std::move(fc), [this, scheduler] { return flowcontrol::SamplePool(*scheduler, endpoints); }, clock));
+  }
+  return absl::OkStatus();
+}
+
+size_t PolicyRun::BandOf(int priority) {
+  auto [it, added] = band_of.try_emplace(priority, bands.size());
+  if (added) bands.push_back(GroupAcc{std::to_string(priority)});
+  return it->second;
+}
+
+size_t PolicyRun::TenantOf(const std::string& tenant) {
+  auto [it, added] = tenant_of.try_emplace(tenant, tenants.size());
+  if (added) tenants.push_back(GroupAcc{tenant});
+  return it->second;
+}
+
+void PolicyRun::Drop(const ReplayRequest& r, std::string_view reason) {
+  rep.shed++;
+  rep.drops[reason.empty() ? std::string("unspecified") : std::string(reason)]++;
+  bands[BandOf(r.priority)].dropped++;
+  tenants[TenantOf(r.tenant)].dropped++;
+}
+
+size_t PolicyRun::Queued() const {
+  size_t n = 0;
+  for (const auto& f : flows) n += f->queued();
+  return n;
+}
+
+const InferenceRequest& PolicyRun::RequestFor(const ReplayRequest& r) {
+  req.path = "/v1/completions";
+  req.model = r.model;
+  req.prompt.assign(renderer.Render(r));
+  req.prompt_tokens = r.prompt_tokens;
+  req.priority = r.priority;
+  req.fairness_id = r.tenant;
+  return req;
+}
+
+// An arrival enters its replica's layer: answered at once (capacity), or queued until a cycle
+// dispatches it (then picked and submitted at that virtual time) or drops it.
+absl::Status PolicyRun::Enqueue(const ReplayRequest& r, size_t replica) {
+  flowcontrol::EnqueueRequest e;
+  e.request_id = std::to_string(next_id);
+  e.fairness_id = r.tenant;
+  e.priority = r.priority;
+  e.bytes = static_cast<uint64_t>(std::max<int64_t>(1, r.prompt_tokens)) * kCharsPerToken;
+  e.received_us = r.arrival_us;
+  const ReplayRequest* rp = &r;
+  flows[replica]->Enqueue(std::move(e), [this, rp, replica](const flowcontrol::Completion& c) {
+    if (c.outcome != flowcontrol::Outcome::kDispatched) {
+      const bool empty = endpoints.empty();
+      Drop(*rp, flowcontrol::AnswerFor(c.outcome, empty).reason);
+      return;
+    }
+    flow_wait.push_back(static_cast<double>(c.waited_us) / 1e6);
+    bands[BandOf(rp->priority)].wait.push_back(static_cast<double>(c.waited_us) / 1e6);
+    tenants[TenantOf(rp->tenant)].wait.push_back(static_cast<double>(c.waited_us) / 1e6);
+    absl::Status st = PickAndSubmit(*rp, RequestFor(*rp), replica);
+    if (!st.ok() && flow_error.ok()) flow_error = st;
+  });
+  return flow_error;
+}
+
+// Expiry, then dispatch while each layer finds capacity (every cycle samples the pool afresh, and
+// a dispatched request's pick counts in the scheduler's in-flight load at once).
+absl::Status PolicyRun::RunFlowCycles(int64_t now_us) {
+  for (auto& f : flows) {
+    if (f->queued() == 0) continue;
+    f->ExpireOnce(now_us);
+    while (f->queued() > 0 && f->DispatchOnce()) {
+    }
+  }
+  return flow_error;
+}
+
+// Flow control's event loop up to `until`: scrapes as the plain loop has them, and, while requests
+// wait, every server event in time order (a request ending frees capacity then). With `draining`
+// (the trace has ended) it runs until nothing waits; a layer that can never dispatch (a pool
+// saturated with nothing running) is shut down, its requests answered as the reference does then.
+absl::Status PolicyRun::StepUntil(int64_t until, int64_t& next_scrape, bool draining) {
+  constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+  int idle_scrapes = 0;
+  while (!draining || Queued() > 0) {
+    int64_t t_server = kNever;
+    size_t s_next = 0;
+    if (Queued() > 0) {
+      for (size_t s = 0; s < servers.size(); ++s) {
+        const int64_t t = servers[s]->NextEventTime();
+        if (t < t_server) {
+          t_server = t;
+          s_next = s;
+        }
+      }
+      if (!deferred.empty()) t_server = std::min(t_server, deferred.top().t_us);
+    }
+    const int64_t t = std::min(next_scrape, t_server);
+    if (t > until) break;
+    EPP_RETURN_IF_ERROR(AdvancePd(t));
+    if (next_scrape <= t_server) {
+      Scrape(next_scrape);
+      next_scrape += options.scrape_interval_us;
+      idle_scrapes = t_server == kNever ? idle_scrapes + 1 : 0;
+    } else if (servers[s_next]->NextEventTime() == t) {
+      servers[s_next]->AdvanceTo(t, &events);
+      dirty[s_next] = 1;
+      Collect(s_next);
+    }
+    clock.Set(std::max(clock.NowMicros(), t));
+    DeliverKvEvents(t);
+    EPP_RETURN_IF_ERROR(RunFlowCycles(t));
+    if (draining && idle_scrapes > 2 && Queued() > 0) {
+      for (auto& f : flows) f->Shutdown();
+      break;
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -569,6 +733,19 @@ void PolicyRun::FinishRequest(size_t s, const Pending& pd, const std::optional<S
   }
   rep.completed++;
   ttft.push_back(static_cast<double>(res->first_token_us - pd.arrival_us) / 1e6);
+  bands[pd.band].completed++;
+  bands[pd.band].ttft.push_back(ttft.back());
+  tenants[pd.tenant].completed++;
+  tenants[pd.tenant].ttft.push_back(ttft.back());
+  if (!flows.empty()) {
+    // The band's fairness policy learns what the flow's request cost (program-aware fairness).
+    ResponseUsage usage;
+    usage.prompt_tokens = static_cast<double>(res->prompt_tokens);
+    usage.completion_tokens = static_cast<double>(res->output_tokens);
+    usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
+    usage.cached_tokens = static_cast<double>(res->cached_tokens);
+    flows[pd.replica]->Completed(setup.trace[pd.trace_index].priority, setup.trace[pd.trace_index].tenant, usage);
+  }
   e2e.push_back(static_cast<double>(res->finish_us - pd.arrival_us) / 1e6);
   queue.push_back(static_cast<double>(pd.prefill_queue_us + res->admitted_us - res->arrival_us) / 1e6);
   if (res->output_tokens > 1)
@@ -656,9 +833,28 @@ void PolicyRun::DeliverKvEvents(int64_t now_us) {
 absl::Status PolicyRun::ReplayTrace(size_t policy_index) {
   int64_t next_scrape = t0;
   size_t done = 0;
-  InferenceRequest req;
-  req.path = "/v1/completions";
   for (const ReplayRequest& r : setup.trace) {
+    BandOf(r.priority);
+    TenantOf(r.tenant);
+    bands[band_of[r.priority]].requests++;
+    tenants[tenant_of[r.tenant]].requests++;
+    last_arrival = std::max(last_arrival, r.arrival_us);
+  }
+  for (const ReplayRequest& r : setup.trace) {
+    if (!flows.empty()) {
+      EPP_RETURN_IF_ERROR(StepUntil(r.arrival_us, next_scrape, false));
+      EPP_RETURN_IF_ERROR(AdvancePd(r.arrival_us));
+      clock.Set(std::max(clock.NowMicros(), r.arrival_us));
+      first_arrival = std::min(first_arrival, r.arrival_us);
+      DeliverKvEvents(r.arrival_us);
+      const size_t replica = done % replicas.size();
+      EPP_RETURN_IF_ERROR(Enqueue(r, replica));
+      EPP_RETURN_IF_ERROR(RunFlowCycles(r.arrival_us));
+      ++done;
+      if (options.progress && (done & 1023) == 0)
+        options.progress((static_cast<double>(policy_index * setup.trace.size() + done)) / std::max(1.0, setup.total_work));
+      continue;
+    }
     while (next_scrape <= r.arrival_us) {
       EPP_RETURN_IF_ERROR(AdvancePd(next_scrape));
       Scrape(next_scrape);
@@ -667,16 +863,14 @@ absl::Status PolicyRun::ReplayTrace(size_t policy_index) {
     EPP_RETURN_IF_ERROR(AdvancePd(r.arrival_us));
     clock.Set(r.arrival_us);
     first_arrival = std::min(first_arrival, r.arrival_us);
-    req.model = r.model;
-    req.prompt.assign(renderer.Render(r));
-    req.prompt_tokens = r.prompt_tokens;
-    req.priority = r.priority;
     DeliverKvEvents(r.arrival_us);
-    EPP_RETURN_IF_ERROR(PickAndSubmit(r, req, done % replicas.size()));
+    EPP_RETURN_IF_ERROR(PickAndSubmit(r, RequestFor(r), done % replicas.size()));
     ++done;
     if (options.progress && (done & 1023) == 0)
       options.progress((static_cast<double>(policy_index * setup.trace.size() + done)) / std::max(1.0, setup.total_work));
   }
+  // Requests still waiting in the layer dispatch as the servers finish what they run.
+  if (!flows.empty()) EPP_RETURN_IF_ERROR(StepUntil(std::numeric_limits<int64_t>::max() - 1, next_scrape, true));
   return absl::OkStatus();
 }
 
@@ -686,7 +880,7 @@ absl::Status PolicyRun::ReplayTrace(size_t policy_index) {
 absl::Status PolicyRun::PickAndSubmit(const ReplayRequest& r, const InferenceRequest& req, size_t replica) {
   PickResult pr = replicas[replica]->Pick(req, endpoints);
   if (pr.status != 200) {
-    rep.shed++;
+    Drop(r, pr.dropped_reason);
     return absl::OkStatus();
   }
   const size_t s = server_of.at(pr.endpoints.front());
@@ -700,6 +894,14 @@ absl::Status PolicyRun::PickAndSubmit(const ReplayRequest& r, const InferenceReq
   pd.matchable_tokens = static_cast<int64_t>(pr.prefix_blocks) * pr.prefix_block_size_tokens;
   pd.load_tokens = pr.load_tokens;
   pd.pick_id = pr.pick_id;
+  pd.trace_index = static_cast<size_t>(&r - setup.trace.data());
+  pd.band = BandOf(r.priority);
+  pd.tenant = TenantOf(r.tenant);
+  if (clock.NowMicros() <= last_arrival) {
+    // Dispatched while the trace was still arriving: the service its groups got under contention.
+    bands[pd.band].served++;
+    tenants[pd.tenant].served++;
+  }
   pd.bucket = std::min(buckets - 1, static_cast<size_t>((r.arrival_us - t0) * static_cast<int64_t>(buckets) / span));
   SimRequest sr;
   sr.id = next_id++;
@@ -729,7 +931,8 @@ absl::Status PolicyRun::PickAndSubmit(const ReplayRequest& r, const InferenceReq
   if (target != s) rep.requests_per_server[s]++;
   bucket_server[pd.bucket * params.size() + s]++;
   dirty[target] = 1;
-  absl::Status st = servers[target]->Submit(sr, r.arrival_us, &events);
+  // Now: the arrival, or later when flow control held the request.
+  absl::Status st = servers[target]->Submit(sr, std::max(r.arrival_us, clock.NowMicros()), &events);
   if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("policy ", policy.name, ": ", st.message()));
   Collect(target);
   return absl::OkStatus();
@@ -747,6 +950,78 @@ absl::Status PolicyRun::Drain() {
     }
   }
   return absl::OkStatus();
+}
+
+// Max-min fair shares of `total` among demands (water filling): a group asking less than an equal
+// split of what is left gets what it asks; the others split the rest equally.
+std::vector<double> MaxMinShares(const std::vector<double>& demand, double total) {
+  std::vector<size_t> order(demand.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return demand[a] < demand[b]; });
+  std::vector<double> share(demand.size(), 0);
+  double left = total;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const double equal = left / static_cast<double>(order.size() - k);
+    share[order[k]] = std::min(demand[order[k]], equal);
+    left -= share[order[k]];
+  }
+  return share;
+}
+
+// Jain's index of served / fair share over the groups with a fair share; NaN with fewer than two.
+double JainFairness(const std::vector<double>& served, const std::vector<double>& demand) {
+  double total = 0;
+  for (double x : served) total += x;
+  const std::vector<double> fair = MaxMinShares(demand, total);
+  double sum = 0, sum_sq = 0;
+  int n = 0;
+  for (size_t i = 0; i < served.size(); ++i) {
+    if (!(fair[i] > 0)) continue;
+    const double x = served[i] / fair[i];
+    sum += x;
+    sum_sq += x * x;
+    ++n;
+  }
+  if (n < 2 || !(sum_sq > 0)) return std::numeric_limits<double>::quiet_NaN();
+  return sum * sum / (static_cast<double>(n) * sum_sq);
+}
+
+void PolicyRun::ReportGroups() {
+  rep.flow_wait_s = Summarize(flow_wait);
+  const double span_s = std::max(1e-6, static_cast<double>(last_arrival - t0) / 1e6);
+  auto out = [&](std::vector<GroupAcc>& groups) {
+    std::vector<ReplayGroupReport> v;
+    for (GroupAcc& g : groups) {
+      ReplayGroupReport r;
+      r.name = g.name;
+      r.requests = g.requests;
+      r.completed = g.completed;
+      r.dropped = g.dropped;
+      r.ttft_s = Summarize(g.ttft);
+      r.wait_s = Summarize(g.wait);
+      r.served_rps = static_cast<double>(g.served) / span_s;
+      r.demand_rps = static_cast<double>(g.requests) / span_s;
+      v.push_back(std::move(r));
+    }
+    return v;
+  };
+  // Bands when priorities differ or the layer ran (highest priority first); tenants when named.
+  if (bands.size() > 1 || rep.flow_control) {
+    rep.bands = out(bands);
+    std::sort(rep.bands.begin(), rep.bands.end(),
+              [](const ReplayGroupReport& a, const ReplayGroupReport& b) { return std::stoi(a.name) > std::stoi(b.name); });
+  }
+  if (tenants.size() > 1 || (tenants.size() == 1 && !tenants.front().name.empty())) {
+    rep.tenants = out(tenants);
+    std::sort(rep.tenants.begin(), rep.tenants.end(),
+              [](const ReplayGroupReport& a, const ReplayGroupReport& b) { return a.name < b.name; });
+  }
+  std::vector<double> served, demand;
+  for (const ReplayGroupReport& t : rep.tenants) {
+    served.push_back(t.served_rps);
+    demand.push_back(t.demand_rps);
+  }
+  rep.jain_fairness = JainFairness(served, demand);
 }
 
 ReplayPolicyReport PolicyRun::Report(const Percentiles& ttft_bound, std::chrono::steady_clock::time_point wall0) {
@@ -779,6 +1054,7 @@ ReplayPolicyReport PolicyRun::Report(const Percentiles& ttft_bound, std::chrono:
   auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
   rep.ttft_over_bound = {ratio(rep.ttft_s.p50, b.p50), ratio(rep.ttft_s.p90, b.p90), ratio(rep.ttft_s.p99, b.p99),
                          ratio(rep.ttft_s.mean, b.mean)};
+  ReportGroups();
   AddLoadFlags(rep, bucket_server, buckets, static_cast<double>(span) / 1e6);
   rep.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   return std::move(rep);

@@ -17,11 +17,35 @@ namespace {
 
 using internal::Num;
 
+// A left-aligned table with columns two spaces apart, each line prefixed with `indent`.
+void AppendTable(std::string& out, const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
+                 const std::string& indent) {
+  std::vector<size_t> w(header.size());
+  for (size_t c = 0; c < header.size(); ++c) w[c] = header[c].size();
+  for (const auto& row : rows)
+    for (size_t c = 0; c < row.size(); ++c) w[c] = std::max(w[c], row[c].size());
+  auto line = [&](const std::vector<std::string>& row) {
+    out += indent;
+    for (size_t c = 0; c < row.size(); ++c) absl::StrAppend(&out, row[c], std::string(w[c] - row[c].size() + 2, ' '));
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    out += "\n";
+  };
+  line(header);
+  for (const auto& row : rows) line(row);
+}
+
 }  // namespace
 
 std::string ReplayReportToJson(const ReplayReport& report, int indent) {
   using json = nlohmann::ordered_json;
   auto pct = [](const Percentiles& p) { return json{{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"mean", p.mean}}; };
+  auto groups = [&](const std::vector<ReplayGroupReport>& gs) {
+    json a = json::array();
+    for (const ReplayGroupReport& g : gs)
+      a.push_back({{"name", g.name}, {"requests", g.requests}, {"completed", g.completed}, {"dropped", g.dropped},
+                   {"ttft_s", pct(g.ttft_s)}, {"wait_s", pct(g.wait_s)}, {"served_rps", g.served_rps}, {"demand_rps", g.demand_rps}});
+    return a;
+  };
   json j;
   j["trace"] = {{"requests", report.trace.requests},
                 {"blocks", report.trace.blocks},
@@ -55,6 +79,12 @@ std::string ReplayReportToJson(const ReplayReport& report, int indent) {
                   {"kv_usage_mean_per_server", p.kv_usage_mean_per_server},
                   {"hit_rate_timeline", p.hit_rate_timeline},
                   {"ttft_samples_s", p.ttft_samples_s},
+                  {"flow_control", p.flow_control},
+                  {"flow_wait_s", pct(p.flow_wait_s)},
+                  {"drops", p.drops},
+                  {"bands", groups(p.bands)},
+                  {"tenants", groups(p.tenants)},
+                  {"jain_fairness", p.jain_fairness},
                   {"flags", [&] {
                      json f = json::array();
                      for (const ReplayFlag& x : p.flags) f.push_back({{"code", x.code}, {"message", x.message}});
@@ -91,17 +121,7 @@ std::string ReplayReportToText(const ReplayReport& r) {
                     replay_internal::RatioToBound(p.ttft_over_bound), Num(p.e2e_s.p50), Num(p.e2e_s.p99), Num(p.throughput_rps), Num(p.load_max_over_mean),
                     std::isnan(p.prediction_error_rate) ? "n/a" : Num(p.prediction_error_rate), std::to_string(p.failed), std::to_string(p.shed)});
   }
-  std::vector<size_t> w(header.size());
-  for (size_t c = 0; c < header.size(); ++c) w[c] = header[c].size();
-  for (const auto& row : rows)
-    for (size_t c = 0; c < row.size(); ++c) w[c] = std::max(w[c], row[c].size());
-  auto line = [&](const std::vector<std::string>& row) {
-    for (size_t c = 0; c < row.size(); ++c) absl::StrAppend(&out, row[c], std::string(w[c] - row[c].size() + 2, ' '));
-    while (!out.empty() && out.back() == ' ') out.pop_back();
-    out += "\n";
-  };
-  line(header);
-  for (const auto& row : rows) line(row);
+  AppendTable(out, header, rows, "");
   bool any_flag = false;
   for (const ReplayPolicyReport& p : r.policies)
     for (const ReplayFlag& f : p.flags) {
@@ -122,6 +142,33 @@ std::string ReplayReportToText(const ReplayReport& r) {
                     p.completed, " requests prefilled remotely, KV transfer mean ", Num(p.kv_transfer_s_mean), " s; stage requests ",
                     prefill_requests, " on prefill, ", decode_requests, " on decode servers; ITL p50 ", Num(p.itl_s.p50), " p99 ",
                     Num(p.itl_s.p99), "\n");
+  }
+  for (const ReplayPolicyReport& p : r.policies) {
+    if (p.bands.empty() && p.tenants.empty()) continue;
+    absl::StrAppend(&out, "\n", p.name, ":");
+    if (p.flow_control)
+      absl::StrAppend(&out, " flow control, time queued in the EPP p50 ", Num(p.flow_wait_s.p50), " p99 ", Num(p.flow_wait_s.p99), " s;");
+    if (p.drops.empty()) {
+      out += " no request dropped";
+    } else {
+      out += " dropped:";
+      for (const auto& [reason, n] : p.drops) absl::StrAppend(&out, " ", reason, " ", n);
+    }
+    if (!std::isnan(p.jain_fairness) && !p.tenants.empty()) absl::StrAppend(&out, "; Jain's fairness index ", Num(p.jain_fairness));
+    out += "\n";
+    const std::vector<std::string> gh = {"requests", "completed", "dropped", "TTFT p50", "p99", "queued p50", "p99", "served/s", "demand/s"};
+    auto group_rows = [&](const std::vector<ReplayGroupReport>& gs, const std::string& what) {
+      if (gs.empty()) return;
+      std::vector<std::string> h = {what};
+      h.insert(h.end(), gh.begin(), gh.end());
+      std::vector<std::vector<std::string>> gr;
+      for (const ReplayGroupReport& g : gs)
+        gr.push_back({g.name.empty() ? "(none)" : g.name, std::to_string(g.requests), std::to_string(g.completed), std::to_string(g.dropped),
+                      Num(g.ttft_s.p50), Num(g.ttft_s.p99), Num(g.wait_s.p50), Num(g.wait_s.p99), Num(g.served_rps), Num(g.demand_rps)});
+      AppendTable(out, h, gr, "  ");
+    };
+    group_rows(p.bands, "band");
+    group_rows(p.tenants, "tenant");
   }
   out +=
       "\n(times in seconds of simulated time; figures come from the simulator's cost model, not GPUs; "

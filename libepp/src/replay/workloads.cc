@@ -3,6 +3,7 @@
 // the named baseline policies.
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <cmath>
 #include <fstream>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/json.h"
 #include "epp/prefix_cache.h"
 #include "epp/tools/replay.h"
@@ -305,8 +307,84 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadOpenAITrace(const std::string& pa
     }
     if (auto it = j.find("output_tokens"); it != j.end() && it->is_number_integer())
       if (std::optional<int64_t> v = internal::JsonInt64(*it); v && *v > 0) r.output_tokens = *v;
+    if (auto it = j.find("priority"); it != j.end() && !it->is_null()) {
+      std::optional<int64_t> v = it->is_number_integer() ? internal::JsonInt64(*it) : std::nullopt;
+      if (!v || *v < INT32_MIN || *v > INT32_MAX) return Bad(where + "priority: expected an integer");
+      r.priority = static_cast<int>(*v);
+    }
+    r.tenant = req->fairness_id;
+    if (auto it = j.find("tenant"); it != j.end() && !it->is_null()) {
+      if (!it->is_string() || it->get_ref<const std::string&>().size() > 253)
+        return Bad(where + "tenant: expected a fairness id (a string of at most 253 characters)");
+      r.tenant = it->get<std::string>();
+    }
     return r;
   });
+}
+
+absl::StatusOr<TenantMix> ParseTenantMix(std::string_view tenants_view, std::string_view priorities_view, uint64_t seed) {
+  // std::string: this Abseil's string_view is its own type, not std::string_view.
+  const std::string tenants(tenants_view), priorities(priorities_view);
+  TenantMix mix;
+  mix.seed = seed;
+  auto number = [](std::string_view text, double& out) {
+    const std::string t(text);
+    char* end = nullptr;
+    out = std::strtod(t.c_str(), &end);
+    return !t.empty() && end == t.c_str() + t.size() && std::isfinite(out);
+  };
+  if (!tenants.empty()) {
+    double n = 0;
+    if (tenants.find_first_of("=,") == std::string_view::npos && number(tenants, n)) {
+      if (n < 1 || n > 10000 || n != std::floor(n))
+        return Bad(absl::StrCat("--tenants: '", tenants, "': expected a count of tenants in [1, 10000] or NAME=WEIGHT,..."));
+      for (int i = 1; i <= static_cast<int>(n); ++i) mix.tenants.emplace_back(absl::StrCat("t", i), 1.0);
+    } else {
+      for (const std::string& item : std::vector<std::string>(absl::StrSplit(tenants, ','))) {
+        const size_t eq = item.find('=');
+        const std::string name = item.substr(0, eq);
+        double w = 1;
+        if (name.empty() || (eq != std::string_view::npos && (!number(item.substr(eq + 1), w) || !(w > 0))))
+          return Bad(absl::StrCat("--tenants: '", item, "': expected NAME or NAME=WEIGHT with a weight > 0"));
+        for (const auto& [seen, unused] : mix.tenants)
+          if (seen == name) return Bad(absl::StrCat("--tenants: tenant '", name, "' given twice"));
+        mix.tenants.emplace_back(name, w);
+      }
+    }
+  }
+  if (!priorities.empty()) {
+    for (const std::string& item : std::vector<std::string>(absl::StrSplit(priorities, ','))) {
+      const size_t eq = item.find('=');
+      double p = 0, share = 0;
+      if (eq == std::string_view::npos || !number(item.substr(0, eq), p) || p != std::floor(p) || std::fabs(p) > 1e9 ||
+          !number(item.substr(eq + 1), share) || !(share > 0))
+        return Bad(absl::StrCat("--priority-mix: '", item, "': expected PRIORITY=SHARE (an integer and a share > 0)"));
+      for (const auto& [seen, unused] : mix.priorities)
+        if (seen == static_cast<int>(p)) return Bad(absl::StrCat("--priority-mix: priority ", seen, " given twice"));
+      mix.priorities.emplace_back(static_cast<int>(p), share);
+    }
+  }
+  return mix;
+}
+
+void MixTenants(std::vector<ReplayRequest>& trace, const TenantMix& mix) {
+  // Cumulative weights, drawn from by a seeded generator: the same mix for the same trace and seed.
+  auto cumulative = [](const auto& items) {
+    std::vector<double> c;
+    double sum = 0;
+    for (const auto& [unused, w] : items) c.push_back(sum += w);
+    return c;
+  };
+  const std::vector<double> tw = cumulative(mix.tenants), pw = cumulative(mix.priorities);
+  std::mt19937_64 rng(mix.seed ^ 0x7e4a47f1c0ffee11ULL);
+  auto draw = [&rng](const std::vector<double>& c) {
+    const double u = std::uniform_real_distribution<double>(0, c.back())(rng);
+    return static_cast<size_t>(std::upper_bound(c.begin(), c.end(), u) - c.begin()) % c.size();
+  };
+  for (ReplayRequest& r : trace) {
+    if (!tw.empty()) r.tenant = mix.tenants[draw(tw)].first;
+    if (!pw.empty()) r.priority = mix.priorities[draw(pw)].first;
+  }
 }
 
 namespace {

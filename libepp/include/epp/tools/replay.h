@@ -42,7 +42,8 @@ struct ReplayRequest {
   std::string text;                     // a literal prompt (captured requests)
   int64_t prompt_tokens = 0;            // sum of segment tokens, or ApproxTokens(text)
   int64_t output_tokens = 1;
-  int priority = 0;
+  int priority = 0;                     // the request's InferenceObjective priority (its band)
+  std::string tenant;                   // its fairness id (x-llm-d-inference-fairness-id); empty: none
   std::string region;                   // where it arrived, if the trace says (multi-region replay)
 };
 
@@ -68,6 +69,21 @@ struct SharedPrefixWorkload {
 };
 // kInvalidArgument naming the bad field.
 absl::StatusOr<std::vector<ReplayRequest>> GenerateSharedPrefix(const SharedPrefixWorkload& workload);
+// Tenants and priorities for a trace that has none (`eppctl replay --tenants/--priority-mix`):
+// each request gets a tenant drawn by weight and a priority drawn by share, from `seed`, so a
+// trace without them can exercise flow control's bands and fairness.
+struct TenantMix {
+  std::vector<std::pair<std::string, double>> tenants;  // name, weight (> 0); empty: leave tenants
+  std::vector<std::pair<int, double>> priorities;       // priority, share (> 0); empty: leave priorities
+  uint64_t seed = 0;
+};
+// `tenants`: "N" (N equal tenants named t1..tN) or "NAME=WEIGHT,..." (a bare NAME weighs 1);
+// `priorities`: "PRIORITY=SHARE,..." (shares are normalised), e.g. "1=0.1,0=0.9". Either may be
+// empty. kInvalidArgument naming the bad item.
+absl::StatusOr<TenantMix> ParseTenantMix(std::string_view tenants, std::string_view priorities, uint64_t seed = 0);
+// Assigns every request of `trace` a tenant and a priority as `mix` says (each list only when set).
+void MixTenants(std::vector<ReplayRequest>& trace, const TenantMix& mix);
+
 // The four GIE prefix-cache benchmark configurations (peers.md section 7.2), by file name:
 // short-questions__many-system-prompts, long-questions__many-system-prompts,
 // short-questions__few-system-prompts__multi-chat, long-questions__few-system-prompts__multi-chat.
@@ -81,7 +97,8 @@ absl::StatusOr<SharedPrefixWorkload> GieBenchmarkWorkload(std::string_view name)
 absl::StatusOr<std::vector<ReplayRequest>> LoadMooncakeTrace(const std::string& path, double time_scale = 1.0);
 // Captured OpenAI requests, one per line as `eppctl pick` reads them, each with an arrival time
 // in a top-level "timestamp" (ms) or "arrival_s" member and optionally "output_tokens" (default
-// max_tokens of the body, else 128) and "region" (as in Mooncake lines).
+// max_tokens of the body, else 128), "region" (as in Mooncake lines), "priority" (an integer) and
+// "tenant" (a fairness id; else the line's x-llm-d-inference-fairness-id header, if any).
 absl::StatusOr<std::vector<ReplayRequest>> LoadOpenAITrace(const std::string& path, double time_scale = 1.0);
 
 // Azure's LLM inference traces (AzurePublicDataset): CSV with the header
@@ -181,11 +198,38 @@ struct ReplayFlag {
   std::string message;  // one line, with the figures
 };
 
+// One priority band's or one tenant's share of a policy's run (ReplayPolicyReport::bands, tenants).
+struct ReplayGroupReport {
+  std::string name;        // the band's priority, or the tenant's fairness id ("" : no tenant)
+  int64_t requests = 0;    // arrived
+  int64_t completed = 0;
+  int64_t dropped = 0;     // answered 429/503 before reaching a server (shed, or dropped by flow control)
+  Percentiles ttft_s;      // from arrival at the EPP: includes the time queued in flow control
+  Percentiles wait_s;      // time in the flow-control layer, of the requests it dispatched
+  // Requests dispatched to a server while the trace was still arriving, per second of its arrival
+  // span: the service the group got while everyone competed.
+  double served_rps = 0;
+  double demand_rps = 0;   // requests arrived per second of the arrival span
+};
+
 struct ReplayPolicyReport {
   std::string name;
   int64_t completed = 0;
   int64_t failed = 0;         // never admitted (too large for a server's KV cache)
-  int64_t shed = 0;           // 429 / 503 from the scheduler
+  int64_t shed = 0;           // 429 / 503 before a server: the scheduler's, or the flow-control layer's
+  // Flow control (the policy's featureGates has flowControl and the replay runs its layer): requests
+  // wait in the EPP while the pool is saturated and dispatch as capacity frees, in virtual time.
+  bool flow_control = false;
+  Percentiles flow_wait_s;                // time in the layer, of the requests it dispatched
+  std::map<std::string, int64_t> drops;   // shed requests by x-llm-d-request-dropped-reason
+  // Per priority band (highest first) when the trace has more than one priority or the policy runs
+  // flow control; per tenant when the trace names tenants.
+  std::vector<ReplayGroupReport> bands;
+  std::vector<ReplayGroupReport> tenants;
+  // Jain's fairness index over tenants of served_rps / (max-min fair share of the served total,
+  // given each tenant's demand): 1 when every tenant got its fair share; NaN (JSON null) with
+  // fewer than two tenants.
+  double jain_fairness = 0;
   double block_hit_rate = 0;
   double token_hit_rate = 0;
   Percentiles ttft_s, e2e_s, queue_s;
