@@ -65,7 +65,11 @@ def test_effective_config_of_every_example_is_complete_and_stable(eppctl, path, 
     assert sum(types.count(h) for h in handlers) == 1
     if len(doc["schedulingProfiles"]) == 1:
         assert types.count("single-profile-handler") == 1
-    assert plugins[doc["saturationDetector"]["pluginRef"]]["type"] == "utilization-detector"
+    detector = plugins[doc["saturationDetector"]["pluginRef"]]["type"]
+    # The default one, unless the config names its own (the flow-control examples: concurrency-detector).
+    named = (src.get("flowControl") or {}).get("saturationDetector", {}).get("pluginRef") or \
+        (src.get("saturationDetector") or {}).get("pluginRef")
+    assert detector == (plugins[named]["type"] if named else "utilization-detector")
     for prof in doc["schedulingProfiles"]:
         refs = [plugins[r["pluginRef"]] for r in prof["plugins"]]
         assert refs[-1]["type"].endswith("-picker")

@@ -27,7 +27,8 @@ TRACE_KEYS = ["requests", "blocks", "prompt_tokens", "duration_s", "upper_bound_
               "pooled_cache_bound_block_hit_rate", "ttft_bound_s"]
 POLICY_KEYS = ["name", "completed", "failed", "shed", "block_hit_rate", "token_hit_rate", "ttft_s", "ttft_over_bound", "e2e_s", "queue_s",
                "itl_s", "disaggregated_pool", "disaggregated", "kv_transfer_s_mean", "server_roles", "throughput_rps", "load_max_over_mean", "prediction_error_rate", "precise", "requests_per_server",
-               "kv_usage_mean_per_server", "hit_rate_timeline", "ttft_samples_s", "flags", "wall_s"]
+               "kv_usage_mean_per_server", "hit_rate_timeline", "ttft_samples_s", "flow_control", "flow_wait_s", "drops",
+               "bands", "tenants", "jain_fairness", "flags", "wall_s"]
 
 CONFIG = """\
 apiVersion: inference.networking.x-k8s.io/v1alpha1
@@ -330,3 +331,55 @@ def test_shared_system_prompt_conversations_and_the_epp_policy() -> None:
         assert p["completed"] == report["trace"]["requests"]
         assert p["ttft_over_bound"]["p50"] >= 1.0 - 1e-9  # no policy beats the bound
         assert all(set(f) == {"code", "message"} for f in p["flags"])
+
+
+FLOW_CONTROL = """\
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: concurrency-detector
+  parameters: {maxConcurrency: 2}
+- type: round-robin-fairness-policy
+- type: queue-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+flowControl:
+  saturationDetector: {pluginRef: concurrency-detector}
+  priorityBands:
+  - {priority: 1, fairnessPolicyRef: round-robin-fairness-policy}
+  - {priority: 0, fairnessPolicyRef: round-robin-fairness-policy}
+"""
+
+
+def test_flow_control_tenants_and_priorities() -> None:
+    workload = pyepp.SharedPrefix(groups=4, prompts_per_group=10, system_len=400, question_len=100, output_len=50, rate=400)
+    report = pyepp.replay(workload, [("fc", FLOW_CONTROL), "gie-default"], servers=2, tenants={"a": 3, "b": 1},
+                          priority_mix={1: 0.25, 0: 0.75})
+    fc, plain = report["policies"]
+    assert fc["flow_control"] is True and plain["flow_control"] is False
+    for p in (fc, plain):
+        assert sorted(t["name"] for t in p["tenants"]) == ["a", "b"]
+        assert [b["name"] for b in p["bands"]] == ["1", "0"]
+        assert sum(t["requests"] for t in p["tenants"]) == report["trace"]["requests"] == 40
+        assert isinstance(p["jain_fairness"], float)
+    # Two requests per server at most: the rest wait in the EPP, and the time counts in their TTFT.
+    assert fc["flow_wait_s"]["p99"] > 0
+    assert all(b["wait_s"]["p99"] == 0 for b in plain["bands"])
+    # The same mix for the same seed; tenants as a count or a list.
+    again = pyepp.replay(workload, [("fc", FLOW_CONTROL)], servers=2, tenants={"a": 3, "b": 1}, priority_mix={1: 0.25, 0: 0.75})
+    assert again["policies"][0]["tenants"] == fc["tenants"]
+    counted = pyepp.replay(workload, "gie-default", servers=2, tenants=3)
+    assert sorted(t["name"] for t in counted["policies"][0]["tenants"]) == ["t1", "t2", "t3"]
+    listed = pyepp.replay(workload, "gie-default", servers=2, tenants=["x", "y"])
+    assert sorted(t["name"] for t in listed["policies"][0]["tenants"]) == ["x", "y"]
+    # The text of the dict keeps the groups, the bound and the flags (the round trip loses nothing).
+    text = pyepp.replay_text(report)
+    assert "fc: flow control, time queued in the EPP" in text and "Jain's fairness index" in text
+    assert "TTFT bound" in text
+    for bad, match in [({"tenants": 0}, "--tenants"), ({"tenants": "a"}, "tenants must be"),
+                       ({"priority_mix": {"high": 1}}, "priority_mix"), ({"priority_mix": {1: -1}}, "--priority-mix")]:
+        with pytest.raises(pyepp.ConfigError, match=match):
+            pyepp.replay(workload, "gie-default", servers=2, **bad)
