@@ -284,7 +284,9 @@ def test_subset_hint_without_a_match_is_503(eppctl, subset, needle):
     assert code == 1
     assert j["result"]["status"] == 503 and j["result"]["endpoint"] is None and j["result"]["candidates"] == 0
     assert needle in j["result"]["reason"]
-    assert j["decision"] == {"immediate_response": {"status": 503, "body": j["result"]["reason"]}}
+    # A pre-dispatch rejection names its reason, as llm-d sends it.
+    assert j["decision"] == {"immediate_response": {"status": 503, "body": j["result"]["reason"],
+                                                    "headers": {"x-llm-d-request-dropped-reason": "rejected-no-endpoints"}}}
     code, text = explain_text(eppctl, "--endpoints", POOL, "-r", COMPLETIONS, "--subset", subset)
     assert code == 1 and "result     503 Service Unavailable" in text and "ImmediateResponse 503" in text
 
