@@ -93,6 +93,21 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
           // The layer's callback keeps the reactor alive (a reference) until it has run.
           session_.flow_hold = [this] { Ref(); };
           session_.flow_done = [this](const flowcontrol::Completion& c) { OnFlowDone(c); };
+          // In-flight eviction: the layer may call this after the stream ended, so it goes through
+          // a token that OnDone clears (holding a reference while it runs).
+          evict_token_ = std::make_shared<EvictToken>();
+          evict_token_->reactor = this;
+          session_.flow_evict = [token = evict_token_](const flowcontrol::DropAnswer& a) {
+            Reactor* r = nullptr;
+            {
+              std::lock_guard<std::mutex> lock(token->mu);
+              r = token->reactor;
+              if (r == nullptr) return;
+              r->Ref();
+            }
+            r->OnEvict(a);
+            r->Unref();
+          };
         }
       }
       {
@@ -169,6 +184,22 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
       }
       Unref();
     }
+    // The layer evicted this stream's request to make room for higher-priority work: the answer
+    // (429, x-llm-d-request-dropped-reason: evicted) ends the exchange, unless it already ended.
+    void OnEvict(const flowcontrol::DropAnswer& a) {
+      std::lock_guard<std::recursive_mutex> lock(mu_);
+      if (finished_ || cancelled_) return;
+      std::vector<pb::ProcessingResponse> out;
+      session_.Evict(a, out);
+      if (out.empty()) return;
+      for (auto& r : out) {
+        if (capture_) capture_->Write("response", r);
+        queue_.push_back(std::move(r));
+      }
+      read_closed_ = true;
+      MaybeWrite();
+      MaybeFinish();
+    }
     // Takes the request out of the flow-control queue if it still waits there.
     void CancelFlow() {
       std::shared_ptr<flowcontrol::FlowController> flow;
@@ -182,6 +213,10 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
       flow->Cancel(handle);  // false: the outcome is on its way (OnFlowDone sees the stream ended)
     }
     void OnDone() override {
+      if (evict_token_) {
+        std::lock_guard<std::mutex> lock(evict_token_->mu);
+        evict_token_->reactor = nullptr;  // a later eviction finds no stream
+      }
       {
         std::lock_guard<std::mutex> lock(s_->registry_mu);
         s_->registry.erase(this);
@@ -235,6 +270,11 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
       Finish(status_);
     }
 
+    struct EvictToken {
+      std::mutex mu;
+      Reactor* reactor = nullptr;
+    };
+    std::shared_ptr<EvictToken> evict_token_;
     Impl* s_;
     grpc::CallbackServerContext* ctx_;
     std::shared_ptr<const Scheduler> scheduler_;  // the stream's, for its whole life (before session_)

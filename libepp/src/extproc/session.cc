@@ -360,6 +360,12 @@ void ExtProcSession::Impl::Resume(const flowcontrol::Completion& done, bool aliv
     Dispatch(std::chrono::steady_clock::now(), out);
     if (result && result->status == 200 && load_recorded) {
       flow_dispatched = true;
+      if (flow && flow_evict && flow->eviction_enabled() && !result->endpoints.empty()) {
+        std::string id;
+        for (const auto& [k, v] : headers)
+          if (k == "x-request-id") id = v;
+        inflight_handle = flow->TrackInflight(std::move(id), request->priority, result->endpoints.front(), flow_evict);
+      }
     } else if (flow) {
       flow->NotifyCapacity();  // the dispatch took no capacity: the next request may go
     }
@@ -379,6 +385,15 @@ void ExtProcSession::Impl::Resume(const flowcontrol::Completion& done, bool aliv
     r.mutable_request_trailers();
     out.push_back(std::move(r));
   }
+}
+
+void ExtProcSession::Impl::Evict(const flowcontrol::DropAnswer& a, std::vector<pb::ProcessingResponse>& out) {
+  if (finished || response_done || !result || inflight_handle == flowcontrol::kNoHandle) return;
+  evicted = true;
+  result->dropped_reason = std::string(a.reason);
+  Immediate(a.status, a.message, out, a.reason);
+  model_counted = false;  // not a completed response
+  EndResponse();
 }
 
 void ExtProcSession::Impl::Dispatch(std::chrono::steady_clock::time_point t0, std::vector<pb::ProcessingResponse>& out) {
@@ -438,6 +453,11 @@ void ExtProcSession::Impl::EndResponse() {
     scheduler.Release(*result);
     load_recorded = false;
     if (stats) stats->requests_in_flight--;
+  }
+  if (inflight_handle != flowcontrol::kNoHandle) {
+    // Out of the eviction queue; for an evicted request this confirms the revocation.
+    flow->UntrackInflight(inflight_handle);
+    inflight_handle = flowcontrol::kNoHandle;
   }
   if (flow_dispatched) {
     // Capacity freed: the layer's next request may go; the band's fairness policy learns the

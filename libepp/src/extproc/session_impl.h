@@ -72,6 +72,14 @@ struct ExtProcSession::Impl {
   // The outcome of the wait: `alive` false when the stream has ended meanwhile (nothing is
   // picked then). Appends the pick (or the layer's answer) to `out`.
   void Resume(const flowcontrol::Completion& done, bool alive, std::vector<extproc_pb::ProcessingResponse>& out);
+  // In-flight eviction (the layer's enableEviction): a dispatched request is tracked with
+  // `flow_evict` (set by the reactor, safe to call after the stream ended) until its response ends.
+  std::function<void(const flowcontrol::DropAnswer&)> flow_evict;
+  flowcontrol::Handle inflight_handle = flowcontrol::kNoHandle;
+  bool evicted = false;
+  // The layer evicted this request: unless its response has ended, answers `a` (429 "evicted")
+  // and ends the exchange; the load is released and the revocation confirmed at once.
+  void Evict(const flowcontrol::DropAnswer& a, std::vector<extproc_pb::ProcessingResponse>& out);
 
  private:
   // Decide's state carried over a wait in the layer.

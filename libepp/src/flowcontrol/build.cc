@@ -17,6 +17,11 @@ namespace {
 constexpr std::string_view kDefaultOrdering = "fcfs-ordering-policy";
 constexpr std::string_view kDefaultFairness = "global-strict-fairness-policy";
 constexpr std::string_view kDefaultUsageLimit = "static-usage-limit-policy";
+constexpr std::string_view kDefaultEvictionFilter = "sheddable-eviction-filter";
+constexpr std::string_view kDefaultEvictionOrder = "priority-then-time-eviction-order-policy";
+// The reference's evictionLeadingSensorGrace: a detector reading the EPP's own in-flight counts
+// sees a revocation at once; one reading scrapes needs its default 500 ms.
+constexpr int64_t kLeadingSensorGraceUs = 10'000;
 
 class Resolver {
  public:
@@ -113,6 +118,17 @@ absl::StatusOr<ControllerConfig> BuildControllerConfig(const EppConfig& config, 
                                  "flowControl.usageLimitPolicyPluginRef", "a usage-limit policy",
                                  &plugins::FlowControlPolicies::usage_limit));
   out.enable_eviction = spec.enable_eviction;
+  if (spec.enable_eviction) {
+    // The reference wires these two and nothing else (runner.go): a config may define them under
+    // their type names (with parameters); otherwise they are created.
+    const int line = spec.line;
+    EPP_ASSIGN_OR_RETURN(out.eviction_filter,
+                         r.Resolve("", kDefaultEvictionFilter, line, "flowControl.enableEviction", "an eviction filter",
+                                   &plugins::FlowControlPolicies::eviction_filter));
+    EPP_ASSIGN_OR_RETURN(out.eviction_order,
+                         r.Resolve("", kDefaultEvictionOrder, line, "flowControl.enableEviction", "an eviction order",
+                                   &plugins::FlowControlPolicies::eviction_order));
+  }
   return out;
 }
 
@@ -127,7 +143,10 @@ absl::StatusOr<ControllerConfig> BuildControllerConfig(const EppConfig& config, 
   };
   PluginContext context;
   if (impl.clock != nullptr) context.clock = impl.clock;
-  return BuildControllerConfig(config, lookup, registry, context);
+  EPP_ASSIGN_OR_RETURN(ControllerConfig out, BuildControllerConfig(config, lookup, registry, context));
+  if (impl.detector_plugin != nullptr && impl.detector_plugin->type() == "concurrency-detector")
+    out.eviction_confirmation_grace_us = kLeadingSensorGraceUs;
+  return out;
 }
 
 PoolSample SamplePool(const Scheduler& scheduler, const std::vector<Endpoint>& pool) {

@@ -169,6 +169,15 @@ struct FlowController::Band {
 FlowController::FlowController(ControllerConfig config, PoolSampler pool, const Clock& clock)
     : clock_(clock), pool_(std::move(pool)), config_(std::move(config)) {
   for (WaitHistogram& h : waits_) h.buckets.assign(kWaitBuckets, 0);
+  if (config_.enable_eviction && config_.eviction_filter != nullptr && config_.eviction_order != nullptr) {
+    EvictionConfig e;
+    e.filter = config_.eviction_filter;
+    e.order = config_.eviction_order;
+    e.max_revocations_per_decision = config_.max_revocations_per_decision;
+    e.grace_us = config_.eviction_confirmation_grace_us;
+    e.timeout_us = config_.eviction_confirmation_timeout_us;
+    evictor_ = std::make_unique<InflightEvictor>(e, clock_);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   for (const BandConfig& b : config_.bands) BandFor(b.priority);
   BandFor(0);  // the reference always has band 0 (from the default template when not configured)
@@ -326,6 +335,7 @@ bool FlowController::DispatchOnce() {
   if (pool_) pool = pool_();
   std::unique_ptr<Item> item;
   Completion c;
+  std::optional<Blocked> blocked;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t now = clock_.NowMicros();
@@ -344,24 +354,68 @@ bool FlowController::DispatchOnce() {
       band->ceiling = ceilings_[i++];
       if (flow != nullptr) continue;  // ceilings of the rest still refresh, for Stats
       // Head-of-line blocking: the first gated band stops the cycle (ceilings never increase
-      // down the list), as in the reference's dispatch cycle.
-      if (Gated(pool.saturation, band->ceiling)) break;
+      // down the list), as in the reference's dispatch cycle. With eviction, the break may revoke
+      // in-flight lower-priority work (MaybeReclaim, outside the lock).
+      if (Gated(pool.saturation, band->ceiling)) {
+        if (evictor_) {
+          Blocked b;
+          b.saturation = pool.saturation;
+          b.priorities = priorities_;
+          b.ceilings = ceilings_;
+          b.brk = i - 1;
+          for (const auto& [p, bd] : bands_) b.queued.push_back(bd->queued);
+          blocked = std::move(b);
+        }
+        break;
+      }
       if (band->queued == 0) continue;
       const FlowQueue* picked = band->fairness->Pick(now);
       if (picked == nullptr) continue;
       flow = static_cast<Flow*>(const_cast<FlowQueue*>(picked));
     }
-    if (flow == nullptr) return false;
-    item.reset(flow->front());
-    Band& band = *item->band;
-    band.config.fairness->Dispatched(item->q, now);  // before Unlink: q.flow_id views the flow
-    const int64_t waited = now - item->q.enqueue_us;
-    Unlink(item.get());
-    c = {Outcome::kDispatched, waited, item->q.priority};
-    Finish(band, c.outcome, waited);
+    if (flow == nullptr) {
+      if (!blocked) return false;
+    } else {
+      item.reset(flow->front());
+      Band& band = *item->band;
+      band.config.fairness->Dispatched(item->q, now);  // before Unlink: q.flow_id views the flow
+      const int64_t waited = now - item->q.enqueue_us;
+      Unlink(item.get());
+      c = {Outcome::kDispatched, waited, item->q.priority};
+      Finish(band, c.outcome, waited);
+    }
+  }
+  if (!item) {
+    MaybeReclaim(*blocked);
+    return false;
   }
   if (item->done) item->done(c);
   return true;
+}
+
+void FlowController::MaybeReclaim(const Blocked& b) {
+  if (!evictor_->GateOpen(clock_.NowMicros())) return;  // stop-and-wait: a decision is in flight
+  const std::optional<int> victim = evictor_->VictimPriority();
+  if (!victim) return;  // nothing evictable
+  for (size_t j = b.brk; j < b.priorities.size(); ++j) {
+    if (b.priorities[j] <= *victim) return;  // no queued work outranks the best victim
+    // A zero ceiling says the band must not dispatch whatever the load: reclaiming cannot help.
+    if (b.ceilings[j] <= 0) continue;
+    if (b.saturation < b.ceilings[j]) continue;  // not blocked: it dispatches on a later cycle
+    if (b.queued[j] == 0) continue;
+    evictor_->Reclaim(b.saturation, b.ceilings[j], b.priorities[j]);
+    return;
+  }
+}
+
+Handle FlowController::TrackInflight(std::string request_id, int priority, std::string endpoint,
+                                     InflightEvictor::EvictFn evict) {
+  if (!evictor_) return kNoHandle;
+  return evictor_->Track(std::move(request_id), priority, std::move(endpoint), std::move(evict));
+}
+
+void FlowController::UntrackInflight(Handle handle) {
+  if (evictor_ && handle != kNoHandle) evictor_->Untrack(handle);
 }
 
 size_t FlowController::ExpireOnce(int64_t now_us) {
@@ -476,6 +530,7 @@ ControllerStats FlowController::Stats() const {
   s.waits = waits_;
   s.pool = last_pool_;
   s.dispatch_cycles = dispatch_cycles_;
+  if (evictor_) s.eviction = evictor_->Stats();
   for (const auto& [priority, band] : bands_) {
     s.bands.push_back({priority, band->queued, band->bytes, band->config.max_requests, band->config.max_bytes,
                        band->ceiling, band->outcomes});

@@ -44,6 +44,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "epp/plugin.h"
 #include "epp/request.h"
+#include "flowcontrol/eviction.h"
 #include "flowcontrol/policies.h"
 
 namespace epp::flowcontrol {
@@ -110,8 +111,16 @@ struct ControllerConfig {
   BandConfig default_band;
   std::optional<BandConfig> default_negative_band;
   const UsageLimitPolicy* usage_limit = nullptr;  // null: no gating below saturation 1
-  // Accepted, not acted on yet: in-flight eviction needs the request path's hooks.
+  // In-flight eviction (enableEviction): requests registered with TrackInflight may be evicted
+  // to reclaim capacity for queued higher-priority work (eviction.h). The reference fixes the
+  // filter and the order (sheddable-eviction-filter, priority-then-time-eviction-order-policy);
+  // BuildControllerConfig resolves them. Without both, eviction stays off.
   bool enable_eviction = false;
+  const EvictionFilter* eviction_filter = nullptr;
+  const EvictionOrder* eviction_order = nullptr;
+  int max_revocations_per_decision = 2;
+  int64_t eviction_confirmation_grace_us = 500'000;
+  int64_t eviction_confirmation_timeout_us = 10'000'000;
   int64_t poll_interval_us = 1000;
   int max_dispatches_per_wake = 0;  // 0: dispatch while the pool has capacity
   // Policy plugins the config owns (defaults the builder created); keeps the pointers above alive.
@@ -182,6 +191,7 @@ struct ControllerStats {
   std::array<WaitHistogram, kNumOutcomes> waits{};
   PoolSample pool;  // the last cycle's sample
   uint64_t dispatch_cycles = 0;
+  std::optional<EvictionStats> eviction;  // with enableEviction
 };
 
 class FlowController {
@@ -208,6 +218,15 @@ class FlowController {
   // A dispatched request of `flow_id` finished: the band's fairness policy learns its usage.
   void Completed(int priority, std::string_view flow_id, const ResponseUsage& usage);
 
+  // In-flight eviction. A dispatched request that now runs on `endpoint`: with eviction on it may
+  // be chosen as a victim, and `evict` is then called once (on the dispatcher's thread, no lock
+  // of the layer held) with the answer to send; its stream must end and UntrackInflight follow.
+  // kNoHandle (nothing tracked) when eviction is off.
+  Handle TrackInflight(std::string request_id, int priority, std::string endpoint, InflightEvictor::EvictFn evict);
+  // The request's stream ended (response complete, client gone, or evicted). kNoHandle: no-op.
+  void UntrackInflight(Handle handle);
+  bool eviction_enabled() const { return evictor_ != nullptr; }
+
   // The dispatcher thread.
   void Start();
   void NotifyCapacity();  // capacity freed (a request released): run a cycle now
@@ -227,6 +246,15 @@ class FlowController {
   void Unlink(Item* item);      // out of its flow, band and TTL list; REQUIRES: mu_
   void Finish(Band& band, Outcome outcome, int64_t waited_us);  // counters; REQUIRES: mu_
   void Run();
+  // The reference's maybeReclaim at a head-of-line break at band `brk` (eviction on).
+  struct Blocked {
+    double saturation = 0;
+    std::vector<int> priorities;
+    std::vector<double> ceilings;
+    std::vector<size_t> queued;
+    size_t brk = 0;
+  };
+  void MaybeReclaim(const Blocked& b);
 
   const Clock& clock_;
   PoolSampler pool_;
@@ -259,6 +287,8 @@ class FlowController {
   bool wake_ = false;
   bool stop_ = false;
   std::thread thread_;
+
+  std::unique_ptr<InflightEvictor> evictor_;  // with enableEviction
 };
 
 }  // namespace epp::flowcontrol

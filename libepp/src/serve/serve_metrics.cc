@@ -530,6 +530,33 @@ void WriteFlowControl(Exposition& x, const ServeMetricsSources& src) {
                  {"inference_pool", pool}},
                 fc.wait_bounds_s, cumulative, h.count, h.sum_s);
   }
+  if (!fc.eviction) return;
+  // In-flight eviction (enableEviction), llm-d's revocation metrics.
+  const flowcontrol::EvictionStats& e = *fc.eviction;
+  x.Family("llm_d_epp_flow_control_revocations_issued_total", "counter",
+           "In-flight eviction revocations issued, by the demand band's priority.");
+  for (const auto& [priority, n] : e.issued)
+    x.Sample("llm_d_epp_flow_control_revocations_issued_total",
+             {{"priority", std::to_string(priority)}, {"inference_pool", pool}}, static_cast<int64_t>(n));
+  x.Family("llm_d_epp_flow_control_revocations_total", "counter",
+           "In-flight eviction revocations that ended, by outcome (confirmed, timed_out).");
+  x.Sample("llm_d_epp_flow_control_revocations_total", {{"outcome", "confirmed"}, {"inference_pool", pool}},
+           static_cast<int64_t>(e.confirmed));
+  x.Sample("llm_d_epp_flow_control_revocations_total", {{"outcome", "timed_out"}, {"inference_pool", pool}},
+           static_cast<int64_t>(e.timed_out));
+  x.Family("llm_d_epp_flow_control_reclaim_target", "gauge", "The last reclamation decision's deficit (saturation units).");
+  x.Sample("llm_d_epp_flow_control_reclaim_target", {{"inference_pool", pool}}, e.reclaim_target);
+  x.Family("llm_d_epp_flow_control_pending_reclaim", "gauge", "Capacity debited for revocations not yet reclaimed.");
+  x.Sample("llm_d_epp_flow_control_pending_reclaim", {{"inference_pool", pool}}, e.pending_reclaim);
+  if (e.confirmation_count > 0) {
+    x.Family("llm_d_epp_flow_control_revocation_confirmation_seconds", "histogram",
+             "Time from a revocation to the end of the evicted request's stream.");
+    std::vector<uint64_t> cumulative;
+    uint64_t acc = 0;
+    for (size_t b = 0; b < e.confirmation_bounds_s.size(); ++b) cumulative.push_back(acc += e.confirmation_buckets[b]);
+    x.Histogram("llm_d_epp_flow_control_revocation_confirmation_seconds", {{"inference_pool", pool}}, e.confirmation_bounds_s,
+                cumulative, e.confirmation_count, e.confirmation_sum_s);
+  }
 }
 
 }  // namespace
