@@ -149,6 +149,8 @@ def test_held_over_capacity_then_priority_then_fcfs(fc_serve):
     assert s.metric("llm_d_epp_flow_control_queue_size", fairness_id="default-flow", priority="0",
                     inference_pool=POOL_NAME) == 2
     assert s.metric("llm_d_epp_flow_control_pool_saturation", inference_pool=POOL_NAME, stage="effective") >= 1
+    # Per stage as the reference partitions the pool: unlabelled endpoints are the decode stage.
+    assert s.metric("llm_d_epp_flow_control_pool_saturation", inference_pool=POOL_NAME, stage="decode") >= 1
     a.finish_response()
     d.picked()  # the high-priority band first, although it came last
     assert b.silent() and c.silent()

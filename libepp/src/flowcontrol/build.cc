@@ -162,7 +162,7 @@ PoolSample SamplePool(const Scheduler& scheduler, const std::vector<Endpoint>& p
   std::vector<const Endpoint*> candidates;
   candidates.reserve(pool.size());
   for (const Endpoint& e : pool) candidates.push_back(&e);
-  sample.saturation = StageSaturation(*impl.detector, ctx, candidates);
+  sample.saturation = StageSaturation(*impl.detector, ctx, candidates, &sample.prefill, &sample.decode);
   return sample;
 }
 

@@ -35,7 +35,8 @@ int64_t SloTtftMs(const InferenceRequest& request) {
   return ms;
 }
 
-double StageSaturation(const SaturationDetector& detector, const SchedulingContext& ctx, Candidates candidates) {
+double StageSaturation(const SaturationDetector& detector, const SchedulingContext& ctx, Candidates candidates,
+                       double* prefill_out, double* decode_out) {
   std::vector<const Endpoint*> prefill, decode;
   for (const Endpoint* e : candidates) {
     auto it = e->labels.find("llm-d.ai/role");
@@ -51,9 +52,11 @@ double StageSaturation(const SaturationDetector& detector, const SchedulingConte
     // Encode-only pods take no prefill or decode traffic, and pods of an unknown role take none at
     // all (every role filter rejects them): counting them would dilute the stage signal.
   }
-  double saturation = -1;
-  if (!prefill.empty()) saturation = std::max(saturation, detector.Saturation(ctx, prefill));
-  if (!decode.empty()) saturation = std::max(saturation, detector.Saturation(ctx, decode));
+  const double p = prefill.empty() ? -1 : detector.Saturation(ctx, prefill);
+  const double d = decode.empty() ? -1 : detector.Saturation(ctx, decode);
+  if (prefill_out != nullptr) *prefill_out = p;
+  if (decode_out != nullptr) *decode_out = d;
+  const double saturation = std::max(p, d);
   return saturation < 0 ? detector.Saturation(ctx, candidates) : saturation;
 }
 

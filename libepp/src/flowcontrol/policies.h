@@ -176,6 +176,9 @@ class EvictionOrder {
 // encode-prefill count for prefill; decode, unlabelled or empty-role pods for decode; both /
 // prefill-decode / encode-prefill-decode pods for both; encode-only and unknown roles for
 // neither); over all candidates when neither stage has any.
-double StageSaturation(const SaturationDetector& detector, const SchedulingContext& ctx, Candidates candidates);
+// `prefill` / `decode`, when given, receive each stage's saturation, or -1 for a stage without
+// endpoints (the reference's per-stage pool_saturation gauges: unlabelled endpoints are decode).
+double StageSaturation(const SaturationDetector& detector, const SchedulingContext& ctx, Candidates candidates,
+                       double* prefill = nullptr, double* decode = nullptr);
 
 }  // namespace epp::flowcontrol
