@@ -126,6 +126,12 @@ void SetupReplayCommand(CLI::App& app, int& exit_code) {
                   "(replaces the trace's own)");
   cmd->add_option("--priority-mix", o->priority_mix,
                   "Give every request a priority drawn by share, PRIORITY=SHARE,... e.g. 1=0.1,0=0.9 (replaces the trace's own)");
+  cmd->add_option("--slo-ttft-ms", o->slo_ttft_ms,
+                  "A TTFT SLO (ms) for every request without its own (sent as x-llm-d-slo-ttft-ms); the report gives attainment "
+                  "and goodput")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--slo-tpot-ms", o->slo_tpot_ms, "A TPOT SLO (ms) for every request without its own (x-llm-d-slo-tpot-ms)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--time-scale", o->time_scale, "Multiplies arrival times (0.5 = twice as fast)")->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--servers", o->servers, "Simulated model servers")->capture_default_str()->check(CLI::Range(1, 100000));
@@ -246,6 +252,7 @@ int RunReplay(const ReplayCommandOptions& o) {
     if (!mix.ok()) return PrintError(mix.status());
     epp::MixTenants(*trace, *mix);
   }
+  epp::AttachSlos(*trace, o.slo_ttft_ms, o.slo_tpot_ms);
 
   if (!o.regions.empty()) {
     if (policies.size() != 1)

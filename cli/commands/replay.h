@@ -22,6 +22,8 @@ struct ReplayCommandOptions {
   double time_scale = 1.0;                // trace timestamps are multiplied by this
   std::string tenants;                    // --tenants: "N" or NAME=WEIGHT,... (epp::ParseTenantMix)
   std::string priority_mix;               // --priority-mix: PRIORITY=SHARE,...
+  int64_t slo_ttft_ms = -1;               // --slo-ttft-ms: for requests without their own
+  int64_t slo_tpot_ms = -1;               // --slo-tpot-ms
   // Servers.
   int servers = 8;
   int64_t server_kv_tokens = 0;           // 0: SimParams' default kv_blocks

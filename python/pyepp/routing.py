@@ -186,7 +186,8 @@ def _run(trace: Any, policies: Any, servers: int, server_kv_tokens: Optional[int
          prefill_servers: int = 0, decode_servers: int = 0, kv_link_gbytes_per_s: float = 25.0,
          kv_bytes_per_token: int = 131072, epp_replicas: int = 1, kv_event_delay_s: float = 0.0,
          server_speeds: Optional[Sequence[float]] = None, tenants: Any = None,
-         priority_mix: Optional[Mapping[int, float]] = None) -> Any:
+         priority_mix: Optional[Mapping[int, float]] = None, slo_ttft_ms: Optional[int] = None,
+         slo_tpot_ms: Optional[int] = None) -> Any:
     seed = _uint64(seed, "seed")
     if isinstance(servers, bool) or not isinstance(servers, int) or servers <= 0:
         raise ConfigError(f"servers must be an int > 0, got {servers!r}")
@@ -227,6 +228,11 @@ def _run(trace: Any, policies: Any, servers: int, server_kv_tokens: Optional[int
     tenant_spec, priority_spec = _mix_specs(tenants, priority_mix)
     if tenant_spec or priority_spec:
         lib.mix_tenants(native_trace, tenant_spec, priority_spec, seed)
+    for name, v in (("slo_ttft_ms", slo_ttft_ms), ("slo_tpot_ms", slo_tpot_ms)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ConfigError(f"{name} must be an int >= 0 (milliseconds) or None, got {v!r}")
+    if slo_ttft_ms is not None or slo_tpot_ms is not None:
+        lib.attach_slos(native_trace, -1 if slo_ttft_ms is None else slo_ttft_ms, -1 if slo_tpot_ms is None else slo_tpot_ms)
     return lib.run_replay(native_trace, native_policies, options)
 
 
@@ -262,7 +268,8 @@ def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Un
            time_scale: float = 1.0, prefill_servers: int = 0, decode_servers: int = 0,
            kv_link_gbytes_per_s: float = 25.0, kv_bytes_per_token: int = 131072, epp_replicas: int = 1,
            kv_event_delay_s: float = 0.0, server_speeds: Optional[Sequence[float]] = None, tenants: Any = None,
-           priority_mix: Optional[Mapping[int, float]] = None) -> Dict[str, Any]:
+           priority_mix: Optional[Mapping[int, float]] = None, slo_ttft_ms: Optional[int] = None,
+           slo_tpot_ms: Optional[int] = None) -> Dict[str, Any]:
     """Replays ``trace`` once per policy over ``servers`` simulated model servers; returns the
     report (``eppctl replay --output json``) as a dict: ``trace`` (requests, blocks,
     prompt_tokens, duration_s and the two block hit-rate bounds) and ``policies`` (per policy:
@@ -311,10 +318,15 @@ def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Un
     ``drops`` (by x-llm-d-request-dropped-reason), ``bands`` and ``tenants`` (requests, completed,
     dropped, TTFT and time queued percentiles, served and demanded requests per second) and
     ``jain_fairness`` (None with fewer than two tenants).
+
+    SLOs: ``slo_ttft_ms`` / ``slo_tpot_ms`` give every request without its own (OpenAI trace lines
+    may carry ``slo_ttft_ms`` / ``slo_tpot_ms`` or the ``x-llm-d-slo-*`` headers) a TTFT / TPOT SLO,
+    sent to the EPP as llm-d's headers; each policy then reports ``slo`` (``requests``,
+    ``ttft_attainment``, ``tpot_attainment``, ``attainment``, ``goodput_rps``), None without SLOs.
     """
     report = _run(trace, policies, servers, server_kv_tokens, sim, refresh_interval_s, seed, trace_format, time_scale,
                   prefill_servers, decode_servers, kv_link_gbytes_per_s, kv_bytes_per_token, epp_replicas,
-                  kv_event_delay_s, server_speeds, tenants, priority_mix)
+                  kv_event_delay_s, server_speeds, tenants, priority_mix, slo_ttft_ms, slo_tpot_ms)
     return json.loads(lib.replay_report_to_json(report, -1))
 
 
@@ -383,6 +395,12 @@ def _report_from_dict(report: Mapping[str, Any]) -> Any:
                 n.tenants = [_group_from_dict(g) for g in p["tenants"]]
                 jain = p.get("jain_fairness")
                 n.jain_fairness = math.nan if jain is None else float(jain)
+            slo = p.get("slo")
+            if slo:
+                n.slo_requests = int(slo["requests"])
+                for k in ("ttft_attainment", "tpot_attainment", "attainment"):
+                    setattr(n, "slo_" + k, math.nan if slo[k] is None else float(slo[k]))
+                n.goodput_rps = float(slo["goodput_rps"])
             n.requests_per_server = [int(x) for x in p["requests_per_server"]]
             for k in ("kv_usage_mean_per_server", "ttft_samples_s", "hit_rate_timeline"):
                 setattr(n, k, [float(x) for x in p[k]])
@@ -407,7 +425,7 @@ def _bind_replay_args(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[An
     return (a["trace"], a["policies"], a["servers"], a["server_kv_tokens"], a["sim"], a["refresh_interval_s"], a["seed"],
             a["trace_format"], a["time_scale"], a["prefill_servers"], a["decode_servers"], a["kv_link_gbytes_per_s"],
             a["kv_bytes_per_token"], a["epp_replicas"], a["kv_event_delay_s"], a["server_speeds"], a["tenants"],
-            a["priority_mix"])
+            a["priority_mix"], a["slo_ttft_ms"], a["slo_tpot_ms"])
 
 
 def replay_text(*report_or_args: Any, **kwargs: Any) -> str:

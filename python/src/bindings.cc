@@ -542,6 +542,7 @@ void BindReplay(py::module_& m) {
         py::call_guard<py::gil_scoped_release>());
   m.def("mix_tenants", &ReplayTrace_MixTenantsShim, py::arg("trace"), py::arg("tenants"), py::arg("priorities"),
         py::arg("seed"));
+  m.def("attach_slos", &ReplayTrace_AttachSlosShim, py::arg("trace"), py::arg("ttft_ms"), py::arg("tpot_ms"));
   py::class_<epp::ReplayPolicy>(m, "ReplayPolicy")
       .def(py::init<>())
       .def_readwrite("name", &epp::ReplayPolicy::name)
@@ -626,6 +627,11 @@ void BindReplay(py::module_& m) {
       .def_readwrite("bands", &epp::ReplayPolicyReport::bands)
       .def_readwrite("tenants", &epp::ReplayPolicyReport::tenants)
       .def_readwrite("jain_fairness", &epp::ReplayPolicyReport::jain_fairness)
+      .def_readwrite("slo_requests", &epp::ReplayPolicyReport::slo_requests)
+      .def_readwrite("slo_ttft_attainment", &epp::ReplayPolicyReport::slo_ttft_attainment)
+      .def_readwrite("slo_tpot_attainment", &epp::ReplayPolicyReport::slo_tpot_attainment)
+      .def_readwrite("slo_attainment", &epp::ReplayPolicyReport::slo_attainment)
+      .def_readwrite("goodput_rps", &epp::ReplayPolicyReport::goodput_rps)
       .def_readwrite("wall_s", &epp::ReplayPolicyReport::wall_s);
   py::class_<epp::ReplayReport>(m, "ReplayReport")
       .def(py::init<>())

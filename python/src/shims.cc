@@ -977,6 +977,10 @@ void ReplayTrace_MixTenantsShim(ReplayTrace& trace, const std::string& tenants, 
   epp::MixTenants(trace.requests, Unwrap(epp::ParseTenantMix(tenants, priorities, seed)));
 }
 
+void ReplayTrace_AttachSlosShim(ReplayTrace& trace, int64_t ttft_ms, int64_t tpot_ms) {
+  epp::AttachSlos(trace.requests, ttft_ms, tpot_ms);
+}
+
 epp::SharedPrefixWorkload SharedPrefix_GieShim(const std::string& name) {
   return Unwrap(epp::GieBenchmarkWorkload(name));
 }

@@ -340,6 +340,8 @@ std::shared_ptr<ReplayTrace> ReplayTrace_LoadShim(const std::string& format, con
 std::shared_ptr<ReplayTrace> ReplayTrace_SharedPrefixShim(const epp::SharedPrefixWorkload& workload);
 // ParseTenantMix() + MixTenants() on the trace in place; kInvalidArgument for a bad spec.
 void ReplayTrace_MixTenantsShim(ReplayTrace& trace, const std::string& tenants, const std::string& priorities, uint64_t seed);
+// AttachSlos() on the trace in place (-1 leaves a kind alone).
+void ReplayTrace_AttachSlosShim(ReplayTrace& trace, int64_t ttft_ms, int64_t tpot_ms);
 epp::SharedPrefixWorkload SharedPrefix_GieShim(const std::string& name);
 epp::ReplayPolicy ReplayPolicy_NamedShim(const std::string& name);
 // ResolveReplayPolicy() / MakePolicyNamesUnique(), errors as exceptions.

@@ -117,3 +117,30 @@ def test_bad_tenant_in_trace_names_file_and_line(eppctl, tmp_path):
     r = eppctl("replay", "--trace", trace)
     assert r.returncode == 2
     assert "%s:2: tenant: " % trace in r.stderr
+
+
+def test_slo_flags_report_attainment_and_goodput(eppctl, tmp_path):
+    args = ["--workload", "shared-prefix", "--groups", "4", "--prompts-per-group", "8", "--servers", "2",
+            "--policy", "round-robin", "--policy", "gie-default"]
+    d = replay_json(eppctl, *args, "--slo-ttft-ms", "1000", "--slo-tpot-ms", "1000")
+    for p in d["policies"]:
+        slo = p["slo"]
+        assert slo["requests"] == d["trace"]["requests"] == 32
+        # Generous SLOs on a light load: everything served in time.
+        assert slo["ttft_attainment"] == slo["tpot_attainment"] == slo["attainment"] == 1.0
+        assert slo["goodput_rps"] == pytest.approx(p["throughput_rps"])
+    tight = replay_json(eppctl, *args, "--slo-ttft-ms", "0")
+    for p in tight["policies"]:
+        assert p["slo"]["ttft_attainment"] == 0 and p["slo"]["tpot_attainment"] is None and p["slo"]["goodput_rps"] == 0
+    r = eppctl("replay", *args, "--slo-ttft-ms", "1000")
+    assert r.returncode == 0 and "SLO attainment" in r.stdout
+    assert replay_json(eppctl, *args)["policies"][0]["slo"] is None
+    r = eppctl("replay", *args, "--slo-ttft-ms", "-5")
+    assert r.returncode == 2
+    # A trace line's own SLO wins over the flag.
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(json.dumps({"arrival_s": i, "body": {"model": "m", "prompt": "q%d" % i, "max_tokens": 4},
+                                           **({"slo_ttft_ms": 0} if i == 0 else {})}) for i in range(4)) + "\n")
+    (p,) = replay_json(eppctl, "--trace", trace, "--servers", "1", "--policy", "round-robin",
+                       "--slo-ttft-ms", "10000")["policies"]
+    assert p["slo"]["requests"] == 4 and p["slo"]["ttft_attainment"] == 0.75

@@ -28,7 +28,7 @@ TRACE_KEYS = ["requests", "blocks", "prompt_tokens", "duration_s", "upper_bound_
 POLICY_KEYS = ["name", "completed", "failed", "shed", "block_hit_rate", "token_hit_rate", "ttft_s", "ttft_over_bound", "e2e_s", "queue_s",
                "itl_s", "disaggregated_pool", "disaggregated", "kv_transfer_s_mean", "server_roles", "throughput_rps", "load_max_over_mean", "prediction_error_rate", "precise", "requests_per_server",
                "kv_usage_mean_per_server", "hit_rate_timeline", "ttft_samples_s", "flow_control", "flow_wait_s", "drops",
-               "bands", "tenants", "jain_fairness", "flags", "wall_s"]
+               "bands", "tenants", "jain_fairness", "slo", "flags", "wall_s"]
 
 CONFIG = """\
 apiVersion: inference.networking.x-k8s.io/v1alpha1
@@ -379,7 +379,10 @@ def test_flow_control_tenants_and_priorities() -> None:
     text = pyepp.replay_text(report)
     assert "fc: flow control, time queued in the EPP" in text and "Jain's fairness index" in text
     assert "TTFT bound" in text
-    for bad, match in [({"tenants": 0}, "--tenants"), ({"tenants": "a"}, "tenants must be"),
+    slo = pyepp.replay(workload, "gie-default", servers=2, slo_ttft_ms=0, slo_tpot_ms=100000)["policies"][0]["slo"]
+    assert slo["requests"] == 40 and slo["ttft_attainment"] == 0 and slo["tpot_attainment"] == 1.0
+    assert "SLO attainment" in pyepp.replay_text(pyepp.replay(workload, "gie-default", servers=2, slo_ttft_ms=0))
+    for bad, match in [({"slo_ttft_ms": -1}, "slo_ttft_ms"), ({"tenants": 0}, "--tenants"), ({"tenants": "a"}, "tenants must be"),
                        ({"priority_mix": {"high": 1}}, "priority_mix"), ({"priority_mix": {1: -1}}, "--priority-mix")]:
         with pytest.raises(pyepp.ConfigError, match=match):
             pyepp.replay(workload, "gie-default", servers=2, **bad)

@@ -21,10 +21,12 @@ constexpr int64_t kMaxSloMs = std::numeric_limits<int64_t>::max() / 1'000'000;
 
 }  // namespace
 
-int64_t SloTtftMs(const InferenceRequest& request) {
+namespace {
+
+int64_t SloHeaderMs(const InferenceRequest& request, std::string_view name, std::string_view old_name) {
   // The current spelling wins whenever it is present, even empty (then the request has no SLO).
-  std::optional<std::string_view> value = request.header(kSloTtftHeader);
-  if (!value) value = request.header(kOldSloTtftHeader);
+  std::optional<std::string_view> value = request.header(name);
+  if (!value) value = request.header(old_name);
   if (!value) return -1;
   std::string_view text = TrimAsciiSpace(*value);
   // Go's ParseInt takes one optional sign; from_chars takes only '-'.
@@ -34,6 +36,11 @@ int64_t SloTtftMs(const InferenceRequest& request) {
   if (text.empty() || ec != std::errc() || end != text.data() + text.size() || ms < 0 || ms > kMaxSloMs) return -1;
   return ms;
 }
+
+}  // namespace
+
+int64_t SloTtftMs(const InferenceRequest& request) { return SloHeaderMs(request, kSloTtftHeader, kOldSloTtftHeader); }
+int64_t SloTpotMs(const InferenceRequest& request) { return SloHeaderMs(request, kSloTpotHeader, kOldSloTpotHeader); }
 
 double StageSaturation(const SaturationDetector& detector, const SchedulingContext& ctx, Candidates candidates,
                        double* prefill_out, double* decode_out) {

@@ -57,6 +57,10 @@ struct QueuedItem {
 // the header is absent, empty, not a base-10 integer, negative, or too large to add to a time in
 // nanoseconds (the reference's bound).
 int64_t SloTtftMs(const InferenceRequest& request);
+// The same for the TPOT SLO: x-llm-d-slo-tpot-ms, else x-slo-tpot-ms.
+inline constexpr std::string_view kSloTpotHeader = "x-llm-d-slo-tpot-ms";
+inline constexpr std::string_view kOldSloTpotHeader = "x-slo-tpot-ms";
+int64_t SloTpotMs(const InferenceRequest& request);
 
 // ---- Ordering: which request of a flow's queue goes next ----
 

@@ -295,6 +295,42 @@ std::string Table(const ReplayReport& r) {
   return s;
 }
 
+// SLO attainment and goodput, when requests carry SLOs; per-band and per-tenant groups, when
+// the run has them (flow control, tenants, several priorities).
+std::string SloAndGroupTables(const ReplayReport& r) {
+  std::string s;
+  auto pct = [](double x) { return std::isnan(x) ? std::string("-") : absl::StrCat(Num(x * 100), "%"); };
+  if (std::any_of(r.policies.begin(), r.policies.end(), [](const ReplayPolicyReport& p) { return p.slo_requests > 0; })) {
+    s += "<h2>SLO attainment</h2>\n<table>\n<thead><tr><th>policy</th><th>with SLO</th><th>TTFT met</th><th>TPOT met</th>"
+         "<th>all met</th><th>goodput req/s</th></tr></thead>\n<tbody>\n";
+    for (const ReplayPolicyReport& p : r.policies)
+      absl::StrAppend(&s, "<tr><td>", Escape(p.name), "</td><td>", p.slo_requests, "</td><td>", pct(p.slo_ttft_attainment),
+                      "</td><td>", pct(p.slo_tpot_attainment), "</td><td>", pct(p.slo_attainment), "</td><td>",
+                      Num(p.goodput_rps), "</td></tr>\n");
+    s += "</tbody>\n</table>\n<p class=\"note\">Share of the requests carrying each SLO that met it; a dropped or failed "
+         "request meets none. Goodput: requests meeting all their SLOs per second.</p>\n";
+  }
+  for (const ReplayPolicyReport& p : r.policies) {
+    if (p.bands.empty() && p.tenants.empty()) continue;
+    absl::StrAppend(&s, "<h3>", Escape(p.name), p.flow_control ? " (flow control)" : "", "</h3>\n");
+    if (!std::isnan(p.jain_fairness) && !p.tenants.empty())
+      absl::StrAppend(&s, "<p>Jain's fairness index over tenants: <b>", Num(p.jain_fairness), "</b></p>\n");
+    for (const auto* groups : {&p.bands, &p.tenants}) {
+      if (groups->empty()) continue;
+      absl::StrAppend(&s, "<table>\n<thead><tr><th>", groups == &p.bands ? "band" : "tenant",
+                      "</th><th>requests</th><th>completed</th><th>dropped</th><th>TTFT p50</th><th>TTFT p99</th>"
+                      "<th>queued p50</th><th>queued p99</th><th>served req/s</th><th>demand req/s</th></tr></thead>\n<tbody>\n");
+      for (const ReplayGroupReport& g : *groups)
+        absl::StrAppend(&s, "<tr><td>", Escape(g.name.empty() ? "(none)" : g.name), "</td><td>", g.requests, "</td><td>",
+                        g.completed, "</td><td>", g.dropped, "</td><td>", Num(g.ttft_s.p50), "</td><td>", Num(g.ttft_s.p99),
+                        "</td><td>", Num(g.wait_s.p50), "</td><td>", Num(g.wait_s.p99), "</td><td>", Num(g.served_rps),
+                        "</td><td>", Num(g.demand_rps), "</td></tr>\n");
+      s += "</tbody>\n</table>\n";
+    }
+  }
+  return s;
+}
+
 }  // namespace
 
 std::string ReplayReportToHtml(const ReplayReport& r, const std::string& title) {
@@ -322,6 +358,7 @@ std::string ReplayReportToHtml(const ReplayReport& r, const std::string& title) 
                   "<p class=\"note\">Times in seconds of simulated time. &quot;mispredicted&quot;: requests whose prefix match the "
                   "EPP predicted differed from what the server had cached by at least one block. &quot;wall s&quot;: real time "
                   "the replay of that policy took.</p>\n");
+  s += SloAndGroupTables(r);
   absl::StrAppend(&s, "<h2>Time to first token</h2>\n", TtftChart(r));
   absl::StrAppend(&s, "<h2>Cache hits over time</h2>\n", HitRateChart(r),
                   "<p class=\"note\">Requests are grouped by arrival time. The two bounds hold for the whole trace; "

@@ -473,6 +473,7 @@ struct PolicyRun {
   absl::flat_hash_map<std::string, size_t> tenant_of;
   std::vector<double> flow_wait;
   int64_t last_arrival = 0;
+  int64_t slo_ttft_with = 0, slo_tpot_with = 0, slo_ttft_met = 0, slo_tpot_met = 0, slo_all_met = 0;
   std::vector<double> itl;
   int64_t transfer_us_sum = 0;
   int64_t scrapes = 0;
@@ -541,6 +542,10 @@ const InferenceRequest& PolicyRun::RequestFor(const ReplayRequest& r) {
   req.prompt_tokens = r.prompt_tokens;
   req.priority = r.priority;
   req.fairness_id = r.tenant;
+  // The SLOs travel as llm-d's headers, as a client sends them.
+  req.headers.clear();
+  if (r.slo_ttft_ms >= 0) req.headers.emplace_back(std::string(flowcontrol::kSloTtftHeader), std::to_string(r.slo_ttft_ms));
+  if (r.slo_tpot_ms >= 0) req.headers.emplace_back(std::string(flowcontrol::kSloTpotHeader), std::to_string(r.slo_tpot_ms));
   return req;
 }
 
@@ -733,6 +738,18 @@ void PolicyRun::FinishRequest(size_t s, const Pending& pd, const std::optional<S
   }
   rep.completed++;
   ttft.push_back(static_cast<double>(res->first_token_us - pd.arrival_us) / 1e6);
+  {
+    // SLOs: TTFT from the arrival at the EPP; TPOT over the tokens after the first.
+    const ReplayRequest& r = setup.trace[pd.trace_index];
+    const int64_t ttft_us = res->first_token_us - pd.arrival_us;
+    const bool ttft_ok = r.slo_ttft_ms < 0 || ttft_us <= r.slo_ttft_ms * 1000;
+    const bool tpot_ok = r.slo_tpot_ms < 0 || res->output_tokens <= 1 ||
+                         static_cast<double>(res->finish_us - res->first_token_us) / static_cast<double>(res->output_tokens - 1) <=
+                             static_cast<double>(r.slo_tpot_ms) * 1000.0;
+    slo_ttft_met += r.slo_ttft_ms >= 0 && ttft_ok;
+    slo_tpot_met += r.slo_tpot_ms >= 0 && tpot_ok;
+    slo_all_met += (r.slo_ttft_ms >= 0 || r.slo_tpot_ms >= 0) && ttft_ok && tpot_ok;
+  }
   bands[pd.band].completed++;
   bands[pd.band].ttft.push_back(ttft.back());
   tenants[pd.tenant].completed++;
@@ -838,6 +855,9 @@ absl::Status PolicyRun::ReplayTrace(size_t policy_index) {
     TenantOf(r.tenant);
     bands[band_of[r.priority]].requests++;
     tenants[tenant_of[r.tenant]].requests++;
+    slo_ttft_with += r.slo_ttft_ms >= 0;
+    slo_tpot_with += r.slo_tpot_ms >= 0;
+    rep.slo_requests += r.slo_ttft_ms >= 0 || r.slo_tpot_ms >= 0;
     last_arrival = std::max(last_arrival, r.arrival_us);
   }
   for (const ReplayRequest& r : setup.trace) {
@@ -1055,6 +1075,15 @@ ReplayPolicyReport PolicyRun::Report(const Percentiles& ttft_bound, std::chrono:
   rep.ttft_over_bound = {ratio(rep.ttft_s.p50, b.p50), ratio(rep.ttft_s.p90, b.p90), ratio(rep.ttft_s.p99, b.p99),
                          ratio(rep.ttft_s.mean, b.mean)};
   ReportGroups();
+  {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    auto share = [nan](int64_t met, int64_t with) { return with > 0 ? static_cast<double>(met) / static_cast<double>(with) : nan; };
+    rep.slo_ttft_attainment = share(slo_ttft_met, slo_ttft_with);
+    rep.slo_tpot_attainment = share(slo_tpot_met, slo_tpot_with);
+    rep.slo_attainment = share(slo_all_met, rep.slo_requests);
+    if (slo_all_met > 0 && last_finish > first_arrival)
+      rep.goodput_rps = static_cast<double>(slo_all_met) / (static_cast<double>(last_finish - first_arrival) / 1e6);
+  }
   AddLoadFlags(rep, bucket_server, buckets, static_cast<double>(span) / 1e6);
   rep.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   return std::move(rep);

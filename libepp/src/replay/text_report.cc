@@ -85,6 +85,12 @@ std::string ReplayReportToJson(const ReplayReport& report, int indent) {
                   {"bands", groups(p.bands)},
                   {"tenants", groups(p.tenants)},
                   {"jain_fairness", p.jain_fairness},
+                  {"slo", p.slo_requests == 0 ? json(nullptr)
+                                              : json{{"requests", p.slo_requests},
+                                                     {"ttft_attainment", p.slo_ttft_attainment},
+                                                     {"tpot_attainment", p.slo_tpot_attainment},
+                                                     {"attainment", p.slo_attainment},
+                                                     {"goodput_rps", p.goodput_rps}}},
                   {"flags", [&] {
                      json f = json::array();
                      for (const ReplayFlag& x : p.flags) f.push_back({{"code", x.code}, {"message", x.message}});
@@ -142,6 +148,15 @@ std::string ReplayReportToText(const ReplayReport& r) {
                     p.completed, " requests prefilled remotely, KV transfer mean ", Num(p.kv_transfer_s_mean), " s; stage requests ",
                     prefill_requests, " on prefill, ", decode_requests, " on decode servers; ITL p50 ", Num(p.itl_s.p50), " p99 ",
                     Num(p.itl_s.p99), "\n");
+  }
+  if (std::any_of(r.policies.begin(), r.policies.end(), [](const ReplayPolicyReport& p) { return p.slo_requests > 0; })) {
+    out += "\nSLO attainment (share of the requests carrying each SLO that met it; dropped requests miss):\n";
+    auto share = [](double x) { return std::isnan(x) ? std::string("-") : Num(x); };
+    std::vector<std::vector<std::string>> rows;
+    for (const ReplayPolicyReport& p : r.policies)
+      rows.push_back({p.name, std::to_string(p.slo_requests), share(p.slo_ttft_attainment), share(p.slo_tpot_attainment),
+                      share(p.slo_attainment), Num(p.goodput_rps)});
+    AppendTable(out, {"policy", "with SLO", "TTFT met", "TPOT met", "all met", "goodput req/s"}, rows, "  ");
   }
   for (const ReplayPolicyReport& p : r.policies) {
     if (p.bands.empty() && p.tenants.empty()) continue;

@@ -18,6 +18,7 @@
 #include "epp/prefix_cache.h"
 #include "epp/tools/replay.h"
 #include "epp/request.h"
+#include "flowcontrol/policies.h"
 #include "replay/render.h"
 
 namespace epp {
@@ -313,6 +314,15 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadOpenAITrace(const std::string& pa
       r.priority = static_cast<int>(*v);
     }
     r.tenant = req->fairness_id;
+    r.slo_ttft_ms = flowcontrol::SloTtftMs(*req);
+    r.slo_tpot_ms = flowcontrol::SloTpotMs(*req);
+    for (auto [key, slo] : {std::pair<const char*, int64_t*>{"slo_ttft_ms", &r.slo_ttft_ms}, {"slo_tpot_ms", &r.slo_tpot_ms}}) {
+      auto it = j.find(key);
+      if (it == j.end() || it->is_null()) continue;
+      std::optional<int64_t> v = it->is_number_integer() ? internal::JsonInt64(*it) : std::nullopt;
+      if (!v || *v < 0) return Bad(absl::StrCat(where, key, ": expected a number of milliseconds >= 0"));
+      *slo = *v;
+    }
     if (auto it = j.find("tenant"); it != j.end() && !it->is_null()) {
       if (!it->is_string() || it->get_ref<const std::string&>().size() > 253)
         return Bad(where + "tenant: expected a fairness id (a string of at most 253 characters)");
@@ -365,6 +375,13 @@ absl::StatusOr<TenantMix> ParseTenantMix(std::string_view tenants_view, std::str
     }
   }
   return mix;
+}
+
+void AttachSlos(std::vector<ReplayRequest>& trace, int64_t ttft_ms, int64_t tpot_ms) {
+  for (ReplayRequest& r : trace) {
+    if (ttft_ms >= 0 && r.slo_ttft_ms < 0) r.slo_ttft_ms = ttft_ms;
+    if (tpot_ms >= 0 && r.slo_tpot_ms < 0) r.slo_tpot_ms = tpot_ms;
+  }
 }
 
 void MixTenants(std::vector<ReplayRequest>& trace, const TenantMix& mix) {

@@ -224,3 +224,63 @@ TEST(TenantMixTest, AssignsByWeightAndShareDeterministically) {
 
 }  // namespace
 }  // namespace epp
+
+namespace epp {
+namespace {
+
+// SLO attainment and goodput: two lone requests on one server, 1 s apart, each with TTFT 56,050 us
+// and TPOT (110,500 - 56,050) / 9 = 6,050 us.
+TEST(SloReplayTest, AttainmentAndGoodputCountWhoMetTheirSlos) {
+  std::vector<ReplayRequest> trace = {Req(0, 0), Req(1'000'000, 1), Req(2'000'000, 2)};
+  trace[0].slo_ttft_ms = 60;  // met
+  trace[0].slo_tpot_ms = 7;   // met
+  trace[1].slo_ttft_ms = 50;  // missed
+  trace[1].slo_tpot_ms = 6;   // missed
+  // trace[2] carries none: not counted.
+  absl::StatusOr<EppConfig> c = ParseConfig(
+      "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: round-robin-picker\n",
+      "rr.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const ReplayPolicyReport p = ReplayOne(trace, ReplayPolicy{"rr", *c});
+  EXPECT_EQ(p.slo_requests, 2);
+  EXPECT_DOUBLE_EQ(p.slo_ttft_attainment, 0.5);
+  EXPECT_DOUBLE_EQ(p.slo_tpot_attainment, 0.5);
+  EXPECT_DOUBLE_EQ(p.slo_attainment, 0.5);
+  EXPECT_DOUBLE_EQ(p.goodput_rps, 1 / 2.1105);  // one request met all, over first arrival .. last finish
+  // TTFT only: the TPOT share is undefined.
+  trace[0].slo_tpot_ms = trace[1].slo_tpot_ms = -1;
+  trace[1].slo_ttft_ms = 57;  // 56.05 ms: met
+  const ReplayPolicyReport q = ReplayOne(trace, ReplayPolicy{"rr", *c});
+  EXPECT_DOUBLE_EQ(q.slo_ttft_attainment, 1.0);
+  EXPECT_TRUE(std::isnan(q.slo_tpot_attainment));
+  EXPECT_DOUBLE_EQ(q.slo_attainment, 1.0);
+  ReplayReport report;
+  report.policies.push_back(q);
+  const nlohmann::json j = nlohmann::json::parse(ReplayReportToJson(report));
+  EXPECT_EQ(j["policies"][0]["slo"]["requests"], 2);
+  EXPECT_TRUE(j["policies"][0]["slo"]["tpot_attainment"].is_null());
+  EXPECT_NE(ReplayReportToText(report).find("SLO attainment"), std::string::npos);
+  EXPECT_NE(ReplayReportToHtml(report, "t").find("<h2>SLO attainment</h2>"), std::string::npos);
+  // Without SLOs: no section, JSON null.
+  report.policies[0] = ReplayOne({Req(0, 0)}, ReplayPolicy{"rr", *c});
+  EXPECT_TRUE(nlohmann::json::parse(ReplayReportToJson(report))["policies"][0]["slo"].is_null());
+  EXPECT_EQ(ReplayReportToText(report).find("SLO attainment"), std::string::npos);
+}
+
+TEST(SloReplayTest, DroppedRequestsMissAndAttachKeepsARequestsOwnSlo) {
+  // TTL 100 ms under flow control: two of three requests expire, and miss their SLO.
+  std::vector<ReplayRequest> trace = {Req(0, 0), Req(1000, 1), Req(2000, 2)};
+  AttachSlos(trace, 1000, -1);
+  trace[2].slo_ttft_ms = 5;
+  AttachSlos(trace, 2000, 50);
+  EXPECT_EQ(trace[0].slo_ttft_ms, 1000);
+  EXPECT_EQ(trace[2].slo_ttft_ms, 5);
+  EXPECT_EQ(trace[0].slo_tpot_ms, 50);
+  const ReplayPolicyReport p = ReplayOne(trace, Policy("ttl", FlowConfig("global-strict-fairness-policy", "100ms")));
+  EXPECT_EQ(p.completed, 1);
+  EXPECT_EQ(p.slo_requests, 3);
+  EXPECT_NEAR(p.slo_attainment, 1.0 / 3, 1e-12);
+}
+
+}  // namespace
+}  // namespace epp

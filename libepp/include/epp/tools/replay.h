@@ -44,6 +44,10 @@ struct ReplayRequest {
   int64_t output_tokens = 1;
   int priority = 0;                     // the request's InferenceObjective priority (its band)
   std::string tenant;                   // its fairness id (x-llm-d-inference-fairness-id); empty: none
+  // Its SLOs in milliseconds (x-llm-d-slo-ttft-ms / x-llm-d-slo-tpot-ms); -1: none. The EPP sees
+  // them as those headers; the report counts who met them (ReplayPolicyReport::slo_*).
+  int64_t slo_ttft_ms = -1;
+  int64_t slo_tpot_ms = -1;
   std::string region;                   // where it arrived, if the trace says (multi-region replay)
 };
 
@@ -83,6 +87,9 @@ struct TenantMix {
 absl::StatusOr<TenantMix> ParseTenantMix(std::string_view tenants, std::string_view priorities, uint64_t seed = 0);
 // Assigns every request of `trace` a tenant and a priority as `mix` says (each list only when set).
 void MixTenants(std::vector<ReplayRequest>& trace, const TenantMix& mix);
+// Gives every request without its own TTFT (TPOT) SLO `ttft_ms` (`tpot_ms`); -1 leaves them
+// (`eppctl replay --slo-ttft-ms / --slo-tpot-ms`).
+void AttachSlos(std::vector<ReplayRequest>& trace, int64_t ttft_ms, int64_t tpot_ms);
 
 // The four GIE prefix-cache benchmark configurations (peers.md section 7.2), by file name:
 // short-questions__many-system-prompts, long-questions__many-system-prompts,
@@ -97,8 +104,9 @@ absl::StatusOr<SharedPrefixWorkload> GieBenchmarkWorkload(std::string_view name)
 absl::StatusOr<std::vector<ReplayRequest>> LoadMooncakeTrace(const std::string& path, double time_scale = 1.0);
 // Captured OpenAI requests, one per line as `eppctl pick` reads them, each with an arrival time
 // in a top-level "timestamp" (ms) or "arrival_s" member and optionally "output_tokens" (default
-// max_tokens of the body, else 128), "region" (as in Mooncake lines), "priority" (an integer) and
-// "tenant" (a fairness id; else the line's x-llm-d-inference-fairness-id header, if any).
+// max_tokens of the body, else 128), "region" (as in Mooncake lines), "priority" (an integer),
+// "tenant" (a fairness id; else the line's x-llm-d-inference-fairness-id header, if any) and
+// "slo_ttft_ms" / "slo_tpot_ms" (else the line's x-llm-d-slo-ttft-ms / -tpot-ms headers).
 absl::StatusOr<std::vector<ReplayRequest>> LoadOpenAITrace(const std::string& path, double time_scale = 1.0);
 
 // Azure's LLM inference traces (AzurePublicDataset): CSV with the header
@@ -230,6 +238,16 @@ struct ReplayPolicyReport {
   // given each tenant's demand): 1 when every tenant got its fair share; NaN (JSON null) with
   // fewer than two tenants.
   double jain_fairness = 0;
+  // SLOs (requests that carry one): the share of those with a TTFT SLO that met it (TTFT from the
+  // arrival at the EPP), of those with a TPOT SLO that met it (TPOT: (finish - first token) /
+  // (output tokens - 1); a one-token answer meets any), and of those with either that met every
+  // SLO they carry; a request dropped or failed meets none. NaN (JSON null) when no request has
+  // that kind. goodput_rps: requests meeting all their SLOs per second, over throughput_rps's span.
+  int64_t slo_requests = 0;
+  double slo_ttft_attainment = 0;
+  double slo_tpot_attainment = 0;
+  double slo_attainment = 0;
+  double goodput_rps = 0;
   double block_hit_rate = 0;
   double token_hit_rate = 0;
   Percentiles ttft_s, e2e_s, queue_s;
