@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <thread>
@@ -450,6 +451,16 @@ TEST(LatencyPredictorTest, PredictsTheSimulatorsLatencies) {
     int64_t n = 0, under_upper = 0, from_prior = 0;
   } all, per_server[3];
 
+  // Every finished request with the features it was predicted from, what happened and what was
+  // predicted: written to $EPP_LATENCY_SAMPLES (CSV) when set, for bench/latency_model_compare.py.
+  struct DumpRow {
+    int64_t arrival_us;
+    size_t server;
+    LatencyFeatures f;
+    double ttft, tpot, predicted_ttft, predicted_tpot;
+  };
+  std::vector<DumpRow> samples;
+
   const auto finish = [&](Server& s, size_t si, const SimEvent& ev) {
     auto it = pending.find(ev.id);
     ASSERT_NE(it, pending.end());
@@ -465,6 +476,7 @@ TEST(LatencyPredictorTest, PredictsTheSimulatorsLatencies) {
                             ? static_cast<double>(r->finish_us - r->first_token_us) / 1e6 / static_cast<double>(r->output_tokens - 1)
                             : std::numeric_limits<double>::quiet_NaN();
     const Pending& p = it->second;
+    samples.push_back(DumpRow{r->arrival_us, si, p.features, ttft, tpot, p.predicted.ttft_s, p.predicted.tpot_s});
     ASSERT_TRUE(pred->Observe(s.name, p.features, ttft, tpot));
     s.inflight_requests -= 1;
     s.ttft_sum += ttft;
@@ -559,6 +571,20 @@ TEST(LatencyPredictorTest, PredictsTheSimulatorsLatencies) {
     for (const SimEvent& ev : events) finish(servers[si], si, ev);
   }
   EXPECT_TRUE(pending.empty());
+  if (const char* path = std::getenv("EPP_LATENCY_SAMPLES")) {
+    FILE* out = std::fopen(path, "w");
+    ASSERT_NE(out, nullptr) << path;
+    std::fprintf(out,
+                 "arrival_us,server,kv_cache_usage,waiting_requests,running_requests,input_tokens,prefix_hit_tokens,"
+                 "inflight_requests,inflight_prefill_tokens,ttft_s,tpot_s,predicted_ttft_s,predicted_tpot_s\n");
+    for (const DumpRow& r : samples) {
+      std::fprintf(out, "%lld,%zu,%.6g,%g,%g,%g,%g,%g,%g,%.9g,%.9g,%.9g,%.9g\n", static_cast<long long>(r.arrival_us),
+                   r.server, r.f.kv_cache_usage, r.f.waiting_requests, r.f.running_requests, r.f.input_tokens,
+                   r.f.prefix_hit_tokens, r.f.inflight_requests, r.f.inflight_prefill_tokens, r.ttft, r.tpot,
+                   r.predicted_ttft, r.predicted_tpot);
+    }
+    std::fclose(out);
+  }
 
   const auto quantile = [](std::vector<double> v, double q) {
     if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
