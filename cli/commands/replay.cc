@@ -17,9 +17,9 @@ namespace eppctl {
 namespace {
 
 // Workload flags that only make sense with a generated workload.
+// --rate and --arrivals also apply to traces (their requests get those arrival times).
 constexpr const char* kWorkloadFlags[] = {"--groups",     "--prompts-per-group", "--system-len", "--question-len",
-                                          "--output-len", "--multi-turn",        "--rate",       "--arrivals",
-                                          "--shared-system-prompt"};
+                                          "--output-len", "--multi-turn",        "--shared-system-prompt"};
 
 // A one-line progress bar on stderr, redrawn when the shown percentage changes.
 class ProgressBar {
@@ -51,7 +51,18 @@ absl::StatusOr<std::vector<epp::ReplayRequest>> LoadInput(const ReplayCommandOpt
       if (std::find(std::begin(kWorkloadFlags), std::end(kWorkloadFlags), flag) != std::end(kWorkloadFlags))
         return absl::InvalidArgumentError(flag + " applies to --workload / --gie-workload, not to --trace");
     EPP_ASSIGN_OR_RETURN(epp::TraceFormat format, epp::ParseTraceFormat(o.trace_format));
-    EPP_ASSIGN_OR_RETURN(trace, epp::LoadReplayTrace(o.trace, format, o.time_scale));
+    const bool rate_given = std::find(o.given.begin(), o.given.end(), "--rate") != o.given.end();
+    if (rate_given) {
+      epp::TraceArrivals arrivals;
+      arrivals.rate = o.shared.rate;
+      arrivals.poisson = o.arrivals == "poisson";
+      arrivals.seed = o.seed;
+      EPP_ASSIGN_OR_RETURN(trace, epp::LoadReplayTrace(o.trace, format, o.time_scale, arrivals));
+    } else {
+      if (std::find(o.given.begin(), o.given.end(), "--arrivals") != o.given.end())
+        return absl::InvalidArgumentError("--arrivals applies to a trace only with --rate");
+      EPP_ASSIGN_OR_RETURN(trace, epp::LoadReplayTrace(o.trace, format, o.time_scale));
+    }
     if (o.duration_s > 0 && !trace.empty()) {
       const int64_t end = trace.front().arrival_us + static_cast<int64_t>(std::llround(o.duration_s * 1e6));
       trace.erase(std::find_if(trace.begin(), trace.end(), [&](const epp::ReplayRequest& r) { return r.arrival_us > end; }),
@@ -116,7 +127,7 @@ void SetupReplayCommand(CLI::App& app, int& exit_code) {
   cmd->add_flag("--shared-system-prompt", w.shared_system_prompt,
                 "shared-prefix: every group starts with the same system prompt (with --multi-turn: many conversations "
                 "behind one system prompt)");
-  cmd->add_option("--rate", w.rate, "Workload arrivals per second")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--rate", w.rate, "Workload arrivals per second; with --trace, the trace's requests arrive at this rate in their order (for traces without timestamps)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--arrivals", o->arrivals, "poisson or constant")->check(CLI::IsMember({"poisson", "constant"}))->capture_default_str();
   cmd->add_option("--duration", o->duration_s,
                   "Seconds: a workload generates rate x duration requests (default: every prompt once); a trace is cut after it")
@@ -187,6 +198,8 @@ void SetupReplayCommand(CLI::App& app, int& exit_code) {
   cmd->callback([o, cmd, &exit_code] {
     o->given.clear();
     for (const char* flag : kWorkloadFlags)
+      if (cmd->count(flag) > 0) o->given.push_back(flag);
+    for (const char* flag : {"--rate", "--arrivals"})
       if (cmd->count(flag) > 0) o->given.push_back(flag);
     exit_code = RunReplay(*o);
   });

@@ -109,7 +109,10 @@ def _uint64(value: Any, what: str) -> int:
     return value
 
 
-def _trace(trace: Any, trace_format: Optional[str], time_scale: float, seed: int) -> Any:
+def _trace(trace: Any, trace_format: Optional[str], time_scale: float, seed: int, rate: Optional[float] = None,
+           arrivals: str = "poisson") -> Any:
+    if rate is not None and not (isinstance(trace, (str, os.PathLike)) and os.path.exists(os.fspath(trace))):
+        raise ConfigError("rate applies to a trace file (a workload has its own rate)")
     if isinstance(trace, SharedPrefix):
         return lib.generate_shared_prefix(trace._native(seed))
     if isinstance(trace, Mapping):
@@ -129,6 +132,13 @@ def _trace(trace: Any, trace_format: Optional[str], time_scale: float, seed: int
         if trace_format is not None and trace_format not in ("mooncake", "openai", "azure", "burstgpt"):
             raise ConfigError(f"trace_format must be 'mooncake', 'openai', 'azure', 'burstgpt' or None, got {trace_format!r}")
         # None: libepp detects the format from the first line, as eppctl replay does.
+        if rate is not None:
+            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < math.inf:
+                raise ConfigError(f"rate must be a number of requests per second > 0, got {rate!r}")
+            if arrivals not in ("poisson", "constant"):
+                raise ConfigError(f"arrivals must be 'poisson' or 'constant', got {arrivals!r}")
+            return lib.load_replay_trace_at_rate(trace_format or "auto", path, time_scale, float(rate),
+                                                 arrivals == "poisson", seed)
         return lib.load_replay_trace(trace_format or "auto", path, time_scale)
     raise TypeError("trace must be a file path, a GIE workload name, a pyepp.SharedPrefix or a dict of its fields, "
                     f"not {type(trace).__name__}")
@@ -187,7 +197,7 @@ def _run(trace: Any, policies: Any, servers: int, server_kv_tokens: Optional[int
          kv_bytes_per_token: int = 131072, epp_replicas: int = 1, kv_event_delay_s: float = 0.0,
          server_speeds: Optional[Sequence[float]] = None, tenants: Any = None,
          priority_mix: Optional[Mapping[int, float]] = None, slo_ttft_ms: Optional[int] = None,
-         slo_tpot_ms: Optional[int] = None) -> Any:
+         slo_tpot_ms: Optional[int] = None, rate: Optional[float] = None, arrivals: str = "poisson") -> Any:
     seed = _uint64(seed, "seed")
     if isinstance(servers, bool) or not isinstance(servers, int) or servers <= 0:
         raise ConfigError(f"servers must be an int > 0, got {servers!r}")
@@ -224,7 +234,7 @@ def _run(trace: Any, policies: Any, servers: int, server_kv_tokens: Optional[int
             raise ConfigError(f"server_speeds must be a list of numbers, got {server_speeds!r}")
         count = prefill_servers + decode_servers if prefill_servers + decode_servers > 0 else servers
         options.per_server = lib.mixed_speed_servers(options.server, count, [float(v) for v in server_speeds])
-    native_trace = _trace(trace, trace_format, float(time_scale), seed)
+    native_trace = _trace(trace, trace_format, float(time_scale), seed, rate, arrivals)
     tenant_spec, priority_spec = _mix_specs(tenants, priority_mix)
     if tenant_spec or priority_spec:
         lib.mix_tenants(native_trace, tenant_spec, priority_spec, seed)
@@ -269,7 +279,7 @@ def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Un
            kv_link_gbytes_per_s: float = 25.0, kv_bytes_per_token: int = 131072, epp_replicas: int = 1,
            kv_event_delay_s: float = 0.0, server_speeds: Optional[Sequence[float]] = None, tenants: Any = None,
            priority_mix: Optional[Mapping[int, float]] = None, slo_ttft_ms: Optional[int] = None,
-           slo_tpot_ms: Optional[int] = None) -> Dict[str, Any]:
+           slo_tpot_ms: Optional[int] = None, rate: Optional[float] = None, arrivals: str = "poisson") -> Dict[str, Any]:
     """Replays ``trace`` once per policy over ``servers`` simulated model servers; returns the
     report (``eppctl replay --output json``) as a dict: ``trace`` (requests, blocks,
     prompt_tokens, duration_s and the two block hit-rate bounds) and ``policies`` (per policy:
@@ -323,10 +333,14 @@ def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Un
     may carry ``slo_ttft_ms`` / ``slo_tpot_ms`` or the ``x-llm-d-slo-*`` headers) a TTFT / TPOT SLO,
     sent to the EPP as llm-d's headers; each policy then reports ``slo`` (``requests``,
     ``ttft_attainment``, ``tpot_attainment``, ``attainment``, ``goodput_rps``), None without SLOs.
+
+    ``rate`` (``eppctl replay --trace F --rate QPS``): a trace file's requests arrive at this rate
+    in their order, ``arrivals`` ``"poisson"`` (seeded) or ``"constant"``; captured requests
+    without timestamps can then be replayed.
     """
     report = _run(trace, policies, servers, server_kv_tokens, sim, refresh_interval_s, seed, trace_format, time_scale,
                   prefill_servers, decode_servers, kv_link_gbytes_per_s, kv_bytes_per_token, epp_replicas,
-                  kv_event_delay_s, server_speeds, tenants, priority_mix, slo_ttft_ms, slo_tpot_ms)
+                  kv_event_delay_s, server_speeds, tenants, priority_mix, slo_ttft_ms, slo_tpot_ms, rate, arrivals)
     return json.loads(lib.replay_report_to_json(report, -1))
 
 
@@ -425,7 +439,7 @@ def _bind_replay_args(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[An
     return (a["trace"], a["policies"], a["servers"], a["server_kv_tokens"], a["sim"], a["refresh_interval_s"], a["seed"],
             a["trace_format"], a["time_scale"], a["prefill_servers"], a["decode_servers"], a["kv_link_gbytes_per_s"],
             a["kv_bytes_per_token"], a["epp_replicas"], a["kv_event_delay_s"], a["server_speeds"], a["tenants"],
-            a["priority_mix"], a["slo_ttft_ms"], a["slo_tpot_ms"])
+            a["priority_mix"], a["slo_ttft_ms"], a["slo_tpot_ms"], a["rate"], a["arrivals"])
 
 
 def replay_text(*report_or_args: Any, **kwargs: Any) -> str:

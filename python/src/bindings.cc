@@ -538,6 +538,8 @@ void BindReplay(py::module_& m) {
       .def("__len__", &ReplayTrace_LenShim);
   m.def("load_replay_trace", &ReplayTrace_LoadShim, py::arg("format"), py::arg("path"), py::arg("time_scale"),
         py::call_guard<py::gil_scoped_release>());
+  m.def("load_replay_trace_at_rate", &ReplayTrace_LoadAtRateShim, py::arg("format"), py::arg("path"), py::arg("time_scale"),
+        py::arg("rate"), py::arg("poisson"), py::arg("seed"), py::call_guard<py::gil_scoped_release>());
   m.def("generate_shared_prefix", &ReplayTrace_SharedPrefixShim, py::arg("workload"),
         py::call_guard<py::gil_scoped_release>());
   m.def("mix_tenants", &ReplayTrace_MixTenantsShim, py::arg("trace"), py::arg("tenants"), py::arg("priorities"),

@@ -967,6 +967,20 @@ std::shared_ptr<ReplayTrace> ReplayTrace_LoadShim(const std::string& format, con
   return trace;
 }
 
+std::shared_ptr<ReplayTrace> ReplayTrace_LoadAtRateShim(const std::string& format, const std::string& path, double time_scale,
+                                                        double rate, bool poisson, uint64_t seed) {
+  auto trace = std::make_shared<ReplayTrace>();
+  const absl::StatusOr<epp::TraceFormat> parsed = epp::ParseTraceFormat(format);
+  if (!parsed.ok())
+    ThrowIfError(absl::InvalidArgumentError("trace_format must be 'mooncake', 'openai', 'azure', 'burstgpt' or None, got '" + format + "'"));
+  epp::TraceArrivals arrivals;
+  arrivals.rate = rate;
+  arrivals.poisson = poisson;
+  arrivals.seed = seed;
+  trace->requests = Unwrap(epp::LoadReplayTrace(path, *parsed, time_scale, arrivals));
+  return trace;
+}
+
 std::shared_ptr<ReplayTrace> ReplayTrace_SharedPrefixShim(const epp::SharedPrefixWorkload& workload) {
   auto trace = std::make_shared<ReplayTrace>();
   trace->requests = Unwrap(epp::GenerateSharedPrefix(workload));

@@ -337,6 +337,9 @@ struct ReplayTrace {
 };
 size_t ReplayTrace_LenShim(const ReplayTrace& trace);
 std::shared_ptr<ReplayTrace> ReplayTrace_LoadShim(const std::string& format, const std::string& path, double time_scale);
+// LoadReplayTrace with generated arrival times (TraceArrivals). Call without the GIL.
+std::shared_ptr<ReplayTrace> ReplayTrace_LoadAtRateShim(const std::string& format, const std::string& path, double time_scale,
+                                                        double rate, bool poisson, uint64_t seed);
 std::shared_ptr<ReplayTrace> ReplayTrace_SharedPrefixShim(const epp::SharedPrefixWorkload& workload);
 // ParseTenantMix() + MixTenants() on the trace in place; kInvalidArgument for a bad spec.
 void ReplayTrace_MixTenantsShim(ReplayTrace& trace, const std::string& tenants, const std::string& priorities, uint64_t seed);

@@ -120,9 +120,34 @@ def test_bad_flags_exit_2(eppctl, args):
 def test_workload_flags_do_not_apply_to_traces(eppctl, tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}\n')
-    r = eppctl("replay", "--trace", trace, "--rate", "5")
+    r = eppctl("replay", "--trace", trace, "--groups", "5")
     assert r.returncode == 2
-    assert "--rate" in r.stderr
+    assert "--groups" in r.stderr
+    # --arrivals only with --rate (which a trace does take: see the rate test below).
+    r = eppctl("replay", "--trace", trace, "--arrivals", "constant")
+    assert r.returncode == 2 and "--arrivals applies to a trace only with --rate" in r.stderr
+
+
+def test_rate_replays_a_trace_without_timestamps(eppctl, root, tmp_path):
+    trace = root / "examples" / "traces" / "shared-prefix.jsonl"  # captured requests, no arrival times
+    r = eppctl("replay", "--trace", trace)
+    assert r.returncode == 2 and ":1: no arrival time" in r.stderr and "--rate" in r.stderr
+    d = replay_json(eppctl, "--trace", trace, "--rate", "50", "--arrivals", "constant", "--servers", "2")
+    assert d["trace"]["requests"] == 200
+    assert d["trace"]["duration_s"] == pytest.approx(199 / 50)  # constant spacing from 0
+    assert all(p["completed"] == 200 for p in d["policies"])
+    poisson = replay_json(eppctl, "--trace", trace, "--rate", "50", "--servers", "2", "--seed", "3")
+    assert poisson["trace"]["duration_s"] != pytest.approx(199 / 50)
+    again = replay_json(eppctl, "--trace", trace, "--rate", "50", "--servers", "2", "--seed", "3")
+    assert again["trace"] == poisson["trace"]  # seeded
+    # A trace with timestamps is re-timed in its order.
+    timed = tmp_path / "t.jsonl"
+    timed.write_text("\n".join(json.dumps({"arrival_s": 100 - i, "body": {"model": "m", "prompt": "q%d" % i}})
+                               for i in range(5)) + "\n")
+    d = replay_json(eppctl, "--trace", timed, "--rate", "10", "--arrivals", "constant", "--servers", "1")
+    assert d["trace"]["duration_s"] == pytest.approx(0.4)
+    r = eppctl("replay", "--trace", timed, "--rate", "0")
+    assert r.returncode == 2
 
 
 def test_bad_trace_line_names_file_and_line(eppctl, tmp_path):

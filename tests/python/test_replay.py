@@ -386,3 +386,19 @@ def test_flow_control_tenants_and_priorities() -> None:
                        ({"priority_mix": {"high": 1}}, "priority_mix"), ({"priority_mix": {1: -1}}, "--priority-mix")]:
         with pytest.raises(pyepp.ConfigError, match=match):
             pyepp.replay(workload, "gie-default", servers=2, **bad)
+
+
+def test_rate_replays_a_trace_file_without_timestamps(source_dir: Path) -> None:
+    trace = source_dir / "examples" / "traces" / "shared-prefix.jsonl"  # captured requests, no arrival times
+    with pytest.raises(pyepp.ConfigError, match="no arrival time"):
+        pyepp.replay(trace, "gie-default", servers=2)
+    report = pyepp.replay(trace, "gie-default", servers=2, rate=40, arrivals="constant")
+    assert report["trace"]["requests"] == 200
+    assert report["trace"]["duration_s"] == pytest.approx(199 / 40)
+    seeded = pyepp.replay(trace, "gie-default", servers=2, rate=40, seed=5)
+    assert seeded["trace"] == pyepp.replay(trace, "gie-default", servers=2, rate=40, seed=5)["trace"]
+    for bad, match in [({"rate": 0}, "rate must be"), ({"rate": 10, "arrivals": "bursty"}, "arrivals must be")]:
+        with pytest.raises(pyepp.ConfigError, match=match):
+            pyepp.replay(trace, "gie-default", servers=2, **bad)
+    with pytest.raises(pyepp.ConfigError, match="rate applies to a trace file"):
+        pyepp.replay(TINY, "gie-default", servers=2, rate=10)

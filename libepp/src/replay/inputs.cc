@@ -12,6 +12,7 @@
 #include "common/strings.h"
 #include "epp/config.h"
 #include "epp/tools/replay.h"
+#include "replay/render.h"
 
 namespace epp {
 
@@ -54,6 +55,24 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadReplayTrace(const std::string& pa
     case TraceFormat::kBurstGpt: return LoadBurstGptTrace(path, time_scale);
     default: return LoadOpenAITrace(path, time_scale);
   }
+}
+
+absl::StatusOr<std::vector<ReplayRequest>> LoadReplayTrace(const std::string& path, TraceFormat format, double time_scale,
+                                                           const TraceArrivals& arrivals) {
+  if (format == TraceFormat::kAuto) {
+    EPP_ASSIGN_OR_RETURN(format, DetectTraceFormat(path));
+  }
+  std::vector<ReplayRequest> trace;
+  if (format == TraceFormat::kOpenAI) {
+    // Lines may lack an arrival time: they come in file order.
+    EPP_ASSIGN_OR_RETURN(trace, replay_internal::LoadOpenAITraceLines(path, 1.0, false));
+  } else {
+    EPP_ASSIGN_OR_RETURN(trace, LoadReplayTrace(path, format, 1.0));
+  }
+  EPP_RETURN_IF_ERROR(AssignArrivals(trace, arrivals));
+  if (time_scale != 1.0)
+    for (ReplayRequest& r : trace) r.arrival_us = std::llround(static_cast<double>(r.arrival_us) * time_scale);
+  return trace;
 }
 
 absl::StatusOr<std::vector<SimParams>> MixedSpeedServers(const SimParams& base, int servers, const std::vector<double>& speeds) {

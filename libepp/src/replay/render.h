@@ -14,6 +14,11 @@
 
 namespace epp::replay_internal {
 
+// LoadOpenAITrace, or with `require_arrival` false a trace whose lines may lack an arrival time:
+// each request's arrival_us is then its line number (file order), for AssignArrivals to replace.
+absl::StatusOr<std::vector<ReplayRequest>> LoadOpenAITraceLines(const std::string& path, double time_scale,
+                                                                bool require_arrival);
+
 // Writes the first `chars` characters of segment `id`'s stream to `out`.
 void RenderSegment(uint64_t id, size_t chars, char* out);
 

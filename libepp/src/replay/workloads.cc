@@ -282,13 +282,23 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadMooncakeTrace(const std::string& 
 }
 
 absl::StatusOr<std::vector<ReplayRequest>> LoadOpenAITrace(const std::string& path, double time_scale) {
-  return LoadJsonLinesTrace(path, time_scale, [&](int, const std::string& line, const nlohmann::json& j,
+  return replay_internal::LoadOpenAITraceLines(path, time_scale, true);
+}
+
+absl::StatusOr<std::vector<ReplayRequest>> replay_internal::LoadOpenAITraceLines(const std::string& path, double time_scale,
+                                                                                bool require_arrival) {
+  return LoadJsonLinesTrace(path, time_scale, [&](int n, const std::string& line, const nlohmann::json& j,
                                                   const std::string& where) -> absl::StatusOr<ReplayRequest> {
     absl::StatusOr<InferenceRequest> req = ParseCaptureEnvelope(line);
     if (!req.ok()) return Bad(where + std::string(req.status().message()));
     ReplayRequest r;
-    absl::StatusOr<int64_t> at = Bad(where + "no arrival time: give \"timestamp\" (ms) or \"arrival_s\"");
-    if (j.contains("timestamp") && j["timestamp"].is_number()) {
+    // Without a required arrival a line's place in the file is its order (arrivals come later).
+    absl::StatusOr<int64_t> at = require_arrival
+                                     ? Bad(where + "no arrival time: give \"timestamp\" (ms) or \"arrival_s\", or a rate (--rate)")
+                                     : absl::StatusOr<int64_t>(n);
+    if (!require_arrival) {
+      // arrivals are generated; the line's own time, if any, is ignored
+    } else if (j.contains("timestamp") && j["timestamp"].is_number()) {
       at = ArrivalMicros(j["timestamp"].get<double>(), 1000.0, time_scale, where + "timestamp");
     } else if (j.contains("arrival_s") && j["arrival_s"].is_number()) {
       at = ArrivalMicros(j["arrival_s"].get<double>(), 1e6, time_scale, where + "arrival_s");
@@ -375,6 +385,19 @@ absl::StatusOr<TenantMix> ParseTenantMix(std::string_view tenants_view, std::str
     }
   }
   return mix;
+}
+
+absl::Status AssignArrivals(std::vector<ReplayRequest>& trace, const TraceArrivals& arrivals) {
+  if (!(arrivals.rate > 0) || !std::isfinite(arrivals.rate) || arrivals.rate > 1e9)
+    return Bad("--rate: arrivals per second must be > 0");
+  std::mt19937_64 rng(arrivals.seed);
+  std::exponential_distribution<double> gap(arrivals.rate);
+  double t = 0;
+  for (ReplayRequest& r : trace) {
+    r.arrival_us = std::llround(t * 1e6);
+    t += arrivals.poisson ? gap(rng) : 1.0 / arrivals.rate;
+  }
+  return absl::OkStatus();
 }
 
 void AttachSlos(std::vector<ReplayRequest>& trace, int64_t ttft_ms, int64_t tpot_ms) {

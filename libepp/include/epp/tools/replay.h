@@ -131,6 +131,22 @@ absl::StatusOr<TraceFormat> DetectTraceFormat(const std::string& path);
 absl::StatusOr<std::vector<ReplayRequest>> LoadReplayTrace(const std::string& path, TraceFormat format = TraceFormat::kAuto,
                                                            double time_scale = 1.0);
 
+// Arrival times made for a trace (`eppctl replay --trace F --rate QPS [--arrivals constant]`):
+// a trace of captured requests without timestamps (as `eppctl pick` reads them), or any trace at
+// another rate. Poisson (exponential gaps, seeded) or constant spacing, from 0.
+struct TraceArrivals {
+  double rate = 0;  // requests per second, > 0
+  bool poisson = true;
+  uint64_t seed = 0;
+};
+// Replaces every request's arrival time, in the order given. kInvalidArgument for a bad rate.
+absl::Status AssignArrivals(std::vector<ReplayRequest>& trace, const TraceArrivals& arrivals);
+// LoadReplayTrace with `arrivals`' times (then time_scale): OpenAI lines may lack "timestamp" /
+// "arrival_s" (their file order is kept; a time a line has is ignored); other formats are loaded
+// as usual, then re-timed in their order.
+absl::StatusOr<std::vector<ReplayRequest>> LoadReplayTrace(const std::string& path, TraceFormat format, double time_scale,
+                                                           const TraceArrivals& arrivals);
+
 // A routing policy: a name and a configuration.
 struct ReplayPolicy {
   std::string name;
