@@ -9,7 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "epp/config.h"
 #include "epp/plugin.h"
+#include "epp/registry.h"
+#include "epp/request.h"
+#include "epp/scheduler.h"
 #include "latency/predictor.h"
 
 namespace epp::latency {
@@ -56,6 +60,70 @@ struct Pool {
     predictor->Observe(name, f, ttft, tpot);
   }
 };
+
+// A whole pick (no recording) over `endpoints` endpoints with llm-d's latency plugins
+// (predicted-latency-producer with a trained model, the tier filter, the headroom scorer) against
+// the same pick with a queue scorer only: what the plugins add to a scheduling cycle.
+constexpr char kLatencyYaml[] = R"(apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: predicted-latency-producer
+  parameters: {streamingMode: true}
+- type: slo-headroom-tier-filter
+- type: latency-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: slo-headroom-tier-filter
+  - pluginRef: latency-scorer
+  - pluginRef: max-score-picker
+)";
+constexpr char kQueueYaml[] = R"(apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: max-score-picker
+)";
+
+void PickWith(benchmark::State& state, const char* yaml, bool train) {
+  const int n = static_cast<int>(state.range(0));
+  ManualClock clock(1'000'000);
+  SeededRng rng(7);
+  std::unique_ptr<Scheduler> s = *BuildScheduler(*ParseConfig(yaml, "bench.yaml"), BuiltinRegistry(), {&clock, &rng});
+  std::vector<Endpoint> pool(static_cast<size_t>(n));
+  for (int e = 0; e < n; ++e) {
+    Endpoint& ep = pool[static_cast<size_t>(e)];
+    ep.address = "10.0." + std::to_string(e / 256) + "." + std::to_string(e % 256) + ":8000";
+    ep.metrics.waiting_queue_size = e % 5;
+    ep.metrics.running_requests = 1 + e % 7;
+    ep.metrics.kv_cache_usage = 0.1 + 0.01 * (e % 50);
+    ep.metrics_time_us = 1'000'000;
+  }
+  InferenceRequest req = *ParseOpenAIRequest("/v1/completions", R"({"model":"m","prompt":"a question for the bench"})");
+  req.headers.emplace_back("x-llm-d-slo-ttft-ms", "500");
+  if (train) {
+    // 40 timed responses per endpoint, each endpoint through the subset hint.
+    for (int round = 0; round < 40; ++round) {
+      for (const Endpoint& ep : pool) {
+        PickResult r = s->Pick(req, pool, {.subset = std::vector<std::string>{ep.address}});
+        const int64_t t = clock.NowMicros();
+        s->ObserveFirstToken(r.pick_id, ep.address, t + 50'000 + 1000 * (round % 7));
+        s->ObserveCompletion(r.pick_id, ep.address, ResponseCompletion{t + 250'000, ResponseUsage{8, 11, 19, {}}, 11, true});
+        s->Release(r);
+        clock.Advance(20'000);
+      }
+    }
+  }
+  for (auto _ : state) {
+    PickResult r = s->Pick(req, pool, {.record = false});
+    benchmark::DoNotOptimize(r);
+  }
+}
+void BM_PickLatencyPlugins(benchmark::State& state) { PickWith(state, kLatencyYaml, true); }
+BENCHMARK(BM_PickLatencyPlugins)->Arg(8)->Arg(64);
+void BM_PickQueueOnly(benchmark::State& state) { PickWith(state, kQueueYaml, false); }
+BENCHMARK(BM_PickQueueOnly)->Arg(8)->Arg(64);
 
 // Every candidate of one pick, through Predict (the per-thread snapshot cache).
 void BM_PredictAll(benchmark::State& state) {

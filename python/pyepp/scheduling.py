@@ -412,6 +412,30 @@ class PickResult:
         return self._result.tokens_note
 
     @property
+    def predicted_ttft_ms(self) -> Optional[float]:
+        """``predicted-latency-producer``'s TTFT prediction for the chosen endpoint in
+        milliseconds (its upper estimate), or None (no such producer, or no model yet)."""
+        v = self._result.predicted_ttft_ms
+        return None if v < 0 else v
+
+    @property
+    def predicted_tpot_ms(self) -> Optional[float]:
+        """The TPOT prediction for the chosen endpoint in milliseconds, or None."""
+        v = self._result.predicted_tpot_ms
+        return None if v < 0 else v
+
+    @property
+    def slo(self) -> Dict[str, float]:
+        """The request's SLOs the producer read (``x-llm-d-slo-ttft-ms`` / ``-tpot-ms``), in
+        milliseconds: ``{"ttft_ms": ..., "tpot_ms": ...}`` with the ones it carried."""
+        out: Dict[str, float] = {}
+        if self._result.slo_ttft_ms > 0:
+            out["ttft_ms"] = self._result.slo_ttft_ms
+        if self._result.slo_tpot_ms > 0:
+            out["tpot_ms"] = self._result.slo_tpot_ms
+        return out
+
+    @property
     def load_tokens(self) -> int:
         """Token load recorded on the chosen endpoint until :meth:`Scheduler.release`."""
         return self._result.load_tokens
@@ -694,6 +718,23 @@ class Scheduler:
         if not isinstance(result, PickResult):
             raise TypeError(f"result must be a pyepp.PickResult, not {type(result).__name__}")
         self._native.observe_first_token(result._outcome)
+
+    def observe_completion(self, result: PickResult, completion_tokens: int = 0, prompt_tokens: int = 0,
+                           chunks: Optional[int] = None, streamed: bool = True) -> None:
+        """The response of a recorded pick has ended (call it after its last chunk): plugins that
+        learn from whole responses use it, such as ``predicted-latency-producer``, which trains
+        its TTFT and TPOT models from the time since the pick, the first token
+        (:meth:`observe_first_token`) and ``completion_tokens`` (else ``chunks``, the streamed
+        chunks seen). Harmless for results that recorded nothing."""
+        if not isinstance(result, PickResult):
+            raise TypeError(f"result must be a pyepp.PickResult, not {type(result).__name__}")
+        for name, v in (("completion_tokens", completion_tokens), ("prompt_tokens", prompt_tokens)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+        n = completion_tokens if chunks is None else chunks
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"chunks must be an int >= 0, got {chunks!r}")
+        self._native.observe_completion(result._outcome, float(prompt_tokens), float(completion_tokens), n, bool(streamed))
 
     def effective_config(self) -> str:
         """The configuration after defaults, as YAML (``eppctl config effective``)."""

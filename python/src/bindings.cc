@@ -141,7 +141,11 @@ void BindScheduler(py::module_& m) {
       .def_readonly("prefix_match_blocks", &epp::PickResult::prefix_match_blocks)
       .def_readonly("tokens", &epp::PickResult::tokens)
       .def_readonly("tokens_source", &epp::PickResult::tokens_source)
-      .def_readonly("tokens_note", &epp::PickResult::tokens_note);
+      .def_readonly("tokens_note", &epp::PickResult::tokens_note)
+      .def_readonly("predicted_ttft_ms", &epp::PickResult::predicted_ttft_ms)
+      .def_readonly("predicted_tpot_ms", &epp::PickResult::predicted_tpot_ms)
+      .def_readonly("slo_ttft_ms", &epp::PickResult::slo_ttft_ms)
+      .def_readonly("slo_tpot_ms", &epp::PickResult::slo_tpot_ms);
   py::class_<PickOutcome>(m, "PickOutcome")
       .def_readonly("result", &PickOutcome::result)
       .def_readonly("request", &PickOutcome::request)
@@ -168,6 +172,8 @@ void BindScheduler(py::module_& m) {
       .def("release", &Scheduler_ReleaseShim, py::arg("outcome"), py::call_guard<py::gil_scoped_release>())
       .def("observe_first_token", &Scheduler_ObserveFirstTokenShim, py::arg("outcome"),
            py::call_guard<py::gil_scoped_release>())
+      .def("observe_completion", &Scheduler_ObserveCompletionShim, py::arg("outcome"), py::arg("prompt_tokens"),
+           py::arg("completion_tokens"), py::arg("chunks"), py::arg("streamed"), py::call_guard<py::gil_scoped_release>())
       .def("effective_config_yaml", &Scheduler_EffectiveConfigShim)
       .def_property_readonly("warnings", &Scheduler_WarningsShim)
       .def_property_readonly("profile_names", &Scheduler_ProfileNamesShim)

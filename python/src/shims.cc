@@ -581,6 +581,19 @@ void Scheduler_ObserveFirstTokenShim(const SchedulerHolder& holder, const PickOu
   if (r.status == 200 && !r.endpoints.empty()) holder.scheduler->ObserveFirstToken(r.pick_id, r.endpoints.front());
 }
 
+void Scheduler_ObserveCompletionShim(const SchedulerHolder& holder, const PickOutcome& outcome, double prompt_tokens,
+                                     double completion_tokens, int64_t chunks, bool streamed) {
+  const epp::PickResult& r = outcome.result;
+  if (r.status != 200 || r.endpoints.empty()) return;
+  epp::ResponseCompletion done;
+  done.usage.prompt_tokens = prompt_tokens;
+  done.usage.completion_tokens = completion_tokens;
+  done.usage.total_tokens = prompt_tokens + completion_tokens;
+  done.chunks = chunks;
+  done.streamed = streamed;
+  holder.scheduler->ObserveCompletion(r.pick_id, r.endpoints.front(), done);
+}
+
 std::string Scheduler_EffectiveConfigShim(const SchedulerHolder& holder) {
   return holder.scheduler->EffectiveConfigYaml();
 }

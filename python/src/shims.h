@@ -207,6 +207,8 @@ PickOutcome Scheduler_PickShim(const SchedulerHolder& holder, epp::InferenceRequ
 void Scheduler_ReleaseShim(const SchedulerHolder& holder, const PickOutcome& outcome);
 // Scheduler::ObserveFirstToken for the pick's primary endpoint, now; nothing for an unrecorded pick.
 void Scheduler_ObserveFirstTokenShim(const SchedulerHolder& holder, const PickOutcome& outcome);
+void Scheduler_ObserveCompletionShim(const SchedulerHolder& holder, const PickOutcome& outcome, double prompt_tokens,
+                                     double completion_tokens, int64_t chunks, bool streamed);
 std::string Scheduler_EffectiveConfigShim(const SchedulerHolder& holder);
 std::vector<std::string> Scheduler_WarningsShim(const SchedulerHolder& holder);
 std::vector<std::string> Scheduler_ProfileNamesShim(const SchedulerHolder& holder);

@@ -144,3 +144,22 @@ def test_slo_flags_report_attainment_and_goodput(eppctl, tmp_path):
     (p,) = replay_json(eppctl, "--trace", trace, "--servers", "1", "--policy", "round-robin",
                        "--slo-ttft-ms", "10000")["policies"]
     assert p["slo"]["requests"] == 4 and p["slo"]["ttft_attainment"] == 0.75
+
+
+def test_llm_d_predicted_latency_runs_and_learns_the_slow_server(eppctl):
+    # One fast and one very slow server: llm-d's predicted-latency configuration starts blind
+    # (the composite fallback), learns both servers from the responses in the replay's virtual
+    # time, and then keeps most requests with a TTFT SLO off the slow one; round robin cannot.
+    args = ["--workload", "shared-prefix", "--groups", "16", "--prompts-per-group", "12", "--servers", "2",
+            "--server-speed", "1,0.1", "--rate", "4", "--system-len", "1000", "--question-len", "1000",
+            "--slo-ttft-ms", "400"]
+    d = replay_json(eppctl, *args, "--policy", "round-robin", "--policy", "llm-d-predicted-latency")
+    rr, pl = d["policies"]
+    assert pl["name"] == "llm-d-predicted-latency"
+    assert pl["slo"]["requests"] == rr["slo"]["requests"] == 192
+    assert pl["slo"]["ttft_attainment"] > rr["slo"]["ttft_attainment"] + 0.3, (pl["slo"], rr["slo"])
+    fast, slow = pl["requests_per_server"]
+    assert slow < fast / 4, pl["requests_per_server"]
+    # Seeded: the same run twice gives the same report.
+    again = replay_json(eppctl, *args, "--policy", "llm-d-predicted-latency")["policies"][0]
+    assert again["slo"] == pl["slo"]

@@ -884,3 +884,54 @@ def test_plugin_schema_of_python_and_unknown_types():
         pyepp.plugin_schema("mine")
     with pytest.raises(TypeError):
         pyepp.plugin_schema("queue-scorer", registry={})
+
+
+PREDICTED_LATENCY = """\
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: predicted-latency-producer
+  parameters: {streamingMode: true}
+- type: slo-headroom-tier-filter
+  parameters: {epsilonExploreNeg: 0}
+- type: latency-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: slo-headroom-tier-filter
+  - pluginRef: latency-scorer
+  - pluginRef: max-score-picker
+"""
+
+
+def test_predicted_latency_learns_from_observed_responses() -> None:
+    s = pyepp.Scheduler.from_yaml(PREDICTED_LATENCY)
+    eps = [pyepp.Endpoint("10.0.0.1:8000", IDLE)]
+
+    def slo_request(i: int) -> pyepp.Request:
+        return pyepp.Request.from_capture({"path": "/v1/chat/completions", "headers": {"x-llm-d-slo-ttft-ms": "500"},
+                                           "body": {"model": "m", "messages": [{"role": "user", "content": f"q{i}"}]}})
+
+    first = s.pick(slo_request(0), eps)
+    assert first.status == 200 and first.slo == {"ttft_ms": 500.0}
+    assert first.predicted_ttft_ms is None  # nothing observed yet
+    for i in range(2):  # the model wants two responses
+        picked = first if i == 0 else s.pick(slo_request(10 + i), eps)
+        time.sleep(0.03)  # the first token 30 ms after the pick, on the real clock
+        s.observe_first_token(picked)
+        time.sleep(0.01)
+        s.observe_completion(picked, completion_tokens=5, prompt_tokens=12)
+    # The producer trains on its own thread once a second.
+    deadline = time.monotonic() + 5
+    predicted = None
+    while predicted is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        predicted = s.pick(slo_request(1), eps, record=False).predicted_ttft_ms
+    assert predicted is not None and 10 < predicted < 500, predicted
+    explained = s.pick(slo_request(2), eps, record=False, trace=True).explain_text()
+    assert "predicted TTFT" in explained and "SLO TTFT 500 ms" in explained, explained
+    with pytest.raises(TypeError):
+        s.observe_completion("not a result")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        s.observe_completion(first, completion_tokens=-1)

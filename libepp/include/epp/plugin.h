@@ -147,12 +147,13 @@ enum class PluginInput : uint32_t {
   kLabels = 1u << 5,           // Endpoint::labels
   kInflightLoad = 1u << 6,     // the scheduler's in-flight requests and tokens per endpoint
   kPrefixMatch = 1u << 7,      // a prefix producer's match data (SchedulingContext::prefix)
+  kLatencyPrediction = 1u << 8,  // predicted-latency-producer's predictions (SchedulingContext::latency)
 };
 inline constexpr PluginInput kAllPluginInputs[] = {
     PluginInput::kWaitingQueue, PluginInput::kRunningRequests, PluginInput::kKvCacheUsage, PluginInput::kLora,
-    PluginInput::kCacheGeometry, PluginInput::kLabels, PluginInput::kInflightLoad, PluginInput::kPrefixMatch};
+    PluginInput::kCacheGeometry, PluginInput::kLabels, PluginInput::kInflightLoad, PluginInput::kPrefixMatch, PluginInput::kLatencyPrediction};
 // "waiting_queue_size", "running_requests", "kv_cache_usage", "lora", "cache_geometry", "labels",
-// "inflight_load", "prefix_match".
+// "inflight_load", "prefix_match", "latency_prediction".
 std::string_view PluginInputName(PluginInput input);
 
 class PluginInputs {

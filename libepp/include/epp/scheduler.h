@@ -124,6 +124,12 @@ struct PickResult {
   int64_t load_tokens = 0;             // in-flight token estimate recorded for this request
   // Unique per recorded pick in this process (0 when not recorded): ObserveFirstToken's key.
   uint64_t pick_id = 0;
+  // predicted-latency-producer's prediction for the primary endpoint, in milliseconds (-1: none),
+  // and the request's SLOs it read (0: none).
+  double predicted_ttft_ms = -1;
+  double predicted_tpot_ms = -1;
+  double slo_ttft_ms = 0;
+  double slo_tpot_ms = 0;
   // The endpoint the load was recorded on, when it differs from endpoints.front() (a profile
   // handler's destination_port rewrite); Release() uses it.
   std::string load_endpoint;
@@ -234,6 +240,7 @@ struct RuntimeNeeds {
   const struct KvEventsBinding* kv_events = nullptr;
   bool scrape_settings = false;   // a core-metrics-extractor changes how metrics are read
   bool first_token = false;       // ObserveFirstToken reaches at least one plugin
+  bool completion = false;        // ObserveCompletion reaches at least one plugin
   bool response_metadata = false; // ResponseMetadata has sources (request-attribute-reporter)
   size_t endpoint_state = 0;      // plugins keeping per-endpoint state (ForgetEndpoint reaches them)
   size_t tokenizers = 0;          // token-producers (Tokenizers())
@@ -261,6 +268,10 @@ class Scheduler {
   // scheduler's clock; nullopt: now). Passed to every FirstTokenObserver plugin (the
   // estimated-ttft-scorer calibrates its prefill rate from it). Unknown ids are ignored.
   void ObserveFirstToken(uint64_t pick_id, std::string_view endpoint, std::optional<int64_t> at_us = std::nullopt) const;
+  // The response of pick `pick_id` from `endpoint` ended (completion.at_us on the scheduler's
+  // clock; 0: now). Passed to every CompletionObserver plugin (predicted-latency-producer trains
+  // its TTFT and TPOT models from it). Unknown ids are ignored.
+  void ObserveCompletion(uint64_t pick_id, std::string_view endpoint, ResponseCompletion completion) const;
   // Drops per-endpoint state (prefix index entries, in-flight counters) of an endpoint that left.
   void ForgetEndpoint(std::string_view endpoint) const;
 

@@ -88,6 +88,40 @@ struct EncoderCacheState {
   std::string producer;              // name of the producer that filled this
 };
 
+// Latency predictions for one cycle, filled by predicted-latency-producer (llm-d's
+// LatencyPredictionInfo per endpoint): what latency-scorer, slo-headroom-tier-filter,
+// latency-slo-admitter and prefix-cache-affinity-filter (ttftSource: latencyPredictor) read.
+// Times in milliseconds, as llm-d keeps them. Headroom = SLO - predicted (negative: misses it);
+// a request without a TTFT SLO has an SLO of 0, so every TTFT headroom is negative (llm-d's
+// convention: the scorer then prefers the smallest predicted TTFT). TPOT is neutral (valid,
+// headroom 0) outside streamingMode and on prefill endpoints.
+struct LatencyInfo {
+  bool has = false;  // the producer predicted for this endpoint
+  double ttft_ms = 0;
+  double tpot_ms = 0;
+  double ttft_headroom_ms = 0;
+  double tpot_headroom_ms = 0;
+  bool ttft_valid = false;  // predicted TTFT < the TTFT SLO
+  bool tpot_valid = false;  // predicted TPOT < the (buffered) TPOT SLO, or neutral
+  bool from_prior = false;  // the pool-wide model answered (the endpoint has few samples)
+  // Requests the producer saw dispatched to this endpoint that have not ended (llm-d's
+  // DispatchedRequestCount: 0 is an idle endpoint for the scorer and the admitter).
+  int64_t dispatched = 0;
+  // Uncached prompt tokens dispatched here that have not produced a first token (a feature).
+  double prefill_tokens_in_flight = 0;
+  bool valid() const { return ttft_valid && tpot_valid; }
+};
+struct LatencyState {
+  bool computed = false;       // a producer ran for this cycle
+  std::string producer;        // its name
+  double ttft_slo_ms = 0;      // the request's SLOs (0: none), x-llm-d-slo-ttft-ms / x-slo-ttft-ms
+  double tpot_slo_ms = 0;
+  std::vector<LatencyInfo> info;  // per endpoint index; empty or has=false: no prediction
+  const LatencyInfo* Find(size_t index) const {
+    return index < info.size() && info[index].has ? &info[index] : nullptr;
+  }
+};
+
 struct SchedulingContext {
   const InferenceRequest* request = nullptr;
   std::span<const Endpoint> endpoints;  // the whole pool; candidates point into it
@@ -99,6 +133,7 @@ struct SchedulingContext {
   PrefixState prefix;
   TokenState tokens;
   EncoderCacheState encoder_cache;
+  LatencyState latency;
   // The endpoint an earlier profile of this cycle chose that the running profile's picks should be
   // close to (the decode pick while a disaggregated prefill profile runs; llm-d's "peer
   // endpoint"); nullptr when the profile handler names none. Topology affinity reads it.
@@ -109,6 +144,8 @@ struct SchedulingContext {
   // agent-identity).
   RequestAttributes attributes;
 
+  // e's predictions, or nullptr (no producer ran, or none for e).
+  const LatencyInfo* Latency(const Endpoint* e) const { return latency.Find(IndexOf(e)); }
   // Position of `e` in `endpoints`. REQUIRES: e points into endpoints.
   size_t IndexOf(const Endpoint* e) const { return static_cast<size_t>(e - endpoints.data()); }
   int PrefixMatchBlocks(const Endpoint* e) const {
@@ -312,6 +349,23 @@ class FirstTokenObserver {
  public:
   virtual ~FirstTokenObserver() = default;
   virtual void FirstToken(uint64_t pick_id, std::string_view endpoint, int64_t at_us) const = 0;
+};
+
+// Learns from the end of a response (Scheduler::ObserveCompletion): called once when the response
+// of a recorded pick ended (its last body chunk, or an end of stream), with the pick's id, the
+// endpoint, the time on the scheduler's clock, the usage the server reported (zeros when none)
+// and the number of response body chunks seen (a streamed response's token count when it sent
+// no usage). Never for picks that were not recorded.
+struct ResponseCompletion {
+  int64_t at_us = 0;
+  ResponseUsage usage;
+  int64_t chunks = 0;
+  bool streamed = false;  // the response was a stream (text/event-stream or stream: true)
+};
+class CompletionObserver {
+ public:
+  virtual ~CompletionObserver() = default;
+  virtual void Completed(uint64_t pick_id, std::string_view endpoint, const ResponseCompletion& completion) const = 0;
 };
 
 // Headers for the client's response (the ext_proc response-headers phase), e.g. llm-d's session

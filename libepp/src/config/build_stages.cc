@@ -323,6 +323,25 @@ absl::Status ResolvePrefixProducer(BuildState& st) {
   // A plugin declares that it reads prefix-match data (Plugin::Consumes); only plugins that a
   // profile uses count, so an unused scorer does not pull a producer in.
   auto needs_prefix = [](const Plugin& p) { return p.Consumes().has(PluginInput::kPrefixMatch); };
+  // Latency predictions: llm-d registers predicted-latency-producer as its data's default
+  // producer, so a profile (or an admitter) that reads predictions without one gets one.
+  {
+    auto needs_latency = [](const Plugin& p) { return p.Consumes().has(PluginInput::kLatencyPrediction); };
+    bool latency_needed = false, latency_present = false;
+    for (const Profile& prof : impl.profiles) {
+      for (const auto& f : prof.filters) latency_needed |= needs_latency(*f.first);
+      for (const auto& s : prof.scorers) latency_needed |= needs_latency(*s.plugin);
+    }
+    for (const auto& p : impl.plugins) {
+      if (p->AsAdmitter()) latency_needed |= needs_latency(*p);
+      latency_present |= p->type() == plugins::kPredictedLatencyProducerType;
+    }
+    if (latency_needed && !latency_present) {
+      EPP_RETURN_IF_ERROR(st.AddDefault(plugins::kPredictedLatencyProducerType,
+                                        std::string(plugins::kPredictedLatencyProducerType))
+                              .status());
+    }
+  }
   bool needed = false;
   for (const Profile& prof : impl.profiles) {
     for (const auto& f : prof.filters) needed |= needs_prefix(*f.first);
@@ -330,8 +349,10 @@ absl::Status ResolvePrefixProducer(BuildState& st) {
   }
   // A profile handler reads what its deciders read (prefix-based-pd-decider: the decode
   // endpoint's cached prefix).
+  // So does a data producer that reads them (predicted-latency-producer's prefix feature).
   for (const auto& p : impl.plugins)
-    if (p->AsProfileHandler()) needed |= needs_prefix(*p);
+    if (p->AsProfileHandler() || (p->AsDataProducer() && !p->AsDataProducer()->FillsPrefix()))
+      needed |= needs_prefix(*p);
   if (needed && !producer) {
     EPP_ASSIGN_OR_RETURN(producer, st.AddDefault(plugins::kApproxPrefixProducerType, std::string(plugins::kApproxPrefixProducerType)));
   }

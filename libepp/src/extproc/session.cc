@@ -449,6 +449,12 @@ void ExtProcSession::Impl::EndResponse() {
   response_done = true;
   if (stats && result && !served.empty() && !result->endpoints.empty() && served != result->endpoints.front())
     stats->served_mismatch++;
+  // predicted-latency-producer learns from the end of the response (before the load goes, as
+  // llm-d's ResponseBody hook runs before the request leaves its counts).
+  if (result->status == 200 && result->pick_id != 0 && response_chunks > 0 && !result->endpoints.empty() &&
+      scheduler.Needs().completion)
+    scheduler.ObserveCompletion(result->pick_id, result->endpoints.front(),
+                                ResponseCompletion{0, usage.value_or(ResponseUsage{}), response_chunks, response_streaming});
   if (load_recorded && result) {
     scheduler.Release(*result);
     load_recorded = false;
@@ -484,7 +490,7 @@ void ExtProcSession::Impl::EndResponse() {
 }
 
 void ExtProcSession::Impl::ParseUsage(bool final) {
-  if ((!stats && !scheduler.WantsResponseMetadata()) || !request) return;
+  if ((!stats && !scheduler.WantsResponseMetadata() && !scheduler.Needs().completion) || !request) return;
   // Each API's usage shape (epp/request.h ParseResponseUsage), merged field by field into what
   // an earlier part of the stream reported (llm-d #2437: Anthropic's message_start and
   // message_delta come in different chunks; a part dropped from the kept body was read before).
@@ -585,6 +591,7 @@ absl::Status ExtProcSession::Impl::Process(const pb::ProcessingRequest& in, std:
       const std::string& chunk = in.response_body().body();
       if (!chunk.empty() && first_byte == std::chrono::steady_clock::time_point{}) first_byte = std::chrono::steady_clock::now();
       response_bytes += static_cast<int64_t>(chunk.size());
+      if (!chunk.empty()) response_chunks++;
       // A streamed response's first body chunk carries its first token: the response path's
       // timing for FirstTokenObserver plugins (the estimated-ttft-scorer's calibration). A
       // non-streamed body arrives whole at the end, so it times nothing.

@@ -46,6 +46,7 @@ struct ExtProcSession::Impl {
   bool response_done = false;
   std::string response_body;       // bounded, for usage parsing
   bool response_body_truncated = false;
+  int64_t response_chunks = 0;    // non-empty response body chunks (a stream's token count without usage)
   bool first_token_seen = false;  // the first body chunk of a streamed response went to the scheduler
   std::optional<ResponseUsage> usage;  // the response's token usage (ParseUsage), when it had one
   // GIE's request metrics: when the request arrived, the model asked for and the one sent (after

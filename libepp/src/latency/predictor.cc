@@ -327,6 +327,15 @@ LatencyPredictor::~LatencyPredictor() { Stop(); }
 
 bool LatencyPredictor::Observe(std::string_view endpoint, const LatencyFeatures& f, double ttft_s, double tpot_s) {
   if (!(std::isfinite(ttft_s) && ttft_s > 0)) return false;
+  return Add(endpoint, f, ttft_s, tpot_s);
+}
+
+bool LatencyPredictor::ObserveTpot(std::string_view endpoint, const LatencyFeatures& f, double tpot_s) {
+  if (!(std::isfinite(tpot_s) && tpot_s > 0)) return false;
+  return Add(endpoint, f, std::numeric_limits<double>::quiet_NaN(), tpot_s);
+}
+
+bool LatencyPredictor::Add(std::string_view endpoint, const LatencyFeatures& f, double ttft_s, double tpot_s) {
   if (!Usable(f.kv_cache_usage) || !Usable(f.waiting_requests) || !Usable(f.running_requests) ||
       !Usable(f.input_tokens) || !Usable(f.prefix_hit_tokens) || !Usable(f.inflight_requests) ||
       !Usable(f.inflight_prefill_tokens) || !Usable(f.encoder_input_size) || !Usable(f.encoder_matched_size))
@@ -452,10 +461,42 @@ TrainStats LatencyPredictor::TrainNow() {
   }
   snapshot->pool_.from_prior = true;
 
+  // An endpoint with fewer samples than its own model needs is the pool model scaled to its speed:
+  // the geometric mean of observed/pool-predicted over its samples, shrunk toward 1 as if one more
+  // sample had said 1 (so one sample moves it part of the way, ten nearly all). Its upper estimate
+  // uses the pool's ratios after each endpoint's own scaling (the noise within an endpoint, not
+  // the spread of speeds across the pool, which the raw pool model's quantile also holds: one slow
+  // server made every new endpoint look slow).
+  std::vector<double> partial_scale[2];
+  double partial_upper[2] = {1, 1};
+  for (int target = 0; target < 2; ++target) {
+    const LinearFit& prior = target == 0 ? snapshot->pool_.ttft : snapshot->pool_.tpot;
+    partial_scale[target].assign(stores.size(), 1.0);
+    if (prior.samples == 0) continue;
+    std::vector<double> normalised;
+    for (size_t i = 0; i < stores.size(); ++i) {
+      rows.clear();
+      AppendRows(samples[i], target == 1, rows);
+      double log_sum = 0;
+      for (const Row& row : rows) log_sum += std::log(row.y / prior.Eval(row.x));
+      const double scale =
+          std::clamp(std::exp(log_sum / (static_cast<double>(rows.size()) + 1.0)), 0.05, 20.0);
+      partial_scale[target][i] = scale;
+      for (const Row& row : rows) normalised.push_back(row.y / (scale * prior.Eval(row.x)));
+    }
+    if (!normalised.empty()) {
+      const size_t k = std::min(normalised.size() - 1,
+                                static_cast<size_t>(options_.quantile * static_cast<double>(normalised.size())));
+      std::nth_element(normalised.begin(), normalised.begin() + static_cast<std::ptrdiff_t>(k), normalised.end());
+      partial_upper[target] = std::max(1.0, normalised[k]);
+    }
+  }
+
   // Each endpoint with enough TTFT samples gets its own model, shrunk toward the pool's; its
   // TPOT model is the pool's until it has enough TPOT samples of its own.
   for (size_t i = 0; i < stores.size() && snapshot->pool_.ttft.samples > 0; ++i) {
     EndpointModel m;
+    bool partial = false;
     for (int target = 0; target < 2; ++target) {
       rows.clear();
       AppendRows(samples[i], target == 1, rows);
@@ -463,6 +504,14 @@ TrainStats LatencyPredictor::TrainNow() {
       LinearFit& out = target == 0 ? m.ttft : m.tpot;
       if (rows.size() < options_.min_endpoint_samples || prior.samples == 0) {
         out = prior;
+        if (!rows.empty() && prior.samples > 0) {
+          const double scale = partial_scale[target][i];
+          out.intercept *= scale;
+          for (double& w : out.weights) w *= scale;
+          out.floor_s *= scale;
+          out.upper_scale = partial_upper[target];
+          if (target == 0) partial = true;
+        }
         continue;
       }
       // The prior is the pool's model scaled to this endpoint's speed: the factor s that fits
@@ -481,9 +530,12 @@ TrainStats LatencyPredictor::TrainNow() {
       const StdFit fit = Solve(rows, scaling[target], prior_beta, options_.prior_strength);
       out = ToRaw(fit, scaling[target], rows, options_.quantile);
     }
-    if (m.ttft.samples > 0 && samples[i].size() >= options_.min_endpoint_samples) {
+    if (m.ttft.samples > 0 && samples[i].size() >= options_.min_endpoint_samples && !partial) {
       snapshot->models_.emplace(stores[i].first, std::move(m));
       ++stats.endpoint_models;
+    } else if (partial) {
+      m.from_prior = true;  // the pool's model, scaled to this endpoint's speed
+      snapshot->models_.emplace(stores[i].first, std::move(m));
     }
   }
   Publish(std::move(snapshot));

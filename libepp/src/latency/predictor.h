@@ -22,7 +22,9 @@
 //    (100 ms off matters at a 200 ms TTFT, not at 10 s), and one 30 s stall cannot pull the fit
 //    for 100 ms requests (the robustness a Huber loss would buy, without its iterations).
 //  - A pool-wide model fitted on every endpoint's samples is the prior: an endpoint with fewer
-//    than min_endpoint_samples is predicted by it (from_prior), and an endpoint's own fit is
+//    than min_endpoint_samples is predicted by it scaled to the endpoint's speed (from_prior: the
+//    geometric mean of observed/predicted over its samples, shrunk toward 1), one without samples
+//    by the pool model itself, and an endpoint's own fit is
 //    shrunk toward it scaled to the endpoint's speed (the one factor s with y ~ s * pool(x) that
 //    fits the endpoint's samples best; then a Gaussian prior worth prior_strength samples on the
 //    standardized slopes around s times the pool's; the intercept is free). A slower GPU is
@@ -162,7 +164,8 @@ struct LatencyPredictorOptions {
 class LatencySnapshot {
  public:
   LatencyPrediction Predict(std::string_view endpoint, const LatencyFeatures& features) const;
-  // The endpoint's own model, or nullptr when it has too few samples (or none).
+  // The endpoint's model: its own, or (with fewer than min_endpoint_samples TTFT samples) the pool
+  // model scaled to its speed (from_prior); nullptr for an endpoint without samples.
   const EndpointModel* Find(std::string_view endpoint) const;
   const EndpointModel& pool() const { return pool_; }
   size_t endpoints() const { return models_.size(); }
@@ -195,6 +198,10 @@ class LatencyPredictor {
   // (tpot NaN, or <= 0, when unknown: a TTFT-only sample). False, and nothing queued, when the
   // TTFT is not a positive finite number or a feature is negative or not finite.
   bool Observe(std::string_view endpoint, const LatencyFeatures& features, double ttft_s, double tpot_s);
+  // Queues a TPOT-only sample (the end of a response whose first token was observed on its own,
+  // as the reference trains: TTFT at the first token, TPOT at the end). False, and nothing
+  // queued, when the TPOT is not a positive finite number or a feature is unusable.
+  bool ObserveTpot(std::string_view endpoint, const LatencyFeatures& features, double tpot_s);
   // Drops an endpoint's samples (it left the pool); its model goes at the next training round.
   void Forget(std::string_view endpoint);
 
@@ -224,6 +231,7 @@ class LatencyPredictor {
 
  private:
   explicit LatencyPredictor(const LatencyPredictorOptions& options);
+  bool Add(std::string_view endpoint, const LatencyFeatures& features, double ttft_s, double tpot_s);
   void Loop();
   void Publish(std::shared_ptr<const LatencySnapshot> snapshot);
   // The published snapshot through this thread's cached reference to it: one atomic load of the

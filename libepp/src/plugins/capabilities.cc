@@ -26,6 +26,7 @@ Capabilities IndexCapabilities(std::span<const std::shared_ptr<Plugin>> plugins)
   Capabilities caps;
   for (const std::shared_ptr<Plugin>& p : plugins) {
     Collect(*p, caps.first_token_observers);
+    Collect(*p, caps.completion_observers);
     Collect(*p, caps.endpoint_states);
     Collect(*p, caps.scrape_settings);
     Collect(*p, caps.token_sources);

@@ -33,6 +33,7 @@ class TokenSource;
 struct Capabilities {
   // Each list in config order.
   std::vector<const FirstTokenObserver*> first_token_observers;
+  std::vector<const CompletionObserver*> completion_observers;
   std::vector<const EndpointState*> endpoint_states;
   std::vector<const ScrapeSettingsSource*> scrape_settings;
   std::vector<const TokenSource*> token_sources;

@@ -737,6 +737,18 @@ void PolicyRun::FinishRequest(size_t s, const Pending& pd, const std::optional<S
     return;
   }
   rep.completed++;
+  {
+    // The response path's end: what predicted-latency-producer trains from (a streamed response
+    // of output_tokens tokens, with its usage).
+    ResponseCompletion done;
+    done.at_us = res->finish_us;
+    done.usage.prompt_tokens = static_cast<double>(res->prompt_tokens);
+    done.usage.completion_tokens = static_cast<double>(res->output_tokens);
+    done.usage.total_tokens = done.usage.prompt_tokens + done.usage.completion_tokens;
+    done.chunks = res->output_tokens;
+    done.streamed = true;
+    replicas[pd.replica]->ObserveCompletion(pd.pick_id, endpoints[s].address, done);
+  }
   ttft.push_back(static_cast<double>(res->first_token_us - pd.arrival_us) / 1e6);
   {
     // SLOs: TTFT from the arrival at the EPP; TPOT over the tokens after the first.

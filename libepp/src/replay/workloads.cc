@@ -477,6 +477,24 @@ const std::vector<std::pair<std::string, std::string>>& Baselines() {
       {"dynamo-kv", "plugins:\n- type: dynamo-kv-cost-scorer\n- type: max-score-picker\n"},
       // Envoy's client-side weighted round robin from ORCA load reports (no EPP affinity).
       {"orca-wrr", "plugins:\n- type: orca-wrr-picker\n"},
+      // llm-d Router's predicted-latency configuration (its chart's default-plugins.yaml with
+      // router.latencyPredictor.enabled): a strict and a loose prefix-affinity gate around the
+      // SLO headroom tiers, then the headroom scorer and a weighted random pick. streamingMode is
+      // on, so TTFT is trained on first tokens (the chart's default, off, trains end-to-end
+      // latency as "TTFT", which cannot meet a TTFT SLO); the same prefix producer as llm-d's
+      // other policies.
+      {"llm-d-predicted-latency",
+       "plugins:\n- type: approx-prefix-cache-producer\n  parameters: {maxPrefixTokensToMatch: 131072}\n"
+       "- type: predicted-latency-producer\n  parameters: {streamingMode: true}\n"
+       "- name: strict-affinity-filter\n  type: prefix-cache-affinity-filter\n"
+       "  parameters: {affinityThreshold: 0.99, ttftSource: latencyPredictor, maxTTFTPenaltyMs: 5000}\n"
+       "- name: loose-affinity-filter\n  type: prefix-cache-affinity-filter\n"
+       "  parameters: {affinityThreshold: 0.80, ttftSource: latencyPredictor, maxTTFTPenaltyMs: 5000}\n"
+       "- type: latency-scorer\n- type: weighted-random-picker\n- type: slo-headroom-tier-filter\n"
+       "- type: latency-slo-admitter\nschedulingProfiles:\n- name: default\n  plugins:\n"
+       "  - pluginRef: predicted-latency-producer\n  - pluginRef: strict-affinity-filter\n"
+       "  - pluginRef: slo-headroom-tier-filter\n  - pluginRef: loose-affinity-filter\n"
+       "  - pluginRef: latency-scorer\n  - pluginRef: weighted-random-picker\n"},
       // epp's own (examples/configs/epp.yaml, the same configuration).
       {"epp",
        "plugins:\n- type: approx-prefix-cache-producer\n  parameters: {maxPrefixTokensToMatch: 131072}\n"

@@ -116,6 +116,15 @@ std::string PickResultToJson(const InferenceRequest* request, const PickResult& 
   } else {
     j["request"] = nullptr;
   }
+  // predicted-latency-producer's view of the primary endpoint, and the request's SLOs.
+  if (r.predicted_ttft_ms >= 0 || r.slo_ttft_ms > 0 || r.slo_tpot_ms > 0) {
+    json lat = json::object();
+    if (r.predicted_ttft_ms >= 0) lat["predicted_ttft_ms"] = r.predicted_ttft_ms;
+    if (r.predicted_tpot_ms >= 0) lat["predicted_tpot_ms"] = r.predicted_tpot_ms;
+    if (r.slo_ttft_ms > 0) lat["slo_ttft_ms"] = r.slo_ttft_ms;
+    if (r.slo_tpot_ms > 0) lat["slo_tpot_ms"] = r.slo_tpot_ms;
+    j["latency"] = std::move(lat);
+  }
   json profiles = json::array();
   for (const ProfileTrace& p : r.profiles) {
     json jp;
@@ -204,6 +213,18 @@ std::string PickResultToText(const InferenceRequest* request, const PickResult& 
       if (!r.tokens_note.empty()) absl::StrAppend(&out, " ", red, "(", r.tokens_note, ")", reset);
       out += "\n";
     }
+  }
+  if (r.predicted_ttft_ms >= 0 || r.slo_ttft_ms > 0 || r.slo_tpot_ms > 0) {
+    absl::StrAppend(&out, bold, "latency", reset, "    ");
+    if (r.predicted_ttft_ms >= 0) {
+      absl::StrAppend(&out, "predicted TTFT ", Num(r.predicted_ttft_ms), " ms");
+      if (r.predicted_tpot_ms > 0) absl::StrAppend(&out, ", TPOT ", Num(r.predicted_tpot_ms), " ms");
+    } else {
+      out += "no prediction";
+    }
+    if (r.slo_ttft_ms > 0) absl::StrAppend(&out, "  SLO TTFT ", Num(r.slo_ttft_ms), " ms");
+    if (r.slo_tpot_ms > 0) absl::StrAppend(&out, "  SLO TPOT ", Num(r.slo_tpot_ms), " ms");
+    out += "\n";
   }
   if (r.status != 400) {
     absl::StrAppend(&out, bold, "candidates", reset, " ", r.candidates);

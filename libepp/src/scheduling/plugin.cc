@@ -51,6 +51,7 @@ std::string_view PluginInputName(PluginInput input) {
     case PluginInput::kLabels: return "labels";
     case PluginInput::kInflightLoad: return "inflight_load";
     case PluginInput::kPrefixMatch: return "prefix_match";
+    case PluginInput::kLatencyPrediction: return "latency_prediction";
   }
   return "?";
 }

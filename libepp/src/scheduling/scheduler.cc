@@ -137,6 +137,7 @@ void IndexRuntimeNeeds(Scheduler::Impl& m) {
   n.kv_events = m.caps.kv_events ? &m.caps.kv_events->Binding() : nullptr;
   n.scrape_settings = !m.caps.scrape_settings.empty();
   n.first_token = !m.caps.first_token_observers.empty();
+  n.completion = !m.caps.completion_observers.empty();
   n.response_metadata = !m.response_metadata_sources.empty();
   n.endpoint_state = m.caps.endpoint_states.size();
   n.tokenizers = m.caps.token_sources.size();
@@ -516,6 +517,14 @@ void Cycle::Answer() {
   r_.status = 200;
   r_.reason = absl::StrCat("picked by profile '", r_.primary_profile, "'");
   r_.prefix_match_blocks = ctx_.PrefixMatchBlocks(primary_->picked.front());
+  if (ctx_.latency.computed) {
+    r_.slo_ttft_ms = ctx_.latency.ttft_slo_ms;
+    r_.slo_tpot_ms = ctx_.latency.tpot_slo_ms;
+    if (const LatencyInfo* li = ctx_.Latency(primary_->picked.front())) {
+      r_.predicted_ttft_ms = li->ttft_ms;
+      r_.predicted_tpot_ms = li->tpot_ms;
+    }
+  }
   for (const ResponseHeaderSource* h : m_.response_header_sources)
     h->ResponseHeaders(ctx_, runs_, r_.primary_profile, r_.response_headers);
   for (const RequestHeaderSource* h : m_.request_header_sources)
@@ -583,6 +592,13 @@ void Scheduler::ObserveFirstToken(uint64_t pick_id, std::string_view endpoint, s
   if (pick_id == 0 || observers.empty()) return;
   const int64_t at = at_us ? *at_us : impl_->clock->NowMicros();
   for (const FirstTokenObserver* o : observers) o->FirstToken(pick_id, endpoint, at);
+}
+
+void Scheduler::ObserveCompletion(uint64_t pick_id, std::string_view endpoint, ResponseCompletion completion) const {
+  const std::vector<const CompletionObserver*>& observers = impl_->caps.completion_observers;
+  if (pick_id == 0 || observers.empty()) return;
+  if (completion.at_us == 0) completion.at_us = impl_->clock->NowMicros();
+  for (const CompletionObserver* o : observers) o->Completed(pick_id, endpoint, completion);
 }
 
 void Scheduler::ForgetEndpoint(std::string_view endpoint) const {

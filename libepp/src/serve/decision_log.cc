@@ -38,6 +38,10 @@ json SummaryJson(const DecisionRecord& r) {
             {"prefix_match_blocks", r.prefix_match_blocks},
             {"pick_us", r.pick_us}};
   if (r.queue_wait_us >= 0) j["queue_wait_us"] = r.queue_wait_us;
+  if (r.predicted_ttft_ms >= 0) j["predicted_ttft_ms"] = r.predicted_ttft_ms;
+  if (r.predicted_tpot_ms >= 0) j["predicted_tpot_ms"] = r.predicted_tpot_ms;
+  if (r.slo_ttft_ms > 0) j["slo_ttft_ms"] = r.slo_ttft_ms;
+  if (r.slo_tpot_ms > 0) j["slo_tpot_ms"] = r.slo_tpot_ms;
   const DecisionSummary& d = r.summary;
   json s = {{"kind", d.kind}};
   if (!d.kind.empty()) {
@@ -83,6 +87,10 @@ DecisionRecord MakeDecisionRecord(const InferenceRequest& request, const PickRes
   r.candidates = result.candidates;
   r.prefix_blocks = result.prefix_blocks;
   r.prefix_match_blocks = result.prefix_match_blocks;
+  r.predicted_ttft_ms = result.predicted_ttft_ms;
+  r.predicted_tpot_ms = result.predicted_tpot_ms;
+  r.slo_ttft_ms = result.slo_ttft_ms;
+  r.slo_tpot_ms = result.slo_tpot_ms;
   r.pick_us = pick_us;
   r.summary = SummarizeDecision(result);
   r.explain_json = PickResultToJson(&request, result, -1);

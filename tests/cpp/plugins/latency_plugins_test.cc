@@ -1,7 +1,8 @@
 // llm-d's SLO-aware latency plugins (predicted-latency-producer, latency-scorer,
-// slo-headroom-tier-filter, latency-slo-admitter): configs naming them load with one warning
-// each, their parameters are read and checked as llm-d reads them (defaults from llm-d's
-// DefaultConfig structs), and until the predictor exists they leave every pick as it was.
+// slo-headroom-tier-filter, latency-slo-admitter): their parameters are read and checked as llm-d
+// reads them (defaults from llm-d's DefaultConfig structs); the consumers follow llm-d's rules on
+// hand-made predictions (exact scores); the producer learns from the response path and the
+// scheduler routes around a slow server and sheds what no server can serve in time.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -71,84 +72,334 @@ schedulingProfiles:
   - pluginRef: weighted-random-picker
 )";
 
-// The same config without the latency plugins.
-const char kBaselineConfig[] = R"(apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: queue-scorer
-- type: weighted-random-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: queue-scorer
-  - pluginRef: weighted-random-picker
-)";
-
-std::vector<Endpoint> Pool() {
-  return {EndpointBuilder("a:8000").Queue(0).Running(1).Kv(0.2), EndpointBuilder("b:8000").Queue(3).Running(2).Kv(0.5),
-          EndpointBuilder("c:8000").Queue(9).Running(4).Kv(0.9)};
-}
-
 InferenceRequest Req() {
   auto r = ParseOpenAIRequest("/v1/completions", R"({"model":"m","prompt":"how far is the moon"})");
   EXPECT_TRUE(r.ok()) << r.status();
   return *r;
 }
 
-TEST(LatencyPluginsTest, ConfigNamingAllFourLoadsWithOneWarningEach) {
+TEST(LatencyPluginsTest, ConfigNamingAllFourLoadsWithoutNotices) {
   absl::StatusOr<Built> b = Build(kLatencyConfig);
   ASSERT_TRUE(b.ok()) << b.status();
-  const std::vector<std::string>& warnings = b->scheduler->warnings();
-  const std::pair<std::string, std::string> expected[] = {{"predictor", "predicted-latency-producer"},
-                                                          {"tiers", "slo-headroom-tier-filter"},
-                                                          {"headroom", "latency-scorer"},
-                                                          {"slo-gate", "latency-slo-admitter"}};
-  for (const auto& [name, type] : expected) {
-    const std::string head = "plugin '" + name + "' (" + type + "): parameters checked; SLO-aware latency prediction is "
-                             "not implemented yet in epp: this plugin does not affect routing";
-    int found = 0;
-    for (const std::string& w : warnings) found += w.find(head) != std::string::npos;
-    EXPECT_EQ(found, 1) << type << " in:\n" << ::testing::PrintToString(warnings);
-  }
+  for (const std::string& w : b->scheduler->warnings()) EXPECT_EQ(w.find("not implemented"), std::string::npos) << w;
+  EXPECT_TRUE(b->scheduler->Needs().first_token);
+  EXPECT_TRUE(b->scheduler->Needs().completion);
 }
 
-TEST(LatencyPluginsTest, PicksAreTheSameAsWithoutThem) {
-  absl::StatusOr<Built> with = Build(kLatencyConfig);
-  absl::StatusOr<Built> without = Build(kBaselineConfig);
-  ASSERT_TRUE(with.ok()) << with.status();
-  ASSERT_TRUE(without.ok()) << without.status();
-  const std::vector<Endpoint> pool = Pool();
-  std::vector<std::string> a, b;
-  for (int i = 0; i < 40; ++i) {
-    PickResult x = with->scheduler->Pick(Req(), pool);
-    PickResult y = without->scheduler->Pick(Req(), pool);
-    ASSERT_EQ(x.status, 200) << x.reason;
-    ASSERT_EQ(y.status, 200) << y.reason;
-    a.push_back(x.endpoints[0]);
-    b.push_back(y.endpoints[0]);
-  }
-  EXPECT_EQ(a, b);
-  // Weighted random over the queue scores: not always the same endpoint, so the check means
-  // something.
-  EXPECT_NE(std::count(a.begin(), a.end(), a[0]), static_cast<long>(a.size()));
+// A scorer, filter or admitter of the config with a producer: a profile reading predictions gets
+// llm-d's default producer, and the prefix producer the predictions read.
+TEST(LatencyPluginsTest, ReadingPredictionsAddsTheDefaultProducer) {
+  absl::StatusOr<Built> b = Build(R"(apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: latency-scorer
+- type: max-score-picker
+)");
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::string eff = b->scheduler->EffectiveConfigYaml();
+  EXPECT_NE(eff.find("type: predicted-latency-producer"), std::string::npos) << eff;
+  EXPECT_NE(eff.find("type: approx-prefix-cache-producer"), std::string::npos) << eff;
+}
 
-  // The trace shows the filter keeping everything and the scorer's 0 with its reason.
-  PickResult t = with->scheduler->Pick(Req(), pool, {.trace = true});
+// ---- the consumers on hand-made predictions (llm-d's semantics, exact)
+
+struct Cycle {
+  std::vector<Endpoint> pool;
+  InferenceRequest req;
+  SeededRng rng{3};
+  SchedulingContext ctx;
+  std::vector<const Endpoint*> cands;
+  Cycle(std::vector<Endpoint> p, double ttft_slo, double tpot_slo) : pool(std::move(p)), req(Req()) {
+    ctx.request = &req;
+    ctx.endpoints = pool;
+    ctx.rng = &rng;
+    ctx.now_us = kNowUs;
+    ctx.latency.computed = true;
+    ctx.latency.producer = "predicted-latency-producer";
+    ctx.latency.ttft_slo_ms = ttft_slo;
+    ctx.latency.tpot_slo_ms = tpot_slo;
+    ctx.latency.info.assign(pool.size(), LatencyInfo{});
+    for (const Endpoint& e : pool) cands.push_back(&e);
+  }
+  // Endpoint i predicted at ttft/tpot ms, headroom against the SLOs as the producer computes it.
+  void Predict(size_t i, double ttft, double tpot, int64_t dispatched = 1) {
+    LatencyInfo& li = ctx.latency.info[i];
+    li.has = true;
+    li.ttft_ms = ttft;
+    li.tpot_ms = tpot;
+    li.ttft_headroom_ms = ctx.latency.ttft_slo_ms - ttft;
+    li.ttft_valid = ttft < ctx.latency.ttft_slo_ms;
+    li.tpot_headroom_ms = ctx.latency.tpot_slo_ms - tpot;
+    li.tpot_valid = tpot < ctx.latency.tpot_slo_ms;
+    li.dispatched = dispatched;
+  }
+};
+
+std::unique_ptr<Plugin> Plug(const std::string& type, const std::string& yaml_params = "");
+
+std::vector<double> Scores(const Plugin& scorer, const Cycle& c) {
+  std::vector<double> out(c.cands.size());
+  scorer.AsScorer()->Score(c.ctx, c.cands, out);
+  return out;
+}
+
+std::vector<std::string> Kept(const Plugin& filter, const Cycle& c) {
+  std::vector<std::string> out;
+  for (const Endpoint* e : filter.AsFilter()->Apply(c.ctx, c.cands)) out.push_back(e->address);
+  return out;
+}
+
+std::vector<Endpoint> Four() {
+  return {EndpointBuilder("a:1").Queue(0).Running(2).Kv(0.3), EndpointBuilder("b:1").Queue(1).Running(2).Kv(0.3),
+          EndpointBuilder("c:1").Queue(2).Running(2).Kv(0.3), EndpointBuilder("d:1").Queue(3).Running(2).Kv(0.3)};
+}
+
+TEST(LatencyPluginsTest, ScorerLeastPrefersTheTightestFitAmongThoseMeetingTheSlo) {
+  // TTFT SLO 1000 ms, no TPOT SLO (tpot headroom 0 by the neutral convention below).
+  Cycle c(Four(), 1000, 0);
+  c.Predict(0, 200, 0);
+  c.Predict(1, 600, 0);
+  c.Predict(2, 900, 0);
+  c.Predict(3, 1500, 0);  // misses: scored 0
+  for (size_t i = 0; i < 4; ++i) c.ctx.latency.info[i].tpot_headroom_ms = 0;
+  std::unique_ptr<Plugin> least = Plug("latency-scorer");
+  // Headroom 800, 400, 100: normalised 1, 3/7, 0; only TTFT varies, so it carries all the
+  // weight; least: floor((1 - n) * 100) + 1, over 100.
+  EXPECT_EQ(Scores(*least, c), (std::vector<double>{0.01, 0.58, 1.01, 0}));
+  std::unique_ptr<Plugin> most = Plug("latency-scorer", "{headroomSelectionStrategy: most}");
+  EXPECT_EQ(Scores(*most, c), (std::vector<double>{1.01, 0.43, 0.01, 0}));
+}
+
+TEST(LatencyPluginsTest, ScorerWithoutAPositiveTierPrefersIdleThenTheSmallestDeficit) {
+  // No SLO at all: every TTFT headroom is -predicted, so the scorer picks the fastest.
+  Cycle none(Four(), 0, 0);
+  for (size_t i = 0; i < 4; ++i) none.Predict(i, 100.0 * static_cast<double>(i + 1), 0);
+  for (size_t i = 0; i < 4; ++i) none.ctx.latency.info[i].tpot_headroom_ms = 0;
+  std::unique_ptr<Plugin> most = Plug("latency-scorer", "{headroomSelectionStrategy: most}");
+  // Negative buckets always score "least": the smallest deficit best.
+  EXPECT_EQ(Scores(*most, none), (std::vector<double>{1.01, 0.67, 0.34, 0.01}));
+  // An idle endpoint (nothing dispatched) wins over any deficit, whatever its prediction.
+  none.ctx.latency.info[3].dispatched = 0;
+  EXPECT_EQ(Scores(*most, none), (std::vector<double>{0, 0, 0, 0.51}));
+
+  // Deficit buckets: TPOT-only misses before TTFT-only before both.
+  Cycle c(Four(), 1000, 50);
+  c.Predict(0, 2000, 80);  // both miss
+  c.Predict(1, 1200, 40);  // TTFT only
+  c.Predict(2, 800, 70);   // TPOT only
+  c.Predict(3, 3000, 90);  // both
+  EXPECT_EQ(Scores(*most, c), (std::vector<double>{0, 0, 0.51, 0}));
+}
+
+TEST(LatencyPluginsTest, ScorerFallsBackToTheCompositeWithoutPredictions) {
+  Cycle c({EndpointBuilder("a:1").Queue(0).Kv(0.2), EndpointBuilder("b:1").Queue(3).Kv(0.5),
+           EndpointBuilder("c:1").Queue(9).Kv(0.9)},
+          1000, 0);
+  // (free KV + queue relative to the longest + prefix share 0) / 3, in llm-d's 1/100 steps.
+  std::unique_ptr<Plugin> s = Plug("latency-scorer");
+  EXPECT_EQ(Scores(*s, c), (std::vector<double>{0.6, 0.39, 0.03}));
+  std::unique_ptr<Plugin> kv_only = Plug("latency-scorer", "{compositeQueueWeight: 0, compositePrefixWeight: 0}");
+  EXPECT_EQ(Scores(*kv_only, c), (std::vector<double>{0.8, 0.5, 0.1}));
+}
+
+TEST(LatencyPluginsTest, TierFilterKeepsTheTierMeetingTheSlosAndExploresTheOther) {
+  Cycle c(Four(), 1000, 0);
+  c.Predict(0, 200, 0);
+  c.Predict(1, 1600, 0);
+  c.Predict(2, 900, 0);
+  // d has no prediction: it joins the tier missing the SLOs.
+  for (size_t i = 0; i < 4; ++i) c.ctx.latency.info[i].tpot_headroom_ms = 0;
+  std::unique_ptr<Plugin> f = Plug("slo-headroom-tier-filter", "{epsilonExploreNeg: 0}");
+  EXPECT_EQ(Kept(*f, c), (std::vector<std::string>{"a:1", "c:1"}));
+  std::string why = f->AsFilter()->WhyRemoved(c.ctx, c.pool[1]);
+  EXPECT_NE(why.find("misses the SLOs"), std::string::npos) << why;
+  EXPECT_NE(why.find("predicted TTFT 1600 ms (SLO 1000, headroom -600)"), std::string::npos) << why;
+  std::unique_ptr<Plugin> always = Plug("slo-headroom-tier-filter", "{epsilonExploreNeg: 1}");
+  EXPECT_EQ(Kept(*always, c), (std::vector<std::string>{"b:1", "d:1"}));
+  // One tier only: that tier; no prediction at all: everything.
+  Cycle slow(Four(), 100, 0);
+  for (size_t i = 0; i < 4; ++i) slow.Predict(i, 500, 0);
+  for (size_t i = 0; i < 4; ++i) slow.ctx.latency.info[i].tpot_headroom_ms = 0;
+  EXPECT_EQ(Kept(*f, slow).size(), 4u);
+  Cycle empty(Four(), 100, 0);
+  EXPECT_EQ(Kept(*f, empty).size(), 4u);
+  // A consumer naming another producer reads nothing.
+  std::unique_ptr<Plugin> other = Plug("slo-headroom-tier-filter", "{epsilonExploreNeg: 0, latencyPredictionInfoProducerName: x}");
+  EXPECT_EQ(Kept(*other, c).size(), 4u);
+}
+
+TEST(LatencyPluginsTest, AdmitterShedsOnlySheddableRequestsNoEndpointCanServe) {
+  std::unique_ptr<Plugin> a = Plug("latency-slo-admitter");
+  auto admit = [&](Cycle& c, int priority) {
+    c.req.priority = priority;
+    std::string why;
+    const bool ok = a->AsAdmitter()->Admit(c.ctx, c.cands, why);
+    return ok ? std::string("admit") : why;
+  };
+  Cycle c(Four(), 500, 0);
+  for (size_t i = 0; i < 4; ++i) c.Predict(i, 800 + 100.0 * static_cast<double>(i), 0);
+  for (size_t i = 0; i < 4; ++i) c.ctx.latency.info[i].tpot_valid = true;
+  EXPECT_EQ(admit(c, 0), "admit");  // not sheddable
+  const std::string why = admit(c, -1);
+  EXPECT_EQ(why.rfind("request cannot be admitted: no valid endpoint available to serve the request", 0), 0u) << why;
+  EXPECT_NE(why.find("TTFT SLO 500 ms"), std::string::npos) << why;
+  // One endpoint within the SLO, one idle, one cold: each admits.
+  Cycle valid(Four(), 500, 0);
+  for (size_t i = 0; i < 4; ++i) valid.Predict(i, 800, 0);
+  for (size_t i = 0; i < 4; ++i) valid.ctx.latency.info[i].tpot_valid = true;
+  EXPECT_NE(admit(valid, -1), "admit");
+  valid.Predict(2, 300, 0);
+  valid.ctx.latency.info[2].tpot_valid = true;
+  EXPECT_EQ(admit(valid, -1), "admit");
+  valid.Predict(2, 900, 0);
+  valid.ctx.latency.info[2].tpot_valid = true;
+  EXPECT_NE(admit(valid, -1), "admit");
+  valid.pool[1].metrics.running_requests = 0;
+  EXPECT_EQ(admit(valid, -1), "admit");
+  valid.pool[1].metrics.running_requests = 3;
+  valid.pool[3].metrics.kv_cache_usage = 0.01;
+  EXPECT_EQ(admit(valid, -1), "admit");
+  // No SLO, or no prediction: admitted (fail open).
+  Cycle no_slo(Four(), 0, 0);
+  for (size_t i = 0; i < 4; ++i) no_slo.Predict(i, 800, 0);
+  EXPECT_EQ(admit(no_slo, -1), "admit");
+  Cycle unpredicted(Four(), 500, 0);
+  EXPECT_EQ(admit(unpredicted, -1), "admit");
+}
+
+// ---- the producer: in-flight accounting, training from the response path, predictions
+
+class ProducerRun {
+ public:
+  explicit ProducerRun(std::string params = "{streamingMode: true}") {
+    yaml_ = std::string(R"(apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: approx-prefix-cache-producer
+- type: predicted-latency-producer
+  parameters: )") + params + R"(
+- type: slo-headroom-tier-filter
+  parameters: {epsilonExploreNeg: 0}
+- type: latency-scorer
+- type: latency-slo-admitter
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: slo-headroom-tier-filter
+  - pluginRef: latency-scorer
+  - pluginRef: max-score-picker
+)";
+    absl::StatusOr<Built> b = Build(yaml_);
+    EXPECT_TRUE(b.ok()) << b.status();
+    built_ = std::move(*b);
+  }
+  Scheduler& scheduler() { return *built_.scheduler; }
+  ManualClock& clock() { return *built_.clock; }
+
+ private:
+  std::string yaml_;
+  Built built_;
+};
+
+InferenceRequest SloReq(int i, const std::string& ttft_ms, int priority = 0) {
+  auto r = ParseOpenAIRequest("/v1/completions",
+                              R"({"model":"m","prompt":"question number )" + std::to_string(i) + R"( about the moon"})");
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!ttft_ms.empty()) r->headers.emplace_back("x-llm-d-slo-ttft-ms", ttft_ms);
+  r->priority = priority;
+  return *r;
+}
+
+// Servers whose first token takes 100 ms (a, b) or 1.5 s (c), 20 ms per further token. Each
+// request is picked, its first token and end reported: the predictor learns the speeds, and
+// then the tier filter leaves c out for a 1 s TTFT SLO.
+TEST(LatencyPluginsTest, ProducerLearnsFromTheResponsePathAndRoutesAroundASlowServer) {
+  ProducerRun run;
+  std::vector<Endpoint> pool = {EndpointBuilder("a:1").Queue(0).Running(1).Kv(0.3),
+                                EndpointBuilder("b:1").Queue(0).Running(1).Kv(0.3),
+                                EndpointBuilder("c:1").Queue(0).Running(1).Kv(0.3)};
+  auto serve = [&](int i, const std::string& slo) {
+    PickResult r = run.scheduler().Pick(SloReq(i, slo), pool);
+    EXPECT_EQ(r.status, 200) << r.reason;
+    if (r.status != 200) return r;
+    const int64_t first = r.endpoints[0] == "c:1" ? 1'500'000 : 100'000;
+    const int64_t start = run.clock().NowMicros();
+    run.scheduler().ObserveFirstToken(r.pick_id, r.endpoints[0], start + first);
+    ResponseCompletion done;
+    done.at_us = start + first + 9 * 20'000;
+    done.usage.completion_tokens = 10;
+    done.chunks = 10;
+    done.streamed = true;
+    run.scheduler().ObserveCompletion(r.pick_id, r.endpoints[0], done);
+    run.scheduler().Release(r);
+    run.clock().Advance(50'000);
+    return r;
+  };
+  // Before any sample: no prediction (the composite fallback), -1 in the result.
+  PickResult cold = serve(0, "1000");
+  EXPECT_EQ(cold.predicted_ttft_ms, -1);
+  EXPECT_EQ(cold.slo_ttft_ms, 1000);
+  // The composite ties: max-score-picker spreads the early picks, so every server is timed.
+  for (int i = 1; i < 240; ++i) serve(i, "");
+  int on_c = 0;
+  for (int i = 240; i < 300; ++i) {
+    PickResult r = serve(i, "1000");
+    // c had few samples until now: the pool model scaled by them, still an under-estimate, so
+    // with llm-d's "least" (tightest fit) c takes picks until its responses (1.5 s) are learnt,
+    // at the next training round (the replay's second); after that, none.
+    if (i >= 270) {
+      on_c += r.endpoints[0] == "c:1";
+      EXPECT_GT(r.predicted_ttft_ms, 0) << i;
+      EXPECT_LT(r.predicted_ttft_ms, 1000) << i;
+    }
+    EXPECT_GT(r.predicted_ttft_ms, 0) << i;
+    EXPECT_LT(r.predicted_ttft_ms, 1000) << i;
+  }
+  EXPECT_EQ(on_c, 0);
+  // The explanation names the prediction; c is removed for missing the SLO.
+  PickResult t = run.scheduler().Pick(SloReq(1000, "1000"), pool, {.trace = true, .record = false});
   ASSERT_EQ(t.status, 200) << t.reason;
-  ASSERT_EQ(t.profiles.size(), 1u);
   ASSERT_FALSE(t.profiles[0].filters.empty());
-  EXPECT_EQ(t.profiles[0].filters[0].type, "slo-headroom-tier-filter");
-  EXPECT_EQ(t.profiles[0].filters[0].kept.size(), 3u);
-  EXPECT_TRUE(t.profiles[0].filters[0].removed.empty());
-  int latency_scores = 0;
-  for (const EndpointScoreTrace& s : t.profiles[0].scores)
-    for (const ScorerTrace& sc : s.scorers)
-      if (sc.type == "latency-scorer") {
-        ++latency_scores;
-        EXPECT_EQ(sc.raw, 0) << s.endpoint;
-        EXPECT_NE(sc.detail.find("not implemented"), std::string::npos) << sc.detail;
-      }
-  EXPECT_EQ(latency_scores, 3);
+  const FilterTrace& ft = t.profiles[0].filters[0];
+  ASSERT_EQ(ft.removed.size(), 1u);
+  EXPECT_EQ(ft.removed[0].endpoint, "c:1");
+  EXPECT_NE(ft.removed[0].reason.find("misses the SLOs"), std::string::npos) << ft.removed[0].reason;
+  // The metrics llm-d exports.
+  bool predicted = false, violations = false;
+  for (const PluginMetric& m : run.scheduler().PluginMetrics()) {
+    predicted |= m.name == "llm_d_epp_request_predicted_ttft_seconds" && m.count > 0;
+    violations |= m.name == "inference_objective_request_slo_violation_total";
+  }
+  EXPECT_TRUE(predicted);
+  EXPECT_TRUE(violations);
+}
+
+// A sheddable request with an SLO no server can meet is shed with 429 and llm-d's
+// rejected-saturated reason once the servers are busy and the predictor knows them.
+TEST(LatencyPluginsTest, AdmitterShedsThroughTheScheduler) {
+  ProducerRun run;
+  std::vector<Endpoint> pool = {EndpointBuilder("a:1").Queue(2).Running(4).Kv(0.5),
+                                EndpointBuilder("b:1").Queue(2).Running(4).Kv(0.5)};
+  for (int i = 0; i < 80; ++i) {
+    PickResult r = run.scheduler().Pick(SloReq(i, ""), pool);
+    ASSERT_EQ(r.status, 200) << r.reason;
+    const int64_t start = run.clock().NowMicros();
+    run.scheduler().ObserveFirstToken(r.pick_id, r.endpoints[0], start + 800'000);
+    run.scheduler().ObserveCompletion(r.pick_id, r.endpoints[0],
+                                      ResponseCompletion{start + 900'000, ResponseUsage{10, 6, 16, {}}, 6, true});
+    run.scheduler().Release(r);
+    run.clock().Advance(100'000);
+  }
+  for (Endpoint& e : pool) e.metrics_time_us = run.clock().NowMicros();  // fresh: not saturated
+  PickResult shed = run.scheduler().Pick(SloReq(100, "50", -1), pool);
+  EXPECT_EQ(shed.status, 429) << shed.reason;
+  EXPECT_EQ(shed.dropped_reason, "rejected-saturated");
+  EXPECT_NE(shed.reason.find("request cannot be admitted"), std::string::npos) << shed.reason;
+  PickResult kept = run.scheduler().Pick(SloReq(101, "50", 0), pool);
+  EXPECT_EQ(kept.status, 200) << kept.reason;
+  PickResult easy = run.scheduler().Pick(SloReq(102, "5000", -1), pool);
+  EXPECT_EQ(easy.status, 200) << easy.reason;
 }
 
 // ---- parameters, straight through the registry
@@ -176,6 +427,12 @@ plugins:
   ctx.warnings = &m.warnings;
   m.plugin = BuiltinRegistry().Create(type, "p", params, ctx);
   return m;
+}
+
+std::unique_ptr<Plugin> Plug(const std::string& type, const std::string& yaml_params) {
+  Made m = Make(type, yaml_params);
+  EXPECT_TRUE(m.plugin.ok()) << type << ": " << m.plugin.status();
+  return m.plugin.ok() ? std::move(*m.plugin) : nullptr;
 }
 
 std::string Effective(const std::string& type, const std::string& yaml_params = "") {
@@ -284,8 +541,7 @@ TEST(LatencyPluginsTest, BadValuesAreRejectedNamingTheParameter) {
 TEST(LatencyPluginsTest, DeprecatedSamplingParametersAreAcceptedWithANote) {
   Made quiet = Make("predicted-latency-producer", "{sloBufferFactor: 1.2}");
   ASSERT_TRUE(quiet.plugin.ok()) << quiet.plugin.status();
-  ASSERT_EQ(quiet.warnings.size(), 1u);
-  EXPECT_EQ(quiet.warnings[0].find("samplingMean"), std::string::npos) << quiet.warnings[0];
+  EXPECT_TRUE(quiet.warnings.empty()) << ::testing::PrintToString(quiet.warnings);
 
   Made noted = Make("predicted-latency-producer", "{samplingMean: -1, maxDecodeTokenSamplesForPrediction: -1}");
   ASSERT_TRUE(noted.plugin.ok()) << noted.plugin.status();

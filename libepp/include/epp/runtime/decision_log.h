@@ -45,6 +45,9 @@ struct DecisionRecord {
   std::string reason;
   int candidates = 0;
   int prefix_blocks = 0, prefix_match_blocks = 0;
+  // PickResult's latency prediction for the primary endpoint (-1: none) and the request's SLOs
+  // (0: none), in milliseconds.
+  double predicted_ttft_ms = -1, predicted_tpot_ms = -1, slo_ttft_ms = 0, slo_tpot_ms = 0;
   int64_t pick_us = 0;        // parse + schedule
   int64_t queue_wait_us = -1; // time waiting in flow control before the pick; -1: not queued
   DecisionSummary summary;    // winner, runner-up, the deciding scorer

@@ -100,14 +100,21 @@ class RoleFilter : public Plugin, public Filter {
 };
 
 // Keeps the "sticky" endpoints (prefix match ratio >= affinityThreshold) when there are any,
-// unless exploring (probability explorationProbability) or the best sticky endpoint's estimated
-// TTFT (in-flight tokens / peak prefill throughput) exceeds the best other one's by more than
-// maxTTFTPenaltyMs. llm-d-router's defaults.
+// unless exploring (probability explorationProbability) or the best sticky endpoint's TTFT
+// exceeds the best other one's by more than maxTTFTPenaltyMs. The TTFT comes from ttftSource:
+// prefillThroughput estimates it as in-flight tokens / peakPrefillThroughput; latencyPredictor
+// reads predicted-latency-producer's prediction (an endpoint without one counts as infinitely
+// slow). llm-d-router's defaults.
 struct PrefixAffinityOptions {
   double threshold = 0.80;
   double exploration = 0.0;
   double max_ttft_penalty_ms = 18000;
+  std::string ttft_source = "prefillThroughput";
   double peak_prefill_tokens_per_s = 15928;
+  std::string prefix_producer;
+  std::string prediction_producer;
+  std::string inflight_producer;
+  bool UsesPredictor() const { return ttft_source == "latencyPredictor"; }
 };
 
 const ParamTable<PrefixAffinityOptions>& PrefixAffinityTable() {
@@ -117,10 +124,23 @@ const ParamTable<PrefixAffinityOptions>& PrefixAffinityTable() {
                    "prefix match ratio from which an endpoint is sticky")
            .Number("explorationProbability", &PrefixAffinityOptions::exploration, Range::Closed(0, 1),
                    "chance of keeping every candidate anyway")
-           .Number("maxTTFTPenaltyMs", &PrefixAffinityOptions::max_ttft_penalty_ms, Range::Any(),
-                   "estimated TTFT the best sticky endpoint may exceed the best other one by")
+           .Number("maxTTFTPenaltyMs", &PrefixAffinityOptions::max_ttft_penalty_ms, Range::AtLeast(0),
+                   "TTFT the best sticky endpoint may exceed the best other one by (0: no load gate)")
+           .String("ttftSource", &PrefixAffinityOptions::ttft_source,
+                   "where the load gate reads an endpoint's TTFT: prefillThroughput (in-flight tokens / "
+                   "peakPrefillThroughput) or latencyPredictor (predicted-latency-producer's prediction)",
+                   {"prefillThroughput", "latencyPredictor"})
            .Number("peakPrefillThroughput", &PrefixAffinityOptions::peak_prefill_tokens_per_s, Range::Above(0),
-                   "prefill tokens per second the TTFT estimate assumes");
+                   "prefill tokens per second the prefillThroughput estimate assumes")
+           .String("prefixMatchInfoProducerName", &PrefixAffinityOptions::prefix_producer,
+                   "the prefix producer read; empty: the default one")
+           .OmitEmpty()
+           .String("latencyPredictionInfoProducerName", &PrefixAffinityOptions::prediction_producer,
+                   "the predicted-latency-producer read with ttftSource latencyPredictor; empty: the default one")
+           .OmitEmpty()
+           .String("inFlightLoadProducerName", &PrefixAffinityOptions::inflight_producer,
+                   "the in-flight load producer read with ttftSource prefillThroughput; empty: the default one")
+           .OmitEmpty();
   return *t;
 }
 
@@ -129,7 +149,11 @@ class PrefixAffinityFilter : public Plugin, public Filter {
   using Options = PrefixAffinityOptions;
   PrefixAffinityFilter(TypedName tn, Options o, Rng* rng) : Plugin(std::move(tn)), o_(o), rng_(rng) {}
   const Filter* AsFilter() const override { return this; }
-  PluginInputs Consumes() const override { return {PluginInput::kPrefixMatch, PluginInput::kInflightLoad}; }
+  PluginInputs Consumes() const override {
+    if (o_.max_ttft_penalty_ms <= 0) return {PluginInput::kPrefixMatch};
+    if (o_.UsesPredictor()) return {PluginInput::kPrefixMatch, PluginInput::kLatencyPrediction};
+    return {PluginInput::kPrefixMatch, PluginInput::kInflightLoad};
+  }
   Params EffectiveParams() const override { return PrefixAffinityTable().Effective(o_); }
   std::vector<const Endpoint*> Apply(const SchedulingContext& ctx, Candidates candidates) const override {
     std::vector<const Endpoint*> all(candidates.begin(), candidates.end());
@@ -141,7 +165,7 @@ class PrefixAffinityFilter : public Plugin, public Filter {
     std::vector<const Endpoint*> sticky;
     double best_sticky = 1e300, best_other = 1e300;
     for (const Endpoint* e : candidates) {
-      const double ttft_ms = 1000.0 * static_cast<double>(ctx.InflightTokens(e)) / o_.peak_prefill_tokens_per_s;
+      const double ttft_ms = TtftMs(ctx, *e);
       if (Sticky(ctx, e)) {
         sticky.push_back(e);
         best_sticky = std::min(best_sticky, ttft_ms);
@@ -150,7 +174,8 @@ class PrefixAffinityFilter : public Plugin, public Filter {
       }
     }
     if (sticky.empty()) return all;
-    if (best_other < 1e300 && best_sticky - best_other > o_.max_ttft_penalty_ms) return all;
+    if (o_.max_ttft_penalty_ms > 0 && best_other < 1e300 && best_sticky - best_other > o_.max_ttft_penalty_ms)
+      return all;
     return sticky;
   }
   std::string WhyRemoved(const SchedulingContext& ctx, const Endpoint& e) const override {
@@ -163,6 +188,13 @@ class PrefixAffinityFilter : public Plugin, public Filter {
     return PrefixRatio(ctx.PrefixMatchBlocks(e), static_cast<int>(ctx.prefix.hashes.size()));
   }
   bool Sticky(const SchedulingContext& ctx, const Endpoint* e) const { return Ratio(ctx, e) >= o_.threshold; }
+  double TtftMs(const SchedulingContext& ctx, const Endpoint& e) const {
+    if (!o_.UsesPredictor()) return 1000.0 * static_cast<double>(ctx.InflightTokens(&e)) / o_.peak_prefill_tokens_per_s;
+    const bool ours = ctx.latency.computed &&
+                      (o_.prediction_producer.empty() || o_.prediction_producer == ctx.latency.producer);
+    const LatencyInfo* li = ours ? ctx.Latency(&e) : nullptr;
+    return li ? li->ttft_ms : 1e299;  // no prediction: slower than any predicted endpoint
+  }
   Options o_;
   Rng* rng_;
 };

@@ -1,12 +1,11 @@
-// Private: llm-d Router's SLO-aware latency plugins (latency_plugins.cc). For now epp knows their
-// types and checks their parameters exactly as llm-d does (names, types, defaults, ranges), so a
-// config naming them loads and `eppctl config effective` shows what they would run with; what
-// they do (an in-process latency predictor, headroom tiers and scores, SLO admission) is not
-// implemented yet, and each factory says so in one config warning.
+// Private: llm-d Router's SLO-aware latency plugins (latency_plugins.cc), on the in-process
+// latency predictor (latency/predictor.h). The producer fills SchedulingContext::latency; the
+// others read it.
 //
-//   predicted-latency-producer  llm-d's per-endpoint TTFT/TPOT predictor and its training
-//   latency-scorer              scores by headroom (SLO - predicted); without predictions, a
-//                               composite of free KV cache, queue depth and prefix match
+//   predicted-latency-producer  per-endpoint TTFT/TPOT predictions and headroom for every
+//                               candidate; trains from the response path (first token, end)
+//   latency-scorer              scores by headroom (SLO - predicted), `least`/`most`, deficit
+//                               buckets; without predictions a blend of free KV, queue, prefix
 //   slo-headroom-tier-filter    keeps the tier that meets the SLOs, exploring the other tier
 //                               with probability epsilonExploreNeg
 //   latency-slo-admitter        rejects sheddable requests no endpoint can serve within its SLOs

@@ -68,6 +68,7 @@ struct TtftOptions {
   double expected_output = 128;
   bool use_waiting = false;
   double staleness_ms = 200;
+  bool slo_aware = true;
   Calibration cal;
 };
 
@@ -96,6 +97,9 @@ const ParamTable<TtftOptions>& Table() {
                  "add the server's waiting queue (fresh metrics only) to the placed prefill")
            .Number("metricsStalenessMs", &TtftOptions::staleness_ms, Range::OpenClosed(0, 1e9),
                    "metrics older than this are not used for the waiting queue")
+           .Bool("sloAware", &TtftOptions::slo_aware,
+                 "with a request's SLO and predicted-latency-producer's predictions: candidates predicted to "
+                 "miss it score 0 while others are predicted to meet it")
            .Custom("calibratePrefillRate", ParamType::kBool, "learn each endpoint's prefill rate from its first tokens",
                    [](const Params& v, TtftOptions& o) -> absl::Status {
                      EPP_ASSIGN_OR_RETURN(o.cal.enabled, v.AsBool());
@@ -150,21 +154,52 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
       est[i] = EstimateLocked(ctx, *candidates[i]);
       min_uncached = std::min(min_uncached, est[i].uncached);
     }
+    // SLO-aware: when some candidates are predicted to meet the request's SLO and some are not,
+    // only the first compete (the others score 0), by the same cost: among the endpoints that
+    // meet it, the one whose pick costs the others least, not merely the fastest.
+    std::vector<char> meets;
+    if (o_.slo_aware) meets = MeetsSlo(ctx, candidates);
     for (size_t i = 0; i < candidates.size(); ++i) {
       scores[i] = est[i].ttft_s + est[i].decode_s + miss_penalty_ * static_cast<double>(est[i].uncached - min_uncached) / est[i].rate;
-      best = std::min(best, scores[i]);
+      if (meets.empty() || meets[i]) best = std::min(best, scores[i]);
     }
-    for (double& s : scores) s = s > 0 ? best / s : 1.0;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      double& s = scores[i];
+      s = !meets.empty() && !meets[i] ? 0.0 : (s > 0 ? best / s : 1.0);
+    }
+  }
+
+  // Per candidate, 1 when predicted-latency-producer predicts it meets the request's SLOs (TTFT,
+  // and TPOT when the request carries one); empty when that does not split the candidates (no SLO,
+  // no producer, or all of them meet it or miss it).
+  static std::vector<char> MeetsSlo(const SchedulingContext& ctx, Candidates candidates) {
+    const LatencyState& st = ctx.latency;
+    if (!st.computed || (st.ttft_slo_ms <= 0 && st.tpot_slo_ms <= 0)) return {};
+    std::vector<char> meets(candidates.size(), 0);
+    size_t n = 0;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const LatencyInfo* li = ctx.Latency(candidates[i]);
+      if (!li) continue;
+      meets[i] = (st.ttft_slo_ms <= 0 || li->ttft_headroom_ms >= 0) && (st.tpot_slo_ms <= 0 || li->tpot_headroom_ms >= 0);
+      n += meets[i] ? 1 : 0;
+    }
+    if (n == 0 || n == candidates.size()) return {};
+    return meets;
   }
 
   std::string Explain(const SchedulingContext& ctx, const Endpoint& e) const override {
     std::lock_guard<std::mutex> lock(mu_);
     const Estimate x = EstimateLocked(ctx, e);
+    std::string slo;
+    if (o_.slo_aware && ctx.latency.computed && (ctx.latency.ttft_slo_ms > 0 || ctx.latency.tpot_slo_ms > 0)) {
+      if (const LatencyInfo* li = ctx.Latency(&e))
+        slo = absl::StrCat("; predicted TTFT ", Num(li->ttft_ms), " ms vs SLO ", Num(ctx.latency.ttft_slo_ms), " ms");
+    }
     return absl::StrCat("est. TTFT ", Num(x.ttft_s * 1000), " ms: ", Num(x.backlog), " tokens queued",
                         x.from_metrics ? " (from its waiting queue)" : "", " + ", x.uncached, " uncached of ", x.prompt,
                         " at ", std::llround(x.rate), " tokens/s", RateSourceLocked(e.address), "; decode slowdown ",
                         Num(x.decode_s * 1000), " ms (",
-                        ctx.InflightRequests(&e), " in flight)");
+                        ctx.InflightRequests(&e), " in flight)", slo);
   }
 
   void PreRequest(const SchedulingContext& ctx, const Endpoint& picked) const override {
