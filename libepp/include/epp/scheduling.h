@@ -104,6 +104,10 @@ struct LatencyInfo {
   bool ttft_valid = false;  // predicted TTFT < the TTFT SLO
   bool tpot_valid = false;  // predicted TPOT < the (buffered) TPOT SLO, or neutral
   bool from_prior = false;  // the pool-wide model answered (the endpoint has few samples)
+  // The pool-wide model's predicted TTFT over this endpoint's, for the same request and load: > 1
+  // for an endpoint faster than the pool's typical one (a mixed pool's faster GPU), 1 without
+  // samples of its own. estimated-ttft-scorer scales its prefill rate by it.
+  double relative_speed = 1;
   // Requests the producer saw dispatched to this endpoint that have not ended (llm-d's
   // DispatchedRequestCount: 0 is an idle endpoint for the scorer and the admitter).
   int64_t dispatched = 0;

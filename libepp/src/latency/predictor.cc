@@ -252,6 +252,7 @@ LatencyPrediction LatencySnapshot::Predict(std::string_view endpoint, const Late
   const DesignRow x = Design(features);
   p.ttft_s = m->ttft.Eval(x);
   p.ttft_upper_s = p.ttft_s * m->ttft.upper_scale;
+  p.pool_ttft_s = m == &pool_ ? p.ttft_s : pool_.ttft.Eval(x);
   if (m->tpot.samples > 0) {
     p.tpot_s = m->tpot.Eval(x);
     p.tpot_upper_s = p.tpot_s * m->tpot.upper_scale;

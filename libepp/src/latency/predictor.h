@@ -123,6 +123,9 @@ struct LatencyPrediction {
   // Upper estimates: the prediction times the options' quantile of observed/predicted.
   double ttft_upper_s = std::numeric_limits<double>::quiet_NaN();
   double tpot_upper_s = std::numeric_limits<double>::quiet_NaN();
+  // The pool-wide model's TTFT for the same features (NaN without one): ttft_s / pool_ttft_s is
+  // how much slower than the pool's typical endpoint this one is predicted to be.
+  double pool_ttft_s = std::numeric_limits<double>::quiet_NaN();
   int64_t samples = 0;      // TTFT samples behind the model that answered
   bool from_prior = false;  // the pool-wide model answered (the endpoint has too few samples)
   bool valid() const { return std::isfinite(ttft_s); }

@@ -504,6 +504,18 @@ const std::vector<std::pair<std::string, std::string>>& Baselines() {
        "- type: max-score-picker\nschedulingProfiles:\n- name: default\n  plugins:\n"
        "  - {pluginRef: estimated-ttft-scorer, weight: 1}\n  - {pluginRef: active-request-scorer, weight: 0.02}\n"
        "  - pluginRef: max-score-picker\n"},
+      // epp with the latency predictor: predicted-latency-producer learns every server's speed
+      // from its responses and estimated-ttft-scorer's learnSpeeds scales each server's prefill
+      // rate by it (mixed GPUs without calibration switches); examples/configs/epp-predicted.yaml.
+      {"epp-predicted",
+       "plugins:\n- type: approx-prefix-cache-producer\n  parameters: {maxPrefixTokensToMatch: 131072}\n"
+       "- type: predicted-latency-producer\n  parameters: {streamingMode: true}\n"
+       "- type: estimated-ttft-scorer\n"
+       "  parameters: {prefillTokensPerSecond: 20000, stepOverheadMs: 6, missPenalty: 3, decodeMsPerSequence: 0.05,\n"
+       "               expectedOutputTokens: 128}\n- type: active-request-scorer\n"
+       "- type: max-score-picker\nschedulingProfiles:\n- name: default\n  plugins:\n"
+       "  - {pluginRef: estimated-ttft-scorer, weight: 1}\n  - {pluginRef: active-request-scorer, weight: 0.02}\n"
+       "  - pluginRef: max-score-picker\n"},
   };
   return *kBaselines;
 }

@@ -587,3 +587,54 @@ TEST(LatencyPluginsTest, ConfigPluginsListsTheirParameters) {
 
 }  // namespace
 }  // namespace epp
+
+namespace epp {
+namespace {
+
+// estimated-ttft-scorer with the producer's predictions: learnSpeeds runs a server the predictor
+// finds twice as fast at twice the configured prefill rate (and ignores speeds within 20% of 1);
+// sloAware multiplies the cost of a server predicted to miss the SLO by how far it misses.
+TEST(LatencyPluginsTest, EstimatedTtftScorerLearnsSpeedsAndHonoursSlos) {
+  std::vector<Endpoint> pool = {EndpointBuilder("a:1").Queue(0).Running(1).Kv(0.2),
+                                EndpointBuilder("b:1").Queue(0).Running(1).Kv(0.2),
+                                EndpointBuilder("c:1").Queue(0).Running(1).Kv(0.2)};
+  Cycle c(pool, 0, 0);
+  for (size_t i = 0; i < 3; ++i) c.Predict(i, 100, 0);
+  c.ctx.latency.info[0].relative_speed = 2.0;
+  c.ctx.latency.info[1].relative_speed = 1.1;  // noise
+  c.ctx.latency.info[2].relative_speed = 0.5;
+  std::unique_ptr<Plugin> s = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000}");
+  std::vector<double> sc = Scores(*s, c);
+  EXPECT_NE(s->AsScorer()->Explain(c.ctx, c.pool[0]).find("at 2000 tokens/s"), std::string::npos)
+      << s->AsScorer()->Explain(c.ctx, c.pool[0]);
+  EXPECT_NE(s->AsScorer()->Explain(c.ctx, c.pool[1]).find("at 1000 tokens/s"), std::string::npos);
+  EXPECT_NE(s->AsScorer()->Explain(c.ctx, c.pool[2]).find("at 500 tokens/s"), std::string::npos);
+  EXPECT_EQ(sc[0], 1.0);
+  EXPECT_GT(sc[1], sc[2]);
+  std::unique_ptr<Plugin> fixed = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, learnSpeeds: false}");
+  std::vector<double> same = Scores(*fixed, c);
+  EXPECT_EQ(same[0], same[1]);
+  EXPECT_EQ(same[1], same[2]);
+
+  // sloAware (off by default): a and b meet a 200 ms SLO, c is predicted at 400 ms (twice over).
+  Cycle slo(pool, 200, 0);
+  slo.Predict(0, 100, 0);
+  slo.Predict(1, 150, 0);
+  slo.Predict(2, 400, 0);
+  for (size_t i = 0; i < 3; ++i) slo.ctx.latency.info[i].tpot_headroom_ms = 0;
+  std::unique_ptr<Plugin> plain = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000}");
+  std::unique_ptr<Plugin> aware = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, sloAware: true}");
+  const std::vector<double> p = Scores(*plain, slo), a = Scores(*aware, slo);
+  EXPECT_EQ(p[0], p[2]);  // the same estimate without the predictions
+  EXPECT_EQ(a[0], p[0]);
+  EXPECT_DOUBLE_EQ(a[2], p[2] / 2);
+  EXPECT_NE(aware->AsScorer()->Explain(slo.ctx, slo.pool[2]).find("predicted TTFT 400 ms vs SLO 200 ms"),
+            std::string::npos);
+  // Fewer than half meeting it: an overloaded pool, no steering.
+  slo.Predict(1, 300, 0);
+  slo.ctx.latency.info[1].tpot_headroom_ms = 0;
+  EXPECT_EQ(Scores(*aware, slo), Scores(*plain, slo));
+}
+
+}  // namespace
+}  // namespace epp

@@ -68,7 +68,8 @@ struct TtftOptions {
   double expected_output = 128;
   bool use_waiting = false;
   double staleness_ms = 200;
-  bool slo_aware = true;
+  bool slo_aware = false;
+  bool learn_speeds = true;
   Calibration cal;
 };
 
@@ -97,9 +98,13 @@ const ParamTable<TtftOptions>& Table() {
                  "add the server's waiting queue (fresh metrics only) to the placed prefill")
            .Number("metricsStalenessMs", &TtftOptions::staleness_ms, Range::OpenClosed(0, 1e9),
                    "metrics older than this are not used for the waiting queue")
+           .Bool("learnSpeeds", &TtftOptions::learn_speeds,
+                 "with predicted-latency-producer: each endpoint's prefill rate is the configured one times "
+                 "its predicted speed relative to the pool (mixed GPUs); ignored with calibratePrefillRate")
            .Bool("sloAware", &TtftOptions::slo_aware,
-                 "with a request's SLO and predicted-latency-producer's predictions: candidates predicted to "
-                 "miss it score 0 while others are predicted to meet it")
+                 "with a request's SLO and predicted-latency-producer's predictions: while at least half of the "
+                 "candidates are predicted to meet it, the cost of those predicted to miss it is multiplied by "
+                 "predicted / SLO (off by default: docs/routing.md measures where it helps and where it hurts)")
            .Custom("calibratePrefillRate", ParamType::kBool, "learn each endpoint's prefill rate from its first tokens",
                    [](const Params& v, TtftOptions& o) -> absl::Status {
                      EPP_ASSIGN_OR_RETURN(o.cal.enabled, v.AsBool());
@@ -149,42 +154,64 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
     std::lock_guard<std::mutex> lock(mu_);
     double best = INFINITY;
     int64_t min_uncached = INT64_MAX;
+    if (o_.learn_speeds && !cal_.enabled && ctx.latency.computed) LearnSpeedsLocked(ctx, candidates);
     std::vector<Estimate> est(candidates.size());
     for (size_t i = 0; i < candidates.size(); ++i) {
       est[i] = EstimateLocked(ctx, *candidates[i]);
       min_uncached = std::min(min_uncached, est[i].uncached);
     }
-    // SLO-aware: when some candidates are predicted to meet the request's SLO and some are not,
-    // only the first compete (the others score 0), by the same cost: among the endpoints that
-    // meet it, the one whose pick costs the others least, not merely the fastest.
-    std::vector<char> meets;
-    if (o_.slo_aware) meets = MeetsSlo(ctx, candidates);
+    // sloAware: when at least half of the candidates are predicted to meet the request's SLO and
+    // some are not, a candidate predicted to miss it has its cost multiplied by how far it misses
+    // (predicted / SLO, > 1); with fewer meeting it the pool is overloaded and steering to the few
+    // that seem to meet it would overload them next. Among the endpoints that meet it the usual cost decides (the pick that costs the
+    // others least, not merely the fastest); a soft penalty rather than a filter, because the
+    // prediction for an endpoint that meets the SLO now does not see the requests the next picks
+    // would send it: excluding the others herds an overloaded pool onto its few idle servers.
+    const std::vector<double> miss = o_.slo_aware ? SloMiss(ctx, candidates) : std::vector<double>{};
     for (size_t i = 0; i < candidates.size(); ++i) {
       scores[i] = est[i].ttft_s + est[i].decode_s + miss_penalty_ * static_cast<double>(est[i].uncached - min_uncached) / est[i].rate;
-      if (meets.empty() || meets[i]) best = std::min(best, scores[i]);
+      if (!miss.empty()) scores[i] *= miss[i];
+      best = std::min(best, scores[i]);
     }
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      double& s = scores[i];
-      s = !meets.empty() && !meets[i] ? 0.0 : (s > 0 ? best / s : 1.0);
+    for (double& s : scores) s = s > 0 ? best / s : 1.0;
+  }
+
+  // learnSpeeds: an endpoint's rate follows the latency predictor's view of its speed relative to
+  // the pool (a GPU 1.5x as fast prefills at 1.5x the configured rate), so the fluid queues drain
+  // and the TTFT estimates run at each server's own pace without calibratePrefillRate's
+  // idle-only samples (the predictor learns from every response, loaded or not). Changes under
+  // 5% are ignored so the queues are not re-based at every pick.
+  void LearnSpeedsLocked(const SchedulingContext& ctx, Candidates candidates) const {
+    for (const Endpoint* e : candidates) {
+      const LatencyInfo* li = ctx.Latency(e);
+      if (!li) continue;
+      // Identical servers differ by the predictor's error (a median 10% on the simulator): a
+      // relative speed within 20% of 1 is noise, not a different GPU.
+      const double speed = li->relative_speed > 0.8 && li->relative_speed < 1.25 ? 1.0 : li->relative_speed;
+      const double want = rate_ * speed, now = queues_.Rate(e->address);
+      if (std::fabs(want - now) > 0.05 * now) queues_.SetRate(e->address, want, ctx.now_us);
     }
   }
 
   // Per candidate, 1 when predicted-latency-producer predicts it meets the request's SLOs (TTFT,
-  // and TPOT when the request carries one); empty when that does not split the candidates (no SLO,
-  // no producer, or all of them meet it or miss it).
-  static std::vector<char> MeetsSlo(const SchedulingContext& ctx, Candidates candidates) {
+  // and TPOT when the request carries one), else predicted / SLO of the worse one (> 1); empty
+  // when that does not split the candidates (no SLO, no producer, all meet it, or fewer than half).
+  static std::vector<double> SloMiss(const SchedulingContext& ctx, Candidates candidates) {
     const LatencyState& st = ctx.latency;
     if (!st.computed || (st.ttft_slo_ms <= 0 && st.tpot_slo_ms <= 0)) return {};
-    std::vector<char> meets(candidates.size(), 0);
-    size_t n = 0;
+    std::vector<double> miss(candidates.size(), 1.0);
+    size_t meets = 0;
     for (size_t i = 0; i < candidates.size(); ++i) {
       const LatencyInfo* li = ctx.Latency(candidates[i]);
       if (!li) continue;
-      meets[i] = (st.ttft_slo_ms <= 0 || li->ttft_headroom_ms >= 0) && (st.tpot_slo_ms <= 0 || li->tpot_headroom_ms >= 0);
-      n += meets[i] ? 1 : 0;
+      double f = 1.0;
+      if (st.ttft_slo_ms > 0 && li->ttft_headroom_ms < 0) f = std::max(f, li->ttft_ms / st.ttft_slo_ms);
+      if (st.tpot_slo_ms > 0 && li->tpot_headroom_ms < 0) f = std::max(f, li->tpot_ms / st.tpot_slo_ms);
+      miss[i] = f;
+      meets += f == 1.0 ? 1 : 0;
     }
-    if (n == 0 || n == candidates.size()) return {};
-    return meets;
+    if (meets == 0 || meets == candidates.size() || 2 * meets < candidates.size()) return {};
+    return miss;
   }
 
   std::string Explain(const SchedulingContext& ctx, const Endpoint& e) const override {
