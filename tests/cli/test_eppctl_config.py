@@ -204,9 +204,18 @@ def test_plugins_markdown_is_the_committed_doc(eppctl):
      "- name: default\n  plugins:\n  - pluginRef: max-score-picker\n  - pluginRef: random-picker\n", "two pickers"),
     ("duplicate.yaml", "plugins:\n- type: queue-scorer\n- type: queue-scorer\n", "duplicate plugin name 'queue-scorer'"),
     ("unknown-type.yaml", "plugins:\n- type: queue-scorer\n- type: frobnicate-scorer\n- name: x\n  type: wobble-filter\n",
-     "unsupported plugin types: frobnicate-scorer (plugins[1]), wobble-filter (plugins[2])"),
+     "unknown-type.yaml:5: unsupported plugin types: frobnicate-scorer (plugins[1], line 5), wobble-filter "
+     "(plugins[2], line 6)"),
     ("bad-threshold.yaml", "plugins:\n- type: utilization-detector\n  parameters: {kvCacheUtilThreshold: 80}\n",
      "kvCacheUtilThreshold: must be in (0, 1]"),
+    # A typo in a type: its own line and the known type it is closest to.
+    ("typo-type.yaml", "plugins:\n- type: queue-scorrer\n",
+     "typo-type.yaml:4: unsupported plugin types: queue-scorrer (plugins[0], line 4: did you mean 'queue-scorer'?)"),
+    # ... which a profile referring to the intended name meets first: the typo's line is named.
+    ("typo-ref.yaml", "plugins:\n- type: queue-scorrer\n- type: max-score-picker\nschedulingProfiles:\n- name: default\n"
+     "  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: max-score-picker\n",
+     "typo-ref.yaml:9: schedulingProfiles[0].plugins[0]: references undefined plugin 'queue-scorer'; the closest "
+     "defined is 'queue-scorrer' (plugins[0], line 4): a typo in its type?"),
 ])
 def test_invalid_configs_exit_2_with_a_precise_message(eppctl, tmp_path, name, body, needle):
     path = write(tmp_path, name, body)
@@ -215,6 +224,12 @@ def test_invalid_configs_exit_2_with_a_precise_message(eppctl, tmp_path, name, b
         assert r.returncode == 2, (sub, r.stdout, r.stderr)
         assert r.stdout == ""
         assert r.stderr.startswith("error: ") and needle in r.stderr, r.stderr
+
+
+def test_unknown_type_error_does_not_list_every_type(eppctl, tmp_path):
+    r = eppctl("config", "validate", write(tmp_path, "t.yaml", "plugins:\n- type: queue-scorrer\n"))
+    assert r.returncode == 2
+    assert "active-request-scorer" not in r.stderr and len(r.stderr) < 300, r.stderr
 
 
 def test_usage_errors_exit_2(eppctl, tmp_path):
@@ -258,9 +273,9 @@ def test_shared_fixture_configs_validate_or_name_only_test_doubles(eppctl, path)
         assert "valid (profiles:" in r.stdout
         return
     assert r.returncode == 2, (r.returncode, r.stderr)
-    m = re.search(r"unsupported plugin types: (.*?); known types: ", r.stderr)
+    m = re.search(r"unsupported plugin types: (.*?); `eppctl config plugins` lists the \d+ known types", r.stderr)
     assert m, "exit 2 for another reason than unsupported plugin types: " + r.stderr
-    named = re.findall(r"([\w.-]+) \(plugins\[(\d+)\]\)", m.group(1))
+    named = re.findall(r"([\w.-]+) \(plugins\[(\d+)\]", m.group(1))
     assert named, m.group(1)
     (doc,) = list(embedded_configs(yaml.safe_load(path.read_text())))
     known = set(known_types(eppctl))

@@ -370,7 +370,7 @@ def test_configuration_errors_exit_2(eppctl, tmp_path):
     pool, req = ["--endpoints", POOL], ["-r", COMPLETIONS]
     cases = [
         (pool + req + ["-c", tmp_path / "missing.yaml"], "cannot read config file"),
-        (pool + req + ["-c", unknown], "unsupported plugin types: frobnicate-scorer (plugins[0])"),
+        (pool + req + ["-c", unknown], "unsupported plugin types: frobnicate-scorer (plugins[0], line 4)"),
         (req + ["--endpoints", tmp_path / "missing-pool.yaml"], "missing-pool.yaml"),
         (pool + ["-r", tmp_path / "missing.json"], "cannot read"),
         (pool + req + ["--output", "yaml"], "yaml"),

@@ -1,12 +1,14 @@
 // Small string helpers shared by libepp's sources (private: not part of the public API).
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace epp::internal {
 
@@ -73,6 +75,42 @@ inline std::string BodySnippet(std::string_view body) {
     if (c == '\n' || c == '\r') c = ' ';
   if (body.size() > 160) s += "...";
   return s;
+}
+
+// Levenshtein distance between `a` and `b` (insertions, deletions, substitutions; bytes).
+inline size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min(std::min(row[j] + 1, row[j - 1] + 1), diagonal + (a[i - 1] == b[j - 1] ? 0 : 1));
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The candidate closest to `word` by EditDistance, when it is close enough to be a typo of it
+// (at most 2 edits, or a quarter of the word's length for long words); "" otherwise. Ties go to
+// the earlier candidate.
+template <typename Range>
+std::string Nearest(std::string_view word, const Range& candidates) {
+  const size_t limit = std::max<size_t>(2, word.size() / 4);
+  std::string best;
+  size_t best_d = limit + 1;
+  for (const auto& c : candidates) {
+    const std::string_view cv(c);
+    if (cv == word) continue;
+    const size_t d = EditDistance(word, cv);
+    if (d < best_d) {
+      best_d = d;
+      best = std::string(cv);
+    }
+  }
+  return best;
 }
 
 }  // namespace epp::internal

@@ -134,14 +134,26 @@ absl::Status MoveLegacyPrefixScorerParams(EppConfig& c) {
 }
 
 absl::Status CheckPluginTypes(const EppConfig& c, const PluginRegistry& registry) {
-  // Every unsupported type at once, so a production config shows its whole gap in one run.
+  // Every unsupported type at once, so a production config shows its whole gap in one run; each
+  // with its line and, when it looks like a typo of a known type, that type.
   std::vector<std::string> unsupported;
-  for (const PluginSpec& s : c.plugins)
-    if (!registry.Has(s.type)) unsupported.push_back(absl::StrCat(s.type, " (", s.path.empty() ? s.name : s.path, ")"));
+  int first_line = 0;
+  const std::vector<std::string> known = registry.Types();
+  for (const PluginSpec& s : c.plugins) {
+    if (registry.Has(s.type)) continue;
+    if (first_line == 0) first_line = s.line;
+    std::string item = absl::StrCat(s.type, " (", s.path.empty() ? s.name : s.path);
+    if (s.line > 0) absl::StrAppend(&item, ", line ", s.line);
+    if (const std::string near = internal::Nearest(s.type, known); !near.empty())
+      absl::StrAppend(&item, ": did you mean '", near, "'?");
+    item += ")";
+    unsupported.push_back(std::move(item));
+  }
   if (unsupported.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(c.source.empty() ? "<config>" : c.source,
-                                                 ": unsupported plugin types: ", absl::StrJoin(unsupported, ", "),
-                                                 "; known types: ", absl::StrJoin(registry.Types(), ", ")));
+  std::string where = c.source.empty() ? "<config>" : c.source;
+  if (first_line > 0) absl::StrAppend(&where, ":", first_line);
+  return absl::InvalidArgumentError(absl::StrCat(where, ": unsupported plugin types: ", absl::StrJoin(unsupported, ", "),
+                                                 "; `eppctl config plugins` lists the ", known.size(), " known types"));
 }
 
 absl::Status CreatePlugins(BuildState& st) {

@@ -199,10 +199,24 @@ absl::StatusOr<Params> Parser::BuildParams(const YAML::Node& node, const std::st
 }
 
 absl::Status Parser::CheckDefined(const std::string& name, int line, const std::string& path) const {
+  std::vector<std::string> names;
   for (const PluginSpec& p : config_.plugins) {
     if (p.name == name) return absl::OkStatus();
+    names.push_back(p.name);
   }
-  return Error(line, path, "references undefined plugin '" + name + "'");
+  // A typo in a plugin's type (its default name) or name shows up here first: name the plugin
+  // that was probably meant, with its line.
+  std::string message = "references undefined plugin '" + name + "'";
+  if (const std::string near = internal::Nearest(name, names); !near.empty()) {
+    for (const PluginSpec& p : config_.plugins) {
+      if (p.name != near) continue;
+      message += "; the closest defined is '" + near + "' (" + p.path;
+      if (p.line > 0) message += ", line " + std::to_string(p.line);
+      message += "): a typo in its " + std::string(p.name == p.type ? "type" : "name") + "?";
+      break;
+    }
+  }
+  return Error(line, path, message);
 }
 
 absl::StatusOr<std::string> Parser::PluginRef(const YAML::Node& node, int line, const std::string& path) const {

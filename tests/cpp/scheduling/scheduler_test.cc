@@ -341,7 +341,8 @@ plugins:
 - type: queue-scorer
 - type: vertexai-parserz
 )",
-       "unsupported plugin types: decode-filterz (plugins[0]), vertexai-parserz (plugins[2])"},
+       "unsupported plugin types: decode-filterz (plugins[0], line 5: did you mean 'decode-filter'?), "
+       "vertexai-parserz (plugins[2], line 7: did you mean 'vertexai-parser'?)"},
       {"two pickers in a profile", R"(
 apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
