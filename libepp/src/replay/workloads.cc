@@ -442,6 +442,20 @@ std::string GiePreciseYaml(bool speculative) {
       "  - {pluginRef: prefix-cache-scorer, weight: 3}\n  - pluginRef: max-score-picker\n");
 }
 
+// epp's own policy (examples/configs/epp.yaml), with the latency predictor feeding it when
+// `predicted` (examples/configs/epp-predicted.yaml).
+std::string EppYaml(bool predicted) {
+  return absl::StrCat(
+      "plugins:\n- type: approx-prefix-cache-producer\n  parameters: {maxPrefixTokensToMatch: 131072}\n",
+      predicted ? "- type: predicted-latency-producer\n  parameters: {streamingMode: true}\n" : "",
+      "- type: estimated-ttft-scorer\n"
+      "  parameters: {prefillTokensPerSecond: 20000, stepOverheadMs: 6, missPenalty: 3, decodeMsPerSequence: 0.05,\n"
+      "               expectedOutputTokens: 128}\n- type: active-request-scorer\n"
+      "- type: max-score-picker\nschedulingProfiles:\n- name: default\n  plugins:\n"
+      "  - {pluginRef: estimated-ttft-scorer, weight: 1}\n  - {pluginRef: active-request-scorer, weight: 0.02}\n"
+      "  - pluginRef: max-score-picker\n");
+}
+
 const std::vector<std::pair<std::string, std::string>>& Baselines() {
   static const auto* kBaselines = new std::vector<std::pair<std::string, std::string>>{
       {"round-robin", "plugins:\n- type: round-robin-picker\n"},
@@ -496,26 +510,11 @@ const std::vector<std::pair<std::string, std::string>>& Baselines() {
        "  - pluginRef: slo-headroom-tier-filter\n  - pluginRef: loose-affinity-filter\n"
        "  - pluginRef: latency-scorer\n  - pluginRef: weighted-random-picker\n"},
       // epp's own (examples/configs/epp.yaml, the same configuration).
-      {"epp",
-       "plugins:\n- type: approx-prefix-cache-producer\n  parameters: {maxPrefixTokensToMatch: 131072}\n"
-       "- type: estimated-ttft-scorer\n"
-       "  parameters: {prefillTokensPerSecond: 20000, stepOverheadMs: 6, missPenalty: 3, decodeMsPerSequence: 0.05,\n"
-       "               expectedOutputTokens: 128}\n- type: active-request-scorer\n"
-       "- type: max-score-picker\nschedulingProfiles:\n- name: default\n  plugins:\n"
-       "  - {pluginRef: estimated-ttft-scorer, weight: 1}\n  - {pluginRef: active-request-scorer, weight: 0.02}\n"
-       "  - pluginRef: max-score-picker\n"},
+      {"epp", EppYaml(false)},
       // epp with the latency predictor: predicted-latency-producer learns every server's speed
       // from its responses and estimated-ttft-scorer's learnSpeeds scales each server's prefill
       // rate by it (mixed GPUs without calibration switches); examples/configs/epp-predicted.yaml.
-      {"epp-predicted",
-       "plugins:\n- type: approx-prefix-cache-producer\n  parameters: {maxPrefixTokensToMatch: 131072}\n"
-       "- type: predicted-latency-producer\n  parameters: {streamingMode: true}\n"
-       "- type: estimated-ttft-scorer\n"
-       "  parameters: {prefillTokensPerSecond: 20000, stepOverheadMs: 6, missPenalty: 3, decodeMsPerSequence: 0.05,\n"
-       "               expectedOutputTokens: 128}\n- type: active-request-scorer\n"
-       "- type: max-score-picker\nschedulingProfiles:\n- name: default\n  plugins:\n"
-       "  - {pluginRef: estimated-ttft-scorer, weight: 1}\n  - {pluginRef: active-request-scorer, weight: 0.02}\n"
-       "  - pluginRef: max-score-picker\n"},
+      {"epp-predicted", EppYaml(true)},
   };
   return *kBaselines;
 }

@@ -211,6 +211,13 @@ struct ModelMetrics {
   uint64_t tpot_violations = 0;
   double last_ttft_violation = -1;  // gauge: 1 the last request with an SLO missed it, 0 met; -1 none yet
   double last_tpot_violation = -1;
+  // A response's observed value against the SLO it carried (both in ms; no SLO: nothing).
+  void CountSlo(bool ttft, double observed_ms, double slo_ms) {
+    if (!(slo_ms > 0)) return;
+    const bool missed = observed_ms > slo_ms;
+    (ttft ? ttft_violations : tpot_violations) += missed ? 1 : 0;
+    (ttft ? last_ttft_violation : last_tpot_violation) = missed ? 1 : 0;
+  }
 };
 constexpr size_t kMaxModelLabels = 64;
 
@@ -335,12 +342,7 @@ class PredictedLatencyProducer : public Plugin,
       if (!(ttft_s > 0)) return;
       endpoint = p.endpoint;
       features = p.features;
-      ModelMetrics& m = MetricsFor(p.model);
-      if (p.slo_ttft_ms > 0) {
-        const bool missed = ttft_s * 1000 > p.slo_ttft_ms;
-        m.ttft_violations += missed ? 1 : 0;
-        m.last_ttft_violation = missed ? 1 : 0;
-      }
+      MetricsFor(p.model).CountSlo(true, ttft_s * 1000, p.slo_ttft_ms);
     }
     predictor_->Observe(endpoint, features, ttft_s, std::nan(""));
     MaybeTrain(at_us);
@@ -363,25 +365,15 @@ class PredictedLatencyProducer : public Plugin,
       const double tpot_s = static_cast<double>(c.at_us - p.first_token_us) / 1e6 / (tokens - 1);
       if (!(tpot_s > 0)) return;
       predictor_->ObserveTpot(p.endpoint, p.features, tpot_s);
-      if (p.slo_tpot_ms > 0) {
-        std::lock_guard<std::mutex> lock(mu_);
-        ModelMetrics& m = MetricsFor(p.model);
-        const bool missed = tpot_s * 1000 > p.slo_tpot_ms;
-        m.tpot_violations += missed ? 1 : 0;
-        m.last_tpot_violation = missed ? 1 : 0;
-      }
+      std::lock_guard<std::mutex> lock(mu_);
+      MetricsFor(p.model).CountSlo(false, tpot_s * 1000, p.slo_tpot_ms);
     } else {
       // Without streamingMode llm-d trains its TTFT model on the end-to-end latency.
       const double e2e_s = static_cast<double>(c.at_us - p.dispatch_us) / 1e6;
       if (!(e2e_s > 0)) return;
       predictor_->Observe(p.endpoint, p.features, e2e_s, std::nan(""));
-      if (p.slo_ttft_ms > 0) {
-        std::lock_guard<std::mutex> lock(mu_);
-        ModelMetrics& m = MetricsFor(p.model);
-        const bool missed = e2e_s * 1000 > p.slo_ttft_ms;
-        m.ttft_violations += missed ? 1 : 0;
-        m.last_ttft_violation = missed ? 1 : 0;
-      }
+      std::lock_guard<std::mutex> lock(mu_);
+      MetricsFor(p.model).CountSlo(true, e2e_s * 1000, p.slo_ttft_ms);
     }
     MaybeTrain(c.at_us);
   }
