@@ -17,6 +17,10 @@
 - :func:`replay`: routing policies compared over simulated servers in virtual time, on a trace
   or a :class:`SharedPrefix` workload (:func:`replay_html` renders the report);
   :func:`replay_regions` compares a global, a hierarchical and local-only routing over regions.
+- Results as tables and plots: replay reports are :class:`ReplayReport` / :class:`RegionsReport`
+  dicts with ``rows()`` and ``to_pandas()``; :func:`explain_rows` and :func:`to_pandas` read a
+  pick's trace; :mod:`pyepp.plots` draws reports and picks with matplotlib. pandas and
+  matplotlib are optional (:class:`MissingDependencyError`, an ``ImportError``, without them).
 
 Errors are :class:`EppError` subclasses (see :mod:`pyepp.errors`).
 """
@@ -43,6 +47,9 @@ from .sim import SimServer, Simulator
 from .lint import lint, lint_text
 from .conformance import conformance, conformance_checks
 from .tokenizer import ChatTemplate, Tokenizer
+from ._optional import MissingDependencyError
+from .tables import RegionsReport, ReplayReport, explain_rows, to_pandas
+from . import plots, tables  # plots imports matplotlib only when it draws
 
 __version__: str = _lib.__version__
 
@@ -86,4 +93,11 @@ __all__ = [
     "SharedPrefix",
     "named_policies",
     "gie_workloads",
+    "ReplayReport",
+    "RegionsReport",
+    "explain_rows",
+    "to_pandas",
+    "MissingDependencyError",
+    "tables",
+    "plots",
 ]

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._native import lib
 from .errors import ConfigError, NotFoundError
+from .tables import RegionsReport, ReplayReport
 
 __all__ = ["SharedPrefix", "replay", "replay_text", "replay_html", "replay_regions", "replay_regions_text", "named_policies",
            "gie_workloads"]
@@ -279,13 +280,14 @@ def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Un
            kv_link_gbytes_per_s: float = 25.0, kv_bytes_per_token: int = 131072, epp_replicas: int = 1,
            kv_event_delay_s: float = 0.0, server_speeds: Optional[Sequence[float]] = None, tenants: Any = None,
            priority_mix: Optional[Mapping[int, float]] = None, slo_ttft_ms: Optional[int] = None,
-           slo_tpot_ms: Optional[int] = None, rate: Optional[float] = None, arrivals: str = "poisson") -> Dict[str, Any]:
+           slo_tpot_ms: Optional[int] = None, rate: Optional[float] = None, arrivals: str = "poisson") -> ReplayReport:
     """Replays ``trace`` once per policy over ``servers`` simulated model servers; returns the
     report (``eppctl replay --output json``) as a dict: ``trace`` (requests, blocks,
     prompt_tokens, duration_s and the two block hit-rate bounds) and ``policies`` (per policy:
     completed, failed, shed, block/token hit rates, TTFT / E2E / queue percentiles, throughput,
     load balance, prediction error rate (None without a prefix producer), per-server figures,
-    TTFT samples, the hit rate over time and ``wall_s``).
+    TTFT samples, the hit rate over time and ``wall_s``). The dict is a :class:`ReplayReport`,
+    whose ``rows(table)`` / ``to_pandas(table)`` give it as tables (:mod:`pyepp.plots` draws it).
 
     ``trace``: a JSONL file (Mooncake lines with ``hash_ids``, or captured OpenAI requests with
     ``timestamp`` / ``arrival_s``; the format is read from the first line unless
@@ -341,7 +343,7 @@ def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Un
     report = _run(trace, policies, servers, server_kv_tokens, sim, refresh_interval_s, seed, trace_format, time_scale,
                   prefill_servers, decode_servers, kv_link_gbytes_per_s, kv_bytes_per_token, epp_replicas,
                   kv_event_delay_s, server_speeds, tenants, priority_mix, slo_ttft_ms, slo_tpot_ms, rate, arrivals)
-    return json.loads(lib.replay_report_to_json(report, -1))
+    return ReplayReport(json.loads(lib.replay_report_to_json(report, -1)))
 
 
 def _percentiles(d: Mapping[str, Any]) -> Any:
@@ -540,14 +542,15 @@ def replay_regions(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], poli
                    global_region: Optional[str] = None, saturation_queue: float = 5, saturation_kv: float = 0.8,
                    server_kv_tokens: Optional[int] = None, sim: Optional[Mapping[str, Any]] = None,
                    refresh_interval_s: float = 0.05, seed: int = 0, trace_format: Optional[str] = None,
-                   time_scale: float = 1.0) -> Dict[str, Any]:
+                   time_scale: float = 1.0) -> RegionsReport:
     """The multi-region replay (``eppctl replay --regions ... --rtt ...``; docs/routing.md,
     "Several regions"): ``trace`` routed three ways with one local ``policy`` over regions of
     simulated servers, returned as the JSON report's dict: ``policy``, ``regions``,
     ``arrivals_from_trace`` and ``modes`` (``global``, ``hierarchical``, ``local``; each with
     completed, shed, failed, ``ttft_s`` / ``e2e_s`` percentiles including network time,
     block_hit_rate, cross_region_share, arrivals_per_region, served_per_region,
-    ttft_p90_per_origin_s, load_max_over_mean, wall_s).
+    ttft_p90_per_origin_s, load_max_over_mean, wall_s), a :class:`RegionsReport` (``rows()`` /
+    ``to_pandas()``).
 
     ``regions``: ``"NAME:SERVERS[:SHARE[:CAPACITY_RPS]],..."`` or a list of dicts with ``name``,
     ``servers`` (4), ``share`` (1) and ``capacity_rps`` (0: none; the pool's ceiling in the
@@ -559,7 +562,7 @@ def replay_regions(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], poli
     """
     report = _run_regions(trace, policy, regions, rtt_ms, global_region, saturation_queue, saturation_kv,
                           server_kv_tokens, sim, refresh_interval_s, seed, trace_format, time_scale)
-    return json.loads(lib.multi_region_report_to_json(report, -1))
+    return RegionsReport(json.loads(lib.multi_region_report_to_json(report, -1)))
 
 
 def replay_regions_text(*args: Any, **kwargs: Any) -> str:
