@@ -127,6 +127,7 @@ CASES = {
     "IP006": lambda d: _pool(d)["spec"]["selector"]["matchLabels"].update({"app": "vllm-llama3-typo"}),
     "IP007": lambda d: _pool(d)["spec"].update({"targetPorts": [{"number": 8080}]}),
     "IP008": lambda d: d.append({**copy.deepcopy(_pool(d)), "metadata": {"name": "pool-2", "namespace": "inference"}}),
+    "IP009": lambda d: _eref(d)["port"].update({"number": 9003}),
     "EPP001": lambda d: epp_container(d)["args"].__setitem__(3, "--pool-name=other-pool"),
     "EPP002": lambda d: by_kind(d, "Service", "epp")["spec"]["ports"][0].update({"targetPort": 9090}),
     "EPP003": lambda d: epp_container(d)["readinessProbe"]["grpc"].update({"port": 9002}),
@@ -151,7 +152,7 @@ CASES = {
 WANT = {
     "IP001": "v1alpha2", "IP002": "no matchLabels", "IP003": "listed twice", "IP004": "port.number is missing",
     "IP005": "left to its default", "IP006": "matches no Pod template", "IP007": "not a containerPort",
-    "IP008": "same EPP Service", "EPP001": "names no InferencePool", "EPP002": "leads to container port 9090",
+    "IP008": "same EPP Service", "IP009": "is not a port of Service 'epp'", "EPP001": "names no InferencePool", "EPP002": "leads to container port 9090",
     "EPP003": "probes gRPC port 9002", "EPP004": "--secure-serving is followed by a separate value",
     "EPP005": "appProtocol kubernetes.io/h2c", "EPP006": "no-such-scorer", "RBAC001": "inferencepools",
     "RT001": "backendRef group inference.networking.x-k8s.io", "RT002": "is ignored",
@@ -229,3 +230,57 @@ def test_region_level_epp_rbac_is_for_inference_pool_imports(eppctl, tmp_path, r
     assert "EPP001" not in r.stdout, r.stdout
     r = eppctl("lint", root / "deploy/multicluster/region-epp-file.yaml")
     assert r.returncode == 0, r.stdout
+
+
+def _line_of(tmp_path, text, name="bundle.yaml"):
+    """The 1-based line of the first line of the bundle file containing `text`."""
+    lines = (tmp_path / name).read_text().splitlines()
+    return next(i + 1 for i, line in enumerate(lines) if text in line)
+
+
+def test_pool_port_missing_from_the_service_is_reported_at_the_pool(eppctl, tmp_path):
+    """The pool names a port its EPP Service lacks: one finding, at the pool's port line, naming the
+    Service's ports and the port to name instead; nothing blamed on the Service's targetPort."""
+    docs = good_bundle()
+    by_kind(docs, "Service", "epp")["spec"]["ports"].append({"name": "metrics", "port": 9090, "targetPort": 9090})
+    CASES["IP009"](docs)
+    got = findings(eppctl, tmp_path, docs)
+    assert [f["rule"] for f in got] == ["IP009"], got
+    (f,) = got
+    assert f["object"] == "InferencePool inference/pool" and f["severity"] == "error"
+    assert f["line"] == _line_of(tmp_path, "number: 9003")
+    assert "endpointPickerRef.port.number 9003 is not a port of Service 'epp'" in f["message"], f
+    assert "bundle.yaml:%d" % (_line_of(tmp_path, "kind: Service") - 1) in f["message"], f  # its apiVersion line
+    assert "9002 (grpc-ext-proc -> targetPort grpc), 9090 (metrics -> targetPort 9090)" in f["message"], f
+    assert f["fix"].startswith("endpointPickerRef.port: {number: 9002}"), f
+    assert "container port" not in f["message"], f
+
+
+def test_service_target_port_not_a_container_port_is_reported_at_the_service(eppctl, tmp_path):
+    """The Service's targetPort names no container port of the EPP: reported at the Service's
+    targetPort line, naming the EPP and the ports it declares; the fix is the gRPC port's name."""
+    docs = good_bundle()
+    by_kind(docs, "Service", "epp")["spec"]["ports"][0]["targetPort"] = "grpc-typo"
+    got = findings(eppctl, tmp_path, docs)
+    assert [f["rule"] for f in got] == ["EPP002"], got
+    (f,) = got
+    assert f["object"] == "Service inference/epp"
+    assert f["line"] == _line_of(tmp_path, "targetPort: grpc-typo")
+    assert "targetPort 'grpc-typo', which names no container port of the EPP Deployment inference/epp" in f["message"], f
+    assert "declares grpc=9002, grpc-health=9003" in f["message"], f
+    assert f["fix"].startswith("targetPort: grpc "), f
+    # Without named container ports the fix is the number.
+    for p in epp_container(docs)["ports"]:
+        p.pop("name")
+    (f,) = [x for x in findings(eppctl, tmp_path, docs) if x["rule"] == "EPP002"]
+    assert f["fix"].startswith("targetPort: 9002"), f
+
+
+def test_v1alpha2_pool_port_is_checked_with_its_inferred_default(eppctl, tmp_path):
+    """extensionRef without portNumber means 9002: a Service without 9002 is named at the pool."""
+    docs = good_bundle()
+    CASES["IP001"](docs)
+    by_kind(docs, "Service", "epp")["spec"]["ports"][0]["port"] = 9000
+    f = [x for x in findings(eppctl, tmp_path, docs) if x["rule"] == "IP009"]
+    assert len(f) == 1 and "the port 9002 inferred for an absent extensionRef.portNumber is not a port" in f[0]["message"], f
+    assert f[0]["fix"].startswith("extensionRef.portNumber: 9000"), f

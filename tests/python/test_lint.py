@@ -43,3 +43,55 @@ def test_alias_expansion_is_reported_not_walked() -> None:
     (f,) = r["findings"]
     assert f["rule"] == "LINT001" and "expands to more than" in f["message"]
     assert r["objects"] == 0
+
+
+EPP_BUNDLE = """apiVersion: inference.networking.k8s.io/v1
+kind: InferencePool
+metadata: {name: pool}
+spec:
+  selector: {matchLabels: {app: m}}
+  targetPorts: [{number: 8000}]
+  endpointPickerRef:
+    name: epp
+    port: {number: PORT}
+    failureMode: FailClose
+---
+apiVersion: v1
+kind: Service
+metadata: {name: epp}
+spec:
+  selector: {app: epp}
+  ports:
+  - name: grpc
+    port: 9002
+    targetPort: TARGET
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: epp}
+spec:
+  selector: {matchLabels: {app: epp}}
+  template:
+    metadata: {labels: {app: epp}}
+    spec:
+      containers:
+      - name: epp
+        image: ghcr.io/example/epp
+        args: [serve, --pool-name=pool]
+        ports: [{name: grpc, containerPort: 9002}]
+"""
+
+
+def test_lint_pool_port_and_service_target_port_are_separate_findings() -> None:
+    """A pool port the Service lacks is IP009 at the pool's line (9); a targetPort naming no
+    container port is EPP002 at the Service's targetPort line (20). Each names the other object."""
+    ok = pyepp.lint_text(EPP_BUNDLE.replace("PORT", "9002").replace("TARGET", "grpc"), file="b.yaml")
+    assert ok["summary"]["errors"] == 0, ok["findings"]
+    r = pyepp.lint_text(EPP_BUNDLE.replace("PORT", "9003").replace("TARGET", "grpc"), file="b.yaml")
+    assert [(f["rule"], f["line"], f["object"]) for f in r["findings"]] == [("IP009", 9, "InferencePool pool")]
+    assert "Service 'epp' (b.yaml:12), whose ports are 9002 (grpc -> targetPort grpc)" in r["findings"][0]["message"]
+    assert r["findings"][0]["fix"].startswith("endpointPickerRef.port: {number: 9002}")
+    r = pyepp.lint_text(EPP_BUNDLE.replace("PORT", "9002").replace("TARGET", "grcp"), file="b.yaml")
+    assert [(f["rule"], f["line"], f["object"]) for f in r["findings"]] == [("EPP002", 20, "Service epp")]
+    assert "'grcp', which names no container port of the EPP Deployment epp (it declares grpc=9002)" in r["findings"][0]["message"]
+    assert r["findings"][0]["fix"].startswith("targetPort: grpc ")

@@ -42,8 +42,9 @@ const std::vector<LintRule>& LintRules() {
       {"IP006", LintSeverity::kError, "the pool selector matches the model servers' Pod template labels, and not the EPP's"},
       {"IP007", LintSeverity::kError, "targetPorts exist as container ports of the selected Pods"},
       {"IP008", LintSeverity::kError, "one EPP serves exactly one pool"},
+      {"IP009", LintSeverity::kError, "the pool's endpointPickerRef port is a port of the EPP Service it names"},
       {"EPP001", LintSeverity::kError, "the EPP's --pool-name names an InferencePool of the bundle, in its namespace"},
-      {"EPP002", LintSeverity::kError, "the pool's endpointPickerRef Service exists, selects the EPP Pods, and its port reaches the EPP's gRPC port"},
+      {"EPP002", LintSeverity::kError, "the pool's endpointPickerRef Service exists, selects the EPP Pods, and the targetPort of the pool's port is the EPP's gRPC port (a number, or a container port name of the EPP)"},
       {"EPP003", LintSeverity::kError, "health probes point at the EPP's health port"},
       {"EPP004", LintSeverity::kError, "boolean flags are written --flag=value (a separate \"false\" is ignored)"},
       {"EPP005", LintSeverity::kWarning, "TLS on the EPP while its Service says appProtocol kubernetes.io/h2c (cleartext)"},
@@ -408,6 +409,7 @@ class Linter {
              {"Envoy Gateway", "Envoy AI Gateway"});
       }
     }
+    CheckPoolServicePort(p);
     // The model servers.
     if (selector.empty() || model_servers_.empty()) return;
     std::vector<const Workload*> selected;
@@ -460,6 +462,72 @@ class Linter {
       return n ? n : std::optional<int64_t>(9002);  // "SHOULD infer 9002"
     }
     return Int(At(ref, {"port", "number"}));
+  }
+
+  // The EPP of a pool: a container whose --pool-name names it, in its namespace.
+  const Epp* EppOf(const Obj& pool) const {
+    for (const Epp& e : epps_)
+      if (e.pool() == pool.name && SameNs(e.w->obj->ns, pool.ns)) return &e;
+    return nullptr;
+  }
+  // The container port a Service port's targetPort reaches in the EPP (a number, a container
+  // port's name, or absent: the port itself); nullopt when a name matches no container port.
+  static std::optional<int64_t> TargetPort(const YAML::Node& service_port, const Epp* e) {
+    const YAML::Node tp = Get(service_port, "targetPort");
+    if (!tp.IsDefined()) return Int(Get(service_port, "port"));
+    if (auto n = Int(tp)) return n;
+    if (e != nullptr && Get(e->container, "ports").IsSequence())
+      for (const YAML::Node& cp : Get(e->container, "ports"))
+        if (Str(Get(cp, "name")) == Str(tp)) return Int(Get(cp, "containerPort"));
+    return std::nullopt;
+  }
+  // "9002 (grpc -> targetPort grpc), 9090 (metrics -> targetPort 9090)"
+  static std::string DescribePorts(const YAML::Node& ports) {
+    std::string out;
+    for (const YAML::Node& sp : ports.IsSequence() ? ports : YAML::Node()) {
+      const std::string name = Str(Get(sp, "name"));
+      const YAML::Node tp = Get(sp, "targetPort");
+      absl::StrAppend(&out, out.empty() ? "" : ", ", Str(Get(sp, "port")), " (", name.empty() ? "" : name + " ",
+                      "-> targetPort ", tp.IsDefined() ? Str(tp) : Str(Get(sp, "port")), ")");
+    }
+    return out.empty() ? "none" : out;
+  }
+
+  // IP009: the port the pool's endpointPickerRef names is one of its Service's ports. Reported
+  // at the pool (the Service may well be right: it is the pool that names a port it lacks).
+  void CheckPoolServicePort(const Obj& p) {
+    const bool alpha = p.Group() == kGroupAlpha;
+    const YAML::Node ref = PoolRef(p);
+    const std::string svc_name = Str(Get(ref, "name"));
+    const std::optional<int64_t> ref_port = PoolRefPort(p);
+    const Obj* svc = svc_name.empty() ? nullptr : FindService(svc_name, p.ns);
+    if (svc == nullptr || !ref_port || Str(At(svc->node, {"spec", "type"})) == "ExternalName") return;
+    const YAML::Node ports = At(svc->node, {"spec", "ports"});
+    for (const YAML::Node& sp : ports.IsSequence() ? ports : YAML::Node())
+      if (Int(Get(sp, "port")) == *ref_port) return;
+    const YAML::Node at = alpha ? (Get(ref, "portNumber").IsDefined() ? Get(ref, "portNumber") : ref) : At(ref, {"port", "number"});
+    const std::string subject = !alpha ? absl::StrCat("endpointPickerRef.port.number ", *ref_port)
+                                : Get(ref, "portNumber").IsDefined()
+                                    ? absl::StrCat("extensionRef.portNumber ", *ref_port)
+                                    : absl::StrCat("the port ", *ref_port, " inferred for an absent extensionRef.portNumber");
+    // The Service port the pool should name: the one leading to the EPP's gRPC port.
+    const Epp* e = EppOf(p);
+    const int grpc = e != nullptr ? e->Port("grpc-port", 9002) : 9002;
+    std::vector<int64_t> leads;
+    for (const YAML::Node& sp : ports.IsSequence() ? ports : YAML::Node())
+      if (auto port = Int(Get(sp, "port")); port && TargetPort(sp, e) == grpc) leads.push_back(*port);
+    std::string fix;
+    if (leads.size() == 1)
+      fix = absl::StrCat(alpha ? "extensionRef.portNumber: " : "endpointPickerRef.port: {number: ", leads[0], alpha ? "" : "}",
+                         " (the Service port whose targetPort is the EPP's gRPC port ", grpc, "), or add port ", *ref_port,
+                         " to the Service");
+    else
+      fix = absl::StrCat("name the Service port whose targetPort is the EPP's gRPC port ", grpc, ", or add port ", *ref_port,
+                         " (targetPort ", grpc, ") to the Service");
+    Emit("IP009", LintSeverity::kError, p, at,
+         absl::StrCat(subject, " is not a port of Service '", svc_name, "' (", svc->file, ":", svc->line,
+                      "), whose ports are ", DescribePorts(ports), ": the gateway dials a port nothing serves"),
+         fix);
   }
 
   void CheckOnePoolPerEpp() {
@@ -545,32 +613,39 @@ class Linter {
              absl::StrCat("the Service's selector (", Join(sel), ") does not select the EPP Pods of ", o.Label(), " (labels ",
                           Join(e.w->labels), ")"),
              "set spec.selector to the EPP Pod template's labels");
-      YAML::Node port_entry;
+      // The Service port the pool names (its absence is IP009, reported at the pool).
+      std::optional<YAML::Node> port_entry;
       if (At(svc->node, {"spec", "ports"}).IsSequence())
         for (const YAML::Node& sp : At(svc->node, {"spec", "ports"}))
-          if (ref_port && Int(Get(sp, "port")) == *ref_port) port_entry.reset(sp);
-      if (!port_entry.IsDefined()) {
-        Emit("EPP002", LintSeverity::kError, *svc, At(svc->node, {"spec", "ports"}),
-             absl::StrCat("no Service port ", ref_port.value_or(0), ", the port the pool's endpointPickerRef names"),
-             absl::StrCat("add port ", ref_port.value_or(9002), " with targetPort ", grpc));
-      } else {
+          if (ref_port && Int(Get(sp, "port")) == *ref_port) port_entry.emplace(sp);
+      if (port_entry) {
         // targetPort: a number, a container port's name, or (absent) the port itself.
-        const YAML::Node tp = Get(port_entry, "targetPort");
-        std::optional<int64_t> target = tp.IsDefined() ? Int(tp) : Int(Get(port_entry, "port"));
-        if (!target && tp.IsDefined() && Get(e.container, "ports").IsSequence())
-          for (const YAML::Node& cp : Get(e.container, "ports"))
-            if (Str(Get(cp, "name")) == Str(tp)) target = Int(Get(cp, "containerPort"));
-        if (!target)
+        const YAML::Node tp = Get(*port_entry, "targetPort");
+        const std::optional<int64_t> target = TargetPort(*port_entry, &e);
+        if (!target) {
+          // A name the EPP's container does not declare. The fix names the container port that
+          // is the gRPC port, when there is one.
+          std::string declared, grpc_name;
+          for (const YAML::Node& cp : Get(e.container, "ports").IsSequence() ? Get(e.container, "ports") : YAML::Node()) {
+            const std::string name = Str(Get(cp, "name"));
+            absl::StrAppend(&declared, declared.empty() ? "" : ", ", name.empty() ? "(no name)" : name, "=", Str(Get(cp, "containerPort")));
+            if (!name.empty() && Int(Get(cp, "containerPort")) == grpc) grpc_name = name;
+          }
           Emit("EPP002", LintSeverity::kError, *svc, tp,
-               absl::StrCat("targetPort '", Str(tp), "' is no container port name of the EPP"), absl::StrCat("targetPort: ", grpc));
-        else if (*target != grpc)
-          Emit("EPP002", LintSeverity::kError, *svc, tp.IsDefined() ? tp : port_entry,
-               absl::StrCat("Service port ", *ref_port, " leads to container port ", *target, ", but the EPP serves ext_proc on ", grpc,
-                            e.flags.count("grpc-port") ? " (--grpc-port)" : " (the --grpc-port default)"),
+               absl::StrCat("Service port ", *ref_port, " has targetPort '", Str(tp), "', which names no container port of the EPP ",
+                            o.Label(), " (", declared.empty() ? "it declares no ports" : "it declares " + declared,
+                            "): the Service leads nowhere"),
+               grpc_name.empty() ? absl::StrCat("targetPort: ", grpc, " (the EPP's gRPC port)")
+                                 : absl::StrCat("targetPort: ", grpc_name, " (the container port ", grpc, ", the EPP's gRPC port)"));
+        } else if (*target != grpc) {
+          Emit("EPP002", LintSeverity::kError, *svc, tp.IsDefined() ? tp : *port_entry,
+               absl::StrCat("Service port ", *ref_port, " leads to container port ", *target, ", but the EPP ", o.Label(),
+                            " serves ext_proc on ", grpc, e.flags.count("grpc-port") ? " (--grpc-port)" : " (the --grpc-port default)"),
                absl::StrCat("targetPort: ", grpc));
+        }
         // EPP005: TLS on the EPP, cleartext declared.
-        if (e.Tls() && Str(Get(port_entry, "appProtocol")) == "kubernetes.io/h2c")
-          Emit("EPP005", LintSeverity::kWarning, *svc, Get(port_entry, "appProtocol"),
+        if (e.Tls() && Str(Get(*port_entry, "appProtocol")) == "kubernetes.io/h2c")
+          Emit("EPP005", LintSeverity::kWarning, *svc, Get(*port_entry, "appProtocol"),
                "the EPP serves TLS (--secure-serving is on by default) but its Service port says appProtocol kubernetes.io/h2c "
                "(cleartext HTTP/2). Envoy Gateway and kgateway dial the EPP over TLS without verifying and ignore the field, "
                "so it works there; a gateway that honours appProtocol speaks cleartext to a TLS port and fails",
