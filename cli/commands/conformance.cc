@@ -1,5 +1,7 @@
 #include "commands/conformance.h"
 
+#include <signal.h>
+
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -10,6 +12,25 @@
 #include "output.h"
 
 namespace eppctl {
+namespace {
+
+// Ctrl-C or a SIGTERM during a --target run: the user's --endpoints-out file is given back before
+// the process ends as the signal would end it (the launched EPP follows by PR_SET_PDEATHSIG).
+void OnSignal(int sig) {
+  epp::RestoreConformanceEndpointsFile();
+  raise(sig);  // SA_RESETHAND restored the default action; SA_NODEFER lets it through now
+}
+
+void GiveBackOnSignals() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+}  // namespace
 
 void SetupConformanceCommand(CLI::App& app, int& exit_code) {
   struct Options {
@@ -26,7 +47,9 @@ void SetupConformanceCommand(CLI::App& app, int& exit_code) {
                   "Command that starts the EPP under test ({endpoints_file}, {grpc_port}, {health_port}, "
                   "{metrics_port} are replaced); stopped at the end");
   cmd->add_option("--target", o->run.target, "HOST:PORT of an EPP you started (with --endpoints-out)");
-  cmd->add_option("--endpoints-out", o->run.endpoints_out, "With --target: where to write the endpoints file it reads");
+  cmd->add_option("--endpoints-out", o->run.endpoints_out,
+                  "With --target: the endpoints file that EPP reads; it holds the suite's pool during the run and "
+                  "is given back as it was at the end (or removed, if the suite created it)");
   cmd->add_option("--health", o->run.health_target,
                   "HOST:PORT of its grpc.health.v1 server (default with --launch: 127.0.0.1:{health_port}; "
                   "without it and --target: health check skipped)");
@@ -54,6 +77,7 @@ void SetupConformanceCommand(CLI::App& app, int& exit_code) {
     }
     o->run.startup_timeout = std::chrono::milliseconds(static_cast<int64_t>(o->startup_timeout_s * 1000));
     o->run.stream_timeout = std::chrono::milliseconds(static_cast<int64_t>(o->stream_timeout_s * 1000));
+    if (!o->run.endpoints_out.empty()) GiveBackOnSignals();
     const bool text = o->output == "text";
     auto progress = [text](const epp::ConformanceResult& r) {
       if (!text) return;

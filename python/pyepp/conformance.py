@@ -6,13 +6,18 @@
     report["passed"], report["counts"]       # True, {"pass": 17, "fail": 0, "skip": 1}
     for c in report["checks"]: print(c["id"], c["outcome"], c["detail"])
 
-    # An EPP already running (in this process too: pyepp.serve), reading the file written here:
+    # An EPP already running (in this process too: pyepp.serve), reading /tmp/pool.yaml:
     report = pyepp.conformance(target="127.0.0.1:9002", endpoints_out="/tmp/pool.yaml")
+    report["endpoints_file_after"]           # "restored to what it held before (57 bytes)"
 
 The suite starts its model-server simulators, writes the endpoints file, then drives real
-ext_proc streams. It raises :class:`pyepp.UnavailableError` when the EPP under test never answers
-a pick, :class:`pyepp.ConfigError` for bad options. Checks and what they cite:
-:func:`conformance_checks`, docs/conformance.md.
+ext_proc streams. ``endpoints_out`` (with ``target`` only) is lent to the run: it holds the
+suite's pool while the checks run and is given back at the end, whatever the outcome (what it
+held before, written in place; removed if the suite created it; left alone if something else
+changed it meanwhile). It raises :class:`pyepp.UnavailableError` when the EPP under test never
+answers a pick, :class:`pyepp.ConfigError` for bad options, and at once when the EPP speaks the
+other transport ("the target speaks TLS; add --tls": pass ``tls=True``; "... plaintext; drop
+--tls": ``tls=False``). Checks and what they cite: :func:`conformance_checks`, docs/conformance.md.
 """
 import json
 from typing import Any, Dict, List, Optional, Sequence

@@ -64,7 +64,13 @@ absl::Status Suite::Setup(ConformanceReport& report) {
   if (o_.launch.empty() == o_.target.empty())
     return absl::InvalidArgumentError("give exactly one of --launch COMMAND and --target HOST:PORT");
   if (!o_.target.empty() && o_.endpoints_out.empty())
-    return absl::InvalidArgumentError("--target needs --endpoints-out FILE: the endpoints file the EPP under test reads");
+    return absl::InvalidArgumentError(
+        "--target needs --endpoints-out FILE: the endpoints file the EPP under test reads (the suite writes its pool "
+        "there for the run and gives the file back as it was at the end)");
+  if (!o_.launch.empty() && !o_.endpoints_out.empty())
+    return absl::InvalidArgumentError(
+        "--endpoints-out goes with --target: with --launch the suite writes {endpoints_file} into its work directory "
+        "(--work-dir DIR keeps it)");
   if (o_.simulators < 2 || o_.simulators > 16)
     return absl::InvalidArgumentError(absl::StrCat("--simulators must be in [2, 16], got ", o_.simulators));
   const auto& all = ConformanceChecks();
@@ -101,13 +107,17 @@ absl::Status Suite::Setup(ConformanceReport& report) {
   pool_set_ = {pool_.begin(), pool_.end()};
   report.pool = pool_;
 
+  // The endpoints file: in the work directory, or (--target) the user's file, lent for the run.
+  std::string content = "# Written by eppctl conformance: the simulated model servers of this run.\nendpoints:\n";
+  for (const std::string& a : pool_) absl::StrAppend(&content, "- address: ", a, "\n  metrics: http://", a, "/metrics\n  engine: vllm\n");
   const std::string endpoints = o_.endpoints_out.empty() ? work_dir_ + "/endpoints.yaml" : o_.endpoints_out;
-  {
+  if (o_.endpoints_out.empty()) {
     std::ofstream out(endpoints, std::ios::trunc);
-    out << "# Written by eppctl conformance: the simulated model servers of this run.\nendpoints:\n";
-    for (const std::string& a : pool_) out << "- address: " << a << "\n  metrics: http://" << a << "/metrics\n  engine: vllm\n";
+    out << content;
     out.close();
     if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot write the endpoints file ", endpoints));
+  } else {
+    EPP_RETURN_IF_ERROR(endpoints_out_.Lend(endpoints, content, work_dir_ + "/endpoints-out.before"));
   }
   report.endpoints_file = endpoints;
 
@@ -128,8 +138,37 @@ absl::Status Suite::Setup(ConformanceReport& report) {
     health_target_ = o_.health_target;
   }
   report.target = target_;
+  startup_deadline_ = Clock::now() + o_.startup_timeout;
+  EPP_RETURN_IF_ERROR(WaitListening());
   Connect();
   return WaitReady();
+}
+
+absl::Status Suite::WaitListening() {
+  // Before any gRPC call: is something listening, and does it speak the transport of --tls? A
+  // channel with the wrong one only retries (a plaintext client at a TLS server sees the
+  // connection close; the server logs a handshake error per attempt) until the start-up timeout.
+  const auto deadline = startup_deadline_;
+  TransportProbe p;
+  while (true) {
+    if (auto exited = launched_.Exited())
+      return absl::UnavailableError(absl::StrCat("the EPP under test ", *exited, " before answering a pick; its output:\n",
+                                                 launched_.LogTail()));
+    p = ProbeTransport(target_, o_.tls, std::chrono::milliseconds(1000));
+    if (p.kind != TransportProbe::kRefused) break;
+    if (Clock::now() + std::chrono::milliseconds(100) >= deadline) {
+      std::string msg = absl::StrCat("the EPP at ", target_, " answered no pick within this run's pool in ",
+                                     o_.startup_timeout.count(), " ms (last: ", p.detail, ")");
+      if (launched_.running()) absl::StrAppend(&msg, "; its output:\n", launched_.LogTail());
+      return absl::UnavailableError(msg);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (p.kind == TransportProbe::kTls && !o_.tls)
+    return absl::InvalidArgumentError(absl::StrCat("the target speaks TLS; add --tls (", p.detail, ")"));
+  if (p.kind == TransportProbe::kPlaintext && o_.tls)
+    return absl::InvalidArgumentError(absl::StrCat("the target speaks plaintext; drop --tls (", p.detail, ")"));
+  return absl::OkStatus();  // the right transport, or one the probe cannot tell: gRPC will say
 }
 
 void Suite::Connect() {
@@ -149,7 +188,7 @@ void Suite::Connect() {
 absl::Status Suite::WaitReady() {
   // Ready once a pick lands in this run's pool: an EPP already running (--target) may still hold
   // the endpoints it read before the suite wrote its file.
-  const auto deadline = Clock::now() + o_.startup_timeout;
+  const auto deadline = startup_deadline_;
   std::string last = "no answer yet";
   while (Clock::now() < deadline) {
     if (auto exited = launched_.Exited())
@@ -178,7 +217,10 @@ absl::Status Suite::WaitReady() {
 absl::StatusOr<ConformanceReport> Suite::Run(const std::function<void(const ConformanceResult&)>& progress) {
   const auto start = Clock::now();
   ConformanceReport report;
-  EPP_RETURN_IF_ERROR(Setup(report));
+  if (absl::Status st = Setup(report); !st.ok()) {
+    endpoints_out_.GiveBack();
+    return st;
+  }
   for (const ConformanceCase& c : Cases()) {
     const ConformanceCheckInfo& info = c.info;
     ConformanceResult r;
@@ -202,6 +244,7 @@ absl::StatusOr<ConformanceReport> Suite::Run(const std::function<void(const Conf
     report.results.push_back(std::move(r));
   }
   if (failed_ && !o_.launch.empty()) report.epp_log_tail = launched_.LogTail();
+  if (!o_.endpoints_out.empty()) report.endpoints_file_after = endpoints_out_.GiveBack();
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return report;
 }
@@ -242,24 +285,32 @@ int ConformanceReport::count(ConformanceOutcome o) const {
 absl::StatusOr<ConformanceReport> RunConformance(const ConformanceOptions& options,
                                                  const std::function<void(const ConformanceResult&)>& progress) {
   std::string dir;
-  bool remove = false;
+  bool own = false, keep = false;
   absl::StatusOr<ConformanceReport> report;
   {
     internal::conformance::Suite suite(options);
     report = suite.Run(progress);
     dir = suite.work_dir();
-    remove = suite.own_work_dir() && report.ok() && !suite.failed();
+    own = suite.own_work_dir();
+    keep = !report.ok() || suite.keep_work_dir();
   }
-  if (remove) {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
+  // A temporary work directory goes when every check passed; after a failure it stays for the
+  // launched EPP's log (an empty one goes anyway).
+  std::error_code ec;
+  if (own && !keep) std::filesystem::remove_all(dir, ec);
+  else if (own) std::filesystem::remove(dir, ec);  // only when empty
+  if (report.ok() && report->endpoints_file_after.empty()) {
+    if (!own) report->endpoints_file_after = "kept in the work directory";
+    else if (!keep) report->endpoints_file_after = "removed with the temporary work directory";
+    else report->endpoints_file_after = absl::StrCat("kept in the work directory ", dir, " (a check failed)");
   }
   return report;
 }
 
 std::string FormatConformanceText(const ConformanceReport& r) {
   std::string out = absl::StrCat("ext_proc conformance of ", r.target, r.launch.empty() ? "" : " (launched: " + r.launch + ")",
-                                 "\npool: ", absl::StrJoin(r.pool, ", "), " (", r.endpoints_file, ")\n\n");
+                                 "\npool: ", absl::StrJoin(r.pool, ", "), "\nendpoints file: ", r.endpoints_file,
+                                 r.endpoints_file_after.empty() ? "" : " (after the run: " + r.endpoints_file_after + ")", "\n\n");
   for (const ConformanceResult& x : r.results) {
     absl::StrAppend(&out, x.outcome == ConformanceOutcome::kPass ? "PASS" : x.outcome == ConformanceOutcome::kFail ? "FAIL" : "SKIP",
                     "  ", x.check.id, "  ", x.detail, "\n");
@@ -276,6 +327,7 @@ std::string FormatConformanceJson(const ConformanceReport& r) {
   j["target"] = r.target;
   if (!r.launch.empty()) j["launch"] = r.launch;
   j["endpoints_file"] = r.endpoints_file;
+  j["endpoints_file_after"] = r.endpoints_file_after;
   j["pool"] = r.pool;
   j["passed"] = r.passed();
   j["counts"] = {{"pass", r.count(ConformanceOutcome::kPass)},
@@ -301,6 +353,9 @@ std::string FormatConformanceJUnit(const ConformanceReport& r) {
                   "\" time=\"", absl::StrFormat("%.3f", r.seconds), "\">\n");
   absl::StrAppend(&out, "  <properties>\n    <property name=\"target\" value=\"", XmlEscape(r.target), "\"/>\n");
   if (!r.launch.empty()) absl::StrAppend(&out, "    <property name=\"launch\" value=\"", XmlEscape(r.launch), "\"/>\n");
+  absl::StrAppend(&out, "    <property name=\"endpoints_file\" value=\"", XmlEscape(r.endpoints_file), "\"/>\n");
+  if (!r.endpoints_file_after.empty())
+    absl::StrAppend(&out, "    <property name=\"endpoints_file_after\" value=\"", XmlEscape(r.endpoints_file_after), "\"/>\n");
   absl::StrAppend(&out, "  </properties>\n");
   for (const ConformanceResult& x : r.results) {
     absl::StrAppend(&out, "  <testcase classname=\"ext_proc\" name=\"", XmlEscape(x.check.id), "\" time=\"",

@@ -4,10 +4,24 @@
 // body_mutation.streamed_response (Envoy rejects a whole-body mutation in that mode), nothing
 // after the chunk with end_of_stream. A deviation is recorded in RequestAnswer::problem, which
 // the checks report, rather than ending the read, so a check sees everything that came back.
+//
+// And ProbeTransport, which tells before any gRPC call whether the EPP speaks plaintext HTTP/2 or
+// TLS, from the first bytes it answers to a connection's opening.
 #include <grpcpp/security/tls_certificate_verifier.h>
 #include <grpcpp/security/tls_credentials_options.h>
+#include <netdb.h>
+#include <openssl/bio.h>
+#include <openssl/ssl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,7 +52,226 @@ void CollectMetadata(const pb::ProcessingResponse& m, RequestAnswer& a) {
     a.metadata_destination = k->second.string_value();
 }
 
+// ---- The transport probe -------------------------------------------------------------------------
+// A gRPC channel with the wrong transport never says so: a plaintext client at a TLS server sees
+// the connection close (and the server logs a handshake error per attempt), a TLS client at a
+// plaintext server sees "wrong version number". Each side's first bytes do say it: a TLS server
+// answers a ClientHello with a TLS record (a ServerHello, or an alert) and a plaintext HTTP/2
+// server answers the connection preface with its SETTINGS frame. Either server may instead close
+// the connection on the other protocol's opening, so when the first opening gets no answer the
+// other one is tried.
+
+using Millis = std::chrono::milliseconds;
+
+// HOST:PORT, [V6]:PORT or dns:///HOST:PORT; nullopt for the other gRPC target forms (unix:,
+// ipv4: lists, a name without a port), which are not probed.
+std::optional<std::pair<std::string, std::string>> HostPort(std::string_view t) {
+  if (t.rfind("dns:///", 0) == 0) t.remove_prefix(7);
+  std::string host, port;
+  if (!t.empty() && t.front() == '[') {
+    const size_t close = t.find(']');
+    if (close == std::string_view::npos || t.substr(close + 1, 1) != ":") return std::nullopt;
+    host = std::string(t.substr(1, close - 1));
+    port = std::string(t.substr(close + 2));
+  } else {
+    const size_t colon = t.rfind(':');
+    if (colon == std::string_view::npos) return std::nullopt;
+    host = std::string(t.substr(0, colon));
+    port = std::string(t.substr(colon + 1));
+    if (host.find(':') != std::string::npos || host.find('/') != std::string::npos) return std::nullopt;
+  }
+  if (host.empty() || port.empty() || port.size() > 5) return std::nullopt;
+  for (char c : port)
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+  return std::make_pair(host, port);
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// A TCP connection within `timeout`, non-blocking; -1 with `error` set when none was made.
+int Dial(const std::string& host, const std::string& port, Millis timeout, std::string* error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+    *error = absl::StrCat("cannot resolve ", host, ": ", gai_strerror(rc));
+    return -1;
+  }
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> owned(res, freeaddrinfo);
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      *error = absl::StrCat("socket: ", std::strerror(errno));
+      continue;
+    }
+    int rc = connect(fd, a->ai_addr, a->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      rc = poll(&p, 1, static_cast<int>(timeout.count()));
+      if (rc == 0) {
+        errno = ETIMEDOUT;
+        rc = -1;
+      } else if (rc > 0) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        errno = err;
+        rc = err == 0 ? 0 : -1;
+      }
+    }
+    if (rc == 0) return fd;
+    *error = std::strerror(errno);
+    close(fd);
+  }
+  return -1;
+}
+
+// What came back for an opening: up to 64 bytes, read until 9 arrived (a frame header), the server
+// closed the connection, or the timeout passed.
+struct Answer {
+  std::string bytes;
+  bool closed = false;
+};
+
+Answer Exchange(int fd, const std::string& opening, Millis timeout) {
+  const auto deadline = Clock::now() + timeout;
+  auto left = [&] { return static_cast<int>(std::max<int64_t>(0, std::chrono::duration_cast<Millis>(deadline - Clock::now()).count())); };
+  Answer a;
+  size_t sent = 0;
+  while (sent < opening.size()) {
+    ssize_t n = send(fd, opening.data() + sent, opening.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      a.closed = true;  // reset before the opening was out
+      return a;
+    }
+    pollfd p{fd, POLLOUT, 0};
+    if (poll(&p, 1, left()) <= 0) return a;
+  }
+  while (a.bytes.size() < 9) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, left()) <= 0) break;
+    char buf[64];
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+    if (n <= 0) {  // closed or reset
+      a.closed = true;
+      break;
+    }
+    a.bytes.append(buf, static_cast<size_t>(n));
+  }
+  return a;
+}
+
+// A real ClientHello (OpenSSL's, offering h2 by ALPN), as gRPC's TLS client would open.
+std::string ClientHello() {
+  std::string out;
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  if (ctx == nullptr) return out;
+  SSL* ssl = SSL_new(ctx);
+  if (ssl != nullptr) {
+    BIO* in = BIO_new(BIO_s_mem());
+    BIO* wire = BIO_new(BIO_s_mem());
+    if (in != nullptr && wire != nullptr) {
+      SSL_set_bio(ssl, in, wire);  // the SSL owns both from here
+      static const unsigned char kAlpn[] = {2, 'h', '2'};
+      SSL_set_alpn_protos(ssl, kAlpn, sizeof kAlpn);
+      SSL_set_connect_state(ssl);
+      SSL_do_handshake(ssl);  // writes the ClientHello, then wants the server's answer
+      char* data = nullptr;
+      long n = BIO_get_mem_data(wire, &data);
+      if (n > 0 && data != nullptr) out.assign(data, static_cast<size_t>(n));
+    } else {
+      BIO_free(in);
+      BIO_free(wire);
+    }
+    SSL_free(ssl);
+  }
+  SSL_CTX_free(ctx);
+  return out;
+}
+
+// The HTTP/2 client connection preface and an empty SETTINGS frame (RFC 9113 section 3.4).
+std::string H2Preface() {
+  std::string s = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+  s.append("\x00\x00\x00\x04\x00\x00\x00\x00\x00", 9);
+  return s;
+}
+
+// What an answer says about the server; `what` describes it after "... <opening>".
+TransportProbe::Kind Classify(const Answer& a, const char* opening, Millis timeout, std::string* what) {
+  const std::string& b = a.bytes;
+  auto u = [&](size_t i) { return static_cast<unsigned char>(b[i]); };
+  if (b.size() >= 3 && (u(0) == 0x15 || u(0) == 0x16) && u(1) == 0x03) {
+    *what = absl::StrCat("answered ", opening, " with ", u(0) == 0x15 ? "a TLS alert" : "a TLS handshake record");
+    return TransportProbe::kTls;
+  }
+  if (b.size() >= 9 && u(3) == 0x04 && u(5) == 0 && u(6) == 0 && u(7) == 0 && u(8) == 0) {
+    *what = absl::StrCat("answered ", opening, " with an HTTP/2 SETTINGS frame");
+    return TransportProbe::kPlaintext;
+  }
+  if (b.rfind("HTTP/", 0) == 0) {
+    *what = absl::StrCat("answered ", opening, " with a plaintext HTTP/1 response");
+    return TransportProbe::kPlaintext;
+  }
+  if (!b.empty()) *what = absl::StrCat("answered ", opening, " with ", b.size(), " bytes of no known protocol");
+  else if (a.closed) *what = absl::StrCat("closed the connection on ", opening);
+  else *what = absl::StrCat("did not answer ", opening, " within ", timeout.count(), " ms");
+  return TransportProbe::kUnknown;
+}
+
 }  // namespace
+
+TransportProbe ProbeTransport(const std::string& target, bool tls_first, std::chrono::milliseconds timeout) {
+  TransportProbe out;
+  auto hp = HostPort(target);
+  if (!hp) {
+    out.detail = "not a HOST:PORT target: not probed";
+    return out;
+  }
+  struct Opening {
+    std::string bytes;
+    const char* name;
+  };
+  static const std::string hello = ClientHello();  // any ClientHello will do: the same for every probe
+  std::vector<Opening> openings = {{H2Preface(), "a plaintext HTTP/2 preface"}, {hello, "a TLS ClientHello"}};
+  if (tls_first) std::swap(openings[0], openings[1]);
+  std::string said;
+  for (const Opening& o : openings) {
+    if (o.bytes.empty()) continue;
+    std::string error;
+    Fd fd(Dial(hp->first, hp->second, timeout, &error));
+    if (fd.get() < 0) {
+      if (said.empty()) {
+        out.kind = TransportProbe::kRefused;
+        out.detail = absl::StrCat("cannot connect to ", target, ": ", error);
+      }
+      return out;
+    }
+    std::string what;
+    out.kind = Classify(Exchange(fd.get(), o.bytes, timeout), o.name, timeout, &what);
+    absl::StrAppend(&said, said.empty() ? "" : ", then ", what);
+    out.detail = absl::StrCat(target, " ", said);
+    if (out.kind != TransportProbe::kUnknown) return out;
+  }
+  return out;
+}
 
 std::shared_ptr<grpc::ChannelCredentials> Credentials(bool tls) {
   if (!tls) return grpc::InsecureChannelCredentials();

@@ -4,7 +4,8 @@
 //   conformance.cc                     the runner (simulators, endpoints file, the EPP under
 //                                      test, waiting for its first pick), the case table and the
 //                                      reports (text, JSON, JUnit)
-//   conformance_launch.cc              the EPP under test as a child process; free ports
+//   conformance_launch.cc              the EPP under test as a child process; free ports; the
+//                                      user's endpoints file (--endpoints-out), lent to the run
 //   conformance_client.cc              the ext_proc client: one stream, and what it answered
 //   conformance_cases_health.cc        grpc.health.v1 services
 //   conformance_cases_destination.cc   what a pick says: the destination header and metadata
@@ -71,12 +72,50 @@ class Launched {
 // A loopback port free at the time of asking, for the {grpc_port}-style placeholders.
 absl::StatusOr<int> FreePort();
 
+// ---- The user's endpoints file (conformance_launch.cc) ------------------------------------------
+// With --target the EPP under test reads a file the user names (--endpoints-out); the suite lends
+// it the run's pool and gives it back at the end: its previous bytes written back in place (the
+// EPP watching it reloads its own pool), or removed when the suite created it. A file that no
+// longer holds what the suite wrote was changed by someone else and is left alone. Until the end,
+// a copy of the previous bytes is kept in the work directory, and a signal handler can give the
+// file back (RestoreConformanceEndpointsFile, epp/tools/conformance.h).
+
+class LentFile {
+ public:
+  LentFile() = default;
+  LentFile(const LentFile&) = delete;
+  LentFile& operator=(const LentFile&) = delete;
+  ~LentFile() { GiveBack(); }
+  // Remembers what `path` holds (a regular file, or nothing), keeps a copy in `backup`, writes
+  // `content` in place.
+  absl::Status Lend(const std::string& path, const std::string& content, const std::string& backup);
+  // Gives the file back once; returns what was done, for the report ("restored to its previous
+  // 57 bytes", "removed: ...", "left as found: ..."). Empty when nothing was lent.
+  std::string GiveBack();
+  // After GiveBack: the copy in the work directory is still needed (the outcome names it).
+  bool backup_kept() const { return backup_kept_; }
+
+ private:
+  std::string path_, backup_;
+  bool lent_ = false, existed_ = false, in_view_ = false, backup_kept_ = false;
+  std::string before_, written_, outcome_;
+};
+
 // ---- ext_proc client (conformance_client.cc) ----------------------------------------------------
 // The suite speaks to the EPP as Envoy does: one bidirectional Process stream per HTTP request,
 // FULL_DUPLEX_STREAMED, and reads the answers the way Envoy would act on them.
 
 // Plaintext, or TLS without verifying the server (as Envoy Gateway dials the EPP).
 std::shared_ptr<grpc::ChannelCredentials> Credentials(bool tls);
+
+// Which transport the server at `target` speaks, told from the first bytes it answers to a TLS
+// ClientHello and to a plaintext HTTP/2 preface (the one `tls_first` says first; the other only
+// when the first gets no telling answer), each on a connection of its own, each within `timeout`.
+struct TransportProbe {
+  enum Kind { kRefused, kUnknown, kPlaintext, kTls } kind = kUnknown;
+  std::string detail;  // "127.0.0.1:9002 closed the connection on a plaintext HTTP/2 preface, then ..."
+};
+TransportProbe ProbeTransport(const std::string& target, bool tls_first, std::chrono::milliseconds timeout);
 
 // What a stream answered to the request path.
 struct RequestAnswer {
@@ -206,6 +245,9 @@ class Suite {
 
  private:
   absl::Status Setup(ConformanceReport& report);
+  // Until something accepts connections at target_; then an error when it speaks the other
+  // transport than --tls says (TLS without --tls, plaintext with it).
+  absl::Status WaitListening();
   absl::Status WaitReady();
   void Connect();  // a new channel and stub to target_
 
@@ -271,7 +313,9 @@ class Suite {
   std::vector<std::string> pool_;
   std::set<std::string> pool_set_;
   Launched launched_;
+  LentFile endpoints_out_;
   std::string target_, health_target_;
+  Clock::time_point startup_deadline_;  // for the EPP's first pick: --startup-timeout from its launch
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pb::ExternalProcessor::Stub> stub_;
   std::thread load_thread_;
@@ -281,6 +325,7 @@ class Suite {
   bool failed() const { return failed_; }
   const std::string& work_dir() const { return work_dir_; }
   bool own_work_dir() const { return own_work_dir_; }
+  bool keep_work_dir() const { return failed_ || endpoints_out_.backup_kept(); }
 };
 
 }  // namespace epp::internal::conformance

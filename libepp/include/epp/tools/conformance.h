@@ -33,15 +33,22 @@ struct ConformanceOptions {
   //  launch: a shell command (run with /bin/sh -c, in its own process group, stopped with SIGTERM
   //    then SIGKILL at the end) with placeholders {endpoints_file}, {grpc_port}, {health_port} and
   //    {metrics_port}, replaced by the suite's file and free loopback ports.
-  //  target: HOST:PORT of an EPP the user runs; endpoints_out is where the suite writes the
-  //    endpoints file that EPP must read (required with target).
+  //  target: HOST:PORT of an EPP the user runs; endpoints_out is the endpoints file that EPP
+  //    reads (required with target, refused with launch). The suite lends it the run's pool and
+  //    gives it back at the end, whatever the outcome: what it held before written back in place,
+  //    or removed when the suite created it; left alone when something else changed it during
+  //    the run (ConformanceReport::endpoints_file_after says which). Until then a copy of what
+  //    it held is kept in the work directory (endpoints-out.before).
   std::string launch;
   std::string target;
   std::string endpoints_out;
   // grpc.health.v1 address. With launch: empty means 127.0.0.1:{health_port}. With target: empty
   // means the health checks are skipped.
   std::string health_target;
-  bool tls = false;  // ext_proc over TLS; the server's certificate is not verified (as gateways do)
+  // ext_proc over TLS; the server's certificate is not verified (as gateways do). Before the first
+  // gRPC call the suite probes the target's transport: the wrong one is an error at once
+  // ("the target speaks TLS; add --tls", or "... plaintext; drop --tls").
+  bool tls = false;
   int simulators = 3;            // model servers in the pool (>= 2)
   // An InferenceObjective name the EPP under test gives a negative priority: with it, the
   // shedding check saturates every model server and expects 429 for requests naming it. Empty:
@@ -70,6 +77,10 @@ struct ConformanceReport {
   std::string target;          // the address tested
   std::string launch;          // the command line run (placeholders replaced), if any
   std::string endpoints_file;  // the file written
+  // What became of it after the run: "restored to what it held before (57 bytes)", "removed (the
+  // suite created it)", "left as found: it changed during the run, ...", "removed with the
+  // temporary work directory", "kept in the work directory ...".
+  std::string endpoints_file_after;
   std::vector<std::string> pool;  // the simulators' addresses
   std::vector<ConformanceResult> results;
   double seconds = 0;
@@ -84,6 +95,14 @@ struct ConformanceReport {
 // startup_timeout (kUnavailable, with its last output lines).
 absl::StatusOr<ConformanceReport> RunConformance(const ConformanceOptions& options,
                                                  const std::function<void(const ConformanceResult&)>& progress = {});
+
+// For a SIGINT / SIGTERM handler of a program running the suite (eppctl conformance installs
+// one): gives back the endpoints_out file of the run in progress as RunConformance would at its
+// end (what it held before, or removed). Async-signal-safe (open, read, write, unlink only); the
+// handler then ends the process as the signal would have. Covers one run at a time (runs that
+// lend a file while another one's is lent are given back only at their end); a no-op when none
+// is lent.
+void RestoreConformanceEndpointsFile();
 
 std::string FormatConformanceText(const ConformanceReport& report);
 std::string FormatConformanceJson(const ConformanceReport& report);
