@@ -87,7 +87,7 @@ class Serve:
 
     count = 0
 
-    def __init__(self, eppctl_path, tmp_path, args, tls=False):
+    def __init__(self, eppctl_path, tmp_path, args, tls=False, env=None):
         Serve.count += 1
         self.ready_file = tmp_path / ("ready-%d.json" % Serve.count)
         self.log_path = tmp_path / ("serve-%d.log" % Serve.count)
@@ -103,7 +103,8 @@ class Serve:
             cmd.append("--metrics-endpoint-auth=false")
         self.token = None
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._log)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._log,
+                                     env=None if env is None else {**os.environ, **env})
         deadline = time.monotonic() + 30
         while not self.ready_file.exists():
             if self.proc.poll() is not None:

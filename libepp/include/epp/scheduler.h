@@ -37,6 +37,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "epp/endpoint.h"
@@ -159,12 +161,35 @@ struct PickResult {
   static PickResult BadRequest(const absl::Status& parse_error);
 };
 
+// What a traced pick records (PickOptions::spans): the raw material of the OpenTelemetry spans
+// epp/runtime/tracing.h exports.
+// One attribute value: OTLP's AnyValue scalars and arrays of strings or doubles.
+using SpanValue = std::variant<std::string, int64_t, double, bool, std::vector<std::string>, std::vector<double>>;
+using SpanAttributes = std::vector<std::pair<std::string, SpanValue>>;
+
+// One step of a cycle, on the steady clock; `parent` indexes the same vector (-1: the cycle's
+// own parent, the caller's span).
+struct CycleSpan {
+  std::string name;
+  int parent = -1;
+  int64_t start_ns = 0;  // std::chrono::steady_clock nanoseconds
+  int64_t end_ns = 0;
+  SpanAttributes attributes;
+  bool error = false;
+  std::string status_message;
+};
+
 struct PickOptions {
   // The gateway's subset hint; nullopt = no hint (every endpoint is a candidate).
   std::optional<std::vector<std::string>> subset;
   bool trace = false;   // fill PickResult::profiles
   bool record = true;   // update the prefix index and in-flight load (false: a pure what-if)
   bool scores = false;  // fill PickResult::primary_scores (llm-d's --emit-endpoint-scores)
+  // When set (a sampled request under --tracing): the cycle appends a span for itself, each data
+  // producer and admitter, each profile, its filter chain and every filter, its scorer chain and
+  // every scorer (weight, max/avg score, the best few endpoints) and its picker. Costs a few
+  // microseconds per traced pick; nothing when null.
+  std::vector<CycleSpan>* spans = nullptr;
 };
 
 // Upper bounds (seconds, `le`) of the timing histograms' buckets, shared by every histogram of

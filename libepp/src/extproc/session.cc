@@ -106,7 +106,88 @@ void ExtProcStats::RecordLatencyMicros(int64_t us) {
   latency_sum_us += us;
 }
 
-ExtProcSession::Impl::~Impl() { EndResponse(); }
+ExtProcSession::Impl::~Impl() {
+  EndResponse();
+  FinishTrace();
+}
+
+void ExtProcSession::Impl::StartTrace() {
+  if (!options.tracer) return;
+  std::optional<TraceContext> parent;
+  std::string state;
+  for (const auto& [k, v] : headers) {
+    if (k == "traceparent") {
+      // A malformed traceparent starts a new trace, as the W3C spec asks.
+      absl::StatusOr<TraceContext> p = ParseTraceparent(v);
+      if (p.ok()) parent = *std::move(p);
+    } else if (k == "tracestate") {
+      state = v;
+    }
+  }
+  if (parent) {
+    parent->trace_state = std::move(state);
+    trace_parent = parent->span_id;
+  }
+  trace = options.tracer->StartRequest(parent);
+  if (trace->sampled) trace_offset_ns = Tracer::SteadyToUnixOffsetNs();
+}
+
+void ExtProcSession::Impl::FinishTrace() {
+  if (trace_done || !Sampled()) return;
+  trace_done = true;
+  const auto now = std::chrono::steady_clock::now();
+  auto child = [&](std::string name, std::chrono::steady_clock::time_point start, std::chrono::steady_clock::time_point end) {
+    Span s;
+    s.trace_id = trace->trace_id;
+    s.span_id = Tracer::NewSpanId();
+    s.parent_span_id = trace->span_id;
+    s.trace_state = trace->trace_state;
+    s.name = std::move(name);
+    s.start_unix_ns = UnixNs(start);
+    s.end_unix_ns = UnixNs(std::max(start, end));
+    s.scope = "llm-d-router/pkg/epp/handlers";
+    return s;
+  };
+  if (response_start != std::chrono::steady_clock::time_point{}) {
+    Span r = child("gateway.response", response_start, response_end != std::chrono::steady_clock::time_point{} ? response_end : now);
+    r.attributes.emplace_back("llm_d.epp.response.streaming", response_streaming);
+    r.attributes.emplace_back("llm_d.epp.response.bytes", response_bytes);
+    if (response_streaming && first_byte != std::chrono::steady_clock::time_point{})
+      r.attributes.emplace_back("llm_d.epp.response.ttft_ms",
+                                std::chrono::duration<double, std::milli>(first_byte - received).count());
+    if (usage) {
+      r.attributes.emplace_back("gen_ai.usage.input_tokens", static_cast<int64_t>(usage->prompt_tokens));
+      r.attributes.emplace_back("gen_ai.usage.output_tokens", static_cast<int64_t>(usage->completion_tokens));
+    }
+    trace_spans.push_back(std::move(r));
+  }
+  Span root = child("gateway.request", received, now);
+  root.span_id = trace->span_id;
+  root.parent_span_id = trace_parent;
+  root.kind = SpanKind::kServer;
+  if (!incoming_model.empty()) root.attributes.emplace_back("gen_ai.request.model", incoming_model);
+  if (!target_model.empty() && target_model != incoming_model)
+    root.attributes.emplace_back("llm_d.epp.target_model", target_model);
+  for (const auto& [k, v] : headers)
+    if (k == "x-request-id" && !v.empty()) root.attributes.emplace_back("gen_ai.request.id", v);
+  root.attributes.emplace_back("url.path", Path());
+  if (request) root.attributes.emplace_back("llm_d.epp.request.priority", static_cast<int64_t>(request->priority));
+  const int status = answered_status != 0 ? answered_status : (result ? result->status : 0);
+  if (status != 0) root.attributes.emplace_back("http.response.status_code", static_cast<int64_t>(status));
+  if (result && result->status == 200 && !result->endpoints.empty())
+    root.attributes.emplace_back("llm_d.epp.destination_endpoint", result->DestinationValue());
+  if (result && !result->dropped_reason.empty()) root.attributes.emplace_back("llm_d.epp.dropped_reason", result->dropped_reason);
+  if (flow_wait_us >= 0) root.attributes.emplace_back("llm_d.epp.flow_control.wait_us", flow_wait_us);
+  if (status >= 500) {
+    root.error = true;
+    root.status_message = result ? result->reason : std::string();
+  } else if (status == 0) {
+    root.attributes.emplace_back("llm_d.epp.request.state", std::string(finished ? "answered" : "ended before a decision"));
+  }
+  trace_spans.insert(trace_spans.begin(), std::move(root));
+  options.tracer->Export(std::move(trace_spans));
+  trace_spans.clear();
+}
 
 void ExtProcSession::Impl::ReadMetadata(const pb::ProcessingRequest& in) {
   if (!in.has_metadata_context()) return;
@@ -231,6 +312,7 @@ void ExtProcSession::Impl::Immediate(int status, const std::string& message, std
   if (!dropped_reason.empty()) SetHeader(ir->mutable_headers(), kRequestDroppedReasonHeader, dropped_reason);
   out.push_back(std::move(r));
   finished = true;
+  answered_status = status;
   if (stats) stats->RecordOutcome(status);
   if (stats && model_counted) {
     stats->RecordModelError(incoming_model, target_model, status);
@@ -250,6 +332,8 @@ void ExtProcSession::Impl::EmitPick(const std::string& new_body, bool body_chang
   // The profile handler's headers (x-prefiller-host-port, ...): set what it produced, remove
   // the gateway's copies of the rest, so a client cannot choose its own prefill server.
   for (const auto& [key, value] : result->headers) SetHeader(m, key, value);
+  // The model server's spans join the trace under gateway.request (as llm-d injects it).
+  if (trace) SetHeader(m, "traceparent", FormatTraceparent(*trace));
   for (const std::string& owned : scheduler.OwnedHeaders()) {
     const bool set = std::any_of(result->headers.begin(), result->headers.end(),
                                  [&](const std::pair<std::string, std::string>& h) { return h.first == owned; });
@@ -350,6 +434,21 @@ void ExtProcSession::Impl::Resume(const flowcontrol::Completion& done, bool aliv
   flow_waiting = false;
   flow_handle = flowcontrol::kNoHandle;
   flow_wait_us = done.waited_us;
+  if (Sampled()) {
+    const auto now = std::chrono::steady_clock::now();
+    Span w;
+    w.trace_id = trace->trace_id;
+    w.span_id = Tracer::NewSpanId();
+    w.parent_span_id = trace->span_id;
+    w.trace_state = trace->trace_state;
+    w.name = "flow_control.wait";
+    w.start_unix_ns = UnixNs(now - std::chrono::microseconds(std::max<int64_t>(0, done.waited_us)));
+    w.end_unix_ns = UnixNs(now);
+    w.attributes.emplace_back("llm_d.epp.flow_control.outcome", std::string(flowcontrol::OutcomeName(done.outcome)));
+    if (request) w.attributes.emplace_back("llm_d.epp.fairness_id", request->fairness_id);
+    w.scope = "llm-d-router/pkg/epp/flowcontrol";
+    trace_spans.push_back(std::move(w));
+  }
   if (!alive) {
     // The stream ended while the request waited (client gone, time limit): nothing is picked.
     finished = true;
@@ -407,9 +506,13 @@ void ExtProcSession::Impl::Dispatch(std::chrono::steady_clock::time_point t0, st
   po.trace = options.trace || logged;
   po.record = true;
   po.scores = options.emit_endpoint_scores;
+  std::vector<CycleSpan> cycle_spans;
+  if (Sampled()) po.spans = &cycle_spans;
   request->body = changed ? std::string_view(new_body) : std::string_view(body);  // for the pick only
   result = scheduler.Pick(*request, *pool, po);
   request->body = {};
+  if (!cycle_spans.empty())
+    Tracer::AppendCycleSpans(cycle_spans, trace->trace_id, trace->span_id, trace->trace_state, trace_offset_ns, trace_spans);
   if (!rule.empty()) result->model_rewrite = rule + ": " + incoming_model + " -> " + target_model;
   const int64_t pick_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
   if (stats) stats->RecordLatencyMicros(pick_us);
@@ -447,6 +550,7 @@ void ExtProcSession::Impl::EndResponse() {
   // (not something Envoy does) must not hide the load of a later pick.
   if (response_done || !result) return;
   response_done = true;
+  if (Sampled()) response_end = std::chrono::steady_clock::now();
   if (stats && result && !served.empty() && !result->endpoints.empty() && served != result->endpoints.front())
     stats->served_mismatch++;
   // predicted-latency-producer learns from the end of the response (before the load goes, as
@@ -531,6 +635,7 @@ absl::Status ExtProcSession::Impl::Process(const pb::ProcessingRequest& in, std:
         std::string key = absl::AsciiStrToLower(h.key());
         headers.emplace_back(std::move(key), h.raw_value().empty() ? h.value() : h.raw_value());
       }
+      StartTrace();
       if (in.request_headers().end_of_stream()) {
         body_done = true;
         Decide(out, /*bodyless=*/true);
@@ -573,6 +678,7 @@ absl::Status ExtProcSession::Impl::Process(const pb::ProcessingRequest& in, std:
       return absl::OkStatus();
     }
     case pb::ProcessingRequest::kResponseHeaders: {
+      if (response_start == std::chrono::steady_clock::time_point{}) response_start = std::chrono::steady_clock::now();
       for (const auto& h : in.response_headers().headers().headers()) {
         const std::string key = absl::AsciiStrToLower(h.key());
         const std::string& v = h.raw_value().empty() ? h.value() : h.raw_value();

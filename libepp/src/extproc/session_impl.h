@@ -82,6 +82,22 @@ struct ExtProcSession::Impl {
   // and ends the exchange; the load is released and the revocation confirmed at once.
   void Evict(const flowcontrol::DropAnswer& a, std::vector<extproc_pb::ProcessingResponse>& out);
 
+  // Tracing (options.tracer): the stream's span context (sampled or not), the parent it
+  // continues, and the child spans of a sampled request so far; exported once, at the end.
+  std::optional<TraceContext> trace;
+  SpanId trace_parent{};
+  std::vector<Span> trace_spans;
+  int64_t trace_offset_ns = 0;  // steady clock -> Unix epoch
+  std::chrono::steady_clock::time_point response_start{}, response_end{};
+  int answered_status = 0;  // the ImmediateResponse's status, when one was sent
+  bool trace_done = false;
+  void StartTrace();
+  void FinishTrace();
+  bool Sampled() const { return trace && trace->sampled; }
+  int64_t UnixNs(std::chrono::steady_clock::time_point t) const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count() + trace_offset_ns;
+  }
+
  private:
   // Decide's state carried over a wait in the layer.
   std::string pending_body_;  // the rewritten body, when `pending_changed_`

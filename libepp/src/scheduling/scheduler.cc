@@ -158,20 +158,87 @@ int64_t Scheduler::EstimateLoadTokens(const InferenceRequest& request) {
 
 namespace {
 
+// The spans of a traced cycle (PickOptions::spans). Indices, not pointers: the vector grows.
+struct SpanRecorder {
+  std::vector<CycleSpan>* spans = nullptr;
+  const InferenceRequest* request = nullptr;
+
+  int Open(std::string name, int parent, int64_t start_ns) {
+    spans->push_back(CycleSpan{std::move(name), parent, start_ns, start_ns, {}, false, {}});
+    return static_cast<int>(spans->size()) - 1;
+  }
+  CycleSpan& at(int i) { return (*spans)[static_cast<size_t>(i)]; }
+  template <class V>
+  void Set(int i, std::string key, V value) {
+    at(i).attributes.emplace_back(std::move(key), SpanValue(std::move(value)));
+  }
+  // llm-d's request attributes on its filter, scoring and picker spans.
+  void RequestAttributes(int i) {
+    if (!request->model.empty()) Set(i, "gen_ai.request.model", request->model);
+    for (const auto& [k, v] : request->headers)
+      if (k == "x-request-id" && !v.empty()) Set(i, "gen_ai.request.id", v);
+  }
+};
+
+// The best `k` of `values` (index order among ties), as (endpoints, scores) span attributes.
+inline constexpr size_t kTracedEndpointScores = 5;  // llm-d's maxTracedEndpointScores
+void SetTopScores(SpanRecorder& rec, int span, std::string_view prefix, const std::vector<const Endpoint*>& endpoints,
+                  const double* values) {
+  std::vector<size_t> order(endpoints.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const size_t k = std::min(kTracedEndpointScores, order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                    [&](size_t a, size_t b) { return values[a] > values[b] || (values[a] == values[b] && a < b); });
+  std::vector<std::string> names;
+  std::vector<double> scores;
+  for (size_t i = 0; i < k; ++i) {
+    names.push_back(endpoints[order[i]]->address);
+    scores.push_back(values[order[i]]);
+  }
+  rec.Set(span, std::string(prefix) + ".top_endpoints", std::move(names));
+  rec.Set(span, std::string(prefix) + ".top_scores", std::move(scores));
+}
+
 // Runs one profile; returns the picked endpoints (empty with `error` set when filters removed all).
 std::vector<const Endpoint*> RunProfile(const Profile& profile, const SchedulingContext& ctx,
                                         const std::vector<const Endpoint*>& candidates, ProfileTrace* trace,
                                         std::string& error, bool& saturated,
-                                        std::vector<std::pair<std::string, double>>* scores_out = nullptr) {
+                                        std::vector<std::pair<std::string, double>>* scores_out = nullptr,
+                                        SpanRecorder* rec = nullptr, int profile_span = -1) {
   std::vector<const Endpoint*> cur = candidates;
   // Timing: one clock read per call boundary; consecutive filters share theirs (only a vector move
   // lies between them), trace work is excluded by a fresh read.
-  int64_t t = profile.filters.empty() ? 0 : TimingNowNs();
+  int64_t t = profile.filters.empty() && !rec ? 0 : TimingNowNs();
+  int filters_span = -1;
+  if (rec) {
+    filters_span = rec->Open("filter_endpoints", profile_span, t);
+    rec->Set(filters_span, "llm_d.epp.filter.candidate_endpoints", static_cast<int64_t>(cur.size()));
+    rec->RequestAttributes(filters_span);
+  }
   for (size_t fi = 0; fi < profile.filters.size(); ++fi) {
     const auto& [plugin, filter] = profile.filters[fi];
     std::vector<const Endpoint*> next = filter->Apply(ctx, cur);
     const int64_t t_end = TimingNowNs();
     profile.filter_timers[fi]->histogram.Record(t_end - t);
+    if (rec) {
+      // epp: one span per filter (llm-d has the chain's only), with what it removed.
+      const int f = rec->Open(absl::StrCat("llm_d.epp.filter.", plugin->type()), filters_span, t);
+      rec->at(f).end_ns = t_end;
+      rec->Set(f, "llm_d.epp.filter.type", plugin->type());
+      rec->Set(f, "llm_d.epp.filter.name", plugin->name());
+      rec->Set(f, "llm_d.epp.filter.candidate_endpoints", static_cast<int64_t>(cur.size()));
+      rec->Set(f, "llm_d.epp.filter.kept_endpoints", static_cast<int64_t>(next.size()));
+      std::vector<std::string> removed;
+      size_t j = 0;
+      for (const Endpoint* e : cur) {
+        if (j < next.size() && next[j] == e) {
+          ++j;
+        } else if (removed.size() < 8) {
+          removed.push_back(e->address);
+        }
+      }
+      if (!removed.empty()) rec->Set(f, "llm_d.epp.filter.removed_endpoints", std::move(removed));
+    }
     t = t_end;
     if (trace) {
       FilterTrace ft{plugin->name(), plugin->type(), {}, {}};
@@ -185,14 +252,22 @@ std::vector<const Endpoint*> RunProfile(const Profile& profile, const Scheduling
         }
       }
       trace->filters.push_back(std::move(ft));
-      t = TimingNowNs();
     }
+    if (trace || rec) t = TimingNowNs();
     cur = std::move(next);
     if (cur.empty()) {
       error = absl::StrCat("filter '", plugin->name(), "' removed every remaining endpoint");
       saturated = filter->RemovesBusyEndpoints();
+      if (rec) {
+        rec->at(filters_span).end_ns = t;
+        rec->Set(filters_span, "llm_d.epp.filter.filtered_endpoints", int64_t{0});
+      }
       return {};
     }
+  }
+  if (rec) {
+    rec->at(filters_span).end_ns = t;
+    rec->Set(filters_span, "llm_d.epp.filter.filtered_endpoints", static_cast<int64_t>(cur.size()));
   }
   const size_t n = cur.size();
   std::vector<double> total(n, 0.0);
@@ -205,15 +280,46 @@ std::vector<const Endpoint*> RunProfile(const Profile& profile, const Scheduling
   // weighted sum, in the same order as before.
   const size_t num_scorers = profile.scorers.size();
   std::vector<double> raw_all(num_scorers * n, 0.0);
+  int scoring_span = -1;
+  if (rec) {
+    scoring_span = rec->Open("llm_d.epp.scoring", profile_span, TimingNowNs());
+    rec->Set(scoring_span, "llm_d.epp.scorer.count", static_cast<int64_t>(num_scorers));
+    rec->Set(scoring_span, "llm_d.epp.scoring.candidate_endpoints", static_cast<int64_t>(n));
+    rec->RequestAttributes(scoring_span);
+  }
   if (num_scorers > 0) {
     t = TimingNowNs();
     for (size_t si = 0; si < num_scorers; ++si) {
       profile.scorers[si].scorer->Score(ctx, cur, std::span<double>(raw_all).subspan(si * n, n));
       const int64_t t_end = TimingNowNs();
       profile.scorer_timers[si]->histogram.Record(t_end - t);
+      if (rec) {
+        // llm-d's per-scorer span and attributes; the best few endpoints are epp's (llm-d keeps
+        // per-endpoint values off scorer spans; five are bounded).
+        const WeightedScorer& ws = profile.scorers[si];
+        const int sp = rec->Open(absl::StrCat("llm_d.epp.scorer.", ws.plugin->type()), scoring_span, t);
+        rec->at(sp).end_ns = t_end;
+        rec->Set(sp, "llm_d.epp.scorer.type", ws.plugin->type());
+        rec->Set(sp, "llm_d.epp.scorer.name", ws.plugin->name());
+        rec->Set(sp, "llm_d.epp.scorer.weight", ws.weight);
+        rec->Set(sp, "llm_d.epp.scorer.candidate_endpoints", static_cast<int64_t>(n));
+        if (n > 0) {
+          const double* raw = raw_all.data() + si * n;
+          double max = raw[0], sum = 0;
+          for (size_t i = 0; i < n; ++i) {
+            max = std::max(max, raw[i]);
+            sum += raw[i];
+          }
+          rec->Set(sp, "llm_d.epp.scorer.score.max", max);
+          rec->Set(sp, "llm_d.epp.scorer.score.avg", sum / static_cast<double>(n));
+          rec->Set(sp, "llm_d.epp.scorer.endpoints_scored", static_cast<int64_t>(n));
+          SetTopScores(*rec, sp, "llm_d.epp.scorer", cur, raw);
+        }
+      }
       t = t_end;
     }
   }
+  if (rec) rec->at(scoring_span).end_ns = num_scorers > 0 ? t : rec->at(scoring_span).start_ns;
   for (size_t si = 0; si < num_scorers; ++si) {
     const WeightedScorer& ws = profile.scorers[si];
     const double* raw = raw_all.data() + si * n;
@@ -231,9 +337,25 @@ std::vector<const Endpoint*> RunProfile(const Profile& profile, const Scheduling
   for (size_t i = 0; i < n; ++i) scored[i] = {cur[i], total[i]};
   if (scores_out != nullptr)
     for (size_t i = 0; i < n; ++i) scores_out->emplace_back(cur[i]->address, total[i]);
+  int pick_span = -1;
+  if (rec) {
+    pick_span = rec->Open("pick_endpoints", profile_span, 0);
+    rec->Set(pick_span, "llm_d.epp.picker.candidate_endpoints", static_cast<int64_t>(n));
+    if (n > 0) SetTopScores(*rec, pick_span, "llm_d.epp.picker", cur, total.data());
+    rec->RequestAttributes(pick_span);
+  }
   const int64_t t_pick = TimingNowNs();
   std::vector<const Endpoint*> picked = profile.picker->Pick(ctx, scored);
-  profile.picker_timer->histogram.Record(TimingNowNs() - t_pick);
+  const int64_t t_picked = TimingNowNs();
+  profile.picker_timer->histogram.Record(t_picked - t_pick);
+  if (rec) {
+    rec->at(pick_span).start_ns = t_pick;
+    rec->at(pick_span).end_ns = t_picked;
+    rec->Set(pick_span, "llm_d.epp.picker.type", profile.picker_plugin->type());
+    std::vector<std::string> names;
+    for (const Endpoint* e : picked) names.push_back(e->address);
+    rec->Set(pick_span, "llm_d.epp.picker.picked_endpoints", std::move(names));
+  }
   if (trace) {
     for (size_t i = 0; i < n; ++i) score_trace[i].total = total[i];
     std::stable_sort(score_trace.begin(), score_trace.end(),
@@ -270,6 +392,31 @@ class Cycle {
     r_.fairness_id = request.fairness_id;
     if (const std::string* agent = ctx_.attributes.Find(kAgentIdentityAttribute); agent && r_.fairness_id.empty())
       r_.fairness_id = *agent;
+    if (options.spans) {
+      rec_.spans = options.spans;
+      rec_.request = &request;
+      cycle_span_ = rec_.Open("llm_d.epp.scheduling", -1, TimingNowNs());
+      rec_.RequestAttributes(cycle_span_);
+    }
+  }
+  // The cycle's span ends with the answer: status, reason, the endpoints.
+  ~Cycle() {
+    if (cycle_span_ < 0) return;
+    CycleSpan& s = rec_.at(cycle_span_);
+    s.end_ns = TimingNowNs();
+    rec_.Set(cycle_span_, "llm_d.epp.scheduling.status", static_cast<int64_t>(r_.status));
+    rec_.Set(cycle_span_, "llm_d.epp.scheduling.candidate_endpoints", static_cast<int64_t>(r_.candidates));
+    if (!r_.primary_profile.empty()) rec_.Set(cycle_span_, "llm_d.epp.scheduling.primary_profile", r_.primary_profile);
+    if (!r_.endpoints.empty()) rec_.Set(cycle_span_, "llm_d.epp.scheduling.endpoints", r_.endpoints);
+    if (r_.status != 200) {
+      rec_.Set(cycle_span_, "llm_d.epp.scheduling.reason", r_.reason);
+      if (!r_.dropped_reason.empty()) rec_.Set(cycle_span_, "llm_d.epp.dropped_reason", r_.dropped_reason);
+      // 5xx is an error of the picker; 4xx (shed, bad request) is the request's outcome.
+      if (r_.status >= 500) {
+        rec_.at(cycle_span_).error = true;
+        rec_.at(cycle_span_).status_message = r_.reason;
+      }
+    }
   }
 
   // 1. The endpoints the gateway's subset hint allows, less those whose scrape was refused
@@ -310,6 +457,8 @@ class Cycle {
   bool handler_done_ = false;  // the last PickProfiles returned an empty step
   ProfilesOutcome outcome_;
   const ProfileRun* primary_ = nullptr;
+  SpanRecorder rec_;  // rec_.spans set: a traced request
+  int cycle_span_ = -1;
 
   void RunOne(ProfileStep::Entry next);
   void SkipOne(ProfileStep::Entry skip);
@@ -389,7 +538,15 @@ void Cycle::RunProducers() {
     m_.producers[i]->Prepare(ctx_, candidates_);
     const int64_t t_end = TimingNowNs();
     m_.producer_timers[i]->histogram.Record(t_end - t_);
-    t_ = t_end;
+    if (cycle_span_ >= 0) {
+      const Plugin* p = m_.producer_timers[i]->plugin;
+      const int sp = rec_.Open(absl::StrCat("llm_d.epp.producer.", p ? p->type() : std::string("unknown")), cycle_span_, t_);
+      rec_.at(sp).end_ns = t_end;
+      if (p) rec_.Set(sp, "llm_d.epp.plugin.name", p->name());
+      t_ = TimingNowNs();
+    } else {
+      t_ = t_end;
+    }
   }
   r_.prefix_block_size_tokens = ctx_.prefix.block_size_tokens;
   r_.prefix_blocks = static_cast<int>(ctx_.prefix.hashes.size());
@@ -404,7 +561,14 @@ bool Cycle::Admit() {
   if (m_.detector) {
     r_.saturation = m_.detector->Saturation(ctx_, candidates_);
     if (options_.trace || request_.priority < 0) r_.saturation_detail = m_.detector->ExplainSaturation(ctx_, candidates_);
-    m_.detector_timer->histogram.Record(TimingNowNs() - t_);
+    const int64_t t_end = TimingNowNs();
+    m_.detector_timer->histogram.Record(t_end - t_);
+    if (cycle_span_ >= 0) {
+      const int sp = rec_.Open("llm_d.epp.saturation_detector", cycle_span_, t_);
+      rec_.at(sp).end_ns = t_end;
+      rec_.Set(sp, "llm_d.epp.saturation", r_.saturation);
+      rec_.Set(sp, "llm_d.epp.request.priority", static_cast<int64_t>(request_.priority));
+    }
     if (request_.priority < 0 && r_.saturation >= 1.0) {
       r_.status = 429;
       r_.dropped_reason = kDroppedSaturated;
@@ -417,7 +581,16 @@ bool Cycle::Admit() {
     std::string why;
     const int64_t t0 = TimingNowNs();
     const bool admitted = m_.admitters[i]->Admit(ctx_, candidates_, why);
-    m_.admitter_timers[i]->histogram.Record(TimingNowNs() - t0);
+    const int64_t t_end = TimingNowNs();
+    m_.admitter_timers[i]->histogram.Record(t_end - t0);
+    if (cycle_span_ >= 0) {
+      const Plugin* p = m_.admitter_timers[i]->plugin;
+      const int sp = rec_.Open(absl::StrCat("llm_d.epp.admitter.", p ? p->type() : std::string("unknown")), cycle_span_, t0);
+      rec_.at(sp).end_ns = t_end;
+      if (p) rec_.Set(sp, "llm_d.epp.plugin.name", p->name());
+      rec_.Set(sp, "llm_d.epp.admitter.admitted", admitted);
+      if (!admitted) rec_.Set(sp, "llm_d.epp.admitter.reason", why);
+    }
     if (!admitted) {
       // llm-d answers an admission plugin's refusal 500; epp's admitters shed load (429).
       r_.status = 429;
@@ -447,7 +620,17 @@ void Cycle::RunOne(ProfileStep::Entry next) {
   ProfileRun run{std::move(next.profile), true, {}, {}, std::move(next.reason)};
   if (options_.scores) run_scores_.emplace_back();
   ctx_.peer = next.peer;
-  run.picked = RunProfile(*it, ctx_, candidates_, trace, run.error, run.saturated, options_.scores ? &run_scores_.back() : nullptr);
+  int profile_span = -1;
+  if (cycle_span_ >= 0) {
+    profile_span = rec_.Open("run_scheduler_profile", cycle_span_, TimingNowNs());
+    rec_.Set(profile_span, "llm_d.epp.scheduling.profile.name", run.profile);
+  }
+  run.picked = RunProfile(*it, ctx_, candidates_, trace, run.error, run.saturated, options_.scores ? &run_scores_.back() : nullptr,
+                          cycle_span_ >= 0 ? &rec_ : nullptr, profile_span);
+  if (profile_span >= 0) {
+    rec_.at(profile_span).end_ns = TimingNowNs();
+    if (!run.error.empty()) rec_.Set(profile_span, "llm_d.epp.scheduling.profile.error", run.error);
+  }
   ctx_.peer = nullptr;
   if (trace) trace->error = run.error;
   runs_.push_back(std::move(run));
@@ -568,15 +751,20 @@ PickResult Scheduler::Pick(const InferenceRequest& request, std::span<const Endp
                            const PickOptions& options) const {
   ScopedTiming cycle_timing(impl_->cycle_timing);
   PickResult r;
-  Cycle cycle(*impl_, request, endpoints, options, r);
-  if (!cycle.SelectCandidates()) return r;
-  if (!cycle.Screen()) return r;
-  cycle.RunProducers();
-  if (!cycle.Admit()) return r;
-  cycle.RunProfiles();
-  if (!cycle.ProcessResults()) return r;
-  cycle.Answer();
-  if (options.record) cycle.Record();
+  {
+    // Scoped: the cycle's span (a traced request) closes on `r` before it is returned.
+    Cycle cycle(*impl_, request, endpoints, options, r);
+    [&] {
+      if (!cycle.SelectCandidates()) return;
+      if (!cycle.Screen()) return;
+      cycle.RunProducers();
+      if (!cycle.Admit()) return;
+      cycle.RunProfiles();
+      if (!cycle.ProcessResults()) return;
+      cycle.Answer();
+      if (options.record) cycle.Record();
+    }();
+  }
   return r;
 }
 

@@ -80,6 +80,7 @@ struct EppServer::Impl {
   std::unique_ptr<HealthServer> health;
   std::unique_ptr<internal::MetricsHttpServer> metrics;
   std::shared_ptr<DecisionLog> decisions;
+  std::shared_ptr<Tracer> tracer;
   std::string tls_mode = "plaintext h2c";
 
   std::mutex reload_mu;   // one reload at a time (the watch thread, ReloadConfig callers)
@@ -316,6 +317,7 @@ struct EppServer::Impl {
     }
     if (policies) s.policy_watch = policies->stats();
     if (std::shared_ptr<flowcontrol::FlowController> f = flow->Get()) s.flow_control = f->Stats();
+    if (tracer) s.tracing = tracer->stats();
     std::lock_guard<std::mutex> lock(mu);
     s.config_reloads = reloads;
     return s;
@@ -436,6 +438,14 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     m.decisions = std::make_shared<DecisionLog>(c.decision_log);
     so.session.decision_log = m.decisions;
   }
+  if (so.session.tracer) {
+    m.tracer = so.session.tracer;
+  } else if (c.tracing && c.tracing->exporter != TracingOptions::Exporter::kNone) {
+    EPP_ASSIGN_OR_RETURN(std::unique_ptr<Tracer> tracer, Tracer::Start(*c.tracing));
+    m.tracer = std::move(tracer);
+    so.session.tracer = m.tracer;
+  }
+  if (m.tracer) m.log.Info("tracing: " + m.tracer->options().Describe());
   so.capture_dir = c.capture_dir;
   so.listen = JoinHostPort(c.listen_address, c.grpc_port);
   so.health_checking = c.health_checking;

@@ -288,7 +288,6 @@ void Notices(const ServeArgs& a, ServeConfig& c) {
   auto note = [&c](std::string_view setting, std::string_view why) {
     c.notices.push_back(absl::StrCat(std::string(setting), " is accepted but not implemented: ", std::string(why)));
   };
-  if (a.enable_tracing.value_or(false)) note("enable_tracing", "epp emits no OpenTelemetry traces; decisions are in /debug/decisions (decision_log)");
   if (a.enable_pprof.value_or(false))
     note("enable_pprof", "epp has no Go pprof handlers; profile the process with perf or heaptrack");
   if (a.enable_cert_reload.value_or(false))
@@ -328,6 +327,19 @@ absl::StatusOr<ServeConfig> BuildServeConfig(const ServeArgs& args) {
     MetricsAuthOptions ao;
     ao.kube = Kube(args);
     c.metrics_auth = std::move(ao);
+  }
+  // OpenTelemetry (GIE's --tracing, on by default as there): the standard OTEL_* variables say
+  // where spans go; without an exporter in them nothing is recorded. A malformed variable is an
+  // error naming it (read only when tracing is on).
+  if (args.enable_tracing.value_or(true)) {
+    EPP_ASSIGN_OR_RETURN(TracingOptions t, TracingOptions::FromProcessEnvironment("llm-d-epp"));
+    if (t.exporter != TracingOptions::Exporter::kNone) {
+      c.tracing = std::move(t);
+    } else if (args.enable_tracing.has_value()) {
+      c.notices.push_back(
+          "enable_tracing: no trace exporter is configured, so no spans are sent (set OTEL_EXPORTER_OTLP_ENDPOINT, "
+          "or OTEL_TRACES_EXPORTER=otlp|console)");
+    }
   }
   Notices(args, c);
   return c;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "epp/version.h"
+#include "common/os_error.h"
 #include "metrics/exposition.h"
 
 namespace epp::internal {
@@ -585,6 +586,17 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   WriteGieRequestMetrics(x, s);
   if (src.leader) WriteLeaderElection(x, src);
   if (src.flow_control) WriteFlowControl(x, src);
+  if (src.tracing) {
+    const TracerStats& t = *src.tracing;
+    x.Single("epp_tracing_traces_sampled_total", "counter", "Requests whose spans were recorded (sampled).",
+             static_cast<int64_t>(t.traces_sampled));
+    x.Single("epp_tracing_spans_exported_total", "counter", "Spans the OTLP receiver accepted.",
+             static_cast<int64_t>(t.spans_exported));
+    x.Single("epp_tracing_spans_dropped_total", "counter",
+             "Spans lost: the export queue was full, or their export failed.", static_cast<int64_t>(t.spans_dropped));
+    x.Single("epp_tracing_export_failures_total", "counter", "OTLP export calls that failed.",
+             static_cast<int64_t>(t.export_failures));
+  }
   if (src.policy_watch) {
     const KubeWatchStats& w = *src.policy_watch;
     x.Single("epp_kube_policy_watch_synced", "gauge",
@@ -695,7 +707,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(cons
     impl->port = impl->http.bind_to_port(bind_host, port) ? port : -1;
   }
   if (impl->port <= 0)
-    return absl::UnavailableError("cannot listen for /metrics on " + host + ":" + std::to_string(port));
+    return absl::UnavailableError("cannot listen for /metrics on " + host + ":" + std::to_string(port) +
+                                  internal::BindFailureSuffix(bind_host, port));
   if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->http.listen_after_bind(); });

@@ -16,6 +16,7 @@
 #include "epp/scheduler.h"
 #include "epp/runtime/leader_election.h"
 #include "epp/runtime/serve.h"
+#include "epp/runtime/tracing.h"
 #include "epp/status.h"
 #include "flowcontrol/controller.h"
 
@@ -41,6 +42,8 @@ struct ServeMetricsSources {
   std::optional<KubeWatchStats> policy_watch;
   // The flow-control layer new streams wait in (featureGates: [flowControl]).
   std::optional<flowcontrol::ControllerStats> flow_control;
+  // The OpenTelemetry exporter (--tracing with an exporter configured).
+  std::optional<TracerStats> tracing;
 };
 
 // The exposition at `now_us` (the clock the pool stamps metrics with).

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "epp/endpoint.h"
+#include "epp/runtime/tracing.h"
 #include "epp/scheduler.h"
 #include "epp/status.h"
 
@@ -267,6 +268,11 @@ struct ExtProcOptions {
   // answered with the layer's outcome (429 / 503 and x-llm-d-request-dropped-reason). Only
   // ExtProcServer's streams queue: a bare ExtProcSession ignores it.
   std::shared_ptr<const FlowControlHandle> flow_control;
+  // When set (serve --tracing with an exporter): each stream continues the request's W3C
+  // traceparent (or starts a trace), sends the upstream request a traceparent naming its
+  // gateway.request span, and, when sampled, exports that span with the scheduling cycle's spans,
+  // the flow-control wait and the response (epp/runtime/tracing.h lists them).
+  std::shared_ptr<Tracer> tracer;
 };
 
 // The per-stream state machine over serialized messages (see the file comment).

@@ -47,6 +47,7 @@
 
 #include "epp/runtime/endpoints.h"
 #include "epp/runtime/decision_log.h"
+#include "epp/runtime/tracing.h"
 #include "epp/runtime/extproc.h"
 #include "epp/runtime/kube.h"
 #include "epp/runtime/leader_election.h"
@@ -302,6 +303,9 @@ struct ServeConfig {
   // The live decision log (epp/runtime/decision_log.h): decision_log.capacity > 0 keeps that many recent
   // decisions with their explain trace, served on the metrics port at /debug/decisions.
   DecisionLogOptions decision_log{0, 50, false};
+  // OpenTelemetry traces (--tracing with an exporter in the OTEL_* variables): a Tracer started
+  // with these options serves every stream (session.tracer, when already set, is used as is).
+  std::optional<TracingOptions> tracing;
   std::string pool_name = "default";  // `name` label of the inference_pool_* metrics
   // Where this EPP runs (--region, --zone): PluginContext::region / zone of its plugins, the home
   // region and gateway zone of the locality plugins (docs/multicluster.md).
