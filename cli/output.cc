@@ -1,5 +1,7 @@
 #include "output.h"
 
+#include <cerrno>
+#include <cstring>
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,6 +14,10 @@ namespace eppctl {
 
 int PrintError(const absl::Status& status) {
   std::cerr << "error: " << status.message() << "\n";
+  return ExitCodeFor(status);
+}
+
+int ExitCodeFor(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kNotFound:
@@ -27,7 +33,7 @@ bool UseColor() { return isatty(fileno(stdout)) && std::getenv("NO_COLOR") == nu
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError("cannot read " + path);
+  if (!in) return absl::NotFoundError("cannot read " + path + ": " + std::string(std::strerror(errno)));
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();

@@ -14,6 +14,8 @@ inline constexpr int kExitUsage = 2;    // usage or configuration error
 
 // Prints "error: <message>" on stderr and returns the exit code for `status`.
 int PrintError(const absl::Status& status);
+// The exit code PrintError returns for `status`, without printing it.
+int ExitCodeFor(const absl::Status& status);
 
 // True when stdout is a terminal and NO_COLOR is unset.
 bool UseColor();

@@ -1,5 +1,7 @@
 #include "commands/explain.h"
 
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -27,7 +29,8 @@ void SetupExplainCommand(CLI::App& app, int& exit_code) {
   request->excludes(ext_proc);
   cmd->add_option("--path", opts->path,
                   "Request path (overrides the capture's); it picks the parser as the gateway would, e.g. "
-                  "/v1/chat/completions, /v1/messages, /inference/v1/generate");
+                  "/v1/chat/completions, /v1/messages, /inference/v1/generate. Default: the capture's, else the one "
+                  "the body implies (messages: chat, input: responses, prompt: completions)");
   cmd->add_option("--history", opts->history, "JSONL of requests routed first, to warm the prefix index");
   auto* subset = cmd->add_option("--subset", opts->subset, "The gateway's subset hint: ip:port or ip, comma-separated or repeated");
   subset->allow_extra_args(false);
@@ -55,7 +58,7 @@ absl::StatusOr<std::string> ReadInput(const std::string& path) {
 // production would have before the request being explained.
 absl::Status RouteHistory(const std::string& file, const Pool& pool) {
   std::ifstream in(file);
-  if (!in) return absl::NotFoundError("cannot read history file '" + file + "'");
+  if (!in) return absl::NotFoundError("cannot read history file '" + file + "': " + std::string(std::strerror(errno)));
   std::string line;
   int n = 0;
   while (std::getline(in, line)) {
@@ -75,7 +78,7 @@ absl::Status RouteHistory(const std::string& file, const Pool& pool) {
 // same pool and config, and prints every answer (protobuf JSON) and the decision's explanation.
 int ExplainExtProc(const ExplainCommandOptions& o, Pool& pool) {
   std::ifstream in(o.ext_proc);
-  if (!in) return PrintError(absl::NotFoundError("cannot read ext_proc capture '" + o.ext_proc + "'"));
+  if (!in) return PrintError(absl::NotFoundError("cannot read ext_proc capture '" + o.ext_proc + "': " + std::string(std::strerror(errno))));
   epp::EndpointSnapshot snapshot(pool.endpoints);
   epp::ExtProcOptions options;
   options.trace = true;

@@ -20,7 +20,9 @@ void SetupLintCommand(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "lint", "Check InferencePool deployment manifests (YAML files or directories, '-' = stdin) for wiring mistakes");
   cmd->add_option("paths", o->paths, "Files or directories (kustomize build / helm template output included)")->required();
-  cmd->add_option("-o,--output", o->output, "text, json or sarif")->check(CLI::IsMember({"text", "json", "sarif"}));
+  cmd->add_option("-o,--output", o->output, "text, json or sarif")
+      ->check(CLI::IsMember({"text", "json", "sarif"}))
+      ->capture_default_str();
   cmd->add_flag("--strict", o->warnings_as_errors, "Exit 1 on warnings too");
   cmd->callback([o, &exit_code] {
     absl::StatusOr<epp::LintReport> r = epp::LintPaths(o->paths);

@@ -1,5 +1,7 @@
 #include "commands/pick.h"
 
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <deque>
 #include <fstream>
@@ -20,7 +22,8 @@ void SetupPickCommand(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("pick", "Dry-run a JSONL stream of requests: where each would go");
   cmd->add_option("--trace,-t", opts->trace, "JSONL: one capture envelope or bare body (with optional \"path\") per line; '-' = stdin")
       ->required();
-  cmd->add_option("--path", opts->path, "Path for every line (overrides the lines' own; lines without one default to /v1/completions)");
+  cmd->add_option("--path", opts->path, "Path for every line (overrides the lines' own; a line without one gets the path its body implies: messages: "
+                  "chat, input: responses, prompt: completions)");
   cmd->add_option("--concurrency", opts->concurrency,
                   "Requests in flight at once: each stays in flight for the next N-1 picks (1 = one at a time)")
       ->capture_default_str()->check(CLI::Range(1, 1000000));
@@ -38,7 +41,7 @@ int RunPick(const PickCommandOptions& o) {
   std::istream* in = &std::cin;
   if (o.trace != "-") {
     file.open(o.trace);
-    if (!file) return PrintError(absl::NotFoundError("cannot read trace file '" + o.trace + "'"));
+    if (!file) return PrintError(absl::NotFoundError("cannot read trace file '" + o.trace + "': " + std::string(std::strerror(errno))));
     in = &file;
   }
   const bool jsonl = o.output != "text";

@@ -1,5 +1,7 @@
 #include "commands/replay.h"
 
+#include <cerrno>
+#include <cstring>
 #include <unistd.h>
 
 #include <algorithm>
@@ -194,7 +196,8 @@ void SetupReplayCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--output,-o", o->output, "text or json")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
   cmd->add_option("--report", o->report, "Also write a self-contained HTML report (inline SVG charts) to this file");
-  cmd->add_flag("!--no-progress", o->progress, "No progress bar (it is shown on stderr only when stderr is a terminal)");
+  cmd->add_flag_callback("--no-progress", [o] { o->progress = false; },
+                         "No progress bar (by default it is shown on stderr when stderr is a terminal)");
   cmd->callback([o, cmd, &exit_code] {
     o->given.clear();
     for (const char* flag : kWorkloadFlags)
@@ -280,7 +283,7 @@ int RunReplay(const ReplayCommandOptions& o) {
   std::ofstream report_file;
   if (!o.report.empty()) {
     report_file.open(o.report, std::ios::binary | std::ios::trunc);
-    if (!report_file) return PrintError(absl::InvalidArgumentError("--report: cannot write '" + o.report + "'"));
+    if (!report_file) return PrintError(absl::InvalidArgumentError("--report: cannot write '" + o.report + "': " + std::string(std::strerror(errno))));
   }
 
   if (!o.regions.empty()) {

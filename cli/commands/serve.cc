@@ -3,6 +3,8 @@
 // ready file and the drain timing.
 #include "commands/serve.h"
 
+#include <cerrno>
+#include <cstring>
 #include <malloc.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -49,7 +51,7 @@ absl::Status WriteReadyFile(const std::string& path, int grpc, int health, int m
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << "{\"grpc\": " << grpc << ", \"health\": " << health << ", \"metrics\": " << metrics << "}\n";
-    if (!out.flush()) return absl::UnavailableError("cannot write --ready-file " + path);
+    if (!out.flush()) return absl::UnavailableError("cannot write --ready-file " + path + ": " + std::string(std::strerror(errno)));
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);  // readers never see a partial file
@@ -185,7 +187,9 @@ void AddReferenceFlags(CLI::App* cmd, ServeOptions& o) {
                   "How often candidates try and the leader renews")
       ->capture_default_str();
   const std::pair<const char*, const char*> optional[] = {
-      {"--tracing", "Accepted; epp emits no OpenTelemetry traces (a notice says so when true)"},
+      {"--tracing",
+       "OpenTelemetry spans per request over OTLP (default on; sent only when OTEL_EXPORTER_OTLP_ENDPOINT or "
+       "OTEL_TRACES_EXPORTER names an exporter; docs/serve.md, Tracing)"},
       {"--enable-pprof", "Accepted; epp has no Go pprof handlers (a notice says so when true)"},
       {"--enable-cert-reload", "Accepted; the certificate is read at start (a notice says so when true)"},
       {"--metrics-endpoint-auth",
@@ -245,8 +249,10 @@ void AddServeFlags(CLI::App* cmd, ServeOptions& o, std::function<void()>& finish
   cmd->add_flag("--scrape-gzip", o.args.scrape_gzip,
                 "Ask model servers for gzip-compressed metrics: fewer bytes, more CPU on both sides (for slow "
                 "links, such as pods of a remote region)");
-  cmd->add_flag("--secure-serving,!--no-secure-serving", o.args.secure_serving,
-                "Serve ext_proc over TLS (default true; --secure-serving=false for plaintext h2c)");
+  cmd->add_flag("--secure-serving", o.args.secure_serving,
+                "Serve ext_proc over TLS. Default: on; --secure-serving=false (or --no-secure-serving) for plaintext h2c");
+  cmd->add_flag_callback("--no-secure-serving", [&o] { o.args.secure_serving = false; },
+                         "Plaintext h2c: the same as --secure-serving=false");
   cmd->add_option("--cert-path", o.args.cert_path,
                   "Directory with tls.crt and tls.key (default: a self-signed certificate made at start)");
   cmd->add_option("--max-request-bytes", o.args.max_request_bytes, "Largest request body accepted (larger: 413)")
@@ -294,10 +300,11 @@ void AddServeFlags(CLI::App* cmd, ServeOptions& o, std::function<void()>& finish
   cmd->add_option("--zone", o.args.zone,
                   "Zone of the gateway this EPP serves: zone-preference-scorer's default when the request "
                   "carries no zone header");
+  // No "=default" in the help: there is no default pool (without this flag, --endpoints or
+  // --endpoint, serve has no endpoints); "default" is only the metrics label then.
   cmd->add_option("--pool-name", o.pool_name,
-                      "InferencePool whose Ready Pods are the endpoints (not with --endpoints: then only the "
-                      "metrics label); `name` label of the inference_pool_* metrics")
-          ->capture_default_str();
+                  "InferencePool whose Ready Pods are the endpoints (with --endpoints: only the metrics label); the "
+                  "`name` label of the inference_pool_* metrics (\"default\" without it). No default pool");
   cmd->add_option("--pool-import", o.args.pool_import,
                   "InferencePoolImport (inference.networking.x-k8s.io/v1alpha1) whose exporting clusters are the "
                   "endpoints: a region-level EPP in Parent Mode (docs/multicluster.md); needs --clusters");
@@ -315,12 +322,15 @@ void AddServeFlags(CLI::App* cmd, ServeOptions& o, std::function<void()>& finish
   cmd->add_option("--pool-resync-interval", o.args.pool_resync_interval,
                   "With --no-pool-watch: how often the InferencePool and its Pods are listed (Go duration)")
       ->capture_default_str();
-  cmd->add_flag("--watch-objectives,!--no-watch-objectives", o.args.watch_objectives,
+  cmd->add_flag("--watch-objectives", o.args.watch_objectives,
                 "With --pool-name: watch the pool's InferenceObjectives and InferenceModelRewrites (llm-d.ai and "
-                "inference.networking.x-k8s.io v1alpha2; default)");
-  cmd->add_flag("--pool-watch,!--no-pool-watch", o.args.pool_watch,
-                "Watch the InferencePool and its Pods (list once, then watch; default). --no-pool-watch lists them "
-                "every --pool-resync-interval instead");
+                "inference.networking.x-k8s.io v1alpha2). Default: on");
+  cmd->add_flag_callback("--no-watch-objectives", [&o] { o.args.watch_objectives = false; },
+                         "Do not watch InferenceObjectives and InferenceModelRewrites");
+  cmd->add_flag("--pool-watch", o.args.pool_watch,
+                "Watch the InferencePool and its Pods (list once, then watch). Default: on");
+  cmd->add_flag_callback("--no-pool-watch", [&o] { o.args.pool_watch = false; },
+                         "List the InferencePool and its Pods every --pool-resync-interval instead of watching");
   cmd->add_option("--kube-api-server", o.args.kube_api_server,
                   "Kubernetes API server URL, http(s)://HOST:PORT (default: in-cluster configuration)");
   cmd->add_option("--kube-token-file", o.args.kube_token_file,
@@ -379,9 +389,13 @@ int RunServe(const ServeOptions& o) {
   if (!o.zap_stacktrace_level.empty())
     log.Info("--zap-stacktrace-level is accepted: epp logs no stack traces");
   const FlagNamingLogger flag_log(log);  // libepp's log lines name this command's flags
-  auto fail = [&log](const absl::Status& s) {
+  // Once: as a JSON log line for log collectors (--zap-encoder json), else as eppctl's "error:"
+  // line (the text log would repeat it on the same stderr).
+  const bool json_log = o.zap_encoder == "json";
+  auto fail = [&log, json_log](const absl::Status& s) {
+    if (!json_log) return PrintError(s);
     log.Error(std::string(s.message()));
-    return PrintError(s);
+    return ExitCodeFor(s);
   };
   absl::StatusOr<std::chrono::microseconds> drain = FlagDuration("--drain-timeout", o.drain_timeout, true);
   if (!drain.ok()) return fail(drain.status());

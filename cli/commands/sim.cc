@@ -143,8 +143,10 @@ void SetupSimCommand(CLI::App& app, int& exit_code) {
                   "the server, token-producer's vllm backend, matches its KV events), or a tokenizer.json (or its "
                   "directory): real token ids, a completions prompt as vLLM tokenizes it")
       ->capture_default_str();
-  cmd->add_flag("!--no-render", h.render_endpoints,
-                "Do not serve vLLM's render endpoints (/v1/*/render answer 404, as vLLM before them); /tokenize stays");
+  // Its own flag rather than CLI11's "!--no-render", whose help reads "--no-render{false}".
+  cmd->add_flag_callback("--no-render", [&h] { h.render_endpoints = false; },
+                         "Do not serve vLLM's render endpoints (/v1/*/render answer 404, as vLLM before them); /tokenize "
+                         "stays. Default: served");
   cmd->add_option("--kv-link-gbytes-per-s", h.kv_link_gbytes_per_s, "KV transfer bandwidth from prefill servers (GB/s)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--kv-bytes-per-token", h.kv_bytes_per_token, "KV bytes per prompt token (Llama-3.1-8B bf16: 131072)")

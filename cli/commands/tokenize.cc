@@ -116,12 +116,17 @@ void SetupTokenizeCommand(CLI::App& app, int& exit_code) {
   auto* text = cmd->add_option("--text", o->text, "A text file to tokenize as it is ('-' = stdin)");
   request->excludes(text);
   text->excludes(request);
-  cmd->add_option("--path", o->path, "Request path (overrides the capture's), e.g. /v1/completions");
+  cmd->add_option("--path", o->path,
+                  "Request path (overrides the capture's), e.g. /v1/completions. Default: the capture's, else the one "
+                  "the body implies (messages: chat, input: responses, prompt: completions)");
   cmd->add_option("--add-special-tokens", o->add_special,
-                  "For --text: true adds the post-processor's tokens (BOS); default false")
-      ->check(CLI::IsMember({"auto", "true", "false"}));
+                  "For --text only: true adds the post-processor's tokens (BOS); false, or auto, adds none (as "
+                  "a tokenizer's encode() of a bare text). A request follows the server's own rule")
+      ->check(CLI::IsMember({"auto", "true", "false"}))
+      ->capture_default_str();
   cmd->add_option("-o,--output", o->output, "text or json (json adds the prompt text: for a chat, the rendered template)")
-      ->check(CLI::IsMember({"text", "json"}));
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
   cmd->add_option("--chat-template", o->chat_template,
                   "Chat template for chat requests: a .jinja file, a tokenizer_config.json or a model directory (default: "
                   "the one beside the tokenizer)");

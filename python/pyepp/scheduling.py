@@ -60,20 +60,34 @@ class Request:
         self._body = body  # JSON text, sent on by a token-producer's vllm backend
 
     @classmethod
-    def from_openai(cls, body: Union[Mapping[str, Any], Text], path: str = "/v1/completions") -> "Request":
+    def from_openai(cls, body: Union[Mapping[str, Any], Text], path: Optional[str] = None) -> "Request":
         """Parses an OpenAI request body (a dict, or JSON text) sent to ``path``.
 
         The path selects the API (``/v1/chat/completions``, ``/v1/completions``,
-        ``/v1/responses``, ``/v1/embeddings``). Raises :class:`pyepp.ConfigError` naming the JSON
+        ``/v1/responses``, ``/v1/embeddings``); without one, the body's members imply it
+        (``messages``: chat, ``input``: responses, ``prompt``: completions), as
+        :meth:`infer_path` says. Raises :class:`pyepp.ConfigError` naming the JSON
         path of the problem (``messages[0].content: ...``): such a request gets HTTP 400 from a
         gateway, and never reaches the scheduler.
         """
         if isinstance(body, Mapping):
             body = json.dumps(body)
-        if not isinstance(path, str):
+        if path is not None and not isinstance(path, str):
             raise TypeError(f"path must be a str, not {type(path).__name__}")
         text = _text(body, "body")
+        if path is None:
+            path = lib.infer_request_path(text)
         return cls(lib.parse_openai_request(path, text), text)
+
+    @staticmethod
+    def infer_path(body: Union[Mapping[str, Any], Text]) -> str:
+        """The path a request body implies when it comes without one: ``messages`` ->
+        ``/v1/chat/completions`` (``/v1/messages`` with Anthropic's top-level ``system``,
+        ``anthropic_version`` or ``stop_sequences``), ``input`` -> ``/v1/responses``
+        (``/v1/embeddings`` with ``encoding_format`` or ``dimensions``), else ``/v1/completions``."""
+        if isinstance(body, Mapping):
+            body = json.dumps(body)
+        return lib.infer_request_path(_text(body, "body"))
 
     @classmethod
     def parse(cls, path: str, body: Union[Mapping[str, Any], Text], parsers: Optional[List[str]] = None) -> "Request":

@@ -83,6 +83,8 @@ void BindRequest(py::module_& m) {
       .def_readonly("token_ids", &epp::InferenceRequest::token_ids)
       .def_readonly("media_parts", &epp::InferenceRequest::media_parts)
       .def_readwrite("priority", &epp::InferenceRequest::priority);
+  m.def("infer_request_path", [](const std::string& body) { return std::string(epp::InferRequestPath(body)); },
+        py::arg("body"), "The path a request body implies without one (messages: chat, input: responses, ...)");
   m.def("parse_openai_request", &InferenceRequest_ParseOpenAIShim, py::arg("path"), py::arg("body"),
         py::call_guard<py::gil_scoped_release>());
   // pybind11 gives a std::string parameter the bytes of a bytes argument (a gRPC frame) unchanged.

@@ -162,11 +162,19 @@ def test_every_example_request_parses_with_its_path(eppctl):
 def test_path_flag_and_stdin(eppctl, tmp_path):
     bare_chat = tmp_path / "chat.json"
     bare_chat.write_text(json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
-    code, j = explain(eppctl, "--endpoints", POOL, "-r", bare_chat)
-    assert code == 1 and j["result"]["status"] == 400  # no path: /v1/completions wants "prompt"
-    assert "prompt" in j["result"]["reason"]
+    # No path: the body's `messages` imply chat completions.
+    _, j = explain(eppctl, "--endpoints", POOL, "-r", bare_chat, code=0)
+    assert j["request"]["api"] == "chat_completions" and j["request"]["path"] == "/v1/chat/completions"
     _, j = explain(eppctl, "--endpoints", POOL, "-r", bare_chat, "--path", "/v1/chat/completions", code=0)
     assert j["request"]["api"] == "chat_completions"
+    # A given path still wins: /v1/completions wants "prompt".
+    code, j = explain(eppctl, "--endpoints", POOL, "-r", bare_chat, "--path", "/v1/completions")
+    assert code == 1 and j["result"]["status"] == 400
+    assert "prompt" in j["result"]["reason"]
+    responses = tmp_path / "responses.json"
+    responses.write_text(json.dumps({"model": "m", "input": "hello there"}))
+    _, j = explain(eppctl, "--endpoints", POOL, "-r", responses, code=0)
+    assert j["request"]["api"] == "responses"
     r = subprocess.run([os.environ.get("EPPCTL") or str(ROOT / "build" / "cli" / "eppctl"), "explain", "-o", "json",
                         "--endpoints", str(POOL), "-r", "-"], input=COMPLETIONS.read_text(), capture_output=True,
                        text=True, timeout=60)

@@ -83,6 +83,20 @@ def test_html_report_is_self_contained(eppctl, tmp_path):
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
     for name in ["round-robin", "gie-default", "upper bound", "pooled cache"]:
         assert name in html, name
+    # Wide tables scroll inside the page instead of overflowing it.
+    assert re.search(r"table\{[^}]*overflow-x:auto", html)
+
+
+def test_html_legend_fits_long_policy_names(eppctl, tmp_path):
+    out = tmp_path / "report.html"
+    r = eppctl("replay", *SMALL, "--policy", "round-robin", "--policy", "llm-d-predicted-latency", "--report", out)
+    assert r.returncode == 0, r.stderr
+    html = out.read_text()
+    # A legend entry longer than the legend column is squeezed to it (and keeps its full name as
+    # a tooltip); a short one is drawn as it is.
+    long_entries = re.findall(r'<text [^>]*textLength="[0-9.]+"[^>]*><title>llm-d-predicted-latency</title>', html)
+    assert long_entries, "the long name is not fitted to the legend"
+    assert re.search(r'<text x="[0-9.]+" y="[0-9.]+"><title>round-robin</title>round-robin</text>', html)
 
 
 def test_html_escapes_policy_names_from_files(eppctl, tmp_path):

@@ -190,7 +190,7 @@ def test_unknown_policy_names_the_named_ones() -> None:
 
 
 def test_option_errors(tmp_path: Path) -> None:
-    with pytest.raises(pyepp.ConfigError, match=r"policies\[0\]:2:"):
+    with pytest.raises(pyepp.ConfigError, match=r"policies\[0\]:1:10: this .\[. is never closed"):
         pyepp.replay(TINY, ["plugins: [oops\n"])
     missing = tmp_path / "nope.yaml"
     with pytest.raises(pyepp.NotFoundError):

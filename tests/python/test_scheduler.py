@@ -104,7 +104,8 @@ def test_bad_yaml_names_source_and_line() -> None:
     yaml = HEADER + "plugins:\n- type: queue-scorer\n  paramters: {}\n"
     with pytest.raises(pyepp.ConfigError, match=r"^c\.yaml:5: plugins\[0\]: unknown key 'paramters'"):
         pyepp.Scheduler.from_yaml(yaml, source="c.yaml")
-    with pytest.raises(pyepp.ConfigError, match=r"^<yaml>:4"):
+    # An unclosed '[' is named where it opens (line 3), not where the text ends.
+    with pytest.raises(pyepp.ConfigError, match=r"^<yaml>:3:10: this '\[' is never closed"):
         pyepp.Scheduler.from_yaml(HEADER + "plugins: [a\n")
     with pytest.raises(pyepp.ConfigError, match="references undefined plugin 'nope'"):
         pyepp.Scheduler.from_yaml(HEADER + "schedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: nope\n")
@@ -143,6 +144,13 @@ def test_request_from_openai_attributes() -> None:
     assert (completions.api, completions.path, completions.prompt, completions.prompt_tokens) == (
         "completions", "/v1/completions", "1 22 333", 3)
     assert pyepp.Request.from_openai(b'{"model": "m", "input": "x"}', path="/v1/embeddings").api == "embeddings"
+    # Without a path the body implies the API; a given path wins.
+    chat_body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    assert pyepp.Request.from_openai(chat_body).path == "/v1/chat/completions"
+    assert pyepp.Request.from_openai({"model": "m", "input": "x"}).api == "responses"
+    assert pyepp.Request.infer_path({"model": "m", "input": "x", "dimensions": 4}) == "/v1/embeddings"
+    with pytest.raises(pyepp.ConfigError, match="prompt"):
+        pyepp.Request.from_openai(chat_body, path="/v1/completions")
     assert "chat_completions" in repr(r)
 
 

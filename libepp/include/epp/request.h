@@ -107,6 +107,14 @@ class ParserSet {
 // The path assumed when a request comes without one (as in GIE's openai-parser).
 inline constexpr std::string_view kDefaultRequestPath = "/v1/completions";
 
+// The path a request body implies when it comes without one (a file given to `eppctl explain`,
+// `pick` or `tokenize` without --path, pyepp.Request.from_openai without a path), from its
+// top-level members: `messages` -> /v1/chat/completions, or /v1/messages when the body also has
+// Anthropic's top-level `system`, `anthropic_version` or `stop_sequences`; `input` ->
+// /v1/responses, or /v1/embeddings with `encoding_format` or `dimensions`; otherwise (`prompt`,
+// or a body that is not a JSON object) kDefaultRequestPath. A path that is given always wins.
+std::string_view InferRequestPath(std::string_view body);
+
 // The API selected by `path`: a suffix match on the path without its query string, checked in
 // the order /chat/completions, /completions, /responses, /embeddings. Any other path (including
 // the empty one) is kCompletions.
@@ -227,10 +235,12 @@ absl::StatusOr<InferenceRequest> ParseOpenAIRequestInPlace(std::string_view path
 //                 "body": {...} or "<the body as a JSON string>"}
 //     where `path` and `headers` are optional. Header values are strings, or arrays of strings
 //     for repeated headers. Without `path`, the path comes from the headers `:path`,
-//     `x-original-path` or `x-forwarded-path` (in that order), else kDefaultRequestPath.
+//     `x-original-path` or `x-forwarded-path` (in that order), else the one the body implies
+//     (InferRequestPath).
 //     Errors inside the body are reported under `body.` (e.g. "body.messages: must not be
 //     empty"); JSON syntax errors in a string body give the byte offset within that string.
-//   a bare body  with an optional top-level string field `path` (default kDefaultRequestPath).
+//   a bare body  with an optional top-level string field `path` (default: the one the body
+//                implies, InferRequestPath).
 // The document is an envelope exactly when its top level has a `body` member. Unknown envelope
 // members (timestamps, ids) are ignored.
 // A non-empty `path_override` replaces the path the capture names (or implies).

@@ -880,7 +880,7 @@ absl::StatusOr<EppConfig> ParseText(std::string_view yaml, std::string_view sour
       if (!d.IsNull()) docs.push_back(d);  // a stray "---" adds an empty document
     }
   } catch (const YAML::Exception& e) {
-    return YamlExceptionError(source, e);
+    return YamlExceptionError(source, e, yaml);
   }
   try {
     if (docs.empty()) {

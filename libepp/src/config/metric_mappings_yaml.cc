@@ -104,7 +104,7 @@ absl::StatusOr<std::vector<MetricMapping>> LoadMetricMappingsYaml(std::string_vi
     }
     return out;
   } catch (const YAML::Exception& e) {
-    return internal::YamlExceptionError(source, e);
+    return internal::YamlExceptionError(source, e, yaml);
   }
 }
 

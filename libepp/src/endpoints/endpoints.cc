@@ -22,6 +22,7 @@
 #include "common/strings.h"
 #include "common/yaml_limits.h"
 #include "epp/params.h"
+#include "common/yaml_where.h"
 
 namespace epp {
 namespace {
@@ -658,6 +659,7 @@ absl::StatusOr<std::vector<EndpointSpec>> ParseEndpointsYaml(std::string_view te
   try {
     return ParseYamlOrThrow(text, source, base_dir);
   } catch (const YAML::Exception& e) {
+    if (e.msg.find("flow not found") != std::string::npos) return internal::YamlExceptionError(source, e, text);
     std::string where(source);
     if (e.mark.line >= 0) where += ":" + std::to_string(e.mark.line + 1);
     return absl::InvalidArgumentError(where + ": " + e.msg);

@@ -22,6 +22,7 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "common/os_error.h"
 #include "envoy/service/ext_proc/v3/external_processor.grpc.pb.h"
 #include "extproc/session_impl.h"
 
@@ -420,7 +421,8 @@ absl::StatusOr<std::unique_ptr<ExtProcServer>> ExtProcServer::StartWith(const Sc
   builder.SetMaxSendMessageSize(static_cast<int>(std::min<size_t>(max_send, INT32_MAX)));
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0)
-    return absl::UnavailableError(absl::StrCat("cannot listen for ext_proc on ", options.listen));
+    return absl::UnavailableError(absl::StrCat("cannot listen for ext_proc on ", options.listen,
+                                               internal::BindFailureSuffix(options.listen.substr(0, colon), static_cast<int>(port))));
   impl->health_checking = options.health_checking;
   impl->StartWatchdog();
   return std::unique_ptr<ExtProcServer>(new ExtProcServer(std::move(impl)));
@@ -483,7 +485,13 @@ absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(const std::str
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &impl->port);
   builder.RegisterCallbackGenericService(&impl->unimplemented);
   impl->server = builder.BuildAndStart();
-  if (!impl->server || impl->port == 0) return absl::UnavailableError(absl::StrCat("cannot listen for health checks on ", listen));
+  if (!impl->server || impl->port == 0) {
+    const size_t colon = listen.rfind(':');
+    int port = 0;
+    if (colon != std::string::npos) port = std::atoi(listen.c_str() + colon + 1);
+    return absl::UnavailableError(absl::StrCat("cannot listen for health checks on ", listen,
+                                               internal::BindFailureSuffix(listen.substr(0, colon == std::string::npos ? 0 : colon), port)));
+  }
   auto h = std::unique_ptr<HealthServer>(new HealthServer(std::move(impl)));
   h->SetReady(false);
   return h;

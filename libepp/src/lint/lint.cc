@@ -20,6 +20,7 @@
 #include "epp/registry.h"
 #include "epp/scheduler.h"
 #include "nlohmann/json.hpp"
+#include "common/os_error.h"
 
 namespace epp {
 
@@ -908,7 +909,7 @@ absl::StatusOr<LintReport> LintPaths(const std::vector<std::string>& paths) {
       text = ss.str();
     } else {
       std::ifstream in(f, std::ios::binary);
-      if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", f));
+      if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", f, ": ", internal::OsReason()));
       std::ostringstream ss;
       ss << in.rdbuf();
       text = ss.str();

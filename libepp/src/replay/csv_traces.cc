@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "common/strings.h"
 #include "epp/tools/replay.h"
+#include "common/os_error.h"
 
 namespace epp {
 namespace {
@@ -86,7 +87,7 @@ absl::StatusOr<std::vector<ReplayRequest>> LoadCsv(const std::string& path, doub
                                                    const std::vector<std::string>& required, Row row) {
   if (!(time_scale > 0) || !std::isfinite(time_scale)) return Bad("time scale must be > 0");
   std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read trace '", path, "'"));
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read trace '", path, "': ", internal::OsReason()));
   std::string line;
   int n = 0;
   std::map<std::string, size_t> columns;

@@ -138,11 +138,20 @@ class Plot {
   static std::string Legend(const std::vector<Series>& series) {
     std::string s;
     double y = kTop + 6;
+    // The legend column holds about kLegendChars characters at this font; a longer name is
+    // squeezed to the column (textLength) rather than cut at the image's edge, and its full
+    // text is the entry's tooltip.
+    constexpr size_t kLegendChars = 22;
     for (const Series& ser : series) {
       const double x = kW - kRight + 14;
+      const double room = kRight - 14 - 28 - 4;
       absl::StrAppend(&s, "<line x1=\"", F(x), "\" y1=\"", F(y), "\" x2=\"", F(x + 22), "\" y2=\"", F(y), "\" stroke=\"", ser.color,
                       "\" stroke-width=\"3\"", ser.dashed ? " stroke-dasharray=\"6 4\"" : "", "/>", "<text x=\"", F(x + 28),
-                      "\" y=\"", F(y + 4), "\">", Escape(ser.name), "</text>\n");
+                      "\" y=\"", F(y + 4), "\"",
+                      ser.name.size() > kLegendChars
+                          ? absl::StrCat(" textLength=\"", F(room), "\" lengthAdjust=\"spacingAndGlyphs\"")
+                          : std::string(),
+                      "><title>", Escape(ser.name), "</title>", Escape(ser.name), "</text>\n");
       y += 18;
     }
     return s;
@@ -339,7 +348,8 @@ std::string ReplayReportToHtml(const ReplayReport& r, const std::string& title) 
       "<style>\n"
       "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1000px;color:#222}\n"
       "h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.6em}\n"
-      "table{border-collapse:collapse;font-size:.85em}th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}\n"
+      "table{border-collapse:collapse;font-size:.85em;display:block;max-width:100%;overflow-x:auto}\n"
+      "th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}\n"
       "th:first-child,td:first-child{text-align:left}thead{background:#f2f2f2}\n"
       "svg{display:block;margin:8px 0;max-width:100%;height:auto}\n"
       ".note{color:#555;font-size:.9em}\n"

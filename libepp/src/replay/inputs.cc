@@ -13,6 +13,7 @@
 #include "epp/config.h"
 #include "epp/tools/replay.h"
 #include "replay/render.h"
+#include "common/os_error.h"
 
 namespace epp {
 
@@ -28,7 +29,7 @@ absl::StatusOr<TraceFormat> ParseTraceFormat(std::string_view name) {
 
 absl::StatusOr<TraceFormat> DetectTraceFormat(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return absl::NotFoundError("cannot read trace '" + path + "'");
+  if (!in) return absl::NotFoundError("cannot read trace '" + path + "': " + internal::OsReason());
   std::string line;
   while (std::getline(in, line)) {
     if (internal::TrimSpace(line).empty()) continue;

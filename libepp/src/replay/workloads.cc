@@ -20,6 +20,7 @@
 #include "epp/request.h"
 #include "flowcontrol/policies.h"
 #include "replay/render.h"
+#include "common/os_error.h"
 
 namespace epp {
 namespace {
@@ -218,7 +219,7 @@ template <typename Each>
 absl::StatusOr<std::vector<ReplayRequest>> LoadJsonLinesTrace(const std::string& path, double time_scale, Each each) {
   if (!(time_scale > 0)) return Bad("time scale must be > 0");
   std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read trace '", path, "'"));
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read trace '", path, "': ", internal::OsReason()));
   std::vector<ReplayRequest> out;
   std::string line;
   int n = 0;

@@ -328,6 +328,33 @@ absl::StatusOr<InferenceRequest> ParseOpenAIRequestInPlace(std::string_view path
 // Captured requests (replay workloads, eppctl pick/explain/tokenize, pyepp): an envelope {path,
 // headers, body} or a bare body. The path falls back to the headers GIE's openai-parser reads it
 // from, so a capture taken at the gateway replays against the same API.
+namespace {
+
+// InferRequestPath over a parsed body.
+std::string_view PathForBody(const element& body) {
+  std::optional<simdjson::dom::object> o = AsObject(body);
+  if (!o.has_value()) return kDefaultRequestPath;
+  bool messages = false, anthropic = false, input = false, embeddings = false;
+  for (auto field : *o) {
+    const std::string_view k = field.key;
+    if (k == "messages") messages = true;
+    else if (k == "system" || k == "anthropic_version" || k == "stop_sequences") anthropic = true;
+    else if (k == "input") input = true;
+    else if (k == "encoding_format" || k == "dimensions") embeddings = true;
+  }
+  if (messages) return anthropic ? std::string_view("/v1/messages") : std::string_view("/v1/chat/completions");
+  if (input) return embeddings ? std::string_view("/v1/embeddings") : std::string_view("/v1/responses");
+  return kDefaultRequestPath;
+}
+
+}  // namespace
+
+std::string_view InferRequestPath(std::string_view body) {
+  Document doc;
+  if (!doc.Parse(body, 0, nullptr).ok()) return kDefaultRequestPath;
+  return PathForBody(doc.root());
+}
+
 absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json, std::string_view path_override,
                                                       std::string* body_out, const ParserSet* parsers) {
   if (parsers == nullptr) parsers = &ParserSet::Default();
@@ -347,8 +374,8 @@ absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json, std
 
   std::optional<element> body = Member(*top, "body");
   if (!body.has_value()) {  // a bare body
-    req.path.assign(path.value_or(kDefaultRequestPath));
-    if (req.path.empty()) req.path.assign(kDefaultRequestPath);
+    req.path.assign(path.value_or(std::string_view()));
+    if (req.path.empty()) req.path.assign(PathForBody(doc.root()));
     EPP_RETURN_IF_ERROR(internal::ChooseParser(*parsers, /*binary_body=*/false, req));
     EPP_RETURN_IF_ERROR(internal::ParseJsonBody(doc.root(), json.size(), root, req));
     if (body_out) body_out->assign(json);
@@ -368,15 +395,25 @@ absl::StatusOr<InferenceRequest> ParseCaptureEnvelope(std::string_view json, std
         break;
       }
     }
-    if (req.path.empty()) req.path.assign(kDefaultRequestPath);
+  }
+  const JsonPath body_path = root.Key("body");
+  std::optional<std::string_view> text = AsString(*body);
+  Document inner;
+  if (req.path.empty()) {
+    // Neither the capture nor its headers name a path: the body's members imply the API.
+    std::string_view implied = kDefaultRequestPath;
+    if (!text.has_value()) {
+      implied = PathForBody(*body);
+    } else if (inner.Parse(*text, 1, &body_path).ok()) {
+      implied = PathForBody(inner.root());
+    }
+    req.path.assign(implied);
   }
   EPP_RETURN_IF_ERROR(internal::ChooseParser(*parsers, /*binary_body=*/false, req));
 
-  const JsonPath body_path = root.Key("body");
-  if (std::optional<std::string_view> text = AsString(*body)) {
+  if (text.has_value()) {
     if (body_out) body_out->assign(*text);
     if (req.api == ApiKind::kOther) return req;  // routed unread: the body need not be JSON
-    Document inner;
     EPP_RETURN_IF_ERROR(inner.Parse(*text, 1, &body_path));
     EPP_RETURN_IF_ERROR(internal::ParseJsonBody(inner.root(), text->size(), body_path, req));
     return req;

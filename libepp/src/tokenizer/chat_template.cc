@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "jinja_ast.h"
+#include "common/os_error.h"
 
 namespace epp {
 
@@ -126,10 +127,10 @@ absl::StatusOr<Named> ParseNamed(std::string name, std::string source, std::stri
 
 absl::StatusOr<std::string> ReadText(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
-  if (!in) return absl::NotFoundError("cannot read '" + p.string() + "'");
+  if (!in) return absl::NotFoundError("cannot read '" + p.string() + "': " + internal::OsReason());
   std::ostringstream text;
   text << in.rdbuf();
-  if (in.bad()) return absl::NotFoundError("cannot read '" + p.string() + "'");
+  if (in.bad()) return absl::NotFoundError("cannot read '" + p.string() + "': " + internal::OsReason());
   return text.str();
 }
 

@@ -15,6 +15,7 @@
 #include "common/utf8.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/tokenizer_impl.h"
+#include "common/os_error.h"
 
 namespace epp {
 
@@ -673,10 +674,10 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> Tokenizer::FromPath(const std::
   std::filesystem::path file = path;
   if (std::filesystem::is_directory(file, ec)) file /= "tokenizer.json";
   std::ifstream in(file, std::ios::binary);
-  if (!in) return absl::NotFoundError("cannot read tokenizer file '" + file.string() + "'");
+  if (!in) return absl::NotFoundError("cannot read tokenizer file '" + file.string() + "': " + internal::OsReason());
   std::ostringstream text;
   text << in.rdbuf();
-  if (in.bad()) return absl::NotFoundError("cannot read tokenizer file '" + file.string() + "'");
+  if (in.bad()) return absl::NotFoundError("cannot read tokenizer file '" + file.string() + "': " + internal::OsReason());
   return FromJson(text.str(), file.string());
 }
 

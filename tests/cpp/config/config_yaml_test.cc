@@ -9,6 +9,7 @@
 
 #include "epp/config.h"
 #include "epp/scheduler.h"
+#include "common/yaml_where.h"
 
 namespace epp {
 namespace {
@@ -165,7 +166,9 @@ TEST(ConfigYamlTest, Errors) {
       {"top level list", "- a\n- b\n", "c.yaml:1: expected a map at the top level, got a list"},
       {"top level scalar", "hello\n", "c.yaml:1: expected a map at the top level, got 'hello'"},
       {"empty document", "# nothing\n", "c.yaml: expected a map at the top level, got an empty document"},
-      {"malformed flow", h + "plugins: [a, b\nschedulingProfiles: []\n", "c.yaml:4:19: end of sequence flow not found"},
+      // Reported where the '[' opens, not where yaml-cpp gave up (4:19).
+      {"malformed flow", h + "plugins: [a, b\nschedulingProfiles: []\n",
+       "c.yaml:3:10: this '[' is never closed (end of sequence flow not found by the end of the text)"},
       {"malformed indentation", "apiVersion: x\n  kind: y\n", "c.yaml:2:7: illegal map value"},
       // yaml-cpp's own LoadAll would loop forever on this one.
       {"stray flow entry", ",apiVersion: x\n", "c.yaml:1:1: unexpected ','"},
@@ -629,6 +632,36 @@ TEST_F(ConfigFixturesTest, DefaultConfigFixtureMatchesParser) {
   EXPECT_EQ(c->parser_ref, "openai-parser");
   EXPECT_EQ(c->profiles[0].plugins.size(), 4u);
   EXPECT_EQ(c->profiles[0].plugins[0].weight, std::nullopt);
+}
+
+}  // namespace
+}  // namespace epp
+
+namespace epp {
+namespace {
+
+// An unclosed '{' or '[' is reported where it opens, not where the text ends (yaml-cpp's mark).
+TEST(ConfigYamlTest, AnUnclosedFlowCollectionNamesItsOwnLine) {
+  const std::string map_text =
+      "apiVersion: inference.networking.x-k8s.io/v1alpha1\n"
+      "kind: EndpointPickerConfig\n"
+      "plugins: [{type: queue-scorer, name: q\n"
+      "schedulingProfiles: []\n";
+  auto r = ParseConfig(map_text, "cfg.yaml");
+  ASSERT_FALSE(r.ok());
+  const std::string m(r.status().message());
+  EXPECT_EQ(m.rfind("cfg.yaml:3:", 0), 0u) << m;
+  EXPECT_NE(m.find("never closed"), std::string::npos) << m;
+  // Brackets inside quotes and comments do not count.
+  const std::string quoted =
+      "apiVersion: inference.networking.x-k8s.io/v1alpha1  # [not this\n"
+      "kind: EndpointPickerConfig\n"
+      "plugins:\n"
+      "- {type: queue-scorer, name: \"a{b\"\n";
+  auto q = ParseConfig(quoted, "q.yaml");
+  ASSERT_FALSE(q.ok());
+  EXPECT_EQ(std::string(q.status().message()).rfind("q.yaml:4:3:", 0), 0u) << q.status();
+  EXPECT_EQ(internal::UnclosedFlowOpener("a: [1, {b: 2}]\n").line, -1);
 }
 
 }  // namespace

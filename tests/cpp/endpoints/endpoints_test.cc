@@ -371,7 +371,7 @@ TEST(ParseEndpointsYamlTest, StrictErrorsCarryLineAndPath) {
       {"null list", "endpoints:\n", "t.yaml:1: endpoints: expected a list of endpoints"},
       {"scalar root", "10.0.0.1:8000\n", "t.yaml:1: expected a map with 'endpoints' or a list of endpoints"},
       {"empty text", "", "t.yaml: expected a map with 'endpoints' or a list of endpoints"},
-      {"syntax error", "endpoints: [\n", "t.yaml:2: ", true},
+      {"syntax error", "endpoints: [\n", "t.yaml:1:12: this '[' is never closed", true},
       {"json unknown key", "{\"endpoints\": [\n  {\"address\": \"a:1\",\n   \"bogus\": 1}]}\n",
        "t.yaml:3: endpoints[0].bogus: unknown key (expected address, metrics, labels, engine, kvEvents, kvEventsReplay, capacity, tls or metricsStalenessAllowance)"},
       {"json bad port", "{\"endpoints\": [{\"address\": \"a:1\"},\n {\"address\": \"b:99999\"}]}",

@@ -579,6 +579,12 @@ TEST(CaptureEnvelopeRequestTest, PathComesFromFieldThenHeadersThenDefault) {
       {R"({"path":"/v1/chat/completions","model":"m","messages":[{"role":"user","content":"x"}]})",
        "/v1/chat/completions", ApiKind::kChatCompletions},
       {R"({"model":"m","prompt":"x"})", kDefaultRequestPath, ApiKind::kCompletions},
+      // Without a path anywhere, the body's members imply the API (bare, object and string bodies).
+      {R"({"model":"m","messages":[{"role":"user","content":"x"}]})", "/v1/chat/completions", ApiKind::kChatCompletions},
+      {R"({"body":{"model":"m","messages":[{"role":"user","content":"x"}]}})", "/v1/chat/completions",
+       ApiKind::kChatCompletions},
+      {R"({"body":"{\"model\":\"m\",\"input\":\"x\"}"})", "/v1/responses", ApiKind::kResponses},
+      {R"({"model":"m","input":"x","encoding_format":"float"})", "/v1/embeddings", ApiKind::kEmbeddings},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.json);
@@ -587,6 +593,31 @@ TEST(CaptureEnvelopeRequestTest, PathComesFromFieldThenHeadersThenDefault) {
     EXPECT_EQ(r->path, c.path);
     EXPECT_EQ(r->api, c.api);
   }
+}
+
+TEST(CaptureEnvelopeRequestTest, TheBodyImpliesThePathOnlyWhenNoneIsGiven) {
+  EXPECT_EQ(InferRequestPath(R"({"model":"m","messages":[]})"), "/v1/chat/completions");
+  EXPECT_EQ(InferRequestPath(R"({"model":"m","system":"be terse","max_tokens":9,"messages":[]})"), "/v1/messages");
+  EXPECT_EQ(InferRequestPath(R"({"model":"m","anthropic_version":"2023-06-01","messages":[]})"), "/v1/messages");
+  EXPECT_EQ(InferRequestPath(R"({"model":"m","input":[{"role":"user","content":"x"}]})"), "/v1/responses");
+  EXPECT_EQ(InferRequestPath(R"({"model":"m","input":"x","dimensions":8})"), "/v1/embeddings");
+  EXPECT_EQ(InferRequestPath(R"({"model":"m","prompt":"x"})"), kDefaultRequestPath);
+  EXPECT_EQ(InferRequestPath("[1,2]"), kDefaultRequestPath);
+  EXPECT_EQ(InferRequestPath("{not json"), kDefaultRequestPath);
+  // An Anthropic body without a path goes to the anthropic parser.
+  absl::StatusOr<InferenceRequest> a = ParseCaptureEnvelope(
+      R"({"model":"claude","system":"be terse","max_tokens":9,"messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->path, "/v1/messages");
+  EXPECT_EQ(a->parser, RequestParser::kAnthropic);
+  // A given path still wins: a chat body sent to completions is that API's error.
+  absl::StatusOr<InferenceRequest> r =
+      ParseCaptureEnvelope(R"({"model":"m","messages":[{"role":"user","content":"x"}]})", "/v1/completions");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("prompt"), std::string::npos) << r.status();
+  absl::StatusOr<InferenceRequest> h = ParseCaptureEnvelope(
+      R"({"headers":{":path":"/v1/completions"},"body":{"model":"m","messages":[{"role":"user","content":"x"}]}})");
+  EXPECT_FALSE(h.ok());
 }
 
 TEST(CaptureEnvelopeRequestTest, ErrorsNameThePathInTheEnvelope) {
