@@ -165,12 +165,16 @@ struct PickResult {
 // epp/runtime/tracing.h exports.
 // One attribute value: OTLP's AnyValue scalars and arrays of strings or doubles.
 using SpanValue = std::variant<std::string, int64_t, double, bool, std::vector<std::string>, std::vector<double>>;
-using SpanAttributes = std::vector<std::pair<std::string, SpanValue>>;
+// Keys are string literals (static storage): a span outlives the pick, and the keys cost no
+// allocation on the request path.
+using SpanAttributes = std::vector<std::pair<std::string_view, SpanValue>>;
 
 // One step of a cycle, on the steady clock; `parent` indexes the same vector (-1: the cycle's
 // own parent, the caller's span).
 struct CycleSpan {
-  std::string name;
+  // A literal, or text the scheduler owns ("llm_d.epp.scorer.<type>", made once per plugin):
+  // valid while the scheduler lives; Tracer::AppendCycleSpans copies it.
+  std::string_view name;
   int parent = -1;
   int64_t start_ns = 0;  // std::chrono::steady_clock nanoseconds
   int64_t end_ns = 0;

@@ -6,6 +6,7 @@
 // ("rejected-no-endpoints") when the filters ruled every endpoint out for what it is (a label, a
 // role): nothing was shed, and retrying later will not help (docs/scheduling.md).
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <map>
@@ -103,6 +104,11 @@ void SetUpTimers(Scheduler::Impl& m) {
       t = m.timers.back().get();
       t->extension_point = extension_point;
       t->plugin = plugin;
+      static const std::map<std::string_view, std::string_view> kSpanPrefix = {
+          {"Filter", "llm_d.epp.filter."}, {"Scorer", "llm_d.epp.scorer."},
+          {"DataProducer", "llm_d.epp.producer."}, {"Admitter", "llm_d.epp.admitter."}};
+      if (auto it = kSpanPrefix.find(extension_point); it != kSpanPrefix.end())
+        t->span_name = std::string(it->second) + (plugin ? plugin->type() : std::string("unknown"));
     }
     return t;
   };
@@ -163,14 +169,18 @@ struct SpanRecorder {
   std::vector<CycleSpan>* spans = nullptr;
   const InferenceRequest* request = nullptr;
 
-  int Open(std::string name, int parent, int64_t start_ns) {
-    spans->push_back(CycleSpan{std::move(name), parent, start_ns, start_ns, {}, false, {}});
+  int Open(std::string_view name, int parent, int64_t start_ns, size_t attributes = 4) {
+    CycleSpan& s = spans->emplace_back();
+    s.name = name;
+    s.parent = parent;
+    s.start_ns = s.end_ns = start_ns;
+    s.attributes.reserve(attributes);
     return static_cast<int>(spans->size()) - 1;
   }
   CycleSpan& at(int i) { return (*spans)[static_cast<size_t>(i)]; }
   template <class V>
-  void Set(int i, std::string key, V value) {
-    at(i).attributes.emplace_back(std::move(key), SpanValue(std::move(value)));
+  void Set(int i, std::string_view key, V value) {  // key: a literal
+    at(i).attributes.emplace_back(key, SpanValue(std::move(value)));
   }
   // llm-d's request attributes on its filter, scoring and picker spans.
   void RequestAttributes(int i) {
@@ -182,21 +192,30 @@ struct SpanRecorder {
 
 // The best `k` of `values` (index order among ties), as (endpoints, scores) span attributes.
 inline constexpr size_t kTracedEndpointScores = 5;  // llm-d's maxTracedEndpointScores
-void SetTopScores(SpanRecorder& rec, int span, std::string_view prefix, const std::vector<const Endpoint*>& endpoints,
+void SetTopScores(SpanRecorder& rec, int span, bool picker, const std::vector<const Endpoint*>& endpoints,
                   const double* values) {
-  std::vector<size_t> order(endpoints.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  const size_t k = std::min(kTracedEndpointScores, order.size());
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
-                    [&](size_t a, size_t b) { return values[a] > values[b] || (values[a] == values[b] && a < b); });
+  // One pass keeping the best k in order (k = 5: cheaper than sorting an index of every endpoint).
+  std::array<size_t, kTracedEndpointScores> best{};
+  size_t k = 0;
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    if (k == best.size() && !(values[i] > values[best[k - 1]])) continue;
+    size_t at = k < best.size() ? k++ : k - 1;
+    while (at > 0 && values[i] > values[best[at - 1]]) {
+      best[at] = best[at - 1];
+      --at;
+    }
+    best[at] = i;
+  }
   std::vector<std::string> names;
   std::vector<double> scores;
+  names.reserve(k);
+  scores.reserve(k);
   for (size_t i = 0; i < k; ++i) {
-    names.push_back(endpoints[order[i]]->address);
-    scores.push_back(values[order[i]]);
+    names.push_back(endpoints[best[i]]->address);
+    scores.push_back(values[best[i]]);
   }
-  rec.Set(span, std::string(prefix) + ".top_endpoints", std::move(names));
-  rec.Set(span, std::string(prefix) + ".top_scores", std::move(scores));
+  rec.Set(span, picker ? "llm_d.epp.picker.top_endpoints" : "llm_d.epp.scorer.top_endpoints", std::move(names));
+  rec.Set(span, picker ? "llm_d.epp.picker.top_scores" : "llm_d.epp.scorer.top_scores", std::move(scores));
 }
 
 // Runs one profile; returns the picked endpoints (empty with `error` set when filters removed all).
@@ -222,7 +241,7 @@ std::vector<const Endpoint*> RunProfile(const Profile& profile, const Scheduling
     profile.filter_timers[fi]->histogram.Record(t_end - t);
     if (rec) {
       // epp: one span per filter (llm-d has the chain's only), with what it removed.
-      const int f = rec->Open(absl::StrCat("llm_d.epp.filter.", plugin->type()), filters_span, t);
+      const int f = rec->Open(profile.filter_timers[fi]->span_name, filters_span, t, 5);
       rec->at(f).end_ns = t_end;
       rec->Set(f, "llm_d.epp.filter.type", plugin->type());
       rec->Set(f, "llm_d.epp.filter.name", plugin->name());
@@ -297,7 +316,7 @@ std::vector<const Endpoint*> RunProfile(const Profile& profile, const Scheduling
         // llm-d's per-scorer span and attributes; the best few endpoints are epp's (llm-d keeps
         // per-endpoint values off scorer spans; five are bounded).
         const WeightedScorer& ws = profile.scorers[si];
-        const int sp = rec->Open(absl::StrCat("llm_d.epp.scorer.", ws.plugin->type()), scoring_span, t);
+        const int sp = rec->Open(profile.scorer_timers[si]->span_name, scoring_span, t, 10);
         rec->at(sp).end_ns = t_end;
         rec->Set(sp, "llm_d.epp.scorer.type", ws.plugin->type());
         rec->Set(sp, "llm_d.epp.scorer.name", ws.plugin->name());
@@ -313,7 +332,7 @@ std::vector<const Endpoint*> RunProfile(const Profile& profile, const Scheduling
           rec->Set(sp, "llm_d.epp.scorer.score.max", max);
           rec->Set(sp, "llm_d.epp.scorer.score.avg", sum / static_cast<double>(n));
           rec->Set(sp, "llm_d.epp.scorer.endpoints_scored", static_cast<int64_t>(n));
-          SetTopScores(*rec, sp, "llm_d.epp.scorer", cur, raw);
+          SetTopScores(*rec, sp, false, cur, raw);
         }
       }
       t = t_end;
@@ -341,7 +360,7 @@ std::vector<const Endpoint*> RunProfile(const Profile& profile, const Scheduling
   if (rec) {
     pick_span = rec->Open("pick_endpoints", profile_span, 0);
     rec->Set(pick_span, "llm_d.epp.picker.candidate_endpoints", static_cast<int64_t>(n));
-    if (n > 0) SetTopScores(*rec, pick_span, "llm_d.epp.picker", cur, total.data());
+    if (n > 0) SetTopScores(*rec, pick_span, true, cur, total.data());
     rec->RequestAttributes(pick_span);
   }
   const int64_t t_pick = TimingNowNs();
@@ -394,6 +413,7 @@ class Cycle {
       r_.fairness_id = *agent;
     if (options.spans) {
       rec_.spans = options.spans;
+      rec_.spans->reserve(rec_.spans->size() + 8 + 4 * m.timers.size());
       rec_.request = &request;
       cycle_span_ = rec_.Open("llm_d.epp.scheduling", -1, TimingNowNs());
       rec_.RequestAttributes(cycle_span_);
@@ -540,7 +560,7 @@ void Cycle::RunProducers() {
     m_.producer_timers[i]->histogram.Record(t_end - t_);
     if (cycle_span_ >= 0) {
       const Plugin* p = m_.producer_timers[i]->plugin;
-      const int sp = rec_.Open(absl::StrCat("llm_d.epp.producer.", p ? p->type() : std::string("unknown")), cycle_span_, t_);
+      const int sp = rec_.Open(m_.producer_timers[i]->span_name, cycle_span_, t_, 1);
       rec_.at(sp).end_ns = t_end;
       if (p) rec_.Set(sp, "llm_d.epp.plugin.name", p->name());
       t_ = TimingNowNs();
@@ -585,7 +605,7 @@ bool Cycle::Admit() {
     m_.admitter_timers[i]->histogram.Record(t_end - t0);
     if (cycle_span_ >= 0) {
       const Plugin* p = m_.admitter_timers[i]->plugin;
-      const int sp = rec_.Open(absl::StrCat("llm_d.epp.admitter.", p ? p->type() : std::string("unknown")), cycle_span_, t0);
+      const int sp = rec_.Open(m_.admitter_timers[i]->span_name, cycle_span_, t0, 3);
       rec_.at(sp).end_ns = t_end;
       if (p) rec_.Set(sp, "llm_d.epp.plugin.name", p->name());
       rec_.Set(sp, "llm_d.epp.admitter.admitted", admitted);

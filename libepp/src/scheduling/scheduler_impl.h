@@ -55,6 +55,8 @@ struct PluginTimer {
   const char* extension_point = "";
   const Plugin* plugin = nullptr;
   TimingHistogram histogram;
+  // The OpenTelemetry span name of a call ("llm_d.epp.scorer.<type>", ...), made once.
+  std::string span_name;
 };
 
 // Records the time from construction to destruction (a scope with several exits).

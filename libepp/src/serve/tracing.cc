@@ -398,12 +398,22 @@ class Wire {
     std::memcpy(&bits, &d, sizeof bits);
     Fixed64(field, bits);
   }
-  // A nested message written by `fill`.
+  // A nested message written by `fill` into this same buffer; its length is inserted in front of
+  // it afterwards (a move of the message's bytes, no buffer per nesting level).
   template <class F>
   void Message(int field, F&& fill) {
-    Wire inner;
-    fill(inner);
-    Bytes(field, inner.out_);
+    Tag(field, 2);
+    const size_t start = out_.size();
+    fill(*this);
+    uint64_t len = out_.size() - start;
+    char prefix[10];
+    size_t n = 0;
+    while (len >= 0x80) {
+      prefix[n++] = static_cast<char>((len & 0x7f) | 0x80);
+      len >>= 7;
+    }
+    prefix[n++] = static_cast<char>(len);
+    out_.insert(start, prefix, n);
   }
   std::string& str() { return out_; }
 
@@ -789,22 +799,23 @@ void Tracer::Export(std::vector<Span> spans) {
   if (wake) impl_->wake.notify_one();
 }
 
-void Tracer::AppendCycleSpans(std::span<const CycleSpan> cycle, const TraceId& trace, const SpanId& parent,
+void Tracer::AppendCycleSpans(std::span<CycleSpan> cycle, const TraceId& trace, const SpanId& parent,
                               std::string_view trace_state, int64_t steady_to_unix_ns, std::vector<Span>& out) {
   const size_t base = out.size();
-  for (const CycleSpan& c : cycle) {
+  out.reserve(base + cycle.size());
+  for (CycleSpan& c : cycle) {
     Span s;
     s.trace_id = trace;
     s.span_id = RandomId<8>();
     s.parent_span_id = c.parent >= 0 && static_cast<size_t>(c.parent) < cycle.size() ? out[base + c.parent].span_id : parent;
     s.trace_state = std::string(trace_state);
-    s.name = c.name;
+    s.name = std::string(c.name);
     s.kind = SpanKind::kInternal;
     s.start_unix_ns = c.start_ns + steady_to_unix_ns;
     s.end_unix_ns = std::max(c.end_ns, c.start_ns) + steady_to_unix_ns;
-    s.attributes = c.attributes;
+    s.attributes = std::move(c.attributes);
     s.error = c.error;
-    s.status_message = c.status_message;
+    s.status_message = std::move(c.status_message);
     s.scope = "llm-d-router/pkg/epp/scheduling";
     out.push_back(std::move(s));
   }

@@ -472,7 +472,7 @@ TEST(CycleSpans, ATracedPickRecordsEveryStepUnderItsParent) {
   PickResult r = (*sched)->Pick(*req, eps, po);
   ASSERT_EQ(r.status, 200);
   std::map<std::string, int> index;
-  for (size_t i = 0; i < spans.size(); ++i) index[spans[i].name] = static_cast<int>(i);
+  for (size_t i = 0; i < spans.size(); ++i) index[std::string(spans[i].name)] = static_cast<int>(i);
   for (const char* name : {"llm_d.epp.scheduling", "run_scheduler_profile", "filter_endpoints",
                            "llm_d.epp.filter.label-selector-filter", "llm_d.epp.scoring", "llm_d.epp.scorer.queue-scorer",
                            "llm_d.epp.scorer.kv-cache-utilization-scorer", "pick_endpoints"})

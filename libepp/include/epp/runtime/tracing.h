@@ -161,9 +161,9 @@ class Tracer {
   static SpanId NewSpanId();
   // Queues finished spans (of sampled requests only).
   void Export(std::vector<Span> spans);
-  // Converts a cycle's recorded spans into `out`, parented under `parent` in `trace`, shifting
-  // steady-clock times to the Unix epoch by `steady_to_unix_ns`.
-  static void AppendCycleSpans(std::span<const CycleSpan> cycle, const TraceId& trace, const SpanId& parent,
+  // Converts a cycle's recorded spans into `out` (their attributes are moved), parented under
+  // `parent` in `trace`, shifting steady-clock times to the Unix epoch by `steady_to_unix_ns`.
+  static void AppendCycleSpans(std::span<CycleSpan> cycle, const TraceId& trace, const SpanId& parent,
                                std::string_view trace_state, int64_t steady_to_unix_ns, std::vector<Span>& out);
   // Steady-clock nanoseconds to add to get Unix nanoseconds now.
   static int64_t SteadyToUnixOffsetNs();
