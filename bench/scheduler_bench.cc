@@ -400,13 +400,14 @@ struct ParsePickSplit {
   return r;
 }
 
-void BM_Pick(benchmark::State& state) {
-  PickFixture& f = GetPickFixture(static_cast<size_t>(state.range(0)) * 1024, static_cast<int>(state.range(1)));
+// The timed loop of BM_Pick and BM_PickTraced: `pick(f, i)` per iteration, the pick counters.
+template <class PickFn>
+void PickLoop(benchmark::State& state, PickFixture& f, PickFn pick) {
   f.ResetPicked();
   uint64_t i = 0;
   int64_t matched = 0, hashed = 0, ok = 0, bytes = 0;
   for (auto _ : state) {
-    const epp::PickResult r = TimedPick(f, i);
+    const epp::PickResult r = pick(f, i);
     benchmark::DoNotOptimize(r.endpoints.data());
     matched += r.prefix_match_blocks;
     hashed += r.prefix_blocks;
@@ -415,6 +416,11 @@ void BM_Pick(benchmark::State& state) {
     ++i;
   }
   SetPickCounters(state, f, static_cast<int64_t>(state.iterations()), matched, hashed, ok, bytes);
+}
+
+void BM_Pick(benchmark::State& state) {
+  PickFixture& f = GetPickFixture(static_cast<size_t>(state.range(0)) * 1024, static_cast<int>(state.range(1)));
+  PickLoop(state, f, TimedPick);
 }
 
 void BM_ParsePick(benchmark::State& state) {
@@ -475,7 +481,6 @@ BENCHMARK(BM_ParsePick)->Apply(PickArgs);
 
 void BM_PickTraced(benchmark::State& state) {
   PickFixture& f = GetPickFixture(static_cast<size_t>(state.range(0)) * 1024, static_cast<int>(state.range(1)));
-  f.ResetPicked();
   epp::TracingOptions o;
   o.exporter = epp::TracingOptions::Exporter::kOtlp;
   o.protocol = epp::OtlpProtocol::kHttpProtobuf;
@@ -485,20 +490,10 @@ void BM_PickTraced(benchmark::State& state) {
   o.schedule_delay = std::chrono::milliseconds(200);
   auto tracer = epp::Tracer::Start(o);
   if (!tracer.ok()) std::abort();
-  uint64_t i = 0;
-  int64_t matched = 0, hashed = 0, ok = 0, bytes = 0;
-  for (auto _ : state) {
-    const epp::PickResult r = TimedTracedPick(f, i, **tracer);
-    benchmark::DoNotOptimize(r.endpoints.data());
-    matched += r.prefix_match_blocks;
-    hashed += r.prefix_blocks;
-    ok += r.status == 200;
-    bytes += static_cast<int64_t>(f.requests[i % f.requests.size()].prompt.size());
-    ++i;
-  }
-  SetPickCounters(state, f, static_cast<int64_t>(state.iterations()), matched, hashed, ok, bytes);
-  (*tracer)->Flush(std::chrono::milliseconds(5000));
-  state.counters["sampled"] = static_cast<double>((*tracer)->stats().traces_sampled) / static_cast<double>(i);
+  epp::Tracer& t = **tracer;
+  PickLoop(state, f, [&t](PickFixture& fx, uint64_t i) { return TimedTracedPick(fx, i, t); });
+  t.Flush(std::chrono::milliseconds(5000));
+  state.counters["sampled"] = static_cast<double>(t.stats().traces_sampled) / static_cast<double>(state.iterations());
 }
 BENCHMARK(BM_PickTraced)->ArgNames({"prompt_kib", "endpoints"})->Args({1, 8})->Args({32, 64})->Args({32, 512})->Unit(benchmark::kMicrosecond);
 

@@ -35,7 +35,10 @@ def test_help_states_the_defaults_that_matter(eppctl):
 
 
 def test_flags_that_changed_shape_still_work(eppctl, tmp_path):
-    # --no-progress and --no-render are plain flags now; the replay runs and the sim refuses a value.
+    # --no-progress and --no-render are flags of their own now: a replay with --no-progress runs,
+    # and both stay in the help.
+    assert "--no-render" in help_text(eppctl, "sim")
+    assert "--no-progress" in help_text(eppctl, "replay")
     r = eppctl("replay", "--workload", "shared-prefix", "--groups", "2", "--prompts-per-group", "2", "--rate", "20",
                "--servers", "2", "--policy", "round-robin", "--no-progress", "-o", "json")
     assert r.returncode == 0, r.stderr

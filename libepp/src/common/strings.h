@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,31 @@ inline std::string EscapeMarkup(std::string_view s, std::string_view quote = "&q
 }
 
 // `s` without leading and trailing spaces, tabs, CR and LF.
+// `s` with %XX escapes decoded (either case of hex digit); nullopt for a '%' not followed by two
+// hex digits. For URL parts and the OTel variables' key=value lists.
+inline std::optional<std::string> PercentDecode(std::string_view s) {
+  const auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out.push_back(s[i]);
+      continue;
+    }
+    const int hi = i + 1 < s.size() ? hex(s[i + 1]) : -1;
+    const int lo = i + 2 < s.size() ? hex(s[i + 2]) : -1;
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
+  }
+  return out;
+}
+
 inline std::string_view TrimSpace(std::string_view s) {
   auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
   while (!s.empty() && space(s.front())) s.remove_prefix(1);

@@ -10,32 +10,16 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/strings.h"
 
 namespace epp {
 
 namespace {
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
-}
-
 absl::StatusOr<std::string> PercentDecode(std::string_view s, std::string_view what) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '%') {
-      out.push_back(s[i]);
-      continue;
-    }
-    const int hi = i + 1 < s.size() ? HexValue(s[i + 1]) : -1;
-    const int lo = i + 2 < s.size() ? HexValue(s[i + 2]) : -1;
-    if (hi < 0 || lo < 0) return absl::InvalidArgumentError(absl::StrCat("redis address: bad percent escape in the ", std::string(what)));
-    out.push_back(static_cast<char>(hi * 16 + lo));
-    i += 2;
-  }
-  return out;
+  std::optional<std::string> d = internal::PercentDecode(s);
+  if (!d) return absl::InvalidArgumentError(absl::StrCat("redis address: bad percent escape in the ", std::string(what)));
+  return *std::move(d);
 }
 
 absl::Status Bad(std::string_view url, std::string_view why) {

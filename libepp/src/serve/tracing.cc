@@ -84,24 +84,9 @@ std::array<uint8_t, N> RandomId() {
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseKeyValues(std::string_view var,
                                                                                std::string_view text) {
   auto decode = [&](std::string_view s) -> absl::StatusOr<std::string> {
-    const auto hex = [](char c) {
-      c = absl::ascii_tolower(c);
-      return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    };
-    std::string out;
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (s[i] != '%') {
-        out.push_back(s[i]);
-        continue;
-      }
-      const int hi = i + 1 < s.size() ? hex(s[i + 1]) : -1;
-      const int lo = i + 2 < s.size() ? hex(s[i + 2]) : -1;
-      if (hi < 0 || lo < 0)
-        return absl::InvalidArgumentError(absl::StrCat(std::string(var), ": bad percent escape in '", std::string(s), "'"));
-      out.push_back(static_cast<char>(hi * 16 + lo));
-      i += 2;
-    }
-    return out;
+    std::optional<std::string> d = internal::PercentDecode(s);
+    if (!d) return absl::InvalidArgumentError(absl::StrCat(std::string(var), ": bad percent escape in '", std::string(s), "'"));
+    return *std::move(d);
   };
   std::vector<std::pair<std::string, std::string>> out;
   size_t start = 0;
