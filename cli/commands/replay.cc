@@ -178,6 +178,13 @@ void SetupReplayCommand(CLI::App& app, int& exit_code) {
                   "Independent EPP replicas behind the gateway, requests spread round robin (each learns only its own "
                   "picks; a precise policy's replicas all get every server's KV events)")
       ->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_flag("--shared-state", o->shared_state,
+                "With --epp-replicas: the replicas share prefix updates and in-flight counts as serve's --shared-state "
+                "does (after --shared-state-delay)");
+  cmd->add_option("--shared-state-delay", o->shared_state_delay,
+                  "How long a replica's update takes to reach the others (Go duration; serve: about twice "
+                  "--shared-state-interval)")
+      ->capture_default_str();
   cmd->add_option("--kv-event-delay", o->kv_event_delay,
                   "Precise policies: how long a server's KV event takes to reach the EPP (Go duration)")
       ->capture_default_str();
@@ -235,6 +242,14 @@ int RunReplay(const ReplayCommandOptions& o) {
   ro.kv_link_gbytes_per_s = o.kv_link_gbytes_per_s;
   ro.kv_bytes_per_token = o.kv_bytes_per_token;
   ro.epp_replicas = o.epp_replicas;
+  ro.shared_state = o.shared_state;
+  {
+    absl::StatusOr<int64_t> delay = epp::ParseDurationMicros(o.shared_state_delay);
+    if (!delay.ok() || *delay < 0)
+      return PrintError(absl::InvalidArgumentError(
+          "--shared-state-delay: " + (delay.ok() ? std::string("must be >= 0") : std::string(delay.status().message()))));
+    ro.shared_state_delay_us = *delay;
+  }
   {
     absl::StatusOr<int64_t> delay = epp::ParseDurationMicros(o.kv_event_delay);
     if (!delay.ok()) return PrintError(absl::InvalidArgumentError("--kv-event-delay: " + std::string(delay.status().message())));

@@ -36,6 +36,8 @@ struct ReplayCommandOptions {
   std::string refresh_metrics_interval = "50ms";
   int epp_replicas = 1;                   // ReplayOptions::epp_replicas
   std::string kv_event_delay = "0s";      // ReplayOptions::kv_event_delay_us
+  bool shared_state = false;              // ReplayOptions::shared_state
+  std::string shared_state_delay = "100ms";  // ReplayOptions::shared_state_delay_us
   uint64_t seed = 0;
   // Several regions (RunMultiRegionReplay): --regions NAME:SERVERS[:SHARE[:CAPACITY]],... with --rtt.
   std::string regions, rtt, global_region;

@@ -186,6 +186,23 @@ void AddReferenceFlags(CLI::App* cmd, ServeOptions& o) {
   cmd->add_option("--leader-election-retry-period", o.args.leader_election_retry_period,
                   "How often candidates try and the leader renews")
       ->capture_default_str();
+  cmd->add_option("--shared-state", o.args.shared_state,
+                  "Share prefix-index updates and in-flight counts with the other replicas through this Redis or "
+                  "Valkey (redis://HOST:PORT, rediss://, unix://PATH; docs/serve.md, Shared state)");
+  cmd->add_option("--shared-state-password-file", o.args.shared_state_password_file,
+                  "File holding the Redis password (else $EPP_SHARED_STATE_PASSWORD, else the URL's)");
+  cmd->add_option("--shared-state-ca-file", o.args.shared_state_ca_file,
+                  "CA bundle that signs the Redis server's certificate (rediss://; default: the system's)");
+  cmd->add_option("--shared-state-key-prefix", o.args.shared_state_key_prefix,
+                  "Prefix of every Redis key (default: epp:POOL:)");
+  cmd->add_option("--shared-state-replica-id", o.args.shared_state_replica_id,
+                  "This replica's name in the shared state (default: $POD_NAME, else host-pid-random)");
+  cmd->add_option("--shared-state-interval", o.args.shared_state_interval,
+                  "How often updates are sent and the others' read (staleness is about twice this)")
+      ->capture_default_str();
+  cmd->add_option("--shared-state-timeout", o.args.shared_state_timeout,
+                  "A connect or round trip slower than this fails; the replica routes on its own state meanwhile")
+      ->capture_default_str();
   const std::pair<const char*, const char*> optional[] = {
       {"--tracing",
        "OpenTelemetry spans per request over OTLP (default on; sent only when OTEL_EXPORTER_OTLP_ENDPOINT or "

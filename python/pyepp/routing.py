@@ -198,7 +198,8 @@ def _run(trace: Any, policies: Any, servers: int, server_kv_tokens: Optional[int
          kv_bytes_per_token: int = 131072, epp_replicas: int = 1, kv_event_delay_s: float = 0.0,
          server_speeds: Optional[Sequence[float]] = None, tenants: Any = None,
          priority_mix: Optional[Mapping[int, float]] = None, slo_ttft_ms: Optional[int] = None,
-         slo_tpot_ms: Optional[int] = None, rate: Optional[float] = None, arrivals: str = "poisson") -> Any:
+         slo_tpot_ms: Optional[int] = None, rate: Optional[float] = None, arrivals: str = "poisson",
+         shared_state_delay_s: Optional[float] = None) -> Any:
     seed = _uint64(seed, "seed")
     if isinstance(servers, bool) or not isinstance(servers, int) or servers <= 0:
         raise ConfigError(f"servers must be an int > 0, got {servers!r}")
@@ -229,6 +230,12 @@ def _run(trace: Any, policies: Any, servers: int, server_kv_tokens: Optional[int
             not 0 <= kv_event_delay_s < math.inf:
         raise ConfigError(f"kv_event_delay_s must be a number of seconds >= 0, got {kv_event_delay_s!r}")
     options.kv_event_delay_us = round(kv_event_delay_s * 1e6)
+    if shared_state_delay_s is not None:
+        if isinstance(shared_state_delay_s, bool) or not isinstance(shared_state_delay_s, (int, float)) or \
+                not 0 <= shared_state_delay_s < math.inf:
+            raise ConfigError(f"shared_state_delay_s must be a number of seconds >= 0, got {shared_state_delay_s!r}")
+        options.shared_state = True
+        options.shared_state_delay_us = round(shared_state_delay_s * 1e6)
     if server_speeds is not None:
         if isinstance(server_speeds, (str, bytes)) or not isinstance(server_speeds, Sequence) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) for v in server_speeds):
@@ -280,7 +287,8 @@ def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Un
            kv_link_gbytes_per_s: float = 25.0, kv_bytes_per_token: int = 131072, epp_replicas: int = 1,
            kv_event_delay_s: float = 0.0, server_speeds: Optional[Sequence[float]] = None, tenants: Any = None,
            priority_mix: Optional[Mapping[int, float]] = None, slo_ttft_ms: Optional[int] = None,
-           slo_tpot_ms: Optional[int] = None, rate: Optional[float] = None, arrivals: str = "poisson") -> ReplayReport:
+           slo_tpot_ms: Optional[int] = None, rate: Optional[float] = None, arrivals: str = "poisson",
+           shared_state_delay_s: Optional[float] = None) -> ReplayReport:
     """Replays ``trace`` once per policy over ``servers`` simulated model servers; returns the
     report (``eppctl replay --output json``) as a dict: ``trace`` (requests, blocks,
     prompt_tokens, duration_s and the two block hit-rate bounds) and ``policies`` (per policy:
@@ -317,7 +325,10 @@ def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Un
     ``epp_replicas`` (``eppctl replay --epp-replicas``) spreads requests round robin over that many
     independent EPPs. A policy with a ``precise-prefix-cache-producer`` (``"gie-precise"``) has its
     servers publish KV events, which reach every replica ``kv_event_delay_s`` after the cache
-    changed; such policies report ``precise: true``.
+    changed; such policies report ``precise: true``. ``shared_state_delay_s`` (``eppctl replay
+    --shared-state --shared-state-delay``) makes the replicas share their prefix updates and
+    in-flight counts that long after they happen, as ``eppctl serve --shared-state`` does
+    (None: each replica knows only its own picks).
 
     ``server_speeds`` (``eppctl replay --server-speed``) makes a pool of mixed GPUs: server i runs
     at ``server_speeds[i % len]`` times the prefill rate, its decode steps that much shorter.
@@ -342,7 +353,8 @@ def replay(trace: Union[PathLike, SharedPrefix, Mapping[str, Any]], policies: Un
     """
     report = _run(trace, policies, servers, server_kv_tokens, sim, refresh_interval_s, seed, trace_format, time_scale,
                   prefill_servers, decode_servers, kv_link_gbytes_per_s, kv_bytes_per_token, epp_replicas,
-                  kv_event_delay_s, server_speeds, tenants, priority_mix, slo_ttft_ms, slo_tpot_ms, rate, arrivals)
+                  kv_event_delay_s, server_speeds, tenants, priority_mix, slo_ttft_ms, slo_tpot_ms, rate, arrivals,
+                  shared_state_delay_s)
     return ReplayReport(json.loads(lib.replay_report_to_json(report, -1)))
 
 
@@ -441,7 +453,7 @@ def _bind_replay_args(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[An
     return (a["trace"], a["policies"], a["servers"], a["server_kv_tokens"], a["sim"], a["refresh_interval_s"], a["seed"],
             a["trace_format"], a["time_scale"], a["prefill_servers"], a["decode_servers"], a["kv_link_gbytes_per_s"],
             a["kv_bytes_per_token"], a["epp_replicas"], a["kv_event_delay_s"], a["server_speeds"], a["tenants"],
-            a["priority_mix"], a["slo_ttft_ms"], a["slo_tpot_ms"], a["rate"], a["arrivals"])
+            a["priority_mix"], a["slo_ttft_ms"], a["slo_tpot_ms"], a["rate"], a["arrivals"], a["shared_state_delay_s"])
 
 
 def replay_text(*report_or_args: Any, **kwargs: Any) -> str:

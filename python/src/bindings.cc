@@ -574,7 +574,9 @@ void BindReplay(py::module_& m) {
       .def_readwrite("kv_link_gbytes_per_s", &epp::ReplayOptions::kv_link_gbytes_per_s)
       .def_readwrite("kv_bytes_per_token", &epp::ReplayOptions::kv_bytes_per_token)
       .def_readwrite("epp_replicas", &epp::ReplayOptions::epp_replicas)
-      .def_readwrite("kv_event_delay_us", &epp::ReplayOptions::kv_event_delay_us);
+      .def_readwrite("kv_event_delay_us", &epp::ReplayOptions::kv_event_delay_us)
+      .def_readwrite("shared_state", &epp::ReplayOptions::shared_state)
+      .def_readwrite("shared_state_delay_us", &epp::ReplayOptions::shared_state_delay_us);
   py::class_<epp::Percentiles>(m, "Percentiles")
       .def(py::init<>())
       .def_readwrite("p50", &epp::Percentiles::p50)

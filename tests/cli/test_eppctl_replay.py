@@ -220,6 +220,23 @@ def test_precise_prefix_keeps_its_hit_rate_across_epp_replicas(eppctl):
     assert r.returncode == 2
 
 
+def test_shared_state_gives_replicas_the_hit_rate_of_one_epp(eppctl):
+    """Four replicas that learn only from their own picks lose prefix hits; sharing their updates
+    (--shared-state, 100 ms late as serve's default) brings the hit rate back near one EPP's."""
+    args = ["--workload", "shared-prefix", "--servers", "8", "--policy", "gie-default", "--seed", "1"]
+    one = replay_json(eppctl, *args, "--epp-replicas", "1")["policies"][0]
+    four = replay_json(eppctl, *args, "--epp-replicas", "4")["policies"][0]
+    shared = replay_json(eppctl, *args, "--epp-replicas", "4", "--shared-state")["policies"][0]
+    assert four["block_hit_rate"] < one["block_hit_rate"] - 0.05
+    assert shared["block_hit_rate"] > four["block_hit_rate"] + 0.03
+    assert shared["block_hit_rate"] >= one["block_hit_rate"] - 0.02
+    # A delay as long as the trace: nothing arrives in time, as without sharing.
+    late = replay_json(eppctl, *args, "--epp-replicas", "4", "--shared-state", "--shared-state-delay", "1h")["policies"][0]
+    assert late["block_hit_rate"] == four["block_hit_rate"]
+    bad = eppctl("replay", *args, "--epp-replicas", "2", "--shared-state", "--shared-state-delay", "-1s")
+    assert bad.returncode == 2 and "--shared-state-delay" in bad.stderr, bad.stderr
+
+
 def test_speculative_entries_cover_the_event_delay(eppctl):
     """With events a second late, followers of a new prompt miss its blocks under precise routing
     alone; speculativeIndexing enters them at pick time, and its predictions stay right."""

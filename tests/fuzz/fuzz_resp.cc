@@ -1,11 +1,14 @@
-// RESP2 answers from a Redis server (RespReader), and Redis addresses (ParseRedisAddress). The
-// first byte picks the chunk size the bytes are fed in. Invariants: no crash, no unbounded
-// growth; feeding in chunks gives the same values and the same error as feeding in one piece.
+// RESP2 answers from a Redis server (RespReader), Redis addresses (ParseRedisAddress) and the
+// shared prefix records other replicas write (DecodeSharedPrefixUpdates). The first byte picks
+// the chunk size the bytes are fed in. Invariants: no crash, no unbounded growth; feeding in
+// chunks gives the same values and the same error as feeding in one piece; a decoded record
+// encodes back to the same bytes.
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "epp/runtime/redis.h"
+#include "epp/runtime/redis_state.h"
 #include "fuzz_util.h"
 
 namespace {
@@ -45,5 +48,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string b = Drain(chunked, in, chunk);
   EPP_FUZZ_CHECK(a == b, "whole: " + a + " chunked: " + b);
   (void)epp::ParseRedisAddress(in);
+  auto updates = epp::DecodeSharedPrefixUpdates(in);
+  if (updates.ok()) {
+    std::string again;
+    for (const epp::SharedPrefixUpdate& u : *updates) epp::AppendSharedPrefixUpdate(again, u.endpoint, u.hashes, u.capacity);
+    EPP_FUZZ_CHECK(again == in, "a shared prefix record does not encode back to its bytes");
+  }
   return 0;
 }

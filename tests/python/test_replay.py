@@ -321,6 +321,17 @@ def test_precise_policy_and_epp_replicas() -> None:
             pyepp.replay(TINY, "gie-precise", servers=2, **bad)
 
 
+def test_epp_replicas_with_shared_state() -> None:
+    alone = pyepp.replay(TINY, "gie-default", servers=4, seed=3, epp_replicas=4)
+    shared = pyepp.replay(TINY, "gie-default", servers=4, seed=3, epp_replicas=4, shared_state_delay_s=0.0)
+    one = pyepp.replay(TINY, "gie-default", servers=4, seed=3)
+    assert shared["policies"][0]["block_hit_rate"] >= alone["policies"][0]["block_hit_rate"]
+    assert shared["policies"][0]["block_hit_rate"] >= one["policies"][0]["block_hit_rate"] - 0.02
+    for bad in (-1, "1s", True):
+        with pytest.raises(pyepp.ConfigError):
+            pyepp.replay(TINY, "gie-default", servers=2, epp_replicas=2, shared_state_delay_s=bad)
+
+
 def test_shared_system_prompt_conversations_and_the_epp_policy() -> None:
     # Conversations behind one system prompt: the TTFT bound, the flags and epp's policy from Python.
     w = pyepp.SharedPrefix(groups=8, prompts_per_group=4, system_len=160, question_len=32, output_len=16,

@@ -87,6 +87,8 @@ class SeededRng final : public Rng {
 };
 
 // What a plugin factory gets besides its parameters. The pointees outlive every plugin.
+class SharedPrefixBus;  // epp/shared_state.h
+
 struct PluginContext {
   Clock* clock = &SteadyClock::Get();
   Rng* rng = nullptr;  // required for pickers and probabilistic filters
@@ -98,6 +100,10 @@ struct PluginContext {
   // empty when not given.
   std::string region;
   std::string zone;
+  // State shared with other EPP replicas (epp/shared_state.h): the approx-prefix-cache-producer
+  // publishes the blocks it records here and adds the other replicas' to its index. May be null
+  // (one replica); must outlive the plugins built with it.
+  SharedPrefixBus* shared_prefix = nullptr;
 };
 
 class Plugin;

@@ -275,6 +275,13 @@ struct RuntimeNeeds {
   size_t tokenizers = 0;          // token-producers (Tokenizers())
 };
 
+// Another EPP replica's in-flight counts on one endpoint (Scheduler::SetRemoteLoad).
+struct RemoteLoad {
+  std::string endpoint;
+  int64_t requests = 0;
+  int64_t tokens = 0;
+};
+
 class Scheduler {
  public:
   ~Scheduler();
@@ -337,8 +344,13 @@ class Scheduler {
   bool WantsResponseMetadata() const;
   // Counters of every token-producer, in config order.
   std::vector<TokenizerCounters> Tokenizers() const;
-  // In-flight counters of an endpoint: {requests, tokens}.
+  // In-flight counters of an endpoint: {requests, tokens}, this replica's own.
   std::pair<int64_t, int64_t> Inflight(std::string_view endpoint) const;
+  // Shared state (epp/shared_state.h): the other replicas' in-flight counts, replacing the last
+  // set given (entries for one endpoint are summed; empty: none). Picks see this replica's
+  // counts plus these; Inflight() stays this replica's own.
+  void SetRemoteLoad(std::span<const RemoteLoad> remote) const;
+  std::pair<int64_t, int64_t> RemoteInflight(std::string_view endpoint) const;
 
   // Inputs of the configured plugins (Plugin::Consumes) that an engine's mapping has no metric
   // for (`eppctl config validate --engine`), in plugin order.

@@ -31,7 +31,7 @@ BuildState::BuildState(EppConfig c, const PluginRegistry& r, const PluginContext
   // In-flight load is shared with the running scheduler: a request picked before a reload is
   // released after it, and must be subtracted from the same counters it was added to.
   if (previous != nullptr) impl->load = previous->load;
-  context = PluginContext{impl->clock, impl->rng, &impl->warnings, ctx.region, ctx.zone};
+  context = PluginContext{impl->clock, impl->rng, &impl->warnings, ctx.region, ctx.zone, ctx.shared_prefix};
 }
 
 std::string BuildState::Where(int line, std::string_view path) const {

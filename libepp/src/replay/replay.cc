@@ -20,6 +20,7 @@
 #include "epp/prefix_cache.h"
 #include "epp/registry.h"
 #include "epp/tools/replay.h"
+#include "epp/shared_state.h"
 #include "epp/kv/index.h"
 #include "epp/kv/subscriber.h"
 #include "epp/scheduler.h"
@@ -326,6 +327,7 @@ absl::Status ValidateInputs(const std::vector<ReplayRequest>& trace, const std::
   const int server_count = ServerCount(options);
   if (server_count <= 0) return absl::InvalidArgumentError("servers must be > 0");
   if (options.epp_replicas < 1 || options.epp_replicas > 64) return absl::InvalidArgumentError("epp_replicas must be in [1, 64]");
+  if (options.shared_state_delay_us < 0) return absl::InvalidArgumentError("shared_state_delay_us must be >= 0");
   if (options.kv_event_delay_us < 0) return absl::InvalidArgumentError("the KV event delay must be >= 0");
   if (options.scrape_interval_us <= 0) return absl::InvalidArgumentError("the metrics refresh interval must be > 0");
   if (!options.per_server.empty() && static_cast<int>(options.per_server.size()) != server_count)
@@ -409,6 +411,10 @@ struct PolicyRun {
   ReplayPolicyReport Report(const Percentiles& ttft_bound, std::chrono::steady_clock::time_point wall0);
 
   void DeliverKvEvents(int64_t now_us);
+  // Shared state: the prefix updates due by now reach the other replicas, and every
+  // shared_state_delay_us each replica's picks start counting the others' in-flight requests as
+  // they were then (serve's refresh, in virtual time).
+  void ShareState(int64_t now_us);
   absl::Status PickAndSubmit(const ReplayRequest& r, const InferenceRequest& req, size_t replica);
   // The request the EPP receives for `r` (fills and returns `req`).
   const InferenceRequest& RequestFor(const ReplayRequest& r);
@@ -441,9 +447,12 @@ struct PolicyRun {
   const int64_t t0 = setup.t0, span = setup.span;
   const size_t buckets = setup.buckets;
 
-  // The EPP replicas (the schedulers use the clock and their RNG: declared after them).
+  // The EPP replicas (the schedulers use the clock, their RNG and the shared-state hub: declared
+  // after them).
   ManualClock clock{t0};
   std::vector<std::unique_ptr<SeededRng>> rngs;
+  std::unique_ptr<PrefixBusHub> shared_prefix;  // ReplayOptions::shared_state with replicas
+  int64_t next_load_share_us = 0;
   std::vector<std::unique_ptr<Scheduler>> replicas;
   std::vector<const KvEventsBinding*> kv_of;
   bool kv_on = false;  // a precise policy: the servers publish what their caches do
@@ -485,10 +494,14 @@ struct PolicyRun {
 };
 
 absl::Status PolicyRun::BuildReplicas(const PluginRegistry& registry) {
-  for (int r = 0; r < std::max(1, options.epp_replicas); ++r) {
+  const int n = std::max(1, options.epp_replicas);
+  if (options.shared_state && n > 1)
+    shared_prefix = std::make_unique<PrefixBusHub>(n, options.shared_state_delay_us, [this] { return clock.NowMicros(); });
+  for (int r = 0; r < n; ++r) {
     rngs.push_back(std::make_unique<SeededRng>(options.seed + static_cast<uint64_t>(r)));
-    EPP_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> built,
-                         BuildScheduler(policy.config, registry, PluginContext{&clock, rngs.back().get()}));
+    PluginContext ctx{&clock, rngs.back().get()};
+    if (shared_prefix) ctx.shared_prefix = shared_prefix->Member(r);
+    EPP_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> built, BuildScheduler(policy.config, registry, ctx));
     kv_of.push_back(built->KvEvents());
     replicas.push_back(std::move(built));
   }
@@ -906,10 +919,29 @@ absl::Status PolicyRun::ReplayTrace(size_t policy_index) {
   return absl::OkStatus();
 }
 
+void PolicyRun::ShareState(int64_t now_us) {
+  shared_prefix->DeliverDue(now_us);
+  if (now_us < next_load_share_us) return;
+  next_load_share_us = now_us + std::max<int64_t>(1, options.shared_state_delay_us);
+  std::vector<std::vector<RemoteLoad>> own(replicas.size());
+  for (size_t i = 0; i < replicas.size(); ++i)
+    for (const Endpoint& e : endpoints) {
+      const auto [requests, tokens] = replicas[i]->Inflight(e.address);
+      if (requests != 0 || tokens != 0) own[i].push_back(RemoteLoad{e.address, requests, tokens});
+    }
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    std::vector<RemoteLoad> others;
+    for (size_t j = 0; j < replicas.size(); ++j)
+      if (j != i) others.insert(others.end(), own[j].begin(), own[j].end());
+    replicas[i]->SetRemoteLoad(others);
+  }
+}
+
 // One arrival: the replica's pick (a shed request ends here), then the request on the picked
 // server, or, when the policy disaggregated it (the x-prefiller-host-port header of llm-d's P/D
 // handler), its prefill stage on the prefill server with the decode stage to follow.
 absl::Status PolicyRun::PickAndSubmit(const ReplayRequest& r, const InferenceRequest& req, size_t replica) {
+  if (shared_prefix) ShareState(clock.NowMicros());
   PickResult pr = replicas[replica]->Pick(req, endpoints);
   if (pr.status != 200) {
     Drop(r, pr.dropped_reason);

@@ -36,13 +36,36 @@ void LoadTracker::Snapshot(std::span<const Endpoint> endpoints, std::vector<int6
   requests.assign(endpoints.size(), 0);
   tokens.assign(endpoints.size(), 0);
   std::lock_guard<std::mutex> lock(mu_);
-  if (load_.empty()) return;
+  if (load_.empty() && remote_.empty()) return;
   for (size_t i = 0; i < endpoints.size(); ++i) {
-    auto it = load_.find(endpoints[i].address);
-    if (it == load_.end()) continue;
-    requests[i] = it->second.first;
-    tokens[i] = it->second.second;
+    if (auto it = load_.find(endpoints[i].address); it != load_.end()) {
+      requests[i] = it->second.first;
+      tokens[i] = it->second.second;
+    }
+    if (remote_.empty()) continue;
+    if (auto it = remote_.find(endpoints[i].address); it != remote_.end()) {
+      requests[i] += it->second.first;
+      tokens[i] += it->second.second;
+    }
   }
+}
+
+void LoadTracker::SetRemote(std::span<const RemoteLoad> remote) {
+  absl::flat_hash_map<std::string, std::pair<int64_t, int64_t>> next;
+  next.reserve(remote.size());
+  for (const RemoteLoad& r : remote) {
+    auto& v = next[r.endpoint];
+    v.first += std::max<int64_t>(0, r.requests);
+    v.second += std::max<int64_t>(0, r.tokens);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  remote_.swap(next);
+}
+
+std::pair<int64_t, int64_t> LoadTracker::GetRemote(std::string_view endpoint) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = remote_.find(absl::string_view(endpoint.data(), endpoint.size()));
+  return it == remote_.end() ? std::pair<int64_t, int64_t>{0, 0} : it->second;
 }
 
 std::pair<int64_t, int64_t> LoadTracker::Get(std::string_view endpoint) const {
@@ -829,6 +852,12 @@ size_t Scheduler::PrefixIndexEntries() const {
 }
 
 std::pair<int64_t, int64_t> Scheduler::Inflight(std::string_view endpoint) const { return impl_->load->Get(endpoint); }
+
+void Scheduler::SetRemoteLoad(std::span<const RemoteLoad> remote) const { impl_->load->SetRemote(remote); }
+
+std::pair<int64_t, int64_t> Scheduler::RemoteInflight(std::string_view endpoint) const {
+  return impl_->load->GetRemote(endpoint);
+}
 
 void Scheduler::ConfigureScrape(ScrapeOptions& options) const {
   for (const plugins::ScrapeSettingsSource* s : impl_->caps.scrape_settings) s->ConfigureScrape(options);

@@ -98,10 +98,14 @@ class LoadTracker {
   void Snapshot(std::span<const Endpoint> endpoints, std::vector<int64_t>& requests, std::vector<int64_t>& tokens) const;
   std::pair<int64_t, int64_t> Get(std::string_view endpoint) const;
   void Forget(std::string_view endpoint);
+  // Shared state: the other replicas' counts, added to this replica's in Snapshot (not in Get).
+  void SetRemote(std::span<const RemoteLoad> remote);
+  std::pair<int64_t, int64_t> GetRemote(std::string_view endpoint) const;
 
  private:
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, std::pair<int64_t, int64_t>> load_;
+  absl::flat_hash_map<std::string, std::pair<int64_t, int64_t>> remote_;
 };
 
 struct Scheduler::Impl {

@@ -64,6 +64,9 @@ struct EppServer::Impl {
   ServeConfig config;
   const Logger& log;
   SeededRng rng;  // shared by every scheduler built here (plugins keep a pointer to it)
+  // --shared-state: the other replicas' prefix updates and in-flight counts. Declared before the
+  // schedulers (their prefix producers subscribe to it): destroyed after them.
+  std::unique_ptr<RedisSharedState> shared;
   PluginRegistry registry = BuiltinRegistry();
   std::unique_ptr<SchedulerHandle> handle;
   std::unique_ptr<EndpointPool> pool;
@@ -186,6 +189,7 @@ struct EppServer::Impl {
     PluginContext c{&SteadyClock::Get(), &rng};
     c.region = config.region;
     c.zone = config.zone;
+    c.shared_prefix = shared.get();
     return c;
   }
 
@@ -318,6 +322,7 @@ struct EppServer::Impl {
     if (policies) s.policy_watch = policies->stats();
     if (std::shared_ptr<flowcontrol::FlowController> f = flow->Get()) s.flow_control = f->Stats();
     if (tracer) s.tracing = tracer->stats();
+    if (shared) s.shared_state = shared->stats();
     std::lock_guard<std::mutex> lock(mu);
     s.config_reloads = reloads;
     return s;
@@ -347,6 +352,9 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
   Impl& m = *impl;
   const ServeConfig& c = m.config;
   for (const std::string& n : c.notices) m.log.Warn(n);
+  if (c.shared_state) {
+    EPP_ASSIGN_OR_RETURN(m.shared, RedisSharedState::Create(*c.shared_state));
+  }
 
   // Configuration and scheduler.
   std::optional<EppConfig> loaded_config;  // for the flow-control layer, built once the pool is
@@ -508,6 +516,19 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
                          }));
   }
   if (m.pool) m.pool->Start();
+  if (m.shared) {
+    // Redis need not answer now: serving starts on local state and sharing joins when it does.
+    const EndpointSource* source = m.endpoints;
+    m.shared->Start([raw] { return raw->handle->Get(); },
+                    [source] {
+                      std::vector<std::string> out;
+                      for (const Endpoint& e : *source->Snapshot()) out.push_back(e.address);
+                      return out;
+                    },
+                    &m.log);
+    m.log.Info("shared state: " + m.shared->redacted_address() + " as replica " + m.shared->options().replica_id +
+               ", every " + std::to_string(m.shared->options().interval.count()) + " ms");
+  }
   if (m.policies) m.policies->Start();
   if (m.elector) m.elector->Start();
   if (m.config_watch) m.watch_thread = std::thread([raw] { raw->Watch(); });
@@ -558,6 +579,7 @@ void EppServer::Shutdown(std::chrono::milliseconds drain) {
   }
   if (m.pool) m.pool->Stop();  // no endpoint set is installed after this
   if (m.policies) m.policies->Stop();
+  if (m.shared) m.shared->Stop();  // after the streams: its key goes, the others stop counting ours
   m.StopKv();
   if (m.metrics) m.metrics->Stop();
   if (m.health) m.health->Shutdown();
@@ -600,6 +622,7 @@ std::string EppServer::Describe() const {
     out += "; leader election on lease " + c.leader_election->ns + "/" + c.leader_election->name + " as " +
            c.leader_election->identity;
   if (c.metrics_auth) out += "; /metrics needs a token the API server authorizes";
+  if (m.shared) out += "; shared state " + m.shared->redacted_address() + " as " + m.shared->options().replica_id;
   out += "; refresh " + FormatDurationMicros(c.refresh_interval.count()) + ", staleness " + FormatDurationMicros(c.staleness.count());
   return out;
 }

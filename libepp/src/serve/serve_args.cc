@@ -301,6 +301,44 @@ void Notices(const ServeArgs& a, ServeConfig& c) {
 
 bool WordChar(char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-'; }
 
+absl::Status SharedState(const ServeArgs& a, ServeConfig& c) {
+  const bool any = !a.shared_state_password_file.empty() || !a.shared_state_ca_file.empty() ||
+                   !a.shared_state_key_prefix.empty() || !a.shared_state_replica_id.empty();
+  if (a.shared_state.empty()) {
+    if (any) return absl::InvalidArgumentError("shared_state_*: these settings need shared_state (a Redis URL)");
+    return absl::OkStatus();
+  }
+  SharedStateOptions o;
+  o.address = a.shared_state;
+  if (absl::StatusOr<RedisAddress> parsed = ParseRedisAddress(a.shared_state); !parsed.ok())
+    return absl::InvalidArgumentError(absl::StrCat("shared_state: ", parsed.status().message()));
+  if (!a.shared_state_password_file.empty()) {
+    EPP_ASSIGN_OR_RETURN(o.password, ReadWhole("shared_state_password_file", a.shared_state_password_file));
+    while (!o.password.empty() && (o.password.back() == '\n' || o.password.back() == '\r')) o.password.pop_back();
+    if (o.password.empty())
+      return absl::InvalidArgumentError(
+          absl::StrCat("shared_state_password_file: ", a.shared_state_password_file, " is empty"));
+  } else if (const char* env = std::getenv("EPP_SHARED_STATE_PASSWORD"); env != nullptr && *env != '\0') {
+    o.password = env;
+  }
+  o.ca_file = a.shared_state_ca_file;
+  o.key_prefix = a.shared_state_key_prefix.empty() ? absl::StrCat("epp:", c.pool_name, ":") : a.shared_state_key_prefix;
+  o.replica_id = a.shared_state_replica_id;
+  if (o.replica_id.empty())
+    if (const char* pod = std::getenv("POD_NAME"); pod != nullptr) o.replica_id = pod;
+  for (char ch : o.replica_id)
+    if (ch == ' ' || ch == '\n' || static_cast<unsigned char>(ch) < 0x20)
+      return absl::InvalidArgumentError("shared_state_replica_id: no spaces or control characters");
+  EPP_ASSIGN_OR_RETURN(Micros interval, Duration("shared_state_interval", a.shared_state_interval, false));
+  EPP_ASSIGN_OR_RETURN(Micros timeout, Duration("shared_state_timeout", a.shared_state_timeout, false));
+  o.interval = CeilMillis(interval);
+  o.timeout = CeilMillis(timeout);
+  // Checks the rest (load expiry against the interval) as the server will.
+  EPP_RETURN_IF_ERROR(RedisSharedState::Create(o).status());
+  c.shared_state = std::move(o);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ServeConfig> BuildServeConfig(const ServeArgs& args) {
@@ -341,6 +379,7 @@ absl::StatusOr<ServeConfig> BuildServeConfig(const ServeArgs& args) {
           "or OTEL_TRACES_EXPORTER=otlp|console)");
     }
   }
+  EPP_RETURN_IF_ERROR(SharedState(args, c));
   Notices(args, c);
   return c;
 }
@@ -386,7 +425,9 @@ const std::vector<std::string_view>& ServeSettingNames() {
       "metrics_endpoint_auth", "enable_grpc_stream_metrics", "allow_experimental_plugins",
       "refresh_prometheus_metrics_interval", "tls_min_version", "metrics_client_ca_file", "metrics_cert_dir",
       "tls_cipher_suites", "watch_objectives", "leader_election_id", "leader_election_namespace", "leader_election_identity",
-      "leader_election_lease_duration", "leader_election_renew_deadline", "leader_election_retry_period"};
+      "leader_election_lease_duration", "leader_election_renew_deadline", "leader_election_retry_period",
+      "shared_state", "shared_state_password_file", "shared_state_ca_file", "shared_state_key_prefix",
+      "shared_state_replica_id", "shared_state_interval", "shared_state_timeout"};
   return names;
 }
 

@@ -292,6 +292,28 @@ void WriteEndpointPickCounters(Exposition& x, const ServeMetricsSources& src, co
 
 // The scheduler's own in-flight load per endpoint (what its load-aware scorers read), read once
 // per endpoint so the requests and tokens families agree.
+void WriteSharedState(Exposition& x, const SharedStateStats& s) {
+  x.Single("epp_shared_state_up", "gauge",
+           "1 while the last round with the shared-state Redis succeeded; 0: this replica routes on its own state.",
+           int64_t{s.up});
+  x.Single("epp_shared_state_rounds_total", "counter", "Successful round trips with the shared-state Redis.", s.rounds);
+  x.Single("epp_shared_state_errors_total", "counter",
+           "Failed connects or round trips with the shared-state Redis (each one falls back to local state).", s.errors);
+  x.Single("epp_shared_state_reconnects_total", "counter", "Connections to the shared-state Redis made again after a failure.",
+           s.reconnects);
+  x.Single("epp_shared_state_prefix_published_total", "counter", "Prefix-index updates this replica sent.", s.published);
+  x.Single("epp_shared_state_prefix_applied_total", "counter",
+           "Other replicas' prefix-index updates added to this replica's index.", s.applied);
+  x.Single("epp_shared_state_prefix_dropped_total", "counter",
+           "Prefix-index updates lost: the queue was full while Redis was slow or down, or Redis refused them.", s.dropped);
+  x.Single("epp_shared_state_replicas", "gauge", "Replicas whose in-flight counts are live in Redis, this one included.",
+           s.replicas);
+  x.Single("epp_shared_state_remote_inflight_requests", "gauge",
+           "In-flight requests of the other replicas that this replica's picks count.", s.remote_requests);
+  x.Single("epp_shared_state_round_seconds", "gauge", "Duration of the last successful round trip.",
+           s.last_round_seconds);
+}
+
 void WriteEndpointInflight(Exposition& x, const Scheduler& scheduler, const std::vector<Endpoint>& pool) {
   x.Family("epp_endpoint_inflight_requests", "gauge", "Requests picked for the endpoint and not finished.");
   std::vector<std::pair<int64_t, int64_t>> inflight;
@@ -597,6 +619,7 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
     x.Single("epp_tracing_export_failures_total", "counter", "OTLP export calls that failed.",
              static_cast<int64_t>(t.export_failures));
   }
+  if (src.shared_state) WriteSharedState(x, *src.shared_state);
   if (src.policy_watch) {
     const KubeWatchStats& w = *src.policy_watch;
     x.Single("epp_kube_policy_watch_synced", "gauge",

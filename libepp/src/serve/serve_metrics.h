@@ -44,6 +44,8 @@ struct ServeMetricsSources {
   std::optional<flowcontrol::ControllerStats> flow_control;
   // The OpenTelemetry exporter (--tracing with an exporter configured).
   std::optional<TracerStats> tracing;
+  // --shared-state.
+  std::optional<SharedStateStats> shared_state;
 };
 
 // The exposition at `now_us` (the clock the pool stamps metrics with).

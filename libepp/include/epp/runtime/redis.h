@@ -5,8 +5,10 @@
 // rather than hiredis: Debian's hiredis 0.14 has no TLS, and `rediss://` is one of the forms.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -83,6 +85,53 @@ class RespReader {
   size_t pos_ = 0;       // the start of the next value in buffer_
   uint64_t offset_ = 0;  // stream offset of buffer_[0]
   absl::Status failed_;
+};
+
+// One connection to a Redis server: TCP, TLS (OpenSSL; the server's name and certificate are
+// verified against the system's CAs or `ca_file`, unless the address says skip_verify) or a
+// Unix socket; AUTH and SELECT as the address says, then PING. Blocking with deadlines: each
+// call finishes within its timeout (a whole pipeline, not per byte), so a slow or silent server
+// costs the caller at most that long. Not thread-safe: one user at a time (the shared-state
+// thread owns its connection).
+struct RedisConnectOptions {
+  std::chrono::milliseconds connect_timeout{500};  // TCP connect, TLS handshake, AUTH/SELECT/PING
+  std::chrono::milliseconds io_timeout{500};       // each Pipeline/Command call
+  std::string ca_file;                             // rediss: a PEM bundle instead of the system's
+  RespReader::Limits limits;
+};
+
+class RedisConnection {
+ public:
+  ~RedisConnection();
+  RedisConnection(const RedisConnection&) = delete;
+  RedisConnection& operator=(const RedisConnection&) = delete;
+
+  // Errors name the address (redacted) and what failed: resolve, connect, TLS, AUTH (the
+  // server's answer, e.g. WRONGPASS), SELECT, or a timeout.
+  static absl::StatusOr<std::unique_ptr<RedisConnection>> Connect(const RedisAddress& address,
+                                                                  const RedisConnectOptions& options = {});
+
+  // Sends the commands in one write and reads one answer each, in order. A command the server
+  // refuses comes back as a kError value (the others still run); a Status error is the
+  // connection's (closed, timed out, a protocol error), after which it is unusable (ok() false).
+  absl::StatusOr<std::vector<RespValue>> Pipeline(std::span<const std::vector<std::string>> commands);
+  absl::StatusOr<RespValue> Command(std::vector<std::string> args);
+
+  bool ok() const { return broken_.ok(); }
+  const std::string& where() const { return where_; }  // the redacted address, for errors
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  uint64_t bytes_received() const { return bytes_received_; }
+
+  struct Io;
+
+ private:
+  RedisConnection() = default;
+  std::unique_ptr<Io> io_;
+  RedisConnectOptions options_;
+  RespReader reader_;
+  std::string where_;
+  absl::Status broken_;
+  uint64_t bytes_sent_ = 0, bytes_received_ = 0;
 };
 
 }  // namespace epp

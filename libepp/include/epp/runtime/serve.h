@@ -47,6 +47,7 @@
 
 #include "epp/runtime/endpoints.h"
 #include "epp/runtime/decision_log.h"
+#include "epp/runtime/redis_state.h"
 #include "epp/runtime/tracing.h"
 #include "epp/runtime/extproc.h"
 #include "epp/runtime/kube.h"
@@ -306,6 +307,9 @@ struct ServeConfig {
   // OpenTelemetry traces (--tracing with an exporter in the OTEL_* variables): a Tracer started
   // with these options serves every stream (session.tracer, when already set, is used as is).
   std::optional<TracingOptions> tracing;
+  // --shared-state: prefix updates and in-flight counts shared with the other replicas through
+  // Redis or Valkey (epp/runtime/redis_state.h).
+  std::optional<SharedStateOptions> shared_state;
   std::string pool_name = "default";  // `name` label of the inference_pool_* metrics
   // Where this EPP runs (--region, --zone): PluginContext::region / zone of its plugins, the home
   // region and gateway zone of the locality plugins (docs/multicluster.md).

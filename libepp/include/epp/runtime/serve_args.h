@@ -125,6 +125,17 @@ struct ServeArgs {
   std::string leader_election_renew_deadline = "10s";
   std::string leader_election_retry_period = "2s";
 
+  // ---- Active-active replicas: prefix updates and in-flight counts shared through Redis or
+  // Valkey (epp/runtime/redis_state.h). shared_state: the server's URL (redis://, rediss://,
+  // unix://, valkey(s)://, host:port); empty: nothing shared. The password comes from
+  // shared_state_password_file, else $EPP_SHARED_STATE_PASSWORD, else the URL. Keys start with
+  // shared_state_key_prefix (empty: "epp:<metrics pool name>:"); each replica is
+  // shared_state_replica_id (empty: $POD_NAME, else host-pid-random).
+  std::string shared_state;
+  std::string shared_state_password_file, shared_state_ca_file, shared_state_key_prefix, shared_state_replica_id;
+  std::string shared_state_interval = "50ms";
+  std::string shared_state_timeout = "250ms";
+
   // ---- GIE's --metrics-endpoint-auth: /metrics answers only tokens the API server authenticates
   // and authorizes (epp/runtime/metrics_auth.h). Unset: on whenever a Kubernetes API is used.
   std::optional<bool> metrics_endpoint_auth;

@@ -192,6 +192,12 @@ struct ReplayOptions {
   // Independent EPP replicas behind the gateway, requests spread round robin: each learns only
   // the picks it made (approximate prefix) but every server's KV events (precise prefix).
   int epp_replicas = 1;
+  // The replicas share state (eppctl serve --shared-state): each one's approximate-prefix updates
+  // reach the others' indexes, and each one's in-flight counts are added to the others' picks,
+  // shared_state_delay_us after they happened (serve's staleness: about twice its interval plus
+  // a round trip). Without it each replica knows only its own picks.
+  bool shared_state = false;
+  int64_t shared_state_delay_us = 100000;
   // A policy with a precise-prefix-cache-producer: its servers publish KV events, which reach
   // the replicas' indexes this long after the cache changed.
   int64_t kv_event_delay_us = 0;

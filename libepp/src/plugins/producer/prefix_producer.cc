@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "epp/prefix_cache.h"
 #include "epp/scheduling.h"
+#include "epp/shared_state.h"
 #include "plugins/producer/producer.h"
 
 namespace epp::plugins {
@@ -49,10 +50,20 @@ const ParamTable<ProducerOptions>& Table() {
 
 class ApproxPrefixProducer : public Plugin, public DataProducer, public RequestObserver, public EndpointState {
  public:
-  ApproxPrefixProducer(TypedName tn, ProducerOptions o)
+  ApproxPrefixProducer(TypedName tn, ProducerOptions o, SharedPrefixBus* bus)
       : Plugin(std::move(tn)),
         o_(o),
-        index_(PrefixIndexOptions{o.block_size_tokens, MaxBlocksCap(o), o.lru_capacity}) {}
+        index_(PrefixIndexOptions{o.block_size_tokens, MaxBlocksCap(o), o.lru_capacity}),
+        bus_(bus) {
+    // Shared state (--shared-state, replay's replicas): the other replicas' picks go into this
+    // index as if this replica had made them; the bus keys them by this producer's name.
+    if (bus_ != nullptr)
+      subscription_ = bus_->Subscribe(name(), [this](std::string_view endpoint, std::span<const uint64_t> hashes,
+                                                     int64_t capacity) { index_.Add(endpoint, hashes, capacity); });
+  }
+  ~ApproxPrefixProducer() override {
+    if (bus_ != nullptr) bus_->Unsubscribe(subscription_);
+  }
   const DataProducer* AsDataProducer() const override { return this; }
   PluginInputs Consumes() const override {
     return o_.auto_tune ? PluginInputs{PluginInput::kCacheGeometry} : PluginInputs{};
@@ -93,6 +104,7 @@ class ApproxPrefixProducer : public Plugin, public DataProducer, public RequestO
       capacity = std::max<int64_t>(1, tokens / ctx.prefix.block_size_tokens);
     }
     index_.Add(picked.address, ctx.prefix.hashes, capacity);
+    if (bus_ != nullptr) bus_->Publish(name(), picked.address, ctx.prefix.hashes, capacity);
   }
 
   // autoTune: the endpoint's KV block size, as GIE takes the first candidate's. Deviation: a
@@ -116,6 +128,8 @@ class ApproxPrefixProducer : public Plugin, public DataProducer, public RequestO
   }
   ProducerOptions o_;
   mutable PrefixIndex index_;
+  SharedPrefixBus* bus_;
+  uint64_t subscription_ = 0;
 };
 
 }  // namespace
@@ -147,7 +161,7 @@ PluginOr CreateProducer(std::string_view type, const std::string& name, const Pa
     ctx.warnings->push_back(absl::StrCat(params.path(), ".blockSize: deprecated and ignored: blockSizeTokens is given"));
   }
   o.block_size_chars = 0;
-  return std::make_unique<ApproxPrefixProducer>(TypedName{std::string(type), name}, o);
+  return std::make_unique<ApproxPrefixProducer>(TypedName{std::string(type), name}, o, ctx.shared_prefix);
 }
 
 }  // namespace
