@@ -276,7 +276,26 @@ class Linter {
           is_epp = true;
         }
       }
-    if (!is_epp) model_servers_.push_back(w);
+    if (!is_epp && !IsKeyValueStore(spec)) model_servers_.push_back(w);
+  }
+
+  // A workload whose containers all run Redis or Valkey (by image or command): the store EPP
+  // replicas share state through (--shared-state), never a model server a pool should select.
+  static bool IsKeyValueStore(const YAML::Node& spec) {
+    const YAML::Node containers = Get(spec, "containers");
+    if (!containers.IsSequence() || containers.size() == 0) return false;
+    for (const YAML::Node& c : containers) {
+      std::string image = Get(c, "image").IsScalar() ? Get(c, "image").as<std::string>() : "";
+      if (const size_t slash = image.rfind('/'); slash != std::string::npos) image = image.substr(slash + 1);
+      std::string command;
+      const YAML::Node cmd = Get(c, "command");
+      if (cmd.IsSequence() && cmd.size() > 0 && cmd[0].IsScalar()) command = cmd[0].as<std::string>();
+      if (const size_t slash = command.rfind('/'); slash != std::string::npos) command = command.substr(slash + 1);
+      const bool store = image.rfind("redis", 0) == 0 || image.rfind("valkey", 0) == 0 ||
+                         command == "redis-server" || command == "valkey-server";
+      if (!store) return false;
+    }
+    return true;
   }
 
   // The boolean flags of `epp` / `eppctl serve` (the reference's and epp's own): written with a
