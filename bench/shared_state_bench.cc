@@ -4,7 +4,10 @@
 // runs on a Unix socket (started and stopped by pid); a second replica publishes as much as the
 // measured one, so the measured replica's index also takes the other's updates while it picks.
 //
-//   epp_bench_shared_state [--endpoints N] [--picks N] [--blocks N]
+//   epp_bench_shared_state [--endpoints N] [--picks N] [--blocks N] [--peer 0|1] [--rate PICKS_PER_S]
+// --peer 0: the other replica picks nothing (the cost of publishing alone). --rate: each replica
+// picks at this rate (the measured replica's picks alternate with the peer's); without it picks
+// run back to back, far more than a replica serves, the worst case for applying the peer's.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -90,11 +93,14 @@ int64_t UsedMemory(const epp::RedisAddress& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int endpoints_n = 8, picks = 20000, blocks = 64;
+  int endpoints_n = 8, picks = 20000, blocks = 64, peer_on = 1;
+  double rate = 0;  // picks per second per replica; 0: back to back
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--endpoints")) endpoints_n = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--picks")) picks = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--blocks")) blocks = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--peer")) peer_on = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--rate")) rate = std::atof(argv[i + 1]);
   }
   if (!epp::testing::RedisServerProcess::Available()) {
     std::fprintf(stderr, "redis-server is not installed (scripts/setup installs it)\n");
@@ -128,15 +134,20 @@ int main(int argc, char** argv) {
     for (int mode = 0; mode < 2; ++mode) {
       Replica& r = mode == 0 ? local : shared;
       std::vector<double>& out = mode == 0 ? lat_local : lat_shared;
+      auto next = Clock::now();
+      const auto step = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(rate > 0 ? 1.0 / rate : 0));
       for (int i = 0; i < block; ++i) {
-        // Fresh endpoint timestamps (staleness) every block.
+        if (rate > 0) {
+          next += step;
+          std::this_thread::sleep_until(next);
+        }
         const epp::InferenceRequest req = Request((conv + i) % 4000, i % 4, blocks);
         const auto t0 = Clock::now();
         epp::PickResult p = r.scheduler->Pick(req, endpoints);
         const auto t1 = Clock::now();
         out.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
         r.scheduler->Release(p);
-        if (mode == 1) peer.scheduler->Release(peer.scheduler->Pick(Request((conv + i + 7) % 4000, i % 4, blocks), endpoints));
+        if (mode == 1 && peer_on) peer.scheduler->Release(peer.scheduler->Pick(Request((conv + i + 7) % 4000, i % 4, blocks), endpoints));
       }
     }
     conv += block;
@@ -150,8 +161,11 @@ int main(int argc, char** argv) {
   const int64_t after = UsedMemory(epp::RedisAddress{epp::RedisAddress::Transport::kUnix, "", 0, redis.socket_path()});
   const int64_t published_blocks = static_cast<int64_t>(s.published + sp.published) * blocks;
 
-  std::printf("endpoints %d, picks %d per mode, %d-block prompts (64 chars = 16 tokens a block), GIE default profile\n",
-              endpoints_n, static_cast<int>(lat_local.size()), blocks);
+  std::printf("endpoints %d, picks %d per mode, %d-block prompts (64 chars = 16 tokens a block), GIE default profile, "
+              "%s, peer %s\n",
+              endpoints_n, static_cast<int>(lat_local.size()), blocks,
+              rate > 0 ? (std::to_string(static_cast<int>(rate)) + " picks/s per replica").c_str() : "back to back",
+              peer_on ? "picking" : "idle");
   std::printf("%-22s %9s %9s %9s\n", "pick latency (us)", "p50", "p99", "p99.9");
   std::printf("%-22s %9.2f %9.2f %9.2f\n", "local only", Pct(lat_local, 0.5), Pct(lat_local, 0.99), Pct(lat_local, 0.999));
   std::printf("%-22s %9.2f %9.2f %9.2f\n", "shared state (redis)", Pct(lat_shared, 0.5), Pct(lat_shared, 0.99),

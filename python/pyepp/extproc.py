@@ -471,7 +471,11 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
           leader_election_identity: Optional[str] = None, leader_election_lease_duration_s: Optional[float] = None,
           leader_election_renew_deadline_s: Optional[float] = None,
           leader_election_retry_period_s: Optional[float] = None, watch_objectives: bool = True,
-          metrics_endpoint_auth: Optional[bool] = None) -> ServeHandle:
+          metrics_endpoint_auth: Optional[bool] = None, shared_state: Optional[str] = None,
+          shared_state_password_file: Optional[str] = None, shared_state_ca_file: Optional[str] = None,
+          shared_state_key_prefix: Optional[str] = None, shared_state_replica_id: Optional[str] = None,
+          shared_state_interval_s: Optional[float] = None,
+          shared_state_timeout_s: Optional[float] = None) -> ServeHandle:
     """Runs the Endpoint Picker in this process: libepp's ``EppServer``, what ``eppctl serve``
     runs, with its ext_proc server, grpc.health.v1 server and Prometheus ``/metrics``.
 
@@ -545,6 +549,15 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
       ``leader_election_identity`` (default ``$POD_NAME``, else the host name). Timing:
       ``leader_election_lease_duration_s`` (15), ``leader_election_renew_deadline_s`` (10),
       ``leader_election_retry_period_s`` (2). Closing the handle gives a held Lease up first.
+    - ``shared_state``: a Redis or Valkey URL (``redis://HOST:PORT``, ``rediss://``,
+      ``unix:///PATH``; ``eppctl serve --shared-state``): this replica shares its approximate
+      prefix updates and in-flight counts with the other replicas using the same Redis and key
+      prefix (``shared_state_key_prefix``, default ``epp:POOL:``), as ``shared_state_replica_id``;
+      the password from ``shared_state_password_file`` (else ``$EPP_SHARED_STATE_PASSWORD``, else
+      the URL), ``rediss://`` verified against ``shared_state_ca_file`` (else the system's CAs);
+      one round trip every ``shared_state_interval_s`` (0.05), each bounded by
+      ``shared_state_timeout_s`` (0.25). Picks never wait on Redis; ``/metrics`` has
+      ``epp_shared_state_*``. With a Python-built scheduler only the in-flight counts are shared.
 
     ``metrics_endpoint_auth``: ``/metrics`` and ``/debug/decisions`` answer only a bearer token
     the API server authenticates and allows (TokenReview, SubjectAccessReview); None (the default)
@@ -675,6 +688,14 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     args.watch_objectives = bool(watch_objectives)
     if metrics_endpoint_auth is not None:
         args.metrics_endpoint_auth = bool(metrics_endpoint_auth)
+    for name, v in (("shared_state", shared_state), ("shared_state_password_file", shared_state_password_file),
+                    ("shared_state_ca_file", shared_state_ca_file), ("shared_state_key_prefix", shared_state_key_prefix),
+                    ("shared_state_replica_id", shared_state_replica_id)):
+        if v is not None:
+            setattr(args, name, os.fspath(v) if name.endswith("_file") else v)
+    for name, v in (("shared_state_interval", shared_state_interval_s), ("shared_state_timeout", shared_state_timeout_s)):
+        if v is not None:
+            setattr(args, name, _go_duration(v, name + "_s"))
     args.ha_enable_leader_election = bool(ha_enable_leader_election)
     args.leader_election_id = leader_election_id or ""
     args.leader_election_namespace = leader_election_namespace or ""

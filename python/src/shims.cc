@@ -790,6 +790,8 @@ const std::map<std::string, std::string, std::less<>>& KeywordNames() {
       {"leader_election_lease_duration", "leader_election_lease_duration_s"},
       {"leader_election_renew_deadline", "leader_election_renew_deadline_s"},
       {"leader_election_retry_period", "leader_election_retry_period_s"},
+      {"shared_state_interval", "shared_state_interval_s"},
+      {"shared_state_timeout", "shared_state_timeout_s"},
   };
   return names;
 }

@@ -20,7 +20,8 @@ import pytest
 grpc = pytest.importorskip("grpc")
 
 from conftest import _eppctl_path  # noqa: E402
-from test_eppctl_serve import MODEL, Serve, destination, pick, write_pool  # noqa: E402
+from test_eppctl_serve import MODEL, Serve, Stream, destination, pick, write_pool  # noqa: E402
+import extproc_wire as wire  # noqa: E402
 import json  # noqa: E402
 
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -120,20 +121,28 @@ def test_both_replicas_keep_picking_after_redis_is_sigkilled_and_share_again_whe
         s.wait_metric("epp_shared_state_up", lambda v: v == 1)
         s.wait_metric("epp_shared_state_replicas", lambda v: v == 2)
     redis.kill(signal.SIGKILL)
+    killed = time.monotonic()
     for s in (a, b):
         s.wait_metric("epp_shared_state_up", lambda v: v == 0)
+    down_after = time.monotonic() - killed
+    slowest = 0.0
     for i in range(10):
         for s in (a, b):
+            t = time.monotonic()
             dest = destination(pick(s.channel(), conversation(100 + i))[0])
+            slowest = max(slowest, time.monotonic() - t)
             assert dest in ENDPOINTS
     for s in (a, b):
         assert s.metric("epp_shared_state_errors_total") >= 1
         # Said once, not per failed round.
         assert s.log().count("routes on its own state until Redis answers again") == 1, s.log()
     redis.start()
+    restarted = time.monotonic()
     for s in (a, b):
         s.wait_metric("epp_shared_state_up", lambda v: v == 1, timeout=15)
         s.wait_metric("epp_shared_state_replicas", lambda v: v == 2, timeout=15)
+    print("\nredis SIGKILL: both down after %.2f s; 20 of 20 picks meanwhile, slowest %.3f s; both sharing again "
+          "%.2f s after the restart" % (down_after, slowest, time.monotonic() - restarted))
     assert "answers again" in a.log()
     # Sharing works again: the 10 updates a queued while Redis was away reach b, then a new
     # conversation's follow-up through b lands where a sent its first turn.
@@ -171,3 +180,63 @@ def test_bad_shared_state_settings_exit_2_naming_the_flag(eppctl, tmp_path):
                "--shared-state-password-file", str(tmp_path / "missing"), "--grpc-port", "0")
     assert r.returncode == 2
     assert "--shared-state-password-file" in r.stderr
+
+
+def open_pick(channel, body):
+    """A picked request whose stream stays open (in flight) until the returned Stream closes."""
+    s = Stream(channel)
+    s.send(wire.chat_request(body), wire.request_body(body, end_of_stream=True))
+    first = s.recv()
+    assert destination(first) in ENDPOINTS
+    return s
+
+
+def test_drill_a_replica_killed_with_requests_in_flight_stops_counting_after_the_expiry(replicas):
+    a, b = replicas(1), replicas(2)
+    for s in (a, b):
+        s.wait_metric("epp_shared_state_replicas", lambda v: v == 2)
+    streams = [open_pick(a.channel(), conversation(300 + i)) for i in range(3)]
+    b.wait_metric("epp_shared_state_remote_inflight_requests", lambda v: v == 3)
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait(timeout=10)
+    killed = time.monotonic()
+    # No goodbye: the counts go with their key's expiry (max(1 s, 20 x 20 ms) = 1 s).
+    b.wait_metric("epp_shared_state_remote_inflight_requests", lambda v: v == 0, timeout=10)
+    gone = time.monotonic() - killed
+    assert gone >= 0.5
+    b.wait_metric("epp_shared_state_replicas", lambda v: v == 1, timeout=10)
+    print("\nreplica SIGKILLed with 3 requests in flight: the other stopped counting them after %.2f s" % gone)
+    for s in streams:
+        s.call.cancel()
+
+
+def test_drill_redis_that_stops_answering_costs_picks_nothing(replicas, redis):
+    """A partition: the connection stays open but nothing answers (SIGSTOP). Rounds time out
+    (--shared-state-timeout), picks go on at their usual speed, sharing resumes on SIGCONT."""
+    a, b = replicas(1, "--shared-state-timeout", "200ms"), replicas(2, "--shared-state-timeout", "200ms")
+    for s in (a, b):
+        s.wait_metric("epp_shared_state_replicas", lambda v: v == 2)
+    held = open_pick(a.channel(), conversation(400))
+    b.wait_metric("epp_shared_state_remote_inflight_requests", lambda v: v == 1)
+    redis.proc.send_signal(signal.SIGSTOP)
+    try:
+        stopped = time.monotonic()
+        for s in (a, b):
+            s.wait_metric("epp_shared_state_up", lambda v: v == 0, timeout=10)
+        down_after = time.monotonic() - stopped
+        assert b.metric("epp_shared_state_remote_inflight_requests") == 0  # stale counts dropped
+        started = time.monotonic()
+        for i in range(10):
+            assert destination(pick(b.channel(), conversation(410 + i))[0]) in ENDPOINTS
+        # Ten picks through a gRPC round trip each; nothing waited on the silent Redis.
+        took = time.monotonic() - started
+        assert took < 5
+        print("\nredis SIGSTOPped: both down after %.2f s; 10 picks took %.3f s" % (down_after, took))
+    finally:
+        redis.proc.send_signal(signal.SIGCONT)
+    resumed = time.monotonic()
+    for s in (a, b):
+        s.wait_metric("epp_shared_state_up", lambda v: v == 1, timeout=15)
+    b.wait_metric("epp_shared_state_remote_inflight_requests", lambda v: v == 1, timeout=10)
+    print("redis SIGCONT: counts shared again after %.2f s" % (time.monotonic() - resumed))
+    held.call.cancel()

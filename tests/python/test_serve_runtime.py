@@ -378,3 +378,48 @@ def test_settings_are_checked_by_the_library_eppctl_serve_uses(tmp_path: Path) -
     # Static mode: its servers' and streams' settings go through the same function.
     with pytest.raises(pyepp.ConfigError, match=r"^decision_log: must be in \[0, 1000000\]"):
         pyepp.serve(pyepp.Scheduler.default(), [], decision_log=1000001)
+
+
+REDIS_SERVER = "/usr/bin/redis-server"
+
+
+@pytest.mark.skipif(not os.access(REDIS_SERVER, os.X_OK), reason="redis-server is not installed (scripts/setup installs it)")
+def test_shared_state_between_two_in_process_replicas(runtime: Any, tmp_path: Path) -> None:
+    import subprocess
+    sock = tmp_path / "redis.sock"
+    redis = subprocess.Popen([REDIS_SERVER, "--port", "0", "--unixsocket", str(sock), "--save", "", "--appendonly", "no",
+                              "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for("redis-server's socket", sock.exists)
+        kw: Dict[str, Any] = dict(endpoint=[f"{A}=none", f"{B}=none"], shared_state=f"unix://{sock}",
+                                  shared_state_interval_s=0.02, metrics_port=0)
+        one = runtime.start(shared_state_replica_id="one", **kw)
+        two = runtime.start(shared_state_replica_id="two", **kw)
+
+        def gauge(h: pyepp.ServeHandle, name: str) -> float:
+            for line in h.metrics_text().splitlines():
+                if line.startswith(name + " ") or line.startswith(name + "{"):
+                    return float(line.rsplit(" ", 1)[1])
+            return -1.0
+
+        wait_for("both replicas sharing", lambda: gauge(one, "epp_shared_state_replicas") == 2
+                 and gauge(two, "epp_shared_state_replicas") == 2)
+        def pick(h: pyepp.ServeHandle) -> str:
+            ch = grpc.insecure_channel(f"127.0.0.1:{h.port}", options=LOCAL)
+            try:
+                text = "A long conversation history that spans several prefix blocks. " * 20
+                return destination(process(ch, extproc.requests_from_capture(chat_capture(text)))[0])
+            finally:
+                ch.close()
+
+        first = pick(one)
+        wait_for("the update applied", lambda: gauge(two, "epp_shared_state_prefix_applied_total") >= 1)
+        assert all(pick(two) == first for _ in range(3))  # the same prompt, through the other replica
+    finally:
+        redis.kill()
+        redis.wait(timeout=10)
+    for bad, word in (({"shared_state": "http://x"}, "shared_state"),
+                      ({"shared_state": "redis://127.0.0.1:1", "shared_state_interval_s": 0}, "shared_state_interval_s"),
+                      ({"shared_state_key_prefix": "x:"}, "shared_state")):
+        with pytest.raises(pyepp.ConfigError, match=word):
+            pyepp.serve(endpoint=[f"{A}=none"], **bad)
