@@ -289,7 +289,12 @@ void AddServeFlags(CLI::App* cmd, ServeOptions& o, std::function<void()>& finish
   cmd->add_option("--handshake-timeout", o.args.handshake_timeout,
                   "Close an ext_proc connection whose TLS/HTTP2 handshake has not completed this long after it was accepted")
       ->capture_default_str();
-  cmd->add_option("--capture", o.args.capture_dir, "Write every stream's messages as protobuf JSON lines into DIR");
+  cmd->add_option("--capture", o.args.capture_dir,
+                  "Write every stream's messages as protobuf JSON lines into DIR (files 0600, credential headers "
+                  "redacted)");
+  cmd->add_option("--capture-max-bytes", o.args.capture_max_bytes,
+                  "What all capture files together may hold (1Gi, 500MiB, ...); then streams are no longer captured")
+      ->capture_default_str();
   cmd->add_option("--decision-log", o.args.decision_log,
                   "Keep the last N decisions with their explain trace, served at /debug/decisions on the metrics "
                   "port (request metadata: sensitive; 0 = off)")

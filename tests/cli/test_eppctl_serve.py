@@ -330,6 +330,20 @@ def test_subset_hint_as_list_and_as_comma_string(serve, pool):
     assert destination(first) == POOL[2]
 
 
+def test_client_sidecar_control_headers_are_removed(serve, pool):
+    """With the default profile (no P/D handler), a client's x-prefiller-host-port and its kin are
+    removed from the forwarded request and counted; other headers are not touched."""
+    s = serve("--endpoints", pool)
+    forged = [("x-prefiller-host-port", "169.254.169.254:80"), ("x-encoder-hosts-ports", "6.6.6.6:1"),
+              ("x-data-parallel-host-port", "6.6.6.6:2"), ("x-custom", "kept")]
+    first, _ = pick(s.channel(), chat_body("steer the sidecar"), extra_headers=forged)
+    assert destination(first) in POOL
+    removed = first["common"]["header_mutation"]["remove_headers"]
+    assert sorted(removed) == ["x-data-parallel-host-port", "x-encoder-hosts-ports", "x-prefiller-host-port"]
+    assert wire.header(first["common"], "x-prefiller-host-port") is None
+    assert s.metric("epp_stripped_control_headers_total") == 3
+
+
 def test_empty_subset_is_503(serve, pool):
     s = serve("--endpoints", pool)
     first, responses = pick(s.channel(), chat_body(), md=wire.subset_metadata([]))
@@ -1095,6 +1109,35 @@ def test_capture_dir(serve, pool, tmp_path):
         time.sleep(0.05)
     assert [l["direction"] for l in lines] == ["request"] * 3 + ["response"] * 2
     assert "request_headers" in lines[0]["message"]
+
+
+def test_capture_files_are_private_redacted_and_bounded(serve, pool, tmp_path):
+    """--capture files are 0600, credential headers are redacted, and --capture-max-bytes bounds
+    what all files together hold (issue #41)."""
+    import stat
+    cap = tmp_path / "capture"
+    s = serve("--endpoints", pool, "--capture", cap, "--capture-max-bytes", "6000")
+    secret = [("authorization", "Bearer sk-very-secret"), ("cookie", "session=abc123")]
+    pick(s.channel(), chat_body("first"), extra_headers=secret)
+    deadline = time.monotonic() + 10
+    while not list(cap.glob("*.jsonl")) or "response" not in list(cap.glob("*.jsonl"))[0].read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    first = list(cap.glob("*.jsonl"))[0]
+    assert stat.S_IMODE(first.stat().st_mode) == 0o600
+    text = first.read_text()
+    assert "sk-very-secret" not in text and "abc123" not in text
+    assert "<redacted>" in text or "PHJlZGFjdGVkPg==" in text  # raw_value is bytes: base64 in JSON
+    # A large body spends the rest of the budget: its file ends with a truncation line, and once
+    # the budget is spent later streams are not captured at all.
+    pick(s.channel(), chat_body("x" * 20000))
+    s.wait_metric("epp_capture_truncated_total", lambda v: v == 1)
+    pick(s.channel(), chat_body("after"))
+    files = sorted(cap.glob("*.jsonl"))
+    assert len(files) == 2
+    assert sum(f.stat().st_size for f in files) <= 6000 + 200
+    assert any('"truncated"' in f.read_text() for f in files)
+    assert s.metric("epp_capture_bytes_total") <= 6000
 
 
 def test_session_token_on_the_response_steers_the_next_stream(serve, pool, tmp_path):

@@ -20,7 +20,7 @@ import pytest
 grpc = pytest.importorskip("grpc")
 
 from conftest import _eppctl_path  # noqa: E402
-from test_eppctl_serve import MODEL, Serve, Stream, destination, pick, write_pool  # noqa: E402
+from test_eppctl_serve import MODEL, Serve, Stream, destination, pick, serve, write_pool  # noqa: E402,F401
 import extproc_wire as wire  # noqa: E402
 import json  # noqa: E402
 
@@ -240,3 +240,39 @@ def test_drill_redis_that_stops_answering_costs_picks_nothing(replicas, redis):
     b.wait_metric("epp_shared_state_remote_inflight_requests", lambda v: v == 1, timeout=10)
     print("redis SIGCONT: counts shared again after %.2f s" % (time.monotonic() - resumed))
     held.call.cancel()
+
+
+def test_precise_index_copy_in_redis_makes_a_new_replica_warm(serve, redis, tmp_path):
+    """llm-d's redisConfig: the first replica's precise index is copied to Redis; a replica started
+    later, whose servers offer no replay, knows their blocks at once from the copy (a replica
+    without the copy knows none) and routes the prompt where its blocks are."""
+    from test_eppctl_serve_kv import PRECISE_CONFIG, SYSTEM, KvSim, request_body
+    sims = [KvSim("--seed", "5"), KvSim("--seed", "6")]
+    try:
+        with_copy = tmp_path / "precise-redis.yaml"
+        with_copy.write_text(PRECISE_CONFIG.replace(
+            "    tokenProcessorConfig: {blockSize: 16}\n",
+            "    tokenProcessorConfig: {blockSize: 16}\n"
+            "    indexerConfig: {kvBlockIndexConfig: {redisConfig: {address: '%s'}}}\n" % redis.url))
+        without = tmp_path / "precise.yaml"
+        without.write_text(PRECISE_CONFIG)
+        endpoints = tmp_path / "endpoints-no-replay.yaml"  # no replay: a late replica cannot catch up
+        endpoints.write_text("endpoints:\n" + "".join(
+            "  - {address: %s, kvEvents: '%s'}\n" % (s.address, s.kv) for s in sims))
+        first = serve("--config", with_copy, "--endpoints", endpoints)
+        first.wait_metric("epp_kv_redis_up", lambda v: v == 1)
+        time.sleep(0.3)  # the SUB sockets finish connecting
+        sims[0].chat(SYSTEM, "warm the first server")
+        first.wait_metric("epp_endpoint_kv_blocks", lambda v: v is not None and v >= 20, endpoint=sims[0].address)
+        first.wait_metric("epp_kv_redis_written_total", lambda v: v is not None and v >= 20)
+        late = serve("--config", with_copy, "--endpoints", endpoints)
+        cold = serve("--config", without, "--endpoints", endpoints)
+        assert late.metric("epp_kv_redis_loaded_holders") >= 20
+        assert late.metric("epp_endpoint_kv_blocks", endpoint=sims[0].address) >= 20
+        assert cold.metric("epp_endpoint_kv_blocks", endpoint=sims[0].address) in (None, 0)
+        for i in range(4):
+            assert destination(pick(late.channel(), request_body("late question %d" % i))[0]) == sims[0].address
+        assert "holders restored from" in late.log()
+    finally:
+        for s in sims:
+            s.stop()

@@ -6,6 +6,9 @@
 // with DEADLINE_EXCEEDED. A reactor is reference-counted (gRPC's reference, dropped in OnDone, and
 // the watchdog's while it ends one outside the registry lock), so neither deletes it under the
 // other.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/ext/health_check_service_server_builder_option.h>
@@ -21,6 +24,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/os_error.h"
 #include "envoy/service/ext_proc/v3/external_processor.grpc.pb.h"
@@ -31,26 +35,100 @@ namespace {
 
 namespace pb = extproc_pb;
 
-// One JSON line per message in and out, for `eppctl explain --ext-proc`.
+// One JSON line per message in and out, for `eppctl explain --ext-proc`. The file is created
+// 0600 (it holds prompts); credential headers are redacted; every file of the server draws on one
+// byte budget (`budget`), past which the file says so and stops.
 class CaptureFile {
  public:
-  CaptureFile(const std::string& dir, int64_t id) {
+  CaptureFile(const std::string& dir, int64_t id, std::atomic<int64_t>* written, int64_t budget,
+              std::atomic<int64_t>* truncated)
+      : written_(written), budget_(budget), truncated_(truncated) {
     const auto now = std::chrono::system_clock::now().time_since_epoch();
     path_ = absl::StrCat(dir, "/stream-", std::chrono::duration_cast<std::chrono::milliseconds>(now).count(), "-", id, ".jsonl");
-    out_.open(path_);
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  }
+  ~CaptureFile() {
+    if (fd_ >= 0) ::close(fd_);
   }
   void Write(const char* direction, const google::protobuf::Message& m) {
-    if (!out_) return;
+    if (fd_ < 0 || cut_) return;
     std::string json;
     google::protobuf::util::JsonPrintOptions o;
     o.preserve_proto_field_names = true;
-    if (!google::protobuf::util::MessageToJsonString(m, &json, o).ok()) return;
-    out_ << "{\"direction\":\"" << direction << "\",\"message\":" << json << "}\n";
+    const google::protobuf::Message* shown = &m;
+    std::unique_ptr<google::protobuf::Message> copy;
+    if (HasCredentials(m)) {
+      copy.reset(m.New());
+      copy->CopyFrom(m);
+      Redact(*copy);
+      shown = copy.get();
+    }
+    if (!google::protobuf::util::MessageToJsonString(*shown, &json, o).ok()) return;
+    std::string line = absl::StrCat("{\"direction\":\"", direction, "\",\"message\":", json, "}\n");
+    const int64_t size = static_cast<int64_t>(line.size());
+    if (written_->fetch_add(size) + size > budget_) {
+      written_->fetch_sub(size);
+      cut_ = true;
+      (*truncated_)++;
+      line = absl::StrCat("{\"truncated\":\"the capture budget of ", budget_, " bytes is spent\"}\n");
+    }
+    const char* p = line.data();
+    size_t left = line.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd_, p, left);
+      if (n <= 0) {
+        if (n < 0 && errno == EINTR) continue;
+        ::close(fd_);
+        fd_ = -1;
+        return;
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
+    }
   }
 
  private:
+  static bool Sensitive(std::string_view key) {
+    static constexpr std::string_view kNames[] = {"authorization", "proxy-authorization", "cookie", "set-cookie",
+                                                  "x-api-key"};
+    for (std::string_view n : kNames)
+      if (absl::EqualsIgnoreCase(absl::string_view(key.data(), key.size()), absl::string_view(n.data(), n.size())))
+        return true;
+    return false;
+  }
+  static const ::envoy::config::core::v3::HeaderMap* Headers(const google::protobuf::Message& m) {
+    if (const auto* r = dynamic_cast<const pb::ProcessingRequest*>(&m)) {
+      if (r->has_request_headers()) return &r->request_headers().headers();
+      if (r->has_response_headers()) return &r->response_headers().headers();
+    }
+    return nullptr;
+  }
+  static bool HasCredentials(const google::protobuf::Message& m) {
+    const ::envoy::config::core::v3::HeaderMap* h = Headers(m);
+    if (h == nullptr) return false;
+    for (const auto& v : h->headers())
+      if (Sensitive(v.key())) return true;
+    return false;
+  }
+  static void Redact(google::protobuf::Message& m) {
+    auto* r = dynamic_cast<pb::ProcessingRequest*>(&m);
+    if (r == nullptr) return;
+    ::envoy::config::core::v3::HeaderMap* h = r->has_request_headers() ? r->mutable_request_headers()->mutable_headers()
+                                            : r->has_response_headers() ? r->mutable_response_headers()->mutable_headers()
+                                                                        : nullptr;
+    if (h == nullptr) return;
+    for (auto& v : *h->mutable_headers())
+      if (Sensitive(v.key())) {
+        if (!v.value().empty()) v.set_value("<redacted>");
+        if (!v.raw_value().empty()) v.set_raw_value("<redacted>");
+      }
+  }
   std::string path_;
-  std::ofstream out_;
+  int fd_ = -1;
+  bool cut_ = false;
+  std::atomic<int64_t>* written_;
+  int64_t budget_;
+  std::atomic<int64_t>* truncated_;
 };
 
 }  // namespace
@@ -86,7 +164,11 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
         : s_(s), ctx_(ctx), scheduler_(s->scheduler->Get()), session_(*scheduler_, *s->source, s->options.session, &s->stats) {
       s_->stats.streams_total++;
       s_->stats.streams_active++;
-      if (!s_->options.capture_dir.empty()) capture_ = std::make_unique<CaptureFile>(s_->options.capture_dir, s_->next_id++);
+      // Once the budget is spent (a file was cut short), no stream is captured any more.
+      if (!s_->options.capture_dir.empty() && s_->stats.capture_truncated.load() == 0)
+        capture_ = std::make_unique<CaptureFile>(s_->options.capture_dir, s_->next_id++, &s_->stats.capture_bytes,
+                                                 static_cast<int64_t>(s_->options.capture_max_bytes),
+                                                 &s_->stats.capture_truncated);
       started_us_ = last_message_us_ = SteadyMicros();
       if (s_->options.session.flow_control) {
         if (std::shared_ptr<flowcontrol::FlowController> f = s_->options.session.flow_control->Get()) {

@@ -334,10 +334,24 @@ void ExtProcSession::Impl::EmitPick(const std::string& new_body, bool body_chang
   for (const auto& [key, value] : result->headers) SetHeader(m, key, value);
   // The model server's spans join the trace under gateway.request (as llm-d injects it).
   if (trace) SetHeader(m, "traceparent", FormatTraceparent(*trace));
-  for (const std::string& owned : scheduler.OwnedHeaders()) {
-    const bool set = std::any_of(result->headers.begin(), result->headers.end(),
-                                 [&](const std::pair<std::string, std::string>& h) { return h.first == owned; });
-    if (!set) m->add_remove_headers(owned);
+  auto set_by_pick = [&](std::string_view name) {
+    return std::any_of(result->headers.begin(), result->headers.end(),
+                       [&](const std::pair<std::string, std::string>& h) { return h.first == name; });
+  };
+  const std::vector<std::string>& owned_headers = scheduler.OwnedHeaders();
+  for (const std::string& owned : owned_headers)
+    if (!set_by_pick(owned)) m->add_remove_headers(owned);
+  // The sidecar's control headers never pass from the client, whatever the profile handler: a
+  // client's x-prefiller-host-port would send the prefill (and the prompt) wherever it names.
+  for (std::string_view control : kSidecarControlHeaders) {
+    if (set_by_pick(control) || std::find(owned_headers.begin(), owned_headers.end(), control) != owned_headers.end())
+      continue;
+    const bool sent = std::any_of(headers.begin(), headers.end(),
+                                  [&](const std::pair<std::string, std::string>& h) { return h.first == control; });
+    if (sent) {
+      m->add_remove_headers(std::string(control));
+      if (stats) stats->stripped_control_headers++;
+    }
   }
   auto& ns = (*hr.mutable_dynamic_metadata()->mutable_fields())[std::string(kDestinationEndpointNamespace)];
   (*ns.mutable_struct_value()->mutable_fields())[std::string(kDestinationEndpointKey)].set_string_value(dest);

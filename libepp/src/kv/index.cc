@@ -142,6 +142,20 @@ struct KvBlockIndex::Impl {
   std::priority_queue<SpecDue, std::vector<SpecDue>, std::greater<SpecDue>> spec_due;
   std::atomic<int64_t> next_expiry{INT64_MAX};
   int64_t spec_holders = 0, spec_confirmed = 0, spec_expired = 0;
+  // SetChangeObserver: changes recorded while it is set, handed over at the end of each call.
+  std::function<void(std::span<const KvHolderChange>)> observer;
+  std::vector<KvHolderChange> changes;
+
+  void Note(bool stored, uint64_t key, int block_size, const Holder& h) {
+    if (!observer || h.medium == spec_medium) return;
+    changes.push_back(KvHolderChange{stored, KvHolderRecord{endpoints[h.endpoint].name, media[h.medium], key,
+                                                            h.engine_hash, block_size}});
+  }
+  void Flush() {
+    if (!observer || changes.empty()) return;
+    observer(changes);
+    changes.clear();
+  }
 
   uint32_t EndpointId(std::string_view name) {
     auto it = endpoint_ids.find(absl::string_view(name.data(), name.size()));
@@ -187,12 +201,14 @@ struct KvBlockIndex::Impl {
       lru.splice(lru.end(), lru, b.lru);  // stored again: most recent
       const size_t i = b.holders.find(Who(h.endpoint, h.medium));
       if (i < b.holders.size()) {
+        if (b.holders.engine[i] != h.engine_hash) Note(true, key, b.block_size, h);
         b.holders.engine[i] = h.engine_hash;
         return;
       }
     }
     b.holders.insert(h);
     ++holders;
+    Note(true, key, b.block_size, h);
   }
 
   // Removes one holder; drops the block when it was the last. Does not touch the engine maps.
@@ -202,6 +218,7 @@ struct KvBlockIndex::Impl {
     auto& hs = it->second.holders;
     const size_t i = hs.find(Who(endpoint, medium));
     if (i < hs.size()) {
+      Note(false, key, it->second.block_size, hs.at(i));
       hs.erase_at(i);
       --holders;
     }
@@ -221,6 +238,7 @@ struct KvBlockIndex::Impl {
       auto it = blocks.find(lru.front());
       for (size_t i = 0; i < it->second.holders.size(); ++i) {
         const Holder h = it->second.holders.at(i);
+        Note(false, it->first, it->second.block_size, h);
         if (h.medium == spec_medium) {
           if (endpoints[h.endpoint].speculative.erase(it->first)) --spec_holders;
         } else {
@@ -357,6 +375,7 @@ KvApplyResult KvBlockIndex::Apply(std::string_view endpoint, std::string_view ba
     }
   }
   m.EvictOverflow();
+  m.Flush();
   return r;
 }
 
@@ -367,6 +386,7 @@ void KvBlockIndex::ClearEndpoint(std::string_view endpoint) {
   if (it == m.endpoint_ids.end()) return;
   m.Clear(it->second);
   m.endpoints[it->second].live = false;
+  m.Flush();
 }
 
 // Predicted holders: the blocks of a request just routed to `endpoint`, before its engine has
@@ -404,7 +424,60 @@ void KvBlockIndex::AddSpeculative(std::string_view endpoint, std::span<const uin
     m.spec_due.push(Impl::SpecDue{expires_us, id, prev});
   }
   m.EvictOverflow();
+  m.Flush();
   m.next_expiry = m.spec_due.empty() ? INT64_MAX : m.spec_due.top().expires_us;
+}
+
+std::vector<KvHolderRecord> KvBlockIndex::Holders() const {
+  const Impl& m = *impl_;
+  std::shared_lock lock(m.mu);
+  std::vector<KvHolderRecord> out;
+  out.reserve(static_cast<size_t>(m.holders));
+  for (const auto& [key, b] : m.blocks)
+    for (size_t i = 0; i < b.holders.size(); ++i) {
+      const Impl::Holder h = b.holders.at(i);
+      if (h.medium == m.spec_medium) continue;
+      out.push_back(KvHolderRecord{m.endpoints[h.endpoint].name, m.media[h.medium], key, h.engine_hash, b.block_size});
+    }
+  return out;
+}
+
+size_t KvBlockIndex::Restore(std::span<const KvHolderRecord> holders) {
+  Impl& m = *impl_;
+  std::unique_lock lock(m.mu);
+  // What is restored is already where it came from: not handed to the observer again.
+  auto observer = std::move(m.observer);
+  m.observer = nullptr;
+  size_t added = 0;
+  for (const KvHolderRecord& r : holders) {
+    if (r.endpoint.empty() || r.key == 0 || r.block_size <= 0 || r.block_size > (1 << 20) ||
+        r.medium == kSpeculativeMedium)
+      continue;
+    const uint32_t id = m.EndpointId(r.endpoint);
+    Impl::EndpointState& ep = m.endpoints[id];
+    ep.live = true;
+    const uint16_t medium = m.MediumId(r.medium);
+    auto [slot, fresh] = ep.engine.try_emplace(Impl::EngineKey{r.engine_hash, medium}, r.key);
+    if (!fresh && slot->second != r.key) {
+      m.RemoveHolder(slot->second, id, medium);
+      slot->second = r.key;
+    }
+    auto b = m.blocks.find(r.key);
+    const int block_size = b != m.blocks.end() ? b->second.block_size : r.block_size;
+    m.AddHolder(r.key, block_size, Impl::Holder{r.engine_hash, id, medium});
+    ++added;
+  }
+  m.EvictOverflow();
+  m.changes.clear();
+  m.observer = std::move(observer);
+  return added;
+}
+
+void KvBlockIndex::SetChangeObserver(std::function<void(std::span<const KvHolderChange>)> observer) {
+  Impl& m = *impl_;
+  std::unique_lock lock(m.mu);
+  m.observer = std::move(observer);
+  m.changes.clear();
 }
 
 void KvBlockIndex::ExpireSpeculative(int64_t now_us) {

@@ -165,7 +165,11 @@ struct KvEventSubscriber::Impl {
       s->stats.endpoint = spec.endpoint;
       s->stats.address = spec.address;
       // A changed subscription for an endpoint starts over: what it held came from the old one.
-      index->ClearEndpoint(spec.endpoint);
+      // An endpoint new to this subscriber keeps what the index holds for it: nothing, or what
+      // the index's copy in Redis restored at start (redisConfig), which its events then update.
+      const bool changed = std::any_of(subs.begin(), subs.end(),
+                                       [&](const auto& o) { return o && o->spec.endpoint == spec.endpoint; });
+      if (changed) index->ClearEndpoint(spec.endpoint);
       Open(*s);
       // What the engine published before this subscription (or while the SUB connects) comes
       // from its replay buffer; live batches continue from there.

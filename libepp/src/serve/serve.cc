@@ -10,6 +10,7 @@
 #include "epp/params.h"
 #include "epp/registry.h"
 #include "epp/runtime/serve.h"
+#include "epp/runtime/kv_redis.h"
 #include "epp/version.h"
 #include "flowcontrol/build.h"
 #include "flowcontrol/controller.h"
@@ -101,6 +102,7 @@ struct EppServer::Impl {
   // concurrent calls runs last leaves the subscriber matching both.
   std::unique_ptr<KvEventSubscriber> kv;
   std::shared_ptr<KvBlockIndex> kv_index;  // the index `kv` feeds (kept alive with it)
+  std::unique_ptr<KvRedisMirror> kv_redis;  // redisConfig: the index's copy in Redis
   std::vector<KvSubscription> kv_subs;
   std::vector<EndpointSpec> kv_specs;  // the pool's last installed set
   mutable std::mutex kv_mu;            // guards the four above
@@ -114,6 +116,8 @@ struct EppServer::Impl {
       if (kv) {
         kv->Stop();
         kv.reset();
+        if (kv_redis) kv_redis->Stop();
+        kv_redis.reset();
         kv_index.reset();
         kv_subs.clear();
       }
@@ -122,6 +126,23 @@ struct EppServer::Impl {
     if (!kv || kv_index != b->index) {  // first time, or a reload built a new index
       if (kv) kv->Stop();
       kv.reset();
+      if (kv_redis) kv_redis->Stop();
+      kv_redis.reset();
+      if (!b->redis_address.empty()) {
+        // The copy in Redis first, so the index is warm before the first event and the first
+        // stream; Redis away: the index starts cold and the copy catches up when it answers.
+        KvRedisOptions ro;
+        ro.address = b->redis_address;
+        absl::StatusOr<std::unique_ptr<KvRedisMirror>> mirror = KvRedisMirror::Create(ro, b->index, &log);
+        if (mirror.ok()) {
+          kv_redis = *std::move(mirror);
+          if (absl::StatusOr<size_t> n = kv_redis->Load(); !n.ok())
+            log.Warn("kv index copy: not read (" + std::string(n.status().message()) + "); the index starts cold");
+          kv_redis->Start();
+        } else {
+          log.Error("kv index copy: " + std::string(mirror.status().message()));
+        }
+      }
       KvSubscriberOptions ko;
       ko.topic_filter = b->topic_filter;
       ko.central_endpoint = b->central_endpoint;
@@ -151,6 +172,7 @@ struct EppServer::Impl {
     std::lock_guard<std::mutex> lock(kv_mu);
     kv_stopped = true;
     if (kv) kv->Stop();
+    if (kv_redis) kv_redis->Stop();
   }
   bool kv_stopped = false;  // under kv_mu: Shutdown ran, no subscriber is started again
 
@@ -309,6 +331,7 @@ struct EppServer::Impl {
     s.pool_name = config.pool_name;
     {
       std::lock_guard<std::mutex> kv_lock(kv_mu);
+      if (kv_redis) s.kv_redis = kv_redis->stats();
       if (kv) {
         s.kv_endpoints = kv->Stats();
         s.kv_index = kv_index->Stats();
@@ -455,6 +478,7 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
   }
   if (m.tracer) m.log.Info("tracing: " + m.tracer->options().Describe());
   so.capture_dir = c.capture_dir;
+  so.capture_max_bytes = c.capture_max_bytes;
   so.listen = JoinHostPort(c.listen_address, c.grpc_port);
   so.health_checking = c.health_checking;
   if (c.policy_watch) {

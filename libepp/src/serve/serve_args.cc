@@ -238,6 +238,8 @@ absl::Status Streams(const ServeArgs& a, ServeConfig& c) {
     if (ec) return absl::InvalidArgumentError("capture_dir " + a.capture_dir + ": " + ec.message());
     c.capture_dir = a.capture_dir;
   }
+  EPP_ASSIGN_OR_RETURN(size_t capture_max, ParseByteQuantity("capture_max_bytes", a.capture_max_bytes));
+  c.capture_max_bytes = capture_max;
   return absl::OkStatus();
 }
 
@@ -416,7 +418,7 @@ const std::vector<std::string_view>& ServeSettingNames() {
       "metrics_staleness_threshold", "detector_staleness", "metrics_pool_name", "listen_address", "grpc_port",
       "grpc_health_port", "metrics_port", "secure_serving", "cert_path", "max_request_bytes", "stream_request_timeout",
       "stream_idle_timeout", "handshake_timeout", "objective_flags", "disable_endpoint_subset_filter",
-      "emit_endpoint_scores", "capture_dir", "decision_log", "decision_log_rate", "decision_log_prompts",
+      "emit_endpoint_scores", "capture_dir", "capture_max_bytes", "decision_log", "decision_log_rate", "decision_log_prompts",
       "pool_watch", "endpoint_selector", "endpoint_target_ports", "model_server_metrics_scheme",
       "model_server_metrics_path", "model_server_metrics_port", "model_server_metrics_https_insecure_skip_verify",
       "total_queued_requests_metric", "total_running_requests_metric", "kv_cache_usage_percentage_metric",

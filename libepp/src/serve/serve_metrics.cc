@@ -67,6 +67,13 @@ void WriteStreamCounters(Exposition& x, const ExtProcStats& s) {
   x.Single("epp_served_mismatch_total", "counter",
            "Responses whose served endpoint (envoy.lb metadata) differed from the primary pick.",
            s.served_mismatch.load());
+  x.Single("epp_capture_bytes_total", "counter", "Bytes written to --capture files.", s.capture_bytes.load());
+  x.Single("epp_capture_truncated_total", "counter",
+           "--capture files cut short because --capture-max-bytes was spent.", s.capture_truncated.load());
+  x.Single("epp_stripped_control_headers_total", "counter",
+           "Sidecar control headers (x-prefiller-host-port, x-encoder-hosts-ports, x-data-parallel-host-port) a client "
+           "sent and the EPP removed before forwarding.",
+           s.stripped_control_headers.load());
   x.Family("epp_stream_timeouts_total", "counter",
            "ext_proc streams ended for a time limit: phase request (body not ended within "
            "--stream-request-timeout) or idle (no message within --stream-idle-timeout after the pick).");
@@ -620,6 +627,15 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
              static_cast<int64_t>(t.export_failures));
   }
   if (src.shared_state) WriteSharedState(x, *src.shared_state);
+  if (src.kv_redis) {
+    const KvRedisStats& k = *src.kv_redis;
+    x.Single("epp_kv_redis_up", "gauge", "1 while the precise index's copy in Redis (redisConfig) is written.", int64_t{k.up});
+    x.Single("epp_kv_redis_loaded_holders", "gauge", "Holders the precise index restored from Redis at start.", k.loaded);
+    x.Single("epp_kv_redis_written_total", "counter", "Index changes written to Redis (HSET or HDEL).", k.written);
+    x.Single("epp_kv_redis_dropped_total", "counter", "Index changes dropped from a full queue while Redis was away.",
+             k.dropped);
+    x.Single("epp_kv_redis_errors_total", "counter", "Failed connects or rounds with the index's Redis.", k.errors);
+  }
   if (src.policy_watch) {
     const KubeWatchStats& w = *src.policy_watch;
     x.Single("epp_kube_policy_watch_synced", "gauge",

@@ -14,6 +14,7 @@
 #include "epp/runtime/decision_log.h"
 #include "epp/runtime/extproc.h"
 #include "epp/scheduler.h"
+#include "epp/runtime/kv_redis.h"
 #include "epp/runtime/leader_election.h"
 #include "epp/runtime/serve.h"
 #include "epp/runtime/tracing.h"
@@ -46,6 +47,8 @@ struct ServeMetricsSources {
   std::optional<TracerStats> tracing;
   // --shared-state.
   std::optional<SharedStateStats> shared_state;
+  // The precise index's copy in Redis (redisConfig).
+  std::optional<KvRedisStats> kv_redis;
 };
 
 // The exposition at `now_us` (the clock the pool stamps metrics with).

@@ -1045,6 +1045,41 @@ TEST(ExtProcSessionTest, DisaggregatedPickSetsThePrefillerHeaderAndStripsInjecte
   EXPECT_EQ(removed, (std::vector<std::string>{"x-prefiller-host-port", "x-encoder-hosts-ports"}));
 }
 
+// A client's sidecar control headers never reach the model server, whatever the configuration
+// (issue #41): with GIE's default profile no handler owns them, and they are still removed, each
+// one counted; headers the client may send (x-request-id, anything else) are left alone.
+TEST(ExtProcSessionTest, ClientSidecarControlHeadersAreRemovedWithAnyProfile) {
+  SchedulerEnv env({Ep("10.0.0.1:8000"), Ep("10.0.0.2:8000")});
+  ExtProcOptions options;
+  ExtProcStats stats;
+  ExtProcSession s(*env.scheduler, env.pool, options, &stats);
+  HttpRequestCapture c = ChatCapture(ChatBody("m", "steer me"));
+  c.headers.emplace_back("X-Prefiller-Host-Port", "169.254.169.254:80");
+  c.headers.emplace_back("x-encoder-hosts-ports", "6.6.6.6:1,6.6.6.7:1");
+  c.headers.emplace_back("x-data-parallel-host-port", "6.6.6.6:2");
+  c.headers.emplace_back("x-custom", "kept");
+  std::vector<std::string> out;
+  for (const std::string& m : BuildProcessingRequests(c)) ASSERT_TRUE(s.OnMessage(m, out).ok());
+  const std::vector<pb::ProcessingResponse> rs = Decode(out);
+  ASSERT_FALSE(rs.empty());
+  const pb::HeaderMutation& m = rs[0].request_headers().response().header_mutation();
+  std::vector<std::string> removed(m.remove_headers().begin(), m.remove_headers().end());
+  std::sort(removed.begin(), removed.end());
+  EXPECT_EQ(removed, (std::vector<std::string>{"x-data-parallel-host-port", "x-encoder-hosts-ports",
+                                               "x-prefiller-host-port"}));
+  EXPECT_FALSE(SetHeader(m, "x-prefiller-host-port").has_value());
+  EXPECT_EQ(stats.stripped_control_headers.load(), 3);
+
+  // Without them nothing is removed.
+  ExtProcSession plain(*env.scheduler, env.pool, options, &stats);
+  out.clear();
+  for (const std::string& msg : BuildProcessingRequests(ChatCapture(ChatBody("m", "plain")))) ASSERT_TRUE(plain.OnMessage(msg, out).ok());
+  const std::vector<pb::ProcessingResponse> prs = Decode(out);
+  ASSERT_FALSE(prs.empty());
+  EXPECT_EQ(prs[0].request_headers().response().header_mutation().remove_headers_size(), 0);
+  EXPECT_EQ(stats.stripped_control_headers.load(), 3);
+}
+
 // llm-d's --emit-endpoint-scores: every candidate of the primary profile with its total score in
 // envoy.lb, next to the destination; off by default.
 TEST(ExtProcSessionTest, EmitEndpointScoresPutsEveryCandidatesTotalInTheMetadata) {

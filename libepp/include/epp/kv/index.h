@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -82,6 +83,25 @@ struct KvIndexStats {
 // The medium name speculative holders are listed under (weight 1.0 unless medium_weights says).
 inline constexpr std::string_view kSpeculativeMedium = "speculative";
 
+// One holder as the index keeps it (a block key held by an endpoint on a medium, under the
+// engine's hash for it): what a copy of the index elsewhere needs to rebuild it
+// (epp/runtime/kv_redis.h keeps one in Redis).
+struct KvHolderRecord {
+  std::string endpoint;
+  std::string medium;        // as the engine sent it ("GPU")
+  uint64_t key = 0;          // the block key
+  uint64_t engine_hash = 0;  // the endpoint's name for the block on that medium
+  int block_size = 0;        // tokens per block of the key
+  bool operator==(const KvHolderRecord&) const = default;
+};
+
+// A holder stored (or stored again under another engine hash) or removed, by an event, a clear or
+// an eviction.
+struct KvHolderChange {
+  bool stored = true;
+  KvHolderRecord holder;
+};
+
 class KvBlockIndex {
  public:
   explicit KvBlockIndex(KvIndexOptions options = {});
@@ -122,6 +142,16 @@ class KvBlockIndex {
   void Lookup(std::span<const uint32_t> tokens, std::string_view model, std::span<const std::string> endpoints,
               std::vector<KvPrefixMatch>& out, std::span<const uint64_t> base_keys = {},
               int base_keys_block_size = 0) const;
+
+  // Every holder the events stored (speculative ones left out), for a copy elsewhere.
+  std::vector<KvHolderRecord> Holders() const;
+  // Adds holders read back from a copy, as the events that stored them would have (the block,
+  // its holder, the engine hash as the endpoint's name for it); the LRU bound applies. Records
+  // with a block size out of range or an empty endpoint are skipped. Returns the holders added.
+  size_t Restore(std::span<const KvHolderRecord> holders);
+  // Called with the holders each Apply, ClearEndpoint or eviction changed (speculative ones left
+  // out), under the index's writer lock: queue them and return. Empty function: none.
+  void SetChangeObserver(std::function<void(std::span<const KvHolderChange>)> observer);
 
   std::vector<KvEndpointSummary> Endpoints() const;
   KvIndexStats Stats() const;

@@ -45,6 +45,9 @@ struct KvEventsBinding {
   bool discover_pods = true;
   int socket_port = 5557;
   int replay_socket_port = 0;  // 0: no replay
+  // indexerConfig.kvBlockIndexConfig.redisConfig.address: a copy of the index kept in this Redis
+  // (epp/runtime/kv_redis.h); empty: none.
+  std::string redis_address;
 };
 
 struct KvSubscription {

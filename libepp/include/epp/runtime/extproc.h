@@ -58,6 +58,12 @@ inline constexpr std::string_view kObjectiveHeader = "x-gateway-inference-object
 // llm-d's names of the two (the x-gateway-* ones stay read as aliases).
 inline constexpr std::string_view kLlmdModelNameRewriteHeader = "x-llm-d-model-name-rewrite";
 inline constexpr std::string_view kLlmdObjectiveHeader = "x-llm-d-inference-objective";
+// Request headers llm-d's routing sidecar on a model server acts on: where to run the prefill,
+// which encoders to use, which data-parallel rank to forward to. Only the EPP may set them: a
+// client's copies are removed from every forwarded request (the sidecar would otherwise connect
+// wherever a client says), unless this pick set them itself.
+inline constexpr std::string_view kSidecarControlHeaders[] = {"x-prefiller-host-port", "x-encoder-hosts-ports",
+                                                              "x-data-parallel-host-port"};
 // The fairness-id headers are in epp/request.h (FairnessIdFromHeaders).
 // Set on every answer that stops a request before it reaches a model server (429, 503), with
 // PickResult::dropped_reason's value ("rejected-saturated", "rejected-no-endpoints").
@@ -129,6 +135,8 @@ struct ExtProcStats {
   // internal (500).
   std::atomic<int64_t> outcome_200{0}, outcome_400{0}, outcome_413{0}, outcome_429{0}, outcome_503{0}, outcome_500{0};
   std::atomic<int64_t> served_mismatch{0};   // served endpoint differed from the primary pick
+  std::atomic<int64_t> stripped_control_headers{0};  // client-sent kSidecarControlHeaders removed
+  std::atomic<int64_t> capture_bytes{0}, capture_truncated{0};  // --capture: bytes written, files cut short
   // Streams ExtProcServer ended for a time limit (ExtProcOptions::request_timeout, idle_timeout).
   std::atomic<int64_t> timeouts_request{0}, timeouts_idle{0};
   std::atomic<int64_t> prompt_tokens{0}, completion_tokens{0}, cached_tokens{0};  // from response usage
@@ -360,7 +368,12 @@ struct ExtProcServerOptions {
   bool tls = false;
   std::string cert_pem, key_pem;        // required with tls
   ExtProcOptions session;
-  std::string capture_dir;              // when set: every stream's messages as protobuf JSON lines
+  // When set: every stream's messages as protobuf JSON lines, one file per stream, mode 0600, the
+  // values of credential headers (authorization, proxy-authorization, cookie, set-cookie, x-api-key)
+  // replaced by "<redacted>". At most capture_max_bytes are written in all (then a file ends with
+  // a {"truncated": ...} line and later streams are not captured); ExtProcStats counts both.
+  std::string capture_dir;
+  uint64_t capture_max_bytes = uint64_t{1} << 30;
   // Largest gRPC message received / sent; 0: max(4 MiB, session.max_request_bytes + 1 MiB).
   size_t max_receive_message_bytes = 0, max_send_message_bytes = 0;
   // GIE's --health-checking: grpc.health.v1 on this port too (services as HealthServer's), its

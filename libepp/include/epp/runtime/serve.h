@@ -301,6 +301,7 @@ struct ServeConfig {
   std::string tls_source;         // how the certificate came, for the start-up line
   ExtProcOptions session;         // request limits, objectives, subset hint handling
   std::string capture_dir;
+  uint64_t capture_max_bytes = uint64_t{1} << 30;  // all capture files together (ExtProcServerOptions)
   // The live decision log (epp/runtime/decision_log.h): decision_log.capacity > 0 keeps that many recent
   // decisions with their explain trace, served on the metrics port at /debug/decisions.
   DecisionLogOptions decision_log{0, 50, false};

@@ -101,7 +101,8 @@ struct ServeArgs {
   std::vector<std::string> objective_flags;  // "NAME=PRIORITY" (negative = sheddable)
   bool disable_endpoint_subset_filter = false;
   bool emit_endpoint_scores = false;
-  std::string capture_dir;  // created when missing
+  std::string capture_dir;  // created when missing (files 0600, credentials redacted)
+  std::string capture_max_bytes = "1Gi";  // what every capture file together may hold
 
   // ---- Decisions
   int decision_log = 0;  // recent decisions kept for /debug/decisions, 0..kMaxDecisionLog

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "epp/kv/index.h"
+#include "epp/runtime/redis.h"
 #include "epp/kv/subscriber.h"
 #include "epp/scheduling.h"
 #include "plugins/producer/producer.h"
@@ -193,8 +194,14 @@ absl::Status ReadIndexer(const Params& ic, PreciseOptions& o) {
       o.notes.push_back(absl::StrCat(m->path(), ": never read by llm-d (its index has no such field); ignored. "
                                                 "Delete it; maxPrefixTokensToMatch caps matching"));
     }
-    if (kbi->Has("redisConfig"))
-      return Bad(*kbi, "redisConfig", "a Redis index is not supported: every epp replica subscribes to every server");
+    if (const Params* rc = kbi->Find("redisConfig"); rc && !rc->is_null()) {
+      // llm-d's Redis index: epp keeps its index in memory (picks never wait on Redis) and keeps
+      // a copy in this Redis, from which a replica that starts is warm (epp/runtime/kv_redis.h).
+      EPP_RETURN_IF_ERROR(rc->CheckKeys({"address"}));
+      EPP_ASSIGN_OR_RETURN(o.binding.redis_address, rc->GetString("address", "redis://127.0.0.1:6379"));
+      if (absl::StatusOr<RedisAddress> a = ParseRedisAddress(o.binding.redis_address); !a.ok())
+        return Bad(*rc, "address", std::string(a.status().message()));
+    }
     if (kbi->Has("costAwareMemoryConfig"))
       return Bad(*kbi, "costAwareMemoryConfig", "not supported; bound the in-memory index with inMemoryConfig.size");
     EPP_ASSIGN_OR_RETURN(bool metrics, kbi->GetBool("enableMetrics", false));
@@ -228,8 +235,11 @@ Params WriteIndexer(const PreciseOptions& o) {
   for (const auto& [name, w] : o.index.medium_weights)
     backends.Append(Params::Map().Set("name", Params::String(name)).Set("weight", Params::Number(w)));
   Params mem = Params::Map().Set("size", Params::Int(static_cast<int64_t>(o.index.max_blocks)));
+  Params kbi = Params::Map().Set("inMemoryConfig", std::move(mem));
+  if (!o.binding.redis_address.empty())
+    kbi.Set("redisConfig", Params::Map().Set("address", Params::String(o.binding.redis_address)));
   return Params::Map()
-      .Set("kvBlockIndexConfig", Params::Map().Set("inMemoryConfig", std::move(mem)))
+      .Set("kvBlockIndexConfig", std::move(kbi))
       .Set("kvCacheBackendConfigs", std::move(backends));
 }
 
