@@ -1,9 +1,6 @@
 // The precise index's copy in Redis (see epp/runtime/kv_redis.h).
 #include "epp/runtime/kv_redis.h"
 
-#include <pthread.h>
-#include <signal.h>
-
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -260,10 +257,6 @@ void KvRedisMirror::Start() {
     }
   });
   m.thread = std::thread([raw] {
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     auto backoff = raw->o.interval;
     for (;;) {
       bool more = false;

@@ -2,8 +2,6 @@
 // pipelined round trip per interval.
 #include "epp/runtime/redis_state.h"
 
-#include <pthread.h>
-#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -440,11 +438,7 @@ void RedisSharedState::Start(std::function<std::shared_ptr<const Scheduler>()> s
   impl_->endpoints = std::move(endpoints);
   impl_->log = log;
   impl_->thread = std::thread([this] {
-    // A write to a Redis that went away must not raise SIGPIPE in the process.
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+    // (SIGPIPE from a Redis that went away: RedisConnection's writes already keep it away.)
     // Below the request threads: on a busy replica the picks get the CPU first and sharing
     // falls behind (its rounds stretch), never the other way round.
     (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
