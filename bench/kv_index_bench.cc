@@ -1,8 +1,8 @@
 // The precise prefix index (kv/index.h) at llm-d-router issue 2390's scale: one request of 240K
 // tokens (3,750 blocks of 64) looked up over 96 endpoints whose index holds all of its blocks,
 // next to the same over 8 endpoints; heap bytes allocated per lookup (a counting operator new);
-// the index's memory per held block; and event ingestion: BlockStored batches decoded from
-// msgpack and applied, events per second on one core.
+// the index's memory per held block; event ingestion: BlockStored batches decoded from msgpack
+// and applied, events per second on one core; and a flood of re-hashed stores holding memory flat.
 //
 //   build/bench/epp_bench_kv_index [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
@@ -15,6 +15,7 @@
 #include <new>
 #include <random>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "epp/config.h"
@@ -263,6 +264,43 @@ void BM_MemoryPerHeldBlock(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_MemoryPerHeldBlock)->Arg(1)->Arg(96)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+// A flood of re-hashed stores (issue #41): the same 9 blocks of 16 tokens stored again and again
+// under new engine hashes, one BlockStored per batch, `events` of them (the security review's
+// case: 2M events took serve from 30 to 224 MiB RSS while it held 9 blocks). The index keeps one name
+// per holder plus at most max_engine_hash_aliases (16384) older names per endpoint, so the heap
+// stays flat however many arrive. heap_mib: mallinfo2 growth; estimate_bytes: Stats().approx_bytes.
+void BM_ReHashedStoreFlood(benchmark::State& state) {
+  const int64_t events = state.range(0);
+  for (auto _ : state) {
+    const size_t before = mallinfo2().uordblks;
+    {
+      epp::KvBlockIndex index;  // default bounds
+      const auto tokens = Prompt(3, 9 * 16);
+      epp::KvEventBatch b;
+      epp::KvBlockStored s;
+      s.block_hashes.resize(9);
+      s.token_ids = tokens;
+      s.block_size = 16;
+      s.medium = "GPU";
+      b.events.emplace_back(std::move(s));
+      auto& stored = std::get<epp::KvBlockStored>(b.events[0]);
+      for (int64_t i = 0; i < events; ++i) {
+        for (uint64_t k = 0; k < 9; ++k) stored.block_hashes[k] = (static_cast<uint64_t>(i) << 4) + k;
+        index.Apply("10.3.0.1:8000", "m", b);
+      }
+      const size_t after = mallinfo2().uordblks;
+      const epp::KvIndexStats st = index.Stats();
+      state.counters["heap_mib"] = static_cast<double>(after - std::min(after, before)) / (1 << 20);
+      state.counters["estimate_bytes"] = static_cast<double>(st.approx_bytes);
+      state.counters["blocks"] = static_cast<double>(st.blocks);
+      state.counters["engine_hashes"] = static_cast<double>(st.engine_hashes);
+      if (st.blocks != 9) state.SkipWithError("the flood changed the block count");
+    }
+  }
+  state.counters["events_per_s"] = benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ReHashedStoreFlood)->Arg(20000)->Arg(200000)->Arg(2000000)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

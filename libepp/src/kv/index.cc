@@ -9,12 +9,14 @@
 #include <cctype>
 #include <cstring>
 #include <atomic>
+#include <deque>
 #include <list>
 #include <queue>
 #include <mutex>
 #include <shared_mutex>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace epp {
@@ -110,12 +112,24 @@ struct KvBlockIndex::Impl {
       return H::combine(std::move(h), k.hash, k.medium);
     }
   };
+  // The engine-hash names of one endpoint. Invariant: each holder it has (speculative ones
+  // aside) has its `engine_hash` in `engine`, pointing at the holder's block: its current name.
+  // Any other name is an alias: an older name of a block stored again under a new hash (the same
+  // tokens under another cache_salt or multimodal input, or a flood of re-hashed stores), or a
+  // name whose block was evicted or removed under its current name. Aliases are what let a
+  // later BlockRemoved or child name a block by an older hash, so some are kept, but at most
+  // options.max_engine_hash_aliases per endpoint: `alias_fifo` lists names in the order they
+  // became aliases, and the oldest go first. It may hold stale entries (names since removed or
+  // current again), skipped when popped and compacted away when they outnumber the live ones.
   struct EndpointState {
     std::string name;
     std::string base_model;
     absl::flat_hash_map<EngineKey, uint64_t> engine;  // engine hash (per medium) -> block key
     absl::flat_hash_map<uint64_t, int64_t> speculative;  // block key -> expiry (AddSpeculative)
+    std::deque<EngineKey> alias_fifo;                 // names as they became aliases, oldest first
+    int64_t named = 0;                                // holders (speculative ones aside)
     bool live = false;                                // known to the index (not cleared away)
+    int64_t aliases() const { return std::max<int64_t>(0, static_cast<int64_t>(engine.size()) - named); }
   };
   // Speculative entries by expiry, for ExpireSpeculative. Entries confirmed, cleared or extended
   // since are left in the queue and skipped when they come due, instead of being searched for.
@@ -137,7 +151,7 @@ struct KvBlockIndex::Impl {
   std::vector<double> medium_weight;          // per medium id
   absl::flat_hash_map<std::string, uint16_t> medium_ids;
   std::map<int, int64_t> block_sizes;         // block size -> blocks keyed at it
-  int64_t holders = 0, evicted = 0;
+  int64_t holders = 0, evicted = 0, aliases_dropped = 0;
   uint16_t spec_medium = 1;                   // kSpeculativeMedium's id
   std::priority_queue<SpecDue, std::vector<SpecDue>, std::greater<SpecDue>> spec_due;
   std::atomic<int64_t> next_expiry{INT64_MAX};
@@ -161,7 +175,8 @@ struct KvBlockIndex::Impl {
     auto it = endpoint_ids.find(absl::string_view(name.data(), name.size()));
     if (it != endpoint_ids.end()) return it->second;
     const uint32_t id = static_cast<uint32_t>(endpoints.size());
-    endpoints.push_back(EndpointState{std::string(name), {}, {}, {}, false});
+    endpoints.emplace_back();
+    endpoints.back().name = std::string(name);
     endpoint_ids.emplace(std::string(name), id);
     return id;
   }
@@ -201,14 +216,67 @@ struct KvBlockIndex::Impl {
       lru.splice(lru.end(), lru, b.lru);  // stored again: most recent
       const size_t i = b.holders.find(Who(h.endpoint, h.medium));
       if (i < b.holders.size()) {
-        if (b.holders.engine[i] != h.engine_hash) Note(true, key, b.block_size, h);
+        const uint64_t was = b.holders.engine[i];
+        if (was != h.engine_hash) {  // stored again under another name: the old one is an alias now
+          Note(true, key, b.block_size, h);
+          if (h.medium != spec_medium) endpoints[h.endpoint].alias_fifo.push_back(EngineKey{was, h.medium});
+        }
         b.holders.engine[i] = h.engine_hash;
         return;
       }
     }
     b.holders.insert(h);
     ++holders;
+    if (h.medium != spec_medium) ++endpoints[h.endpoint].named;
     Note(true, key, b.block_size, h);
+  }
+
+  // Whether `n` is the current name of endpoint `id`'s holder of `key` (not an alias).
+  bool IsCurrent(uint32_t id, const EngineKey& n, uint64_t key) const {
+    auto it = blocks.find(key);
+    if (it == blocks.end()) return false;
+    const size_t i = it->second.holders.find(Who(id, n.medium));
+    return i < it->second.holders.size() && it->second.holders.engine[i] == n.hash;
+  }
+
+  // Endpoint `id`'s engine names `key` `n`: the name points at the key and becomes its holder's
+  // current name (the holder added when new; its previous name, if another, an alias). A name
+  // that was the current one of another block (the engine reused the hash for other content)
+  // takes its holder with it.
+  void Name(uint32_t id, const EngineKey& n, uint64_t key, int block_size) {
+    EndpointState& ep = endpoints[id];
+    auto [slot, fresh] = ep.engine.try_emplace(n, key);
+    if (!fresh && slot->second != key) {
+      const uint64_t old = slot->second;
+      slot->second = key;
+      if (IsCurrent(id, n, old)) RemoveHolder(old, id, n.medium);
+    }
+    AddHolder(key, block_size, Holder{n.hash, id, n.medium});
+  }
+
+  // Keeps endpoint `id`'s aliases within options.max_engine_hash_aliases, the oldest forgotten
+  // first. Amortized O(1) per alias made.
+  void TrimAliases(uint32_t id) {
+    EndpointState& ep = endpoints[id];
+    const int64_t cap = static_cast<int64_t>(options.max_engine_hash_aliases);
+    while (ep.aliases() > cap && !ep.alias_fifo.empty()) {
+      const EngineKey n = ep.alias_fifo.front();
+      ep.alias_fifo.pop_front();
+      auto it = ep.engine.find(n);
+      if (it == ep.engine.end() || IsCurrent(id, n, it->second)) continue;  // stale entry
+      ep.engine.erase(it);
+      ++aliases_dropped;
+    }
+    if (ep.alias_fifo.size() <= static_cast<size_t>(2 * ep.aliases()) + 64) return;
+    // Compaction: the live aliases, each once at its latest position, in order.
+    absl::flat_hash_set<EngineKey> seen;
+    std::deque<EngineKey> kept;
+    for (auto it = ep.alias_fifo.rbegin(); it != ep.alias_fifo.rend(); ++it) {
+      auto name = ep.engine.find(*it);
+      if (name == ep.engine.end() || IsCurrent(id, *it, name->second) || !seen.insert(*it).second) continue;
+      kept.push_front(*it);
+    }
+    ep.alias_fifo = std::move(kept);
   }
 
   // Removes one holder; drops the block when it was the last. Does not touch the engine maps.
@@ -221,6 +289,7 @@ struct KvBlockIndex::Impl {
       Note(false, key, it->second.block_size, hs.at(i));
       hs.erase_at(i);
       --holders;
+      if (medium != spec_medium) --endpoints[endpoint].named;
     }
     if (hs.empty()) DropBlock(it);
   }
@@ -243,6 +312,7 @@ struct KvBlockIndex::Impl {
           if (endpoints[h.endpoint].speculative.erase(it->first)) --spec_holders;
         } else {
           endpoints[h.endpoint].engine.erase(EngineKey{h.engine_hash, h.medium});
+          --endpoints[h.endpoint].named;
         }
         --holders;
       }
@@ -256,6 +326,8 @@ struct KvBlockIndex::Impl {
     EndpointState& ep = endpoints[id];
     for (const auto& [ek, key] : ep.engine) RemoveHolder(key, id, ek.medium);
     ep.engine.clear();
+    ep.alias_fifo.clear();
+    ep.named = 0;
     for (const auto& [key, expiry] : ep.speculative) RemoveHolder(key, id, spec_medium);
     spec_holders -= static_cast<int64_t>(ep.speculative.size());
     ep.speculative.clear();
@@ -278,13 +350,17 @@ struct KvBlockIndex::Impl {
   void Stored(uint32_t id, const KvBlockStored& s, KvApplyResult& r) {
     EndpointState& ep = endpoints[id];
     const uint16_t medium = MediumId(s.medium);
+    if (medium == spec_medium) {  // the name the index lists its predictions under
+      ++r.skipped;
+      r.last_skip = absl::StrCat("BlockStored on medium '", std::string(kSpeculativeMedium), "' (reserved)");
+      return;
+    }
     if (s.token_ids.empty()) {  // location only: a known block now also on this medium
       for (uint64_t h : s.block_hashes) {
         const uint64_t* key = FindEngine(ep, h);
         if (!key || !blocks.contains(*key)) continue;
         const uint64_t k = *key;
-        AddHolder(k, blocks[k].block_size, Holder{h, id, medium});
-        ep.engine[EngineKey{h, medium}] = k;
+        Name(id, EngineKey{h, medium}, k, blocks[k].block_size);
         Confirm(id, k);
         ++r.stored;
       }
@@ -314,12 +390,7 @@ struct KvBlockIndex::Impl {
     }
     for (size_t i = 0; i < s.block_hashes.size(); ++i) {
       const uint64_t key = NextKey(prev, s.token_ids.data() + i * static_cast<size_t>(bs), bs);
-      auto [slot, fresh] = ep.engine.try_emplace(EngineKey{s.block_hashes[i], medium}, key);
-      if (!fresh && slot->second != key) {  // the engine reused the hash for other content
-        RemoveHolder(slot->second, id, medium);
-        slot->second = key;
-      }
-      AddHolder(key, bs, Holder{s.block_hashes[i], id, medium});
+      Name(id, EngineKey{s.block_hashes[i], medium}, key, bs);
       Confirm(id, key);
       prev = key;
       ++r.stored;
@@ -327,15 +398,25 @@ struct KvBlockIndex::Impl {
   }
 
   // BlockRemoved: the engine hash, on that medium, no longer names a block of this endpoint.
+  // Its current name: the holder goes. An alias: only the name goes (the block is still held
+  // under its current name). A name the index does not know (never stored, evicted, or an alias
+  // forgotten for the cap) is counted and otherwise ignored.
   void Removed(uint32_t id, const KvBlockRemoved& rm, KvApplyResult& r) {
     EndpointState& ep = endpoints[id];
     const uint16_t medium = MediumId(rm.medium);
     for (uint64_t h : rm.block_hashes) {
-      auto it = ep.engine.find(EngineKey{h, medium});
-      if (it == ep.engine.end()) continue;
-      RemoveHolder(it->second, id, medium);
+      const EngineKey n{h, medium};
+      auto it = ep.engine.find(n);
+      if (it == ep.engine.end()) {
+        ++r.removed_unknown;
+        continue;
+      }
+      const uint64_t key = it->second;
       ep.engine.erase(it);
-      ++r.removed;
+      if (IsCurrent(id, n, key)) {
+        RemoveHolder(key, id, medium);
+        ++r.removed;
+      }
     }
   }
 };
@@ -367,6 +448,7 @@ KvApplyResult KvBlockIndex::Apply(std::string_view endpoint, std::string_view ba
   for (const KvEvent& ev : batch.events) {
     if (const auto* s = std::get_if<KvBlockStored>(&ev)) {
       m.Stored(id, *s, r);
+      m.TrimAliases(id);
     } else if (const auto* rm = std::get_if<KvBlockRemoved>(&ev)) {
       m.Removed(id, *rm, r);
     } else {
@@ -454,17 +536,13 @@ size_t KvBlockIndex::Restore(std::span<const KvHolderRecord> holders) {
         r.medium == kSpeculativeMedium)
       continue;
     const uint32_t id = m.EndpointId(r.endpoint);
-    Impl::EndpointState& ep = m.endpoints[id];
-    ep.live = true;
+    m.endpoints[id].live = true;
     const uint16_t medium = m.MediumId(r.medium);
-    auto [slot, fresh] = ep.engine.try_emplace(Impl::EngineKey{r.engine_hash, medium}, r.key);
-    if (!fresh && slot->second != r.key) {
-      m.RemoveHolder(slot->second, id, medium);
-      slot->second = r.key;
-    }
+    if (medium == m.spec_medium) continue;
     auto b = m.blocks.find(r.key);
     const int block_size = b != m.blocks.end() ? b->second.block_size : r.block_size;
-    m.AddHolder(r.key, block_size, Impl::Holder{r.engine_hash, id, medium});
+    m.Name(id, Impl::EngineKey{r.engine_hash, medium}, r.key, block_size);
+    m.TrimAliases(id);
     ++added;
   }
   m.EvictOverflow();
@@ -626,12 +704,14 @@ std::vector<KvEndpointSummary> KvBlockIndex::Endpoints() const {
   const Impl& m = *impl_;
   std::shared_lock lock(m.mu);
   std::vector<KvEndpointSummary> out;
-  for (const Impl::EndpointState& ep : m.endpoints) {
+  for (uint32_t id = 0; id < m.endpoints.size(); ++id) {
+    const Impl::EndpointState& ep = m.endpoints[id];
     if (!ep.live) continue;
     KvEndpointSummary s;
     s.endpoint = ep.name;
     absl::flat_hash_map<uint64_t, bool> keys;
     for (const auto& [ek, key] : ep.engine) {
+      if (!m.IsCurrent(id, ek, key)) continue;  // an alias: its block is counted under its current name
       keys[key] = true;
       s.media[m.media[ek.medium]]++;
     }
@@ -655,12 +735,19 @@ KvIndexStats KvBlockIndex::Stats() const {
   s.speculative = m.spec_holders;
   s.speculative_confirmed = m.spec_confirmed;
   s.speculative_expired = m.spec_expired;
-  int64_t engine_entries = 0;
-  for (const auto& ep : m.endpoints) engine_entries += static_cast<int64_t>(ep.engine.size());
-  // flat_hash_map slot + control byte, list node, holder, engine-map slot.
+  int64_t engine_entries = 0, fifo_entries = 0;
+  for (const auto& ep : m.endpoints) {
+    engine_entries += static_cast<int64_t>(ep.engine.size());
+    s.engine_hash_aliases += ep.aliases();
+    fifo_entries += static_cast<int64_t>(ep.alias_fifo.size());
+  }
+  s.engine_hashes = engine_entries;
+  s.engine_hash_aliases_dropped = m.aliases_dropped;
+  // flat_hash_map slot + control byte, list node, holder, engine-map slot, alias FIFO entry.
   const int64_t block_bytes = static_cast<int64_t>(sizeof(uint64_t) + sizeof(Impl::Block) + 1) + 3 * 8 + 8;
   s.approx_bytes = s.blocks * block_bytes + s.holders * static_cast<int64_t>(sizeof(uint32_t) + sizeof(uint64_t)) +
-                   engine_entries * static_cast<int64_t>(sizeof(Impl::EngineKey) + sizeof(uint64_t) + 1);
+                   engine_entries * static_cast<int64_t>(sizeof(Impl::EngineKey) + sizeof(uint64_t) + 1) +
+                   fifo_entries * static_cast<int64_t>(sizeof(Impl::EngineKey));
   return s;
 }
 

@@ -4,10 +4,13 @@
 // scheduler.
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+
 #include <chrono>
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "epp/config.h"
 #include "epp/kv/index.h"
 #include "epp/kv/publisher.h"
@@ -146,7 +149,7 @@ TEST(KvIndexTest, LookupAgreesWithABruteForceReference) {
     KvBlockIndex index;
     bool held[kEndpoints][2][kBlocks] = {};
     std::vector<std::string> names;
-    for (int e = 0; e < kEndpoints; ++e) names.push_back("e" + std::to_string(e) + ":1");
+    for (int e = 0; e < kEndpoints; ++e) names.push_back(absl::StrCat("e", e, ":1"));
     for (int op = 0; op < 60; ++op) {
       const int e = static_cast<int>(rng() % kEndpoints), md = static_cast<int>(rng() % 2);
       const auto hash = [&](int b) { return static_cast<uint64_t>(e * 1000 + md * 100 + b + 1); };
@@ -243,6 +246,90 @@ TEST(KvIndexTest, BoundedByMaxBlocksDroppingTheOldest) {
   EXPECT_EQ(index.Apply("a:1", "m", Batch({rm})).removed, 0);
 }
 
+TEST(KvIndexTest, ReHashedStoresKeepTheEngineHashNamesBounded) {
+  // The same tokens stored again and again under new engine hashes (what an engine does for the
+  // same prompt under another cache_salt, and what a flood does on purpose): the block count
+  // stays 4, and the names kept stay within one per holder plus max_engine_hash_aliases.
+  KvBlockIndex index;  // the default bound: 16384 aliases per endpoint
+  const size_t cap = index.options().max_engine_hash_aliases;
+  ASSERT_EQ(cap, 16384u);
+  const auto prompt = Tokens(7, 64);
+  const size_t before = mallinfo2().uordblks;
+  int64_t bytes_at_20k = 0;
+  for (uint64_t i = 0; i < 200000; ++i) {
+    index.Apply("a:1", "m", Batch({Stored(prompt, 16, 1000 + 4 * i)}));  // hashes 1000+4i .. 1003+4i
+    if (i == 20000) bytes_at_20k = index.Stats().approx_bytes;
+  }
+  const size_t after = mallinfo2().uordblks;
+  const KvIndexStats st = index.Stats();
+  EXPECT_EQ(st.blocks, 4);
+  EXPECT_EQ(st.holders, 4);
+  EXPECT_EQ(st.engine_hash_aliases, static_cast<int64_t>(cap));
+  EXPECT_EQ(st.engine_hashes, 4 + static_cast<int64_t>(cap));
+  EXPECT_EQ(st.engine_hash_aliases_dropped, 200000 * 4 - 4 - static_cast<int64_t>(cap));
+  EXPECT_LE(st.approx_bytes, bytes_at_20k) << "the estimate stays flat past the cap";
+  EXPECT_LT(after - std::min(after, before), size_t{8} << 20) << "heap growth after 800,000 re-hashed names";
+  EXPECT_EQ(Match(index, prompt, {"a:1"})[0].blocks, 4);
+  // The oldest names are forgotten: a removal naming one is unknown and changes nothing.
+  KvBlockRemoved oldest;
+  oldest.block_hashes = {1000, 1001};
+  KvApplyResult r = index.Apply("a:1", "m", Batch({oldest}));
+  EXPECT_EQ(r.removed_unknown, 2);
+  EXPECT_EQ(r.removed, 0);
+  // A recent alias is known; removing it leaves the block held under its current name.
+  KvBlockRemoved alias;
+  alias.block_hashes = {1000 + 4 * 199998};
+  r = index.Apply("a:1", "m", Batch({alias}));
+  EXPECT_EQ(r.removed_unknown, 0);
+  EXPECT_EQ(r.removed, 0);
+  EXPECT_EQ(Match(index, prompt, {"a:1"})[0].blocks, 4);
+  EXPECT_EQ(index.Endpoints()[0].blocks, 4) << "aliases are not counted as blocks";
+  EXPECT_EQ(index.Endpoints()[0].media["GPU"], 4);
+  // The current names remove the holders.
+  KvBlockRemoved current;
+  for (uint64_t h = 0; h < 4; ++h) current.block_hashes.push_back(1000 + 4 * 199999 + h);
+  r = index.Apply("a:1", "m", Batch({current}));
+  EXPECT_EQ(r.removed, 4);
+  EXPECT_EQ(Match(index, prompt, {"a:1"})[0].blocks, 0);
+}
+
+TEST(KvIndexTest, AnAliasStillResolvesAChildsParent) {
+  // Two requests with the same tokens under different salts: the engine holds both copies under
+  // different hashes; a continuation of the first chain names its (now older) hash as parent.
+  KvIndexOptions o;
+  o.max_engine_hash_aliases = 2;
+  KvBlockIndex index(o);
+  const auto prompt = Tokens(1, 64);
+  std::vector<uint32_t> first(prompt.begin(), prompt.begin() + 32), second(prompt.begin() + 32, prompt.end());
+  index.Apply("a:1", "m", Batch({Stored(first, 16, 100)}));  // salt A: 100, 101
+  index.Apply("a:1", "m", Batch({Stored(first, 16, 200)}));  // salt B: 200, 201 (100, 101 now aliases)
+  KvApplyResult r = index.Apply("a:1", "m", Batch({Stored(second, 16, 102, 101)}));
+  EXPECT_EQ(r.skipped, 0) << r.last_skip;
+  EXPECT_EQ(Match(index, prompt, {"a:1"})[0].blocks, 4);
+  EXPECT_EQ(index.Stats().engine_hash_aliases, 2);
+  // A third salt pushes the oldest aliases out (cap 2): a child of those is skipped, counted.
+  index.Apply("a:1", "m", Batch({Stored(first, 16, 300)}));
+  EXPECT_EQ(index.Stats().engine_hash_aliases, 2);
+  r = index.Apply("a:1", "m", Batch({Stored(second, 16, 402, 101)}));
+  EXPECT_EQ(r.skipped, 1);
+  // The engine evicting an older copy (a known alias) leaves the block held under its current name.
+  KvBlockRemoved rm;
+  rm.block_hashes = {200, 201};
+  r = index.Apply("a:1", "m", Batch({rm}));
+  EXPECT_EQ(r.removed, 0);
+  EXPECT_EQ(r.removed_unknown, 0);
+  EXPECT_EQ(index.Stats().engine_hash_aliases, 0);
+  EXPECT_EQ(Match(index, prompt, {"a:1"})[0].blocks, 4);
+}
+
+TEST(KvIndexTest, TheSpeculativeMediumNameIsReservedForPredictions) {
+  KvBlockIndex index;
+  const auto prompt = Tokens(1, 32);
+  const KvApplyResult r = index.Apply("a:1", "m", Batch({Stored(prompt, 16, 5, {}, std::string(kSpeculativeMedium))}));
+  EXPECT_EQ(r.skipped, 1);
+  EXPECT_EQ(index.Stats().blocks, 0);
+}
+
 // ---- Over ZeroMQ --------------------------------------------------------------------------
 
 template <typename F>
@@ -322,7 +409,7 @@ TEST(KvSubscriberTest, MalformedMessagesAreCountedAndSkipped) {
   EXPECT_EQ(st.malformed, 3) << st.last_error;
 }
 
-TEST(KvSubscriberTest, GapWithoutReplayDropsTheEndpointsEntries) {
+TEST(KvSubscriberTest, GapWithoutReplayDropsTheEndpointsEntriesOnceTheNextBatchConfirmsIt) {
   KvPublisherOptions o;
   auto pub = StartPublisher(false, o);
   ASSERT_NE(pub, nullptr);
@@ -338,11 +425,20 @@ TEST(KvSubscriberTest, GapWithoutReplayDropsTheEndpointsEntries) {
   const int64_t last = StatsOf(sub, "a:1").last_seq;
   KvEventBatch b = Batch({Stored(p2, 16, 20)});
   pub->PublishRaw({"kv@a:1@m", EncodeKvSequence(static_cast<uint64_t>(last) + 3), EncodeKvEventBatch(b)});
+  pub->Flush();
+  // One message alone could be anyone's: it is held, and nothing is dropped yet.
+  ASSERT_TRUE(PollUntil(sub, [&] { return StatsOf(sub, "a:1").gaps == 1; }));
+  EXPECT_EQ(Match(index, p2, {"a:1"})[0].blocks, 0);
+  EXPECT_EQ(Match(index, p1, {"a:1"})[0].blocks, 2);
+  // The batch after it confirms the gap: the entries go, then both batches are applied.
+  pub->PublishRaw({"kv@a:1@m", EncodeKvSequence(static_cast<uint64_t>(last) + 4), EncodeKvEventBatch(Batch({}))});
   ASSERT_TRUE(PollUntil(sub, [&] { return Match(index, p2, {"a:1"})[0].blocks == 2; }));
   EXPECT_EQ(Match(index, p1, {"a:1"})[0].blocks, 0) << "entries from before the gap were dropped";
   const KvEndpointStats st = StatsOf(sub, "a:1");
   EXPECT_EQ(st.gaps, 1);
   EXPECT_GE(st.resets, 1);
+  EXPECT_EQ(st.last_seq, last + 4);
+  EXPECT_EQ(st.seq_rejected, 0);
 }
 
 TEST(KvSubscriberTest, GapsAndLateJoinsAreFilledFromTheReplaySocket) {
@@ -412,9 +508,11 @@ TEST(KvSubscriberTest, CentralSocketRoutesByTopicToTheNamedEndpoint) {
     EXPECT_TRUE(p.ok()) << p.status();
     return p.ok() ? std::move(*p) : nullptr;
   };
-  auto a = connect("kv@a:1@m"), b = connect("kv@b:1@m"), stranger = connect("kv@z:9@m");
+  // The endpoints are named by IP address: the central socket only takes an endpoint's messages
+  // from that address (here both engines send from 127.0.0.1).
+  auto a = connect("kv@127.0.0.1:1@m"), b = connect("kv@127.0.0.1:2@m"), stranger = connect("kv@127.0.0.9:9@m");
   ASSERT_TRUE(a && b && stranger);
-  sub.SetSubscriptions({{"a:1", "", "", ""}, {"b:1", "", "", ""}});
+  sub.SetSubscriptions({{"127.0.0.1:1", "", "", ""}, {"127.0.0.1:2", "", "", ""}});
   const auto pa = Tokens(1, 32), pb = Tokens(500, 48);
   ASSERT_TRUE(PollUntil(sub, [&] {
     a->Publish({Stored(pa, 16, 10)});
@@ -423,16 +521,19 @@ TEST(KvSubscriberTest, CentralSocketRoutesByTopicToTheNamedEndpoint) {
     a->Flush();
     b->Flush();
     stranger->Flush();
-    return Match(index, pa, {"a:1"})[0].blocks == 2 && Match(index, pb, {"b:1"})[0].blocks == 3 &&
+    return Match(index, pa, {"127.0.0.1:1"})[0].blocks == 2 && Match(index, pb, {"127.0.0.1:2"})[0].blocks == 3 &&
            sub.central_unknown() > 0;
   }));
   // Each endpoint got only its own blocks; the stranger's went nowhere.
-  EXPECT_EQ(Match(index, pb, {"a:1"})[0].blocks, 0);
-  EXPECT_EQ(Match(index, pa, {"b:1", "z:9"})[1].blocks, 0);
-  EXPECT_NE(StatsOf(sub, "a:1").address.find("central tcp://127.0.0.1:"), std::string::npos) << StatsOf(sub, "a:1").address;
+  EXPECT_EQ(Match(index, pb, {"127.0.0.1:1"})[0].blocks, 0);
+  EXPECT_EQ(Match(index, pa, {"127.0.0.1:2", "127.0.0.9:9"})[1].blocks, 0);
+  EXPECT_EQ(sub.central_stats().unknown_endpoint, sub.central_unknown());
+  EXPECT_EQ(sub.central_stats().peer_mismatch, 0);
+  EXPECT_NE(StatsOf(sub, "127.0.0.1:1").address.find("central tcp://127.0.0.1:"), std::string::npos)
+      << StatsOf(sub, "127.0.0.1:1").address;
   // An endpoint that leaves drops its entries.
-  sub.SetSubscriptions({{"b:1", "", "", ""}});
-  ASSERT_TRUE(PollUntil(sub, [&] { return Match(index, pa, {"a:1"})[0].blocks == 0; }));
+  sub.SetSubscriptions({{"127.0.0.1:2", "", "", ""}});
+  ASSERT_TRUE(PollUntil(sub, [&] { return Match(index, pa, {"127.0.0.1:1"})[0].blocks == 0; }));
   // A second subscriber cannot bind the same address: it says so and keeps going.
   KvSubscriberOptions again = so;
   again.central_endpoint = sub.central_address();
@@ -461,6 +562,153 @@ TEST(KvSubscriberTest, ReconnectsWhenThePublisherComesBack) {
     (*back)->Flush();
     return Match(index, p, {"a:1"})[0].blocks == 1;
   }, milliseconds(10000)));
+}
+
+// A publisher connected to `central` (the subscriber's bound address) from `source_ip`, with
+// libzmq's "tcp://SOURCE:0;DEST:PORT" form: how an engine on another host would appear.
+std::unique_ptr<KvEventPublisher> ConnectFrom(const std::string& source_ip, const std::string& central,
+                                              const std::string& topic) {
+  KvPublisherOptions o;
+  o.endpoint = absl::StrCat("tcp://", source_ip, ":0;", central.substr(6));  // central: "tcp://..."
+  o.connect = true;
+  o.topic = topic;
+  auto p = KvEventPublisher::Start(o);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? std::move(*p) : nullptr;
+}
+
+TEST(KvSubscriberTest, CentralSocketDropsBatchesFromAPeerThatIsNotTheEndpoint) {
+  for (const bool verify : {true, false}) {
+    SCOPED_TRACE(verify ? "verifyPeerAddress: true (default)" : "verifyPeerAddress: false");
+    KvBlockIndex index;
+    KvSubscriberOptions so;
+    so.topic_filter = "kv@";
+    so.central_endpoint = "tcp://127.0.0.1:*";
+    so.verify_peer_address = verify;
+    KvEventSubscriber sub(&index, so);
+    ASSERT_NE(sub.central_address(), "") << sub.central_error();
+    // The real engine of 127.0.0.1:8000 sends from 127.0.0.1; a forger on 127.0.0.2 sends batches
+    // whose topic names the same endpoint; the engine of 127.0.0.2:8000 sends its own; and
+    // localhost:8000, named by host, sends from 127.0.0.1.
+    auto engine = ConnectFrom("127.0.0.1", sub.central_address(), "kv@127.0.0.1:8000@m");
+    auto forger = ConnectFrom("127.0.0.2", sub.central_address(), "kv@127.0.0.1:8000@m");
+    auto other = ConnectFrom("127.0.0.2", sub.central_address(), "kv@127.0.0.2:8000@m");
+    auto named = ConnectFrom("127.0.0.1", sub.central_address(), "kv@localhost:8000@m");
+    ASSERT_TRUE(engine && forger && other && named);
+    sub.SetSubscriptions({{"127.0.0.1:8000", "", "", ""}, {"127.0.0.2:8000", "", "", ""}, {"localhost:8000", "", "", ""}});
+    const auto real = Tokens(1, 32), forged = Tokens(900, 64), theirs = Tokens(5000, 48), local = Tokens(7000, 16);
+    ASSERT_TRUE(PollUntil(sub, [&] {
+      forger->Publish({Stored(forged, 16, 66)});
+      forger->Flush();
+      // Unverified, the two streams would mix under one sequence: without the check only the
+      // forger speaks for 127.0.0.1:8000 here (what the opt-out risks).
+      if (verify) engine->Publish({Stored(real, 16, 10)});
+      other->Publish({Stored(theirs, 16, 90)});
+      named->Publish({Stored(local, 16, 30)});
+      engine->Flush();
+      other->Flush();
+      named->Flush();
+      const bool forged_seen = verify ? sub.central_stats().peer_mismatch > 0
+                                      : Match(index, forged, {"127.0.0.1:8000"})[0].blocks == 4;
+      return forged_seen && (!verify || Match(index, real, {"127.0.0.1:8000"})[0].blocks == 2) &&
+             Match(index, theirs, {"127.0.0.2:8000"})[0].blocks == 3 &&
+             Match(index, local, {"localhost:8000"})[0].blocks == 1;
+    }));
+    const KvEndpointStats st = StatsOf(sub, "127.0.0.1:8000");
+    if (verify) {
+      EXPECT_EQ(Match(index, forged, {"127.0.0.1:8000"})[0].blocks, 0) << "the forged batch never reached the index";
+      EXPECT_GE(st.peer_rejected, 1);
+      EXPECT_EQ(sub.central_stats().peer_mismatch, st.peer_rejected);
+      EXPECT_EQ(sub.central_stats().peer_unverifiable, 0);
+      // The forger's own sequence numbers never entered the endpoint's stream either.
+      EXPECT_EQ(st.seq_rejected, 0);
+    } else {
+      EXPECT_EQ(Match(index, forged, {"127.0.0.1:8000"})[0].blocks, 4) << "the opt-out trusts the topic";
+      EXPECT_EQ(st.peer_rejected, 0);
+      EXPECT_EQ(sub.central_stats().peer_mismatch, 0);
+    }
+    EXPECT_EQ(StatsOf(sub, "127.0.0.2:8000").peer_rejected, 0);
+  }
+}
+
+TEST(KvSubscriberTest, CentralSocketDropsWhatItCannotVerify) {
+  KvBlockIndex index;
+  KvSubscriberOptions so;
+  so.central_endpoint = "tcp://127.0.0.1:*";
+  KvEventSubscriber sub(&index, so);
+  ASSERT_NE(sub.central_address(), "") << sub.central_error();
+  // A host that does not resolve (the .invalid TLD never does): its messages cannot be checked.
+  auto p = ConnectFrom("127.0.0.1", sub.central_address(), "kv@nowhere.invalid:8000@m");
+  ASSERT_NE(p, nullptr);
+  sub.SetSubscriptions({{"nowhere.invalid:8000", "", "", ""}});
+  ASSERT_TRUE(PollUntil(sub, [&] {
+    p->Publish({Stored(Tokens(1, 16), 16, 1)});
+    p->Flush();
+    return sub.central_stats().peer_unverifiable > 0;
+  }));
+  EXPECT_EQ(index.Stats().blocks, 0);
+  EXPECT_NE(StatsOf(sub, "nowhere.invalid:8000").last_error.find("does not resolve"), std::string::npos);
+}
+
+// Publishes `n` empty batches and waits until the subscriber applied the last.
+void Advance(KvEventPublisher& pub, KvEventSubscriber& sub, const std::string& endpoint, int n) {
+  for (int i = 0; i < n; ++i) pub.Publish({});
+  pub.Flush();
+  const int64_t want = static_cast<int64_t>(pub.stats().batches) - 1;
+  ASSERT_TRUE(PollUntil(sub, [&] { return StatsOf(sub, endpoint).last_seq == want; }));
+}
+
+TEST(KvSubscriberTest, OneForgedSequenceDoesNotWipeTheEndpointButARestartResetsIt) {
+  for (const bool replay : {false, true}) {
+    SCOPED_TRACE(replay ? "with a replay socket" : "without a replay socket");
+    auto pub = StartPublisher(replay);
+    ASSERT_NE(pub, nullptr);
+    const std::string address = pub->endpoint(), replay_address = pub->replay_endpoint();
+    KvBlockIndex index;
+    KvEventSubscriber sub(&index);
+    sub.SetSubscriptions({{"a:1", address, replay_address, "m"}});
+    Handshake(*pub, sub, "a:1");
+    const auto held = Tokens(1, 64), forged = Tokens(3000, 32);
+    pub->Publish({Stored(held, 16, 10)});
+    Advance(*pub, sub, "a:1", 50);
+    ASSERT_EQ(Match(index, held, {"a:1"})[0].blocks, 4);
+    const int64_t last = StatsOf(sub, "a:1").last_seq;
+    // One message whose sequence went back (as a restarted engine's would), then one far ahead:
+    // neither is applied, and the entries stay.
+    pub->PublishRaw({"kv@a:1@m", EncodeKvSequence(0), EncodeKvEventBatch(Batch({Stored(forged, 16, 77)}))});
+    pub->Flush();
+    ASSERT_TRUE(PollUntil(sub, [&] { return replay ? StatsOf(sub, "a:1").seq_rejected == 1 : true; }));
+    pub->PublishRaw({"kv@a:1@m", EncodeKvSequence(static_cast<uint64_t>(last) + 40),
+                     EncodeKvEventBatch(Batch({KvAllBlocksCleared{}}))});
+    pub->Flush();
+    ASSERT_TRUE(PollUntil(sub, [&] { return StatsOf(sub, "a:1").gaps == 1; }));
+    // The engine's own stream goes on.
+    Advance(*pub, sub, "a:1", 2);
+    KvEndpointStats st = StatsOf(sub, "a:1");
+    EXPECT_EQ(Match(index, held, {"a:1"})[0].blocks, 4) << "a forged sequence wiped the endpoint";
+    EXPECT_EQ(Match(index, forged, {"a:1"})[0].blocks, 0);
+    EXPECT_EQ(st.resets, 0);
+    EXPECT_EQ(st.seq_rejected, 2) << st.last_error;
+    EXPECT_EQ(st.last_seq, last + 2);
+    // The engine really restarts: a new process on the same addresses numbers from 0 again.
+    pub.reset();
+    KvPublisherOptions again;
+    again.endpoint = address;
+    again.replay_endpoint = replay_address;
+    again.topic = "kv@a:1@m";
+    auto back = KvEventPublisher::Start(again);
+    ASSERT_TRUE(back.ok()) << back.status();
+    const auto fresh = Tokens(8000, 32);
+    ASSERT_TRUE(PollUntil(sub, [&] {
+      (*back)->Publish({Stored(fresh, 16, 500)});
+      (*back)->Flush();
+      return Match(index, fresh, {"a:1"})[0].blocks == 2;
+    }, milliseconds(10000)));
+    st = StatsOf(sub, "a:1");
+    EXPECT_EQ(Match(index, held, {"a:1"})[0].blocks, 0) << "what the old process held is gone";
+    EXPECT_EQ(st.resets, 1) << st.last_error;
+    EXPECT_LT(st.last_seq, last);
+  }
 }
 
 // ---- The producer in a scheduler ------------------------------------------------------------

@@ -18,6 +18,15 @@
 // arrays, the engine-hash entry), and about 70 for each further endpoint holding the same block
 // (see docs/benchmarks.md).
 //
+// Engine hashes: each holder has one current name (the hash it was last stored under), counted
+// with the holder. A block stored again under another hash by the same endpoint and medium (the
+// same tokens under another cache_salt or multimodal input; or a flood of re-hashed stores)
+// leaves the older name as an alias, still resolving a later BlockRemoved or a child's parent.
+// Aliases are bounded per endpoint by max_engine_hash_aliases, the oldest forgotten first, so no
+// stream of events grows the index past max_blocks blocks plus that many names per endpoint; a
+// BlockRemoved naming a forgotten (or never seen) hash is counted in removed_unknown, a child
+// naming one as its parent is skipped.
+//
 // Thread-safety: every method may be called from any thread (one writer lock, readers shared).
 #pragma once
 
@@ -42,6 +51,9 @@ std::vector<uint32_t> EstimateTokenIds(std::string_view text);
 struct KvIndexOptions {
   std::string hash_seed;  // tokenProcessorConfig.hashSeed; any value works, both sides use it
   size_t max_blocks = size_t{1} << 22;  // block keys kept (about 3.3 GiB if each had one holder)
+  // Per endpoint, engine hashes kept beyond one per block held (aliases, see above); about 60
+  // bytes each. 0: none (a re-stored block keeps only its newest name).
+  size_t max_engine_hash_aliases = 16384;
   // Weight of a block held on a medium (compared lower-case); a medium not listed weighs 1.0.
   std::map<std::string, double> medium_weights = {{"gpu", 1.0}, {"cpu", 0.8}};
 };
@@ -58,6 +70,8 @@ struct KvPrefixMatch {
 struct KvApplyResult {
   int64_t stored = 0;      // blocks added (or a holder added to a known block)
   int64_t removed = 0;     // holders removed
+  int64_t removed_unknown = 0;  // BlockRemoved hashes the index does not know (never stored,
+                                // evicted, or an alias forgotten for max_engine_hash_aliases)
   int64_t cleared = 0;     // AllBlocksCleared events
   int64_t skipped = 0;     // events skipped (see `last_skip`)
   std::string last_skip;   // why the last one was: "BlockStored parent 0x... unknown", ...
@@ -74,7 +88,10 @@ struct KvIndexStats {
   int64_t blocks = 0;          // distinct block keys
   int64_t holders = 0;         // (block, endpoint, medium) entries, speculative ones included
   int64_t evicted = 0;         // blocks dropped for max_blocks since the start
-  int64_t approx_bytes = 0;    // estimate of the memory held
+  int64_t approx_bytes = 0;    // estimate of the memory held (engine hashes and aliases included)
+  int64_t engine_hashes = 0;   // engine-hash names kept, every endpoint (one per holder + aliases)
+  int64_t engine_hash_aliases = 0;          // of those, aliases (max_engine_hash_aliases per endpoint)
+  int64_t engine_hash_aliases_dropped = 0;  // aliases forgotten for that bound since the start
   int64_t speculative = 0;            // speculative holders now
   int64_t speculative_confirmed = 0;  // replaced by the engine's BlockStored since the start
   int64_t speculative_expired = 0;    // dropped at their TTL unconfirmed since the start

@@ -207,10 +207,15 @@ absl::Status ReadIndexer(const Params& ic, PreciseOptions& o) {
     EPP_ASSIGN_OR_RETURN(bool metrics, kbi->GetBool("enableMetrics", false));
     (void)metrics;  // /metrics always shows the index
     if (const Params* mem = kbi->Find("inMemoryConfig"); mem && !mem->is_null()) {
-      EPP_RETURN_IF_ERROR(mem->CheckKeys({"size", "podCacheSize"}));
+      EPP_RETURN_IF_ERROR(mem->CheckKeys({"size", "podCacheSize", "maxEngineHashAliases"}));
       EPP_ASSIGN_OR_RETURN(int64_t size, mem->GetInt("size", static_cast<int64_t>(o.index.max_blocks)));
       if (size <= 0 || size > (int64_t{1} << 32)) return Bad(*mem, "size", "must be in [1, 2^32]");
       o.index.max_blocks = static_cast<size_t>(size);
+      // epp only: per endpoint, engine hashes kept beyond one per held block (kv/index.h).
+      EPP_ASSIGN_OR_RETURN(int64_t aliases,
+                           mem->GetInt("maxEngineHashAliases", static_cast<int64_t>(o.index.max_engine_hash_aliases)));
+      if (aliases < 0 || aliases > (int64_t{1} << 32)) return Bad(*mem, "maxEngineHashAliases", "must be in [0, 2^32]");
+      o.index.max_engine_hash_aliases = static_cast<size_t>(aliases);
       EPP_ASSIGN_OR_RETURN(int64_t pods, mem->GetInt("podCacheSize", 10));
       if (pods <= 0) return Bad(*mem, "podCacheSize", "must be > 0");
     }
@@ -234,7 +239,9 @@ Params WriteIndexer(const PreciseOptions& o) {
   Params backends = Params::List();
   for (const auto& [name, w] : o.index.medium_weights)
     backends.Append(Params::Map().Set("name", Params::String(name)).Set("weight", Params::Number(w)));
-  Params mem = Params::Map().Set("size", Params::Int(static_cast<int64_t>(o.index.max_blocks)));
+  Params mem = Params::Map()
+                   .Set("size", Params::Int(static_cast<int64_t>(o.index.max_blocks)))
+                   .Set("maxEngineHashAliases", Params::Int(static_cast<int64_t>(o.index.max_engine_hash_aliases)));
   Params kbi = Params::Map().Set("inMemoryConfig", std::move(mem));
   if (!o.binding.redis_address.empty())
     kbi.Set("redisConfig", Params::Map().Set("address", Params::String(o.binding.redis_address)));
@@ -245,11 +252,15 @@ Params WriteIndexer(const PreciseOptions& o) {
 
 absl::Status ReadKvEvents(const Params& ke, PreciseOptions& o) {
   EPP_RETURN_IF_ERROR(ke.CheckKeys({"zmqEndpoint", "topicFilter", "concurrency", "engineType", "discoverPods",
-                                    "podDiscoveryConfig"}));
+                                    "podDiscoveryConfig", "verifyPeerAddress"}));
   EPP_ASSIGN_OR_RETURN(o.binding.central_endpoint, ke.GetString("zmqEndpoint", ""));
   if (!o.binding.central_endpoint.empty() && o.binding.central_endpoint.rfind("tcp://", 0) != 0 &&
       o.binding.central_endpoint.rfind("ipc://", 0) != 0)
     return Bad(ke, "zmqEndpoint", "expected tcp://HOST:PORT or ipc://PATH, got '" + o.binding.central_endpoint + "'");
+  // epp only: on the central socket, a message counts only when sent from the IP address of the
+  // endpoint its topic names (kv/subscriber.h). Off for engines whose connections arrive from
+  // another address (NAT, a proxy or sidecar that re-originates them).
+  EPP_ASSIGN_OR_RETURN(o.binding.verify_peer_address, ke.GetBool("verifyPeerAddress", true));
   EPP_ASSIGN_OR_RETURN(o.binding.topic_filter, ke.GetString("topicFilter", "kv@"));
   EPP_ASSIGN_OR_RETURN(int64_t conc, ke.GetInt("concurrency", 4));
   if (conc <= 0) return Bad(ke, "concurrency", "must be > 0");
@@ -273,7 +284,10 @@ absl::Status ReadKvEvents(const Params& ke, PreciseOptions& o) {
 
 Params WriteKvEvents(const PreciseOptions& o) {
   Params ke = Params::Map();
-  if (!o.binding.central_endpoint.empty()) ke.Set("zmqEndpoint", Params::String(o.binding.central_endpoint));
+  if (!o.binding.central_endpoint.empty()) {
+    ke.Set("zmqEndpoint", Params::String(o.binding.central_endpoint));
+    ke.Set("verifyPeerAddress", Params::Bool(o.binding.verify_peer_address));
+  }
   ke.Set("topicFilter", Params::String(o.binding.topic_filter));
   ke.Set("discoverPods", Params::Bool(o.binding.discover_pods));
   ke.Set("podDiscoveryConfig", Params::Map()
@@ -295,12 +309,14 @@ const ParamTable<PreciseOptions>& Table() {
                    },
                    WriteTokenProcessor)
            .Custom("indexerConfig", ParamType::kMap,
-                   "{kvBlockIndexConfig: {inMemoryConfig: {size, podCacheSize}, enableMetrics}, "
+                   "{kvBlockIndexConfig: {inMemoryConfig: {size, podCacheSize, maxEngineHashAliases (16384; epp "
+                   "only)}, enableMetrics}, "
                    "kvCacheBackendConfigs: [{name, weight}]}: the in-memory block index",
                    ReadIndexer, WriteIndexer)
            .Custom("kvEventsConfig", ParamType::kMap,
-                   "{zmqEndpoint, topicFilter (kv@), concurrency, engineType: vllm|sglang, discoverPods, "
-                   "podDiscoveryConfig: {socketPort (5557), replaySocketPort}}: where KV events come from",
+                   "{zmqEndpoint, verifyPeerAddress (true; epp only), topicFilter (kv@), concurrency, "
+                   "engineType: vllm|sglang, discoverPods, podDiscoveryConfig: {socketPort (5557), replaySocketPort}}: "
+                   "where KV events come from",
                    ReadKvEvents, WriteKvEvents)
            .Int("maxPrefixTokensToMatch", &PreciseOptions::max_prefix_tokens, Range::Above(0),
                 "prompt tokens hashed and matched")
