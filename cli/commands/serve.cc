@@ -275,6 +275,18 @@ void AddServeFlags(CLI::App* cmd, ServeOptions& o, std::function<void()>& finish
   cmd->add_option("--max-request-bytes", o.args.max_request_bytes, "Largest request body accepted (larger: 413)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-buffered-request-bytes", o.args.max_buffered_request_bytes,
+                  "What all ext_proc streams may hold buffered at once (request bodies until their pick, kept "
+                  "response parts; 256Mi, 1Gi, ...; 0: no limit); a body past it is answered 429")
+      ->capture_default_str();
+  cmd->add_option("--max-streams", o.args.max_streams,
+                  "Open ext_proc streams at most (0: no limit); a stream past it is answered 429")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-streams-per-connection", o.args.max_streams_per_connection,
+                  "HTTP/2 streams one gateway connection may open at once (0: gRPC's default)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--drain-timeout", o.drain_timeout, "On SIGTERM/SIGINT, how long open streams may take to finish")
       ->capture_default_str();
   cmd->add_option("--shutdown-delay", o.shutdown_delay,

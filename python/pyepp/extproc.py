@@ -454,6 +454,8 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
           metrics_pool_name: Optional[str] = None, seed: int = 0, log_level: str = "warn",
           port: int = 0, host: str = "127.0.0.1", tls: bool = False, health_port: Optional[int] = None,
           metrics_port: Optional[int] = None, max_request_bytes: Optional[int] = None,
+          max_buffered_request_bytes: Union[int, str, None] = None, max_streams: Optional[int] = None,
+          max_streams_per_connection: Optional[int] = None,
           objective_priorities: Optional[Mapping[str, int]] = None, ignore_subset_hint: bool = False,
           emit_endpoint_scores: bool = False, request_timeout_s: Optional[float] = None,
           idle_timeout_s: Optional[float] = None, handshake_timeout_s: Optional[float] = None, decision_log: int = 0,
@@ -564,6 +566,11 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     turns it on whenever the server uses a Kubernetes API (discovery, leader election), False
     serves them to anyone who reaches the port.
 
+    Memory budgets of the ext_proc port: ``max_buffered_request_bytes`` (what all streams may
+    hold buffered, bytes or a quantity, default ``"192Mi"``, 0: no limit; a body past it is
+    answered 429), ``max_streams`` (open streams, default 10000, 0: no limit; past it 429) and
+    ``max_streams_per_connection`` (HTTP/2 streams per gateway connection, 0: gRPC's default).
+
     For both forms: ``health_checking`` also answers grpc.health.v1 on the ext_proc port;
     ``grpc_max_recv_msg_size`` / ``grpc_max_send_msg_size`` bound the gRPC messages of the
     ext_proc port, in bytes (an int) or as a Kubernetes quantity (``"10MiB"``; default: the larger
@@ -583,6 +590,13 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
         if isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int) or max_request_bytes <= 0:
             raise ConfigError(f"max_request_bytes must be an int > 0, got {max_request_bytes!r}")
         args.max_request_bytes = max_request_bytes
+    if max_buffered_request_bytes is not None:
+        args.max_buffered_request_bytes = _byte_quantity(max_buffered_request_bytes, "max_buffered_request_bytes")
+    for name, value in (("max_streams", max_streams), ("max_streams_per_connection", max_streams_per_connection)):
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name} must be an int >= 0 (0: no limit), got {value!r}")
+            setattr(args, name, value)
     if objective_priorities is not None:
         if not isinstance(objective_priorities, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)

@@ -7,6 +7,7 @@
 // the watchdog's while it ends one outside the registry lock), so neither deletes it under the
 // other.
 #include <fcntl.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <grpcpp/generic/async_generic_service.h>
@@ -162,7 +163,9 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
     Reactor(Impl* s, grpc::CallbackServerContext* ctx)
         : s_(s), ctx_(ctx), scheduler_(s->scheduler->Get()), session_(*scheduler_, *s->source, s->options.session, &s->stats) {
       s_->stats.streams_total++;
-      s_->stats.streams_active++;
+      // Past max_streams the stream is answered 429 at its first message (not a gRPC error: the
+      // gateway's client sees the reference's overload status, not a failed ext_proc call).
+      refuse_ = s_->stats.streams_active.fetch_add(1) + 1 > s_->options.max_streams && s_->options.max_streams > 0;
       // Once the budget is spent (a file was cut short), no stream is captured any more.
       if (!s_->options.capture_dir.empty() && s_->stats.capture_truncated.load() == 0)
         capture_ = std::make_unique<CaptureFile>(s_->options.capture_dir, s_->next_id++, &s_->stats.capture_bytes,
@@ -209,7 +212,12 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
       last_message_us_.store(SteadyMicros(), std::memory_order_relaxed);
       if (capture_) capture_->Write("request", in_);
       std::vector<pb::ProcessingResponse> out;
-      absl::Status st = session_.Process(in_, out);
+      absl::Status st;
+      if (refuse_) {
+        session_.RefuseStream(out);
+      } else {
+        st = session_.Process(in_, out);
+      }
       if (session_.body_done || session_.finished) request_done_.store(true, std::memory_order_relaxed);
       for (auto& r : out) {
         if (capture_) capture_->Write("response", r);
@@ -367,6 +375,7 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
     std::deque<pb::ProcessingResponse> queue_;  // front = being written; deque keeps it in place
     bool writing_ = false, read_closed_ = false, finished_ = false;
     bool cancelled_ = false;  // the call was cancelled or timed out: a late pick is not made
+    bool refuse_ = false;     // opened past max_streams: its first message is answered 429
     grpc::Status status_ = grpc::Status::OK;
     std::atomic<int> refs_{1};  // gRPC's, until OnDone
     int64_t started_us_ = 0;
@@ -393,13 +402,27 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
     const int64_t request_us = options.session.request_timeout.count() * 1000;
     const int64_t idle_us = options.session.idle_timeout.count() * 1000;
     const int64_t shortest = std::min(request_us > 0 ? request_us : INT64_MAX, idle_us > 0 ? idle_us : INT64_MAX);
-    if (shortest == INT64_MAX) return;
+    const uint64_t trim_after = options.trim_after_bytes;
+    if (shortest == INT64_MAX && trim_after == 0) return;
     const auto period = std::chrono::microseconds(std::clamp<int64_t>(shortest / 4, 5000, 1000000));
-    watchdog = std::thread([this, request_us, idle_us, period] {
+    watchdog = std::thread([this, request_us, idle_us, period, trim_after] {
       std::unique_lock<std::mutex> wait_lock(watchdog_mu);
+      int64_t trimmed_at_bytes = 0, seen_bytes = 0;
       while (!watchdog_cv.wait_for(wait_lock, period, [this] { return watchdog_stop; })) {
         std::vector<std::pair<Reactor*, Reactor::Expiry>> due;
         const int64_t now = SteadyMicros();
+        // After a burst of large bodies (trim_after bytes received or freed since the last time,
+        // none since the last look), free pages go back to the system. Not while bodies keep coming: the
+        // allocator reuses what it freed then, which serve's allocator settings are for.
+        const int64_t received = stats.request_body_bytes.load(std::memory_order_relaxed) +
+                                 static_cast<int64_t>(options.session.buffer_budget->given_total());
+        if (trim_after > 0 && received == seen_bytes && static_cast<uint64_t>(received - trimmed_at_bytes) >= trim_after) {
+          ::malloc_trim(0);
+          trimmed_at_bytes = received;
+          stats.memory_trims++;
+          stats.memory_trim_us += SteadyMicros() - now;
+        }
+        seen_bytes = received;
         {
           std::lock_guard<std::mutex> lock(registry_mu);
           for (Reactor* r : registry) {
@@ -460,6 +483,9 @@ absl::StatusOr<std::unique_ptr<ExtProcServer>> ExtProcServer::StartWith(const Sc
   impl->scheduler = &scheduler;
   impl->source = &endpoints;
   impl->options = options;
+  if (options.max_streams < 0) return absl::InvalidArgumentError("ext_proc max_streams must be >= 0 (0: no limit)");
+  if (!impl->options.session.buffer_budget)
+    impl->options.session.buffer_budget = std::make_shared<BufferBudget>(options.max_buffered_bytes);
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (options.tls) {
     if (options.cert_pem.empty() || options.key_pem.empty())
@@ -483,6 +509,9 @@ absl::StatusOr<std::unique_ptr<ExtProcServer>> ExtProcServer::StartWith(const Sc
   // No SO_REUSEPORT: a second server on a taken port must fail, not silently share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, static_cast<int>(options.session.handshake_timeout.count()));
+  if (options.max_streams_per_connection > 0)
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                               static_cast<int>(std::min<uint32_t>(options.max_streams_per_connection, INT32_MAX)));
   builder.AddListeningPort(options.listen, creds, &impl->port);
   builder.RegisterService(impl.get());
   if (options.health_checking) {
@@ -523,6 +552,7 @@ void SetHealthStatuses(grpc::HealthCheckServiceInterface* hc, bool ready) {
 }  // namespace
 
 int ExtProcServer::port() const { return impl_->port; }
+const BufferBudget& ExtProcServer::buffer_budget() const { return *impl_->options.session.buffer_budget; }
 
 void ExtProcServer::SetServing(bool serving) {
   if (!impl_ || !impl_->server || !impl_->health_checking) return;

@@ -109,6 +109,25 @@ void ExtProcStats::RecordLatencyMicros(int64_t us) {
 ExtProcSession::Impl::~Impl() {
   EndResponse();
   FinishTrace();
+  Release(&body_held);
+  Release(&response_held);
+}
+
+bool ExtProcSession::Impl::Hold(uint64_t* held, uint64_t want) {
+  if (!options.buffer_budget || want <= *held) return true;
+  if (!options.buffer_budget->TryTake(want - *held)) return false;
+  *held = want;
+  return true;
+}
+
+void ExtProcSession::Impl::Release(uint64_t* held) {
+  if (options.buffer_budget && *held > 0) options.buffer_budget->Give(*held);
+  *held = 0;
+}
+
+void ExtProcSession::Impl::RefuseStream(std::vector<pb::ProcessingResponse>& out) {
+  if (stats) stats->streams_refused++;
+  Immediate(429, "too many open ext_proc streams on this EPP", out, kDroppedStreamLimit);
 }
 
 void ExtProcSession::Impl::StartTrace() {
@@ -399,6 +418,7 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
   if (!parsed.ok()) {
     result = PickResult::BadRequest(parsed.status());
     Immediate(400, std::string(parsed.status().message()), out);
+    FreeBody();
     return;
   }
   request = std::move(*parsed);
@@ -412,13 +432,25 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
   const bool rewritable = !unparsed && (request->parser == RequestParser::kOpenAI ||
                                         request->parser == RequestParser::kAnthropic ||
                                         request->parser == RequestParser::kVllmHttp);
-  if (!RewriteModel(!rewritable, new_body, changed, rule, out)) return;
+  if (!RewriteModel(!rewritable, new_body, changed, rule, out)) {
+    FreeBody();
+    return;
+  }
+  const size_t body_size = body.size();
+  if (changed) {
+    // The rewritten body (pending_body_) is what goes on: the received one is not needed any
+    // more (nothing refers to it: the request's fields are copies), and the budget now holds the
+    // new one instead.
+    std::string().swap(body);
+    Release(&body_held);
+    (void)Hold(&body_held, new_body.capacity());
+  }
   target_model = request->model;
   request->priority = ObjectivePriority();
   request->fairness_id = FairnessIdFromHeaders(*request);
   scheduler.PrepareRequest(*request);  // agent-identity fills the fairness id the headers left empty
   if (stats && !unparsed) {
-    stats->RecordModelRequest(incoming_model, target_model, request->priority, body.size());
+    stats->RecordModelRequest(incoming_model, target_model, request->priority, body_size);
     model_counted = true;
     if (!rule.empty()) stats->RecordRewrite(rule, incoming_model, target_model);
   }
@@ -430,7 +462,7 @@ void ExtProcSession::Impl::Decide(std::vector<pb::ProcessingResponse>& out, bool
       if (k == "x-request-id") fr.request_id = v;
     fr.fairness_id = request->fairness_id;
     fr.priority = request->priority;
-    fr.bytes = body.size();
+    fr.bytes = body_size;
     fr.received_us = std::chrono::duration_cast<std::chrono::microseconds>(received.time_since_epoch()).count();
     fr.slo_ttft_ms = flowcontrol::SloTtftMs(*request);
     flow_waiting = true;
@@ -538,6 +570,7 @@ void ExtProcSession::Impl::Dispatch(std::chrono::steady_clock::time_point t0, st
   if (stats) stats->RecordUnreachableSkips(result->unreachable);
   if (result->status != 200) {
     Immediate(result->status, result->reason, out, result->dropped_reason);
+    FreeBody();
     return;
   }
   load_recorded = result->load_tokens > 0;
@@ -553,10 +586,13 @@ void ExtProcSession::Impl::Dispatch(std::chrono::steady_clock::time_point t0, st
   } else {
     EmitPick(body, false, false, out);
   }
-  body.clear();
-  body.shrink_to_fit();
-  pending_body_.clear();
-  pending_body_.shrink_to_fit();
+  FreeBody();
+}
+
+void ExtProcSession::Impl::FreeBody() {
+  std::string().swap(body);
+  std::string().swap(pending_body_);
+  Release(&body_held);
 }
 
 void ExtProcSession::Impl::EndResponse() {
@@ -629,16 +665,19 @@ void ExtProcSession::Impl::ReserveBody(size_t first_chunk) {
   // copies what arrived so far: about one more copy of the body), plus the parser's padding. Only
   // once a body chunk has come (a stream that only claims a length reserves nothing) and never
   // past the body limit.
+  // The reservation is taken from the buffer budget first: a client's content-length alone
+  // cannot make the EPP hold memory the budget does not have (then the body grows as it comes).
   for (const auto& [k, v] : headers) {
     if (k != "content-length") continue;
     uint64_t declared = 0;
     if (!absl::SimpleAtoi(v, &declared) || declared <= first_chunk) return;
-    body.reserve(static_cast<size_t>(std::min<uint64_t>(declared, options.max_request_bytes)) + kRequestBodyPadding);
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(declared, options.max_request_bytes)) + kRequestBodyPadding;
+    if (Hold(&body_held, want)) body.reserve(want);
     return;
   }
 }
 
-absl::Status ExtProcSession::Impl::Process(const pb::ProcessingRequest& in, std::vector<pb::ProcessingResponse>& out) {
+absl::Status ExtProcSession::Impl::Process(pb::ProcessingRequest& in, std::vector<pb::ProcessingResponse>& out) {
   ReadMetadata(in);
   switch (in.request_case()) {
     case pb::ProcessingRequest::kRequestHeaders: {
@@ -659,16 +698,33 @@ absl::Status ExtProcSession::Impl::Process(const pb::ProcessingRequest& in, std:
     }
     case pb::ProcessingRequest::kRequestBody: {
       if (!headers_seen) return absl::InvalidArgumentError("request_body before request_headers");
+      std::string& chunk = *in.mutable_request_body()->mutable_body();
+      if (stats) stats->request_body_bytes += static_cast<int64_t>(chunk.size());
+      // The message's copy of the chunk goes as soon as it is read (or ignored).
+      struct FreeChunk {
+        std::string& c;
+        ~FreeChunk() { std::string().swap(c); }
+      } free_chunk{chunk};
       if (body_done || finished) return absl::OkStatus();  // after an immediate response: ignore
-      const std::string& chunk = in.request_body().body();
       if (body.size() + chunk.size() > options.max_request_bytes) {
         body_done = true;
-        body.clear();
+        FreeBody();
         Immediate(413, absl::StrCat("request body larger than ", options.max_request_bytes, " bytes"), out);
         return absl::OkStatus();
       }
       if (body.empty()) ReserveBody(chunk.size());
+      if (!Hold(&body_held, body.size() + chunk.size())) {
+        body_done = true;
+        FreeBody();
+        if (stats) stats->budget_rejected++;
+        Immediate(429,
+                  absl::StrCat("the EPP holds ", options.buffer_budget->limit(),
+                               " bytes of request bodies already (its buffer budget); retry later"),
+                  out, kDroppedBufferBudget);
+        return absl::OkStatus();
+      }
       body.append(chunk);
+      (void)Hold(&body_held, body.capacity());  // growth past the size: counted when it fits
       if (in.request_body().end_of_stream() || in.request_body().end_of_stream_without_message()) {
         body_done = true;
         Decide(out, /*bodyless=*/false);
@@ -720,13 +776,25 @@ absl::Status ExtProcSession::Impl::Process(const pb::ProcessingRequest& in, std:
         scheduler.ObserveFirstToken(result->pick_id, result->endpoints.front());
       }
       // Keep at most 1 MiB for usage parsing; beyond that only the tail (where SSE usage is).
+      // The kept part is held from the buffer budget: past it nothing more is kept (this
+      // response's usage goes uncounted) rather than the EPP running out of memory.
       constexpr size_t kKeep = size_t{1} << 20, kTail = size_t{64} << 10;
-      response_body.append(chunk);
-      if (response_body.size() > kKeep) {
-        // Anthropic streams report the prompt side of usage at their start: read it before it goes.
-        if (!response_body_truncated && request && request->parser == RequestParser::kAnthropic) ParseUsage(false);
-        response_body.erase(0, response_body.size() - kTail);
-        response_body_truncated = true;
+      if (!response_keep_off && !chunk.empty()) {
+        if (Hold(&response_held, std::min(response_body.size() + chunk.size(), kKeep + chunk.size()))) {
+          response_body.append(chunk);
+          if (response_body.size() > kKeep) {
+            // Anthropic streams report the prompt side of usage at their start: read it before it goes.
+            if (!response_body_truncated && request && request->parser == RequestParser::kAnthropic) ParseUsage(false);
+            response_body.erase(0, response_body.size() - kTail);
+            response_body_truncated = true;
+          }
+        } else {
+          if (request && request->parser == RequestParser::kAnthropic) ParseUsage(false);
+          std::string().swap(response_body);
+          Release(&response_held);
+          response_keep_off = true;
+          if (stats) stats->budget_response_dropped++;
+        }
       }
       const bool eos = in.response_body().end_of_stream() || in.response_body().end_of_stream_without_message();
       AppendChunks(chunk, eos, /*request_path=*/false, out);
@@ -740,6 +808,8 @@ absl::Status ExtProcSession::Impl::Process(const pb::ProcessingRequest& in, std:
           }
         }
         EndResponse();
+        std::string().swap(response_body);
+        Release(&response_held);
       }
       return absl::OkStatus();
     }

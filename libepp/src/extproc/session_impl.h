@@ -23,7 +23,11 @@ struct ExtProcSession::Impl {
   ~Impl();
 
   // Handles one inbound message, appending responses. kInvalidArgument on a protocol violation.
-  absl::Status Process(const extproc_pb::ProcessingRequest& in, std::vector<extproc_pb::ProcessingResponse>& out);
+  // A request body chunk is taken out of `in` (its memory freed once copied).
+  absl::Status Process(extproc_pb::ProcessingRequest& in, std::vector<extproc_pb::ProcessingResponse>& out);
+  // The first message of a stream past ExtProcServerOptions::max_streams: answered 429
+  // (rejected-stream-limit) whatever it is; the exchange ends.
+  void RefuseStream(std::vector<extproc_pb::ProcessingResponse>& out);
 
   const Scheduler& scheduler;
   const EndpointSource& source;
@@ -36,6 +40,13 @@ struct ExtProcSession::Impl {
   std::vector<std::pair<std::string, std::string>> headers;  // lower-cased names
   std::string body;
   void ReserveBody(size_t first_chunk);  // from content-length, at the first body chunk
+  // options.buffer_budget: what this stream holds of it for `body` and for `response_body`.
+  uint64_t body_held = 0, response_held = 0;
+  // Holds `*held` at >= `want` bytes of the budget; false when they do not fit (nothing changes).
+  bool Hold(uint64_t* held, uint64_t want);
+  void Release(uint64_t* held);
+  void FreeBody();  // the request body and its rewrite go, and their share of the budget
+  bool response_keep_off = false;  // the budget refused the response's kept part: keep nothing
   std::optional<std::vector<std::string>> subset;
   std::optional<PickResult> result;
   std::optional<InferenceRequest> request;

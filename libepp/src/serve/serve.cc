@@ -21,7 +21,7 @@
 namespace epp {
 namespace {
 
-// gRPC wants "[v6]:port"; httplib a bare host.
+// gRPC wants "[v6]:port".
 std::string JoinHostPort(const std::string& host, int port) {
   if (host.find(':') != std::string::npos && host.front() != '[') return "[" + host + "]:" + std::to_string(port);
   return host + ":" + std::to_string(port);
@@ -82,6 +82,7 @@ struct EppServer::Impl {
   std::string cert_pem;
   std::unique_ptr<ExtProcServer> server;
   std::unique_ptr<HealthServer> health;
+  internal::AdminHttpStats metrics_http;  // the metrics port's counters (outlives `metrics`)
   std::unique_ptr<internal::MetricsHttpServer> metrics;
   std::shared_ptr<DecisionLog> decisions;
   std::shared_ptr<Tracer> tracer;
@@ -146,6 +147,7 @@ struct EppServer::Impl {
       KvSubscriberOptions ko;
       ko.topic_filter = b->topic_filter;
       ko.central_endpoint = b->central_endpoint;
+      ko.verify_peer_address = b->verify_peer_address;
       ko.log = &log;
       kv_index = b->index;
       kv = std::make_unique<KvEventSubscriber>(kv_index.get(), ko);
@@ -325,16 +327,19 @@ struct EppServer::Impl {
   internal::ServeMetricsSources Sources() const {
     internal::ServeMetricsSources s;
     s.stats = &server->stats();
+    s.buffer_budget = &server->buffer_budget();
     s.endpoints = endpoints;
     s.pool = pool.get();
     s.staleness_us = config.staleness.count();
     s.pool_name = config.pool_name;
+    if (config.metrics_port >= 0) s.metrics_http = &metrics_http;
     {
       std::lock_guard<std::mutex> kv_lock(kv_mu);
       if (kv_redis) s.kv_redis = kv_redis->stats();
       if (kv) {
         s.kv_endpoints = kv->Stats();
         s.kv_index = kv_index->Stats();
+        if (!kv->central_address().empty() || !kv->central_error().empty()) s.kv_central = kv->central_stats();
         s.kv_holdings = kv_index->Endpoints();
       }
     }
@@ -479,6 +484,9 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
   if (m.tracer) m.log.Info("tracing: " + m.tracer->options().Describe());
   so.capture_dir = c.capture_dir;
   so.capture_max_bytes = c.capture_max_bytes;
+  so.max_buffered_bytes = c.max_buffered_bytes;
+  so.max_streams = c.max_streams;
+  so.max_streams_per_connection = c.max_streams_per_connection;
   so.listen = JoinHostPort(c.listen_address, c.grpc_port);
   so.health_checking = c.health_checking;
   if (c.policy_watch) {
@@ -527,7 +535,7 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     }
     EPP_ASSIGN_OR_RETURN(m.metrics, internal::MetricsHttpServer::Start(c.listen_address, c.metrics_port,
                                                                        [raw] { return raw->Render(); }, decisions,
-                                                                       authorize));
+                                                                       authorize, &m.metrics_http));
   }
   if (c.leader_election) {
     // A standby until the Lease is ours: alive, warm, not ready.

@@ -240,6 +240,23 @@ absl::Status Streams(const ServeArgs& a, ServeConfig& c) {
   }
   EPP_ASSIGN_OR_RETURN(size_t capture_max, ParseByteQuantity("capture_max_bytes", a.capture_max_bytes));
   c.capture_max_bytes = capture_max;
+  if (a.max_buffered_request_bytes == "0") {
+    c.max_buffered_bytes = 0;
+  } else {
+    EPP_ASSIGN_OR_RETURN(size_t buffered, ParseByteQuantity("max_buffered_request_bytes", a.max_buffered_request_bytes));
+    if (buffered < a.max_request_bytes)
+      return absl::InvalidArgumentError(absl::StrCat("max_buffered_request_bytes: ", a.max_buffered_request_bytes,
+                                                     " is less than max_request_bytes (", a.max_request_bytes,
+                                                     "): no body that large could ever be buffered"));
+    c.max_buffered_bytes = buffered;
+  }
+  if (a.max_streams < 0)
+    return absl::InvalidArgumentError(absl::StrCat("max_streams: must be >= 0 (0: no limit), got ", a.max_streams));
+  c.max_streams = a.max_streams;
+  if (a.max_streams_per_connection < 0 || a.max_streams_per_connection > INT32_MAX)
+    return absl::InvalidArgumentError(absl::StrCat("max_streams_per_connection: must be in [0, 2147483647], got ",
+                                                   a.max_streams_per_connection));
+  c.max_streams_per_connection = static_cast<uint32_t>(a.max_streams_per_connection);
   return absl::OkStatus();
 }
 
@@ -418,7 +435,8 @@ const std::vector<std::string_view>& ServeSettingNames() {
       "metrics_staleness_threshold", "detector_staleness", "metrics_pool_name", "listen_address", "grpc_port",
       "grpc_health_port", "metrics_port", "secure_serving", "cert_path", "max_request_bytes", "stream_request_timeout",
       "stream_idle_timeout", "handshake_timeout", "objective_flags", "disable_endpoint_subset_filter",
-      "emit_endpoint_scores", "capture_dir", "capture_max_bytes", "decision_log", "decision_log_rate", "decision_log_prompts",
+      "emit_endpoint_scores", "capture_dir", "capture_max_bytes", "max_buffered_request_bytes", "max_streams",
+      "max_streams_per_connection", "decision_log", "decision_log_rate", "decision_log_prompts",
       "pool_watch", "endpoint_selector", "endpoint_target_ports", "model_server_metrics_scheme",
       "model_server_metrics_path", "model_server_metrics_port", "model_server_metrics_https_insecure_skip_verify",
       "total_queued_requests_metric", "total_running_requests_metric", "kv_cache_usage_percentage_metric",

@@ -2,9 +2,6 @@
 
 #include <map>
 
-#include <httplib.h>
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -14,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "epp/version.h"
 #include "common/os_error.h"
 #include "metrics/exposition.h"
@@ -85,6 +83,32 @@ void WriteStreamCounters(Exposition& x, const ExtProcStats& s) {
   x.Sample("epp_response_tokens_total", {{"kind", "cached"}}, s.cached_tokens.load());
 }
 
+// The ext_proc port's memory budgets (--max-buffered-request-bytes, --max-streams).
+void WriteBudgets(Exposition& x, const ExtProcStats& s, const BufferBudget& b) {
+  x.Single("epp_buffered_bytes", "gauge",
+           "Bytes ext_proc streams hold buffered now (request bodies until their pick, kept response parts).",
+           static_cast<int64_t>(b.used()));
+  x.Single("epp_buffered_bytes_peak", "gauge", "The most bytes ext_proc streams held buffered at once since start.",
+           static_cast<int64_t>(b.peak()));
+  x.Single("epp_buffered_bytes_limit", "gauge", "--max-buffered-request-bytes (0: no limit).",
+           static_cast<int64_t>(b.limit()));
+  x.Family("epp_budget_rejections_total", "counter",
+           "Requests answered 429 for a memory budget: reason buffer (their body did not fit "
+           "--max-buffered-request-bytes) or streams (opened past --max-streams).");
+  x.Sample("epp_budget_rejections_total", {{"reason", "buffer"}}, s.budget_rejected.load());
+  x.Sample("epp_budget_rejections_total", {{"reason", "streams"}}, s.streams_refused.load());
+  x.Single("epp_request_body_bytes_total", "counter", "Request body bytes received on ext_proc streams.",
+           s.request_body_bytes.load());
+  x.Single("epp_memory_trims_total", "counter",
+           "Times the ext_proc server handed freed memory back to the system after large bodies (malloc_trim).",
+           s.memory_trims.load());
+  x.Single("epp_memory_trim_seconds_total", "counter", "Time those hand-backs took.",
+           static_cast<double>(s.memory_trim_us.load()) / 1e6);
+  x.Single("epp_budget_response_dropped_total", "counter",
+           "Responses whose body the EPP stopped keeping (their usage uncounted) because the buffer budget was spent.",
+           s.budget_response_dropped.load());
+}
+
 // KV events (precise prefix): the index's size and each endpoint's subscription health. Only
 // called with a precise prefix producer configured (src.kv_index set).
 void WriteKvEventMetrics(Exposition& x, const ServeMetricsSources& src) {
@@ -100,6 +124,23 @@ void WriteKvEventMetrics(Exposition& x, const ServeMetricsSources& src) {
            "Speculative entries the engine's events confirmed.", src.kv_index->speculative_confirmed);
   x.Single("epp_kv_index_speculative_expired_total", "counter",
            "Speculative entries dropped at speculativeTTL unconfirmed.", src.kv_index->speculative_expired);
+  x.Single("epp_kv_index_engine_hashes", "gauge",
+           "Engine block hashes the precise prefix index keeps as names (one per holder, plus aliases).",
+           src.kv_index->engine_hashes);
+  x.Single("epp_kv_index_engine_hash_aliases", "gauge",
+           "Of those, older names of blocks stored again under another hash (at most maxEngineHashAliases per endpoint).",
+           src.kv_index->engine_hash_aliases);
+  x.Single("epp_kv_index_engine_hash_aliases_dropped_total", "counter",
+           "Aliases forgotten, oldest first, for maxEngineHashAliases.", src.kv_index->engine_hash_aliases_dropped);
+  if (src.kv_central) {
+    x.Family("epp_kv_central_dropped_total", "counter",
+             "Messages on the central KV-event socket (zmqEndpoint) dropped before the index: reason unknown_endpoint "
+             "(the topic names no pool endpoint), peer_mismatch (sent from another IP address than the endpoint's), "
+             "peer_unverifiable (no sender address, or the endpoint's host did not resolve).");
+    x.Sample("epp_kv_central_dropped_total", {{"reason", "unknown_endpoint"}}, src.kv_central->unknown_endpoint);
+    x.Sample("epp_kv_central_dropped_total", {{"reason", "peer_mismatch"}}, src.kv_central->peer_mismatch);
+    x.Sample("epp_kv_central_dropped_total", {{"reason", "peer_unverifiable"}}, src.kv_central->peer_unverifiable);
+  }
   x.Family("epp_endpoint_kv_blocks", "gauge", "Blocks the endpoint holds according to its KV events.");
   for (const KvEndpointSummary& h : src.kv_holdings)
     x.Sample("epp_endpoint_kv_blocks", {{"endpoint", h.endpoint}}, h.blocks);
@@ -119,6 +160,15 @@ void WriteKvEventMetrics(Exposition& x, const ServeMetricsSources& src) {
       {"epp_endpoint_kv_replay_failures_total", "Replays that failed.", &KvEndpointStats::replay_failures},
       {"epp_endpoint_kv_resets_total", "Times the endpoint's index entries were dropped (gap, restart, clear).",
        &KvEndpointStats::resets},
+      {"epp_endpoint_kv_peer_rejected_total",
+       "Central-socket messages naming the endpoint that were dropped because their sender was not it.",
+       &KvEndpointStats::peer_rejected},
+      {"epp_endpoint_kv_sequence_rejected_total",
+       "KV-event batches dropped because their sequence did not continue the engine's stream (not confirmed by its "
+       "replay socket or by the batch after them).",
+       &KvEndpointStats::seq_rejected},
+      {"epp_endpoint_kv_removed_unknown_total", "BlockRemoved hashes the index did not know (never stored, evicted, "
+       "or forgotten).", &KvEndpointStats::removed_unknown},
   };
   for (const Counter& c : counters) {
     x.Family(c.name, "counter", c.help);
@@ -589,6 +639,27 @@ void WriteFlowControl(Exposition& x, const ServeMetricsSources& src) {
   }
 }
 
+// The metrics port's own HTTP server (serve/admin_http.h): its connections and what it refused.
+void WriteMetricsHttp(Exposition& x, const AdminHttpStats& h) {
+  x.Single("epp_metrics_http_connections_total", "counter", "Connections accepted on the metrics port.",
+           h.connections.load());
+  x.Single("epp_metrics_http_connections_open", "gauge", "Connections open on the metrics port.",
+           h.connections_open.load());
+  x.Single("epp_metrics_http_requests_total", "counter", "Answers the metrics port sent or began (every status).",
+           h.requests.load());
+  x.Family("epp_metrics_http_rejected_total", "counter",
+           "Requests the metrics port refused and connections it closed for a limit, by reason.");
+  const std::pair<const char*, int64_t> reasons[] = {
+      {"bad_request", h.bad_request.load()},       {"method", h.method.load()},
+      {"body", h.body.load()},                     {"header_too_large", h.header_too_large.load()},
+      {"too_many_headers", h.too_many_headers.load()}, {"header_timeout", h.header_timeout.load()},
+      {"write_timeout", h.write_timeout.load()},   {"connection_cap", h.connection_cap.load()},
+      {"evicted", h.evicted.load()},               {"response_budget", h.response_budget.load()}};
+  for (const auto& [reason, n] : reasons) x.Sample("epp_metrics_http_rejected_total", {{"reason", reason}}, n);
+  x.Single("epp_metrics_http_idle_closed_total", "counter",
+           "Keep-alive connections the metrics port closed after its idle timeout.", h.idle_closed.load());
+}
+
 }  // namespace
 
 std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
@@ -601,6 +672,7 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   WriteRequestOutcomes(x, s);
   WritePickLatency(x, s);
   WriteStreamCounters(x, s);
+  if (src.buffer_budget) WriteBudgets(x, s, *src.buffer_budget);
   if (src.kv_index) WriteKvEventMetrics(x, src);
   WriteTokenizerMetrics(x, src.scheduler->Tokenizers());
   WritePluginMetrics(x, src.scheduler->PluginMetrics());
@@ -636,6 +708,7 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
              k.dropped);
     x.Single("epp_kv_redis_errors_total", "counter", "Failed connects or rounds with the index's Redis.", k.errors);
   }
+  if (src.metrics_http) WriteMetricsHttp(x, *src.metrics_http);
   if (src.policy_watch) {
     const KubeWatchStats& w = *src.policy_watch;
     x.Single("epp_kube_policy_watch_synced", "gauge",
@@ -652,15 +725,13 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
 }
 
 struct MetricsHttpServer::Impl {
-  httplib::Server http;
-  std::thread thread;
-  int port = 0;
-  bool stopped = false;
+  std::unique_ptr<AdminHttpServer> http;
 };
 
 MetricsHttpServer::MetricsHttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
-int MetricsHttpServer::port() const { return impl_->port; }
+int MetricsHttpServer::port() const { return impl_->http->port(); }
+const AdminHttpStats& MetricsHttpServer::stats() const { return impl_->http->stats(); }
 
 int ServeDecisions(const DecisionLog& log, const std::map<std::string, std::string>& query, std::string* body) {
   auto number = [&](const char* key, uint64_t fallback, uint64_t* out) -> bool {
@@ -697,77 +768,64 @@ int ServeDecisions(const DecisionLog& log, const std::map<std::string, std::stri
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host, int port,
                                                                             std::function<std::string()> render,
                                                                             DebugHandler decisions,
-                                                                            Authorize authorize) {
-  auto impl = std::make_unique<Impl>();
-  // --metrics-endpoint-auth: every path but /healthz answers only an authorized scraper.
-  auto denied = [authorize](const httplib::Request& req, httplib::Response& res) {
-    if (!authorize) return false;
-    const auto [status, reason] = authorize(req.get_header_value("Authorization"), req.path);
-    if (status == 200) return false;
-    res.status = status;
-    res.set_content(reason + "\n", "text/plain");
+                                                                            Authorize authorize,
+                                                                            AdminHttpStats* stats) {
+  AdminHttpServer::Handlers handlers;
+  // On the loop: the probe's answer and unknown paths (no authorization asked, nothing rendered).
+  handlers.on_loop = [](const AdminRequest& req, AdminResponse* res) {
+    if (req.path == "/metrics" || req.path == "/debug/decisions") return false;
+    if (req.path == "/healthz") {
+      res->content_type = "text/plain";
+      res->body = "ok";
+    } else {
+      res->status = 404;
+    }
     return true;
   };
-  impl->http.Get("/debug/decisions", [decisions, denied](const httplib::Request& req, httplib::Response& res) {
-    if (denied(req, res)) return;
+  // On a worker: --metrics-endpoint-auth (every path but /healthz answers only an authorized
+  // scraper; a TokenReview may take a round trip to the API server), then the page.
+  handlers.on_worker = [render = std::move(render), decisions = std::move(decisions),
+                        authorize = std::move(authorize)](const AdminRequest& req) {
+    AdminResponse res;
+    if (authorize) {
+      const auto [status, reason] = authorize(req.authorization, req.path);
+      if (status != 200) {
+        res.status = status;
+        res.content_type = "text/plain";
+        res.body = reason + "\n";
+        return res;
+      }
+    }
+    res.may_compress = true;
+    if (req.path == "/metrics") {
+      res.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      res.body = render();
+      return res;
+    }
+    res.content_type = "application/json";
     if (!decisions) {
       res.status = 404;
-      res.set_content("{\"error\": \"the decision log is off: start eppctl serve with --decision-log N\"}\n",
-                      "application/json");
-      return;
+      res.body = "{\"error\": \"the decision log is off: start eppctl serve with --decision-log N\"}\n";
+      return res;
     }
-    std::map<std::string, std::string> query;
-    for (const auto& [k, v] : req.params) query.emplace(k, v);
-    std::string body;
-    res.status = decisions(query, &body);
-    res.set_content(body, "application/json");
-  });
-  impl->http.Get("/metrics", [render, denied](const httplib::Request& req, httplib::Response& res) {
-    if (denied(req, res)) return;
-    res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  impl->http.Get("/healthz",
-                 [](const httplib::Request&, httplib::Response& res) { res.set_content("ok", "text/plain"); });
-  // As the simulator does (libepp/src/sim/http_server.cc): Debian's compiled cpp-httplib listens
-  // with a backlog of 5; remember the socket and widen it.
-  int listen_fd = -1;
-  impl->http.set_socket_options([&listen_fd](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    listen_fd = sock;
-  });
-  // httplib wants a bare host ("::", not "[::]").
-  std::string bind_host = host;
-  if (bind_host.size() > 2 && bind_host.front() == '[' && bind_host.back() == ']')
-    bind_host = bind_host.substr(1, bind_host.size() - 2);
-  if (port == 0) {
-    impl->port = impl->http.bind_to_any_port(bind_host);
-  } else {
-    impl->port = impl->http.bind_to_port(bind_host, port) ? port : -1;
+    res.status = decisions(req.query, &res.body);
+    return res;
+  };
+  AdminHttpOptions options;
+  options.stats = stats;
+  absl::StatusOr<std::unique_ptr<AdminHttpServer>> http = AdminHttpServer::Start(host, port, std::move(handlers), options);
+  if (!http.ok()) {
+    std::string why = internal::BindFailureSuffix(host, port);
+    if (why.empty()) why = absl::StrCat(": ", http.status().message());
+    return absl::UnavailableError(absl::StrCat("cannot listen for /metrics on ", host, ":", port, why));
   }
-  if (impl->port <= 0)
-    return absl::UnavailableError("cannot listen for /metrics on " + host + ":" + std::to_string(port) +
-                                  internal::BindFailureSuffix(bind_host, port));
-  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
-  Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->http.listen_after_bind(); });
-  // httplib's stop() does nothing until the listen loop runs: return only once it does.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!impl->http.is_running()) {
-    if (std::chrono::steady_clock::now() > give_up) {
-      impl->thread.detach();
-      return absl::UnavailableError("the /metrics server did not start on " + host);
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
+  auto impl = std::make_unique<Impl>();
+  impl->http = *std::move(http);
   return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(std::move(impl)));
 }
 
 void MetricsHttpServer::Stop() {
-  if (!impl_ || impl_->stopped) return;
-  impl_->stopped = true;
-  impl_->http.stop();
-  if (impl_->thread.joinable()) impl_->thread.join();
+  if (impl_ && impl_->http) impl_->http->Stop();
 }
 
 }  // namespace epp::internal

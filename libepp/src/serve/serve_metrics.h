@@ -1,5 +1,6 @@
 // Private to libepp's serve runtime: EppServer's Prometheus /metrics (text format 0.0.4) and the
-// small HTTP server (cpp-httplib) that serves it with /healthz. docs/serve.md lists every metric.
+// small HTTP server (our own, serve/admin_http.h) that serves it with /healthz and
+// /debug/decisions. docs/serve.md lists every metric.
 #pragma once
 
 #include <optional>
@@ -20,21 +21,26 @@
 #include "epp/runtime/tracing.h"
 #include "epp/status.h"
 #include "flowcontrol/controller.h"
+#include "serve/admin_http.h"
 
 namespace epp::internal {
 
 struct ServeMetricsSources {
   const ExtProcStats* stats = nullptr;
+  const BufferBudget* buffer_budget = nullptr;  // the ext_proc server's
   const Scheduler* scheduler = nullptr;  // the one new streams use
   const EndpointSource* endpoints = nullptr;
   const EndpointPool* pool = nullptr;  // its counters; nullptr: a caller-kept source (all zero)
   ConfigReloadCounters config_reloads;
   int64_t staleness_us = 200000;  // endpoints with older metrics are left out of the pool averages
   std::string pool_name;          // `name` label of the GIE-compatible inference_pool_* gauges
+  // The metrics port's own HTTP server (connections, refusals); nullptr without one.
+  const AdminHttpStats* metrics_http = nullptr;
   // KV events (a precise prefix producer configured): per endpoint subscription figures and the
   // index's size; empty / nullopt without one.
   std::vector<KvEndpointStats> kv_endpoints;
   std::optional<KvIndexStats> kv_index;
+  std::optional<KvCentralStats> kv_central;  // the central socket's drops (zmqEndpoint); nullopt: none
   std::vector<KvEndpointSummary> kv_holdings;
   // Leader election (--ha-enable-leader-election): the Lease's name and this replica's state.
   std::string lease_name;
@@ -65,15 +71,19 @@ class MetricsHttpServer {
   using DebugHandler = std::function<int(const std::map<std::string, std::string>& query, std::string* body)>;
   // Serves GET /metrics (render()), GET /healthz ("ok") and GET /debug/decisions (`decisions`;
   // 404 naming the flag without one) on host:port; port 0 picks a free one. Returns once the
-  // server accepts connections.
+  // server accepts connections. HEAD too; any other method 405, any other path 404. The limits
+  // are AdminHttpServer's defaults (admin_http.h); `stats` (optional, must outlive the server)
+  // receives its counters. /healthz is answered on the event loop, the others on its workers.
   // Decides whether a request may read a path: the Authorization header in, (HTTP status, reason)
   // out, 200 to serve it. /healthz is never checked (kubelet probes carry no token).
   using Authorize = std::function<std::pair<int, std::string>(std::string_view authorization, std::string_view path)>;
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
                                                                   std::function<std::string()> render,
-                                                                  DebugHandler decisions = {}, Authorize authorize = {});
+                                                                  DebugHandler decisions = {}, Authorize authorize = {},
+                                                                  AdminHttpStats* stats = nullptr);
   ~MetricsHttpServer();
   int port() const;
+  const AdminHttpStats& stats() const;
   void Stop();
 
   struct Impl;

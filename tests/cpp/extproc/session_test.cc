@@ -323,6 +323,78 @@ TEST(ExtProcSessionTest, ADeclaredContentLengthOnlySizesTheBuffer) {
   ExpectImmediate(Decode(Feed(s, BuildProcessingRequests(capture))), 413, "PayloadTooLarge");
 }
 
+// The buffer budget (ExtProcOptions::buffer_budget) is what every stream together may hold: a
+// body that does not fit is answered 429 with the reference's ResourceExhausted and our drop
+// reason, a client's content-length reserves only what the budget has, and a pick gives back
+// what its body held.
+TEST(ExtProcSessionTest, BufferBudgetRefusesABodyThatDoesNotFitAndFreesOnThePick) {
+  SchedulerEnv env({Ep("10.0.0.1:8000")});
+  const std::string body = ChatBody("m", std::string(3000, 'x'));
+  auto budget = std::make_shared<BufferBudget>(5000);
+  ExtProcOptions options;
+  options.buffer_budget = budget;
+  ExtProcStats stats;
+  HttpRequestCapture capture = ChatCapture(body, 1000);
+  capture.headers.emplace_back("content-length", std::to_string(body.size()));
+  const auto messages = BuildProcessingRequests(capture);
+  ASSERT_GE(messages.size(), 4u);  // headers and four chunks
+  ExtProcSession a(*env.scheduler, env.pool, options, &stats), b(*env.scheduler, env.pool, options, &stats);
+  std::vector<std::string> out_a, out_b;
+  for (size_t i = 0; i + 1 < messages.size(); ++i) ASSERT_TRUE(a.OnMessage(messages[i], out_a).ok()) << i;
+  EXPECT_TRUE(out_a.empty());
+  // a reserved its declared length (and the parser's padding) at its first chunk.
+  EXPECT_GE(budget->used(), body.size());
+  const uint64_t held_by_a = budget->used();
+  // b cannot reserve its length; its chunks are held as they come until one does not fit.
+  for (size_t i = 0; i < messages.size() && out_b.empty(); ++i) ASSERT_TRUE(b.OnMessage(messages[i], out_b).ok()) << i;
+  const auto rb = Decode(out_b);
+  ExpectImmediate(rb, 429, "ResourceExhausted");
+  EXPECT_EQ(SetHeader(rb[0].immediate_response().headers(), kRequestDroppedReasonHeader),
+            std::string(kDroppedBufferBudget));
+  EXPECT_TRUE(b.finished());
+  EXPECT_EQ(stats.budget_rejected.load(), 1);
+  EXPECT_EQ(budget->used(), held_by_a);  // b gave back what it held
+  ASSERT_TRUE(a.OnMessage(messages.back(), out_a).ok());
+  const auto ra = Decode(out_a);
+  ASSERT_GE(ra.size(), 2u);
+  EXPECT_TRUE(ra[0].has_request_headers());
+  EXPECT_EQ(budget->used(), 0u);  // picked: the body is gone
+  EXPECT_LE(budget->peak(), 5000u);
+
+  // A content-length far past the budget reserves nothing: the body is held as it comes.
+  HttpRequestCapture claims = ChatCapture(body, 1000);
+  claims.headers.emplace_back("content-length", "999999999");
+  ExtProcSession c(*env.scheduler, env.pool, options, &stats);
+  const auto rc = Decode(Feed(c, BuildProcessingRequests(claims)));
+  ASSERT_GE(rc.size(), 2u);
+  EXPECT_TRUE(rc[0].has_request_headers());
+  EXPECT_EQ(budget->used(), 0u);
+}
+
+TEST(ExtProcSessionTest, ResponsePastTheBufferBudgetKeepsNothingMore) {
+  SchedulerEnv env({Ep("10.0.0.1:8000")});
+  auto budget = std::make_shared<BufferBudget>(4096);
+  ExtProcOptions options;
+  options.buffer_budget = budget;
+  ExtProcStats stats;
+  ExtProcSession s(*env.scheduler, env.pool, options, &stats);
+  ASSERT_EQ(Decode(Feed(s, BuildProcessingRequests(ChatCapture(ChatBody("m", "hello"))))).size(), 2u);
+  const auto headers = BuildResponseMessages(200, JsonHeaders(), "x", "10.0.0.1:8000");
+  Feed(s, {headers[0]});
+  std::string echoed;
+  for (int i = 0; i < 4; ++i) {
+    pb::ProcessingRequest m;
+    m.mutable_response_body()->set_body(std::string(1500, static_cast<char>('a' + i)));
+    m.mutable_response_body()->set_end_of_stream(i == 3);
+    for (const auto& r : Decode(Feed(s, m))) echoed += Streamed(r).body();
+    EXPECT_LE(budget->used(), 4096u) << i;
+  }
+  // Every byte still goes back to the gateway; only the copy kept for usage stopped.
+  EXPECT_EQ(echoed.size(), 6000u);
+  EXPECT_EQ(stats.budget_response_dropped.load(), 1);
+  EXPECT_EQ(budget->used(), 0u);
+}
+
 TEST(ExtProcSessionTest, UnparsableBodyIs400NamingTheJsonPath) {
   SchedulerEnv env({Ep("10.0.0.1:8000")});
   struct Case {

@@ -126,6 +126,42 @@ class EndpointSnapshot final : public EndpointSource {
   std::shared_ptr<const std::vector<Endpoint>> current_;
 };
 
+// What the streams of a server may hold buffered at once: request bodies from their first chunk
+// until the pick (also while they wait in flow control), and the part of each response kept for
+// its usage. A request whose body would pass it is answered 429 (ResourceExhausted, the
+// reference's overload status, x-llm-d-request-dropped-reason: rejected-buffer-budget); a
+// response past it keeps nothing more (its usage goes uncounted). Thread-safe.
+class BufferBudget {
+ public:
+  explicit BufferBudget(uint64_t limit) : limit_(limit) {}  // 0: no limit (still counted)
+  // Takes `n` bytes when they fit (always with no limit); false leaves nothing taken.
+  bool TryTake(uint64_t n) {
+    uint64_t used = used_.load(std::memory_order_relaxed);
+    do {
+      if (limit_ != 0 && (n > limit_ || used > limit_ - n)) return false;
+    } while (!used_.compare_exchange_weak(used, used + n, std::memory_order_relaxed));
+    uint64_t peak = peak_.load(std::memory_order_relaxed);
+    while (used + n > peak && !peak_.compare_exchange_weak(peak, used + n, std::memory_order_relaxed)) {
+    }
+    return true;
+  }
+  void Give(uint64_t n) {
+    used_.fetch_sub(n, std::memory_order_relaxed);
+    given_.fetch_add(n, std::memory_order_relaxed);
+  }
+  uint64_t used() const { return used_.load(std::memory_order_relaxed); }
+  uint64_t given_total() const { return given_.load(std::memory_order_relaxed); }  // all Give()s
+  uint64_t peak() const { return peak_.load(std::memory_order_relaxed); }
+  uint64_t limit() const { return limit_; }
+
+ private:
+  const uint64_t limit_;
+  std::atomic<uint64_t> used_{0}, peak_{0}, given_{0};
+};
+inline constexpr uint64_t kDefaultMaxBufferedBytes = uint64_t{192} << 20;
+inline constexpr std::string_view kDroppedBufferBudget = "rejected-buffer-budget";
+inline constexpr std::string_view kDroppedStreamLimit = "rejected-stream-limit";
+
 // Counters shared by every session of a server (serve's /metrics renders them).
 struct ExtProcStats {
   std::atomic<int64_t> streams_total{0};
@@ -137,6 +173,12 @@ struct ExtProcStats {
   std::atomic<int64_t> served_mismatch{0};   // served endpoint differed from the primary pick
   std::atomic<int64_t> stripped_control_headers{0};  // client-sent kSidecarControlHeaders removed
   std::atomic<int64_t> capture_bytes{0}, capture_truncated{0};  // --capture: bytes written, files cut short
+  // Memory budgets: requests answered 429 because their body did not fit the BufferBudget,
+  // responses that stopped keeping their body for it, streams answered 429 past max_streams.
+  std::atomic<int64_t> budget_rejected{0}, budget_response_dropped{0}, streams_refused{0};
+  std::atomic<int64_t> request_body_bytes{0};  // every request body byte received
+  // ExtProcServer's returns of freed memory to the system (ExtProcServerOptions::trim_after_bytes).
+  std::atomic<int64_t> memory_trims{0}, memory_trim_us{0};
   // Streams ExtProcServer ended for a time limit (ExtProcOptions::request_timeout, idle_timeout).
   std::atomic<int64_t> timeouts_request{0}, timeouts_idle{0};
   std::atomic<int64_t> prompt_tokens{0}, completion_tokens{0}, cached_tokens{0};  // from response usage
@@ -281,6 +323,9 @@ struct ExtProcOptions {
   // gateway.request span, and, when sampled, exports that span with the scheduling cycle's spans,
   // the flow-control wait and the response (epp/runtime/tracing.h lists them).
   std::shared_ptr<Tracer> tracer;
+  // The bytes all streams may hold buffered (BufferBudget); unset: no limit. ExtProcServer sets
+  // its own (ExtProcServerOptions::max_buffered_bytes) when this is unset.
+  std::shared_ptr<BufferBudget> buffer_budget;
 };
 
 // The per-stream state machine over serialized messages (see the file comment).
@@ -379,6 +424,19 @@ struct ExtProcServerOptions {
   // GIE's --health-checking: grpc.health.v1 on this port too (services as HealthServer's), its
   // states set by SetServing(); otherwise health checks are answered on the health port only.
   bool health_checking = false;
+  // Memory budgets (0: no limit). max_buffered_bytes: what every stream together may hold
+  // buffered (BufferBudget; used unless session.buffer_budget is set). max_streams: open streams
+  // past it are answered 429 (x-llm-d-request-dropped-reason: rejected-stream-limit) at their first
+  // message. max_streams_per_connection: HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS (a gateway opens
+  // more connections or waits; nothing fails).
+  uint64_t max_buffered_bytes = kDefaultMaxBufferedBytes;
+  int64_t max_streams = 10000;
+  uint32_t max_streams_per_connection = 0;
+  // gRPC receives a large message in many small pieces, which the allocator keeps (in the middle
+  // of its heaps) after they are freed, as it keeps freed bodies: once this many request body
+  // bytes came or were freed since the last time, and then none for a watchdog period (at most a
+  // second), the server hands free pages back to the system (malloc_trim). 0: never.
+  uint64_t trim_after_bytes = uint64_t{64} << 20;
 };
 
 class ExtProcServer {
@@ -394,6 +452,8 @@ class ExtProcServer {
   ~ExtProcServer();
   int port() const;
   ExtProcStats& stats();
+  // What the streams hold buffered now, at most, and the limit (ExtProcServerOptions).
+  const BufferBudget& buffer_budget() const;
   // From now on a new stream is refused with UNAVAILABLE; open ones go on. Shutdown does this
   // too; call it first where something else (readiness) announces the drain.
   void BeginDrain();

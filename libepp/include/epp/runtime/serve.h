@@ -302,6 +302,10 @@ struct ServeConfig {
   ExtProcOptions session;         // request limits, objectives, subset hint handling
   std::string capture_dir;
   uint64_t capture_max_bytes = uint64_t{1} << 30;  // all capture files together (ExtProcServerOptions)
+  // The ext_proc port's memory budgets (ExtProcServerOptions' fields of the same names).
+  uint64_t max_buffered_bytes = kDefaultMaxBufferedBytes;
+  int64_t max_streams = 10000;
+  uint32_t max_streams_per_connection = 0;
   // The live decision log (epp/runtime/decision_log.h): decision_log.capacity > 0 keeps that many recent
   // decisions with their explain trace, served on the metrics port at /debug/decisions.
   DecisionLogOptions decision_log{0, 50, false};

@@ -103,6 +103,11 @@ struct ServeArgs {
   bool emit_endpoint_scores = false;
   std::string capture_dir;  // created when missing (files 0600, credentials redacted)
   std::string capture_max_bytes = "1Gi";  // what every capture file together may hold
+  // Memory budgets of the ext_proc port (ExtProcServerOptions): the bytes all streams may hold
+  // buffered ("0": no limit), open streams ("0": no limit), HTTP/2 streams per connection (0: gRPC's).
+  std::string max_buffered_request_bytes = "192Mi";
+  int64_t max_streams = 10000;
+  int64_t max_streams_per_connection = 0;
 
   // ---- Decisions
   int decision_log = 0;  // recent decisions kept for /debug/decisions, 0..kMaxDecisionLog
