@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "epp/config.h"
 #include "epp/kv/subscriber.h"
 #include "epp/registry.h"
@@ -465,6 +467,59 @@ plugins:
   int holder_load = static_cast<int>(f.sched->Inflight(first.endpoints[0]).first);
   EXPECT_GE(holder_load, 3);
   EXPECT_NE(balanced.endpoints, first.endpoints);
+}
+
+InferenceRequest ChatFor(const std::string& model, const std::string& text) {
+  InferenceRequest req = Chat(text);
+  req.model = model;
+  return req;
+}
+
+// Issue #41: the model name is the client's, and each name used to get its own tree under its own
+// cap. Now at most max_models trees are kept, and max_tree_size bounds one endpoint over all of
+// them; past either the least recently used model's tree goes (seen as that model's cache hit
+// turning into a miss).
+TEST(CacheAwareScorerTest, ClientChosenModelNamesCannotGrowTheTreesPastTheirBounds) {
+  const std::string config = R"(
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: cache-aware-scorer
+  parameters: {balance_abs_threshold: 1000, cache_threshold: 0.5, max_models: MODELS, max_tree_size: SIZE}
+)";
+  auto with = [&](int models, int size) {
+    return absl::StrReplaceAll(config, {{"MODELS", absl::StrCat(models)}, {"SIZE", absl::StrCat(size)}});
+  };
+  const std::vector<Endpoint> pool = {Ep("a:1", 0, 0), Ep("b:1", 0, 0), Ep("c:1", 0, 0)};
+  const std::string p0 = Long('q', 1000);
+  // max_models: m0 is held on a (so b is the least loaded), five other models go to b.
+  for (const auto& [models, m0_kept] : std::vector<std::pair<int, bool>>{{8, true}, {4, false}}) {
+    SCOPED_TRACE(models);
+    Fixture f(with(models, 1 << 20));
+    PickResult first = f.sched->Pick(ChatFor("m0", p0), pool);
+    ASSERT_EQ(first.endpoints, std::vector<std::string>{"a:1"});
+    for (int i = 1; i <= 5; ++i) {
+      PickResult r = f.sched->Pick(ChatFor(absl::StrCat("m", i), Long(static_cast<char>('a' + i), 1000)), pool);
+      EXPECT_EQ(r.endpoints, std::vector<std::string>{"b:1"});
+      f.sched->Release(r);
+    }
+    PickResult again = f.sched->Pick(ChatFor("m0", absl::StrCat(p0, "x")), pool);
+    EXPECT_EQ(again.endpoints, std::vector<std::string>{m0_kept ? "a:1" : "b:1"});
+  }
+  // max_tree_size over all models: four 1000-character prompts of four models on a.
+  for (const auto& [size, m0_kept] : std::vector<std::pair<int, bool>>{{100000, true}, {3000, false}}) {
+    SCOPED_TRACE(size);
+    Fixture f(with(256, size));
+    for (int i = 0; i < 4; ++i) {
+      PickResult r = f.sched->Pick(ChatFor(absl::StrCat("m", i), i == 0 ? p0 : Long(static_cast<char>('a' + i), 1000)), pool);
+      EXPECT_EQ(r.endpoints, std::vector<std::string>{"a:1"});
+      f.sched->Release(r);
+    }
+    PickResult held = f.sched->Pick(ChatFor("m3", absl::StrCat(Long('d', 1000), "y")), pool);  // a hit: a is loaded
+    ASSERT_EQ(held.endpoints, std::vector<std::string>{"a:1"});
+    PickResult again = f.sched->Pick(ChatFor("m0", absl::StrCat(p0, "x")), pool);
+    EXPECT_EQ(again.endpoints, std::vector<std::string>{m0_kept ? "a:1" : "b:1"});
+  }
 }
 
 // Every real config in ../shared/fixtures/configs either loads, or fails naming its unsupported
