@@ -231,6 +231,21 @@ absl::StatusOr<KubeClientOptions> ResolveKubeClientOptions(KubeClientOptions opt
   return options;
 }
 
+std::vector<std::string> KubeClientWarnings(const KubeClientOptions& options) {
+  std::vector<std::string> out;
+  absl::StatusOr<KubeClientOptions> r = ResolveKubeClientOptions(options);
+  if (!r.ok()) return out;
+  const bool https = r->api_server.rfind("https://", 0) == 0;
+  if (https && r->insecure_skip_verify)
+    out.push_back("Kubernetes API server " + r->api_server +
+                  ": its certificate is not verified (--kube-insecure-skip-verify); anyone on the path can "
+                  "impersonate it and read the token");
+  if (!https && !r->token_file.empty())
+    out.push_back("Kubernetes API server " + r->api_server + ": the bearer token from " + r->token_file +
+                  " is sent in clear text (http://); use https://");
+  return out;
+}
+
 std::string InClusterNamespace(std::string_view service_account_dir) {
   bool ok = true;
   std::string ns = Trim(ReadSmallFile(std::string(service_account_dir) + "/namespace", &ok));

@@ -2,7 +2,10 @@
 // servers around them; the configuration file watch and reload.
 #include <condition_variable>
 #include <cstdio>
+#include <fstream>
 #include <mutex>
+#include <sstream>
+#include <set>
 #include <thread>
 
 #include "epp/config.h"
@@ -80,6 +83,10 @@ struct EppServer::Impl {
   std::shared_ptr<FlowControlHandle> flow = std::make_shared<FlowControlHandle>();
   std::vector<std::shared_ptr<flowcontrol::FlowController>> retired_flows;  // under mu
   std::string cert_pem;
+  // What the ext_proc port serves now (with TLS), and the files re-read into it (tls_thread).
+  std::string tls_cert_pem, tls_key_pem, tls_client_ca_pem;
+  std::vector<internal::FileWatch> tls_watches;
+  std::thread tls_thread;
   std::unique_ptr<ExtProcServer> server;
   std::unique_ptr<HealthServer> health;
   internal::AdminHttpStats metrics_http;  // the metrics port's counters (outlives `metrics`)
@@ -324,6 +331,67 @@ struct EppServer::Impl {
     }
   }
 
+  // Certificate rotation: the files are looked at every tls_reload_interval; once a change has
+  // settled (every file looked the same twice in a row) all of them are read again and handed to
+  // the server, which checks them before new handshakes use them.
+  void WatchTls() {
+    bool changed = false;
+    std::unique_lock<std::mutex> lock(mu);
+    while (!cv.wait_for(lock, config.tls_reload_interval, [this] { return stop; })) {
+      lock.unlock();
+      bool settling = false;
+      for (internal::FileWatch& w : tls_watches) {
+        const internal::FileWatch::Change change = w.Poll();
+        settling |= change == internal::FileWatch::Change::kSettling;
+        changed |= change == internal::FileWatch::Change::kChanged || change == internal::FileWatch::Change::kGone;
+      }
+      if (changed && !settling) {
+        changed = false;
+        ReloadTls();
+      }
+      lock.lock();
+    }
+  }
+
+  void ReloadTls() {
+    const ServeConfig& c = config;
+    auto read = [](const std::string& path, std::string* out) {
+      std::ifstream in(path, std::ios::binary);
+      std::ostringstream text;
+      text << in.rdbuf();
+      *out = text.str();
+      return static_cast<bool>(in);
+    };
+    std::string cert = tls_cert_pem, key = tls_key_pem, ca = tls_client_ca_pem;
+    const bool certs = !c.reload_cert_file.empty();
+    const bool cas = !c.reload_client_ca_file.empty();
+    // Named by their settings (the CLI and pyepp show them as their own flags and keywords).
+    std::string what = certs ? "cert_path " + c.tls_source : "";
+    if (cas) what += (certs ? " and " : "") + std::string("client_ca ") + c.client_ca_source;
+    for (const std::string* path : {&c.reload_cert_file, &c.reload_key_file, &c.reload_client_ca_file}) {
+      if (path->empty()) continue;
+      std::string* into = path == &c.reload_cert_file ? &cert : path == &c.reload_key_file ? &key : &ca;
+      if (!read(*path, into)) {
+        log.Warn("ext_proc TLS: " + what + " changed, but " + *path +
+                 " cannot be read; new connections are still served what was loaded before");
+        return;
+      }
+    }
+    if (cert == tls_cert_pem && key == tls_key_pem && ca == tls_client_ca_pem) return;  // touched, same content
+    if (absl::Status st = server->UpdateTls(cert, key, ca); !st.ok()) {
+      log.Warn("ext_proc TLS: " + what + " changed, but is not used: " + std::string(st.message()) +
+               "; new connections are still served what was loaded before");
+      return;
+    }
+    std::string parts;
+    if (cert != tls_cert_pem || key != tls_key_pem) parts = "a new certificate from cert_path " + c.tls_source;
+    if (ca != tls_client_ca_pem) parts += (parts.empty() ? "" : " and ") + std::string("a new client CA bundle from client_ca ") + c.client_ca_source;
+    tls_cert_pem = std::move(cert);
+    tls_key_pem = std::move(key);
+    tls_client_ca_pem = std::move(ca);
+    log.Info("ext_proc TLS: " + parts + " in use for new connections (open ones keep theirs)");
+  }
+
   internal::ServeMetricsSources Sources() const {
     internal::ServeMetricsSources s;
     s.stats = &server->stats();
@@ -380,6 +448,19 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
   Impl& m = *impl;
   const ServeConfig& c = m.config;
   for (const std::string& n : c.notices) m.log.Warn(n);
+  {
+    // Every Kubernetes client serve starts, each warning said once.
+    std::vector<const KubeClientOptions*> kubes;
+    if (c.discovery) kubes.push_back(&c.discovery->kube);
+    if (c.import_discovery) kubes.push_back(&c.import_discovery->kube);
+    if (c.policy_watch) kubes.push_back(&c.policy_watch->kube);
+    if (c.metrics_auth) kubes.push_back(&c.metrics_auth->kube);
+    if (c.leader_election) kubes.push_back(&c.leader_election->kube);
+    std::set<std::string> said;
+    for (const KubeClientOptions* k : kubes)
+      for (const std::string& w : KubeClientWarnings(*k))
+        if (said.insert(w).second) m.log.Warn(w);
+  }
   if (c.shared_state) {
     EPP_ASSIGN_OR_RETURN(m.shared, RedisSharedState::Create(*c.shared_state));
   }
@@ -502,15 +583,37 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     if (c.cert_pem.empty() != c.key_pem.empty())
       return absl::InvalidArgumentError("TLS serving needs both a certificate and a key");
     if (c.cert_pem.empty()) {
+      if (!c.reload_cert_file.empty() || !c.reload_key_file.empty())
+        return absl::InvalidArgumentError("certificate files to reload need the certificate they hold (cert_pem, key_pem)");
       EPP_ASSIGN_OR_RETURN(PemKeyPair pair, GenerateSelfSignedCertificate());
       so.cert_pem = pair.cert_pem;
       so.key_pem = pair.key_pem;
-      m.tls_mode = "TLS, self-signed certificate";
+      // Made in memory: nothing a gateway could pin or verify survives a restart.
+      m.tls_mode = "TLS, self-signed certificate, new at every start";
     } else {
       so.cert_pem = c.cert_pem;
       so.key_pem = c.key_pem;
       m.tls_mode = c.tls_source.empty() ? "TLS" : "TLS, certificate from " + c.tls_source;
+      if (!c.reload_cert_file.empty()) m.tls_mode += ", reloaded when it changes";
     }
+    so.client_ca_pem = c.client_ca_pem;
+    if (!c.client_ca_pem.empty()) {
+      m.tls_mode += ", client certificates required";
+      if (!c.client_ca_source.empty()) m.tls_mode += " (CA " + c.client_ca_source + ")";
+    }
+    m.tls_cert_pem = so.cert_pem;
+    m.tls_key_pem = so.key_pem;
+    m.tls_client_ca_pem = so.client_ca_pem;
+    if (c.tls_reload_interval.count() <= 0) return absl::InvalidArgumentError("tls_reload_interval must be > 0");
+    for (const std::string* path : {&c.reload_cert_file, &c.reload_key_file, &c.reload_client_ca_file}) {
+      if (path->empty()) continue;
+      // Not marked applied: the first looks count as a change, so that a rotation between the
+      // read at start and now is not missed (same content: nothing happens).
+      m.tls_watches.emplace_back(*path);
+    }
+  } else if (!c.client_ca_pem.empty()) {
+    return absl::InvalidArgumentError(
+        "client_ca: client certificates are checked in the TLS handshake, and secure_serving is off");
   }
   m.cert_pem = so.cert_pem;
   EPP_ASSIGN_OR_RETURN(m.server, ExtProcServer::Start(*m.handle, *m.endpoints, so));
@@ -564,6 +667,7 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
   if (m.policies) m.policies->Start();
   if (m.elector) m.elector->Start();
   if (m.config_watch) m.watch_thread = std::thread([raw] { raw->Watch(); });
+  if (!m.tls_watches.empty()) m.tls_thread = std::thread([raw] { raw->WatchTls(); });
   m.SyncKv();  // subscribed before the first stream (the pool's first set came in Create)
   return std::unique_ptr<EppServer>(new EppServer(std::move(impl)));
 }
@@ -603,6 +707,7 @@ void EppServer::Shutdown(std::chrono::milliseconds drain) {
   if (m.server) m.server->BeginDrain();
   if (m.server) m.server->Shutdown(drain);
   if (m.watch_thread.joinable()) m.watch_thread.join();
+  if (m.tls_thread.joinable()) m.tls_thread.join();
   {
     // Every stream has ended (and left its queue); the dispatchers stop.
     std::lock_guard<std::mutex> lock(m.mu);

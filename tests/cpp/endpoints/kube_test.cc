@@ -476,6 +476,30 @@ TEST(KubeTest, InClusterOptionsFromEnvironmentAndServiceAccountDir) {
   if (old_port) ::setenv("KUBERNETES_SERVICE_PORT", saved_port.c_str(), 1); else ::unsetenv("KUBERNETES_SERVICE_PORT");
 }
 
+// Issue #41: an unverified API server and a token over http:// used to pass without a word.
+TEST(KubeTest, WarningsNameAnUnverifiedServerAndATokenInClearText) {
+  TempDir dir;
+  dir.Write("token", "t");
+  KubeClientOptions o;
+  o.api_server = "https://10.0.0.1:6443";
+  EXPECT_TRUE(KubeClientWarnings(o).empty());
+  o.insecure_skip_verify = true;
+  auto w = KubeClientWarnings(o);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("--kube-insecure-skip-verify"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("https://10.0.0.1:6443"), std::string::npos) << w[0];
+  o.insecure_skip_verify = false;
+  o.api_server = "http://10.0.0.1:8080";
+  EXPECT_TRUE(KubeClientWarnings(o).empty());  // no token: nothing leaks
+  o.token_file = dir.path() + "/token";
+  w = KubeClientWarnings(o);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("clear text"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find(o.token_file), std::string::npos) << w[0];
+  o.api_server = "10.0.0.1";  // does not resolve: Create reports it, no warning here
+  EXPECT_TRUE(KubeClientWarnings(o).empty());
+}
+
 }  // namespace
 }  // namespace epp
 

@@ -71,6 +71,12 @@ struct KubeClientOptions {
 // the environment has none ("not running in a Kubernetes Pod: ... give --kube-api-server").
 absl::StatusOr<KubeClientOptions> ResolveKubeClientOptions(KubeClientOptions options);
 
+// What an operator should hear about `options` once resolved (ResolveKubeClientOptions): TLS
+// verification of the API server turned off (https:// with insecure_skip_verify), a bearer token
+// sent over plain http://. Empty when there is nothing to say or the options do not resolve (the
+// client's Create reports that).
+std::vector<std::string> KubeClientWarnings(const KubeClientOptions& options);
+
 // The namespace of the Pod this runs in (SA_DIR/namespace, trimmed); "" when it cannot be read.
 std::string InClusterNamespace(std::string_view service_account_dir = kServiceAccountDir);
 
