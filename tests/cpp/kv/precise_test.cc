@@ -6,11 +6,16 @@
 
 #include <malloc.h>
 
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <unistd.h>
 #include <chrono>
 #include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/container_memory.h"
 #include "epp/config.h"
 #include "epp/kv/index.h"
 #include "epp/kv/publisher.h"
@@ -879,6 +884,32 @@ TEST(PrecisePrefixProducerTest, ParametersAreCheckedNamingThePlace) {
     EXPECT_FALSE(s.ok()) << params;
     EXPECT_NE(s.message().find(needle), std::string::npos) << params << ": " << s.message();
   }
+}
+
+// Issue #41: the index's default bound (about 3.3 GiB) is more than a 2Gi container has; with the
+// container's limit known, loading such a config warns, naming the setting and a size that fits.
+TEST(KvIndexTest, ContainerMemoryLimitAndTheIndexBoundWarning) {
+  const std::string root = ::testing::TempDir() + "/cgroup-" + std::to_string(::getpid());
+  std::filesystem::create_directories(root + "/v1/memory");
+  std::filesystem::create_directories(root + "/v2");
+  auto write = [](const std::string& path, const std::string& text) { std::ofstream(path) << text; };
+  EXPECT_EQ(internal::ContainerMemoryLimit(root + "/none"), std::nullopt);
+  write(root + "/v2/memory.max", "max\n");
+  EXPECT_EQ(internal::ContainerMemoryLimit(root + "/v2"), std::nullopt);
+  write(root + "/v2/memory.max", "2147483648\n");
+  EXPECT_EQ(internal::ContainerMemoryLimit(root + "/v2"), uint64_t{2147483648});
+  write(root + "/v1/memory/memory.limit_in_bytes", "9223372036854771712\n");  // v1's "no limit"
+  EXPECT_EQ(internal::ContainerMemoryLimit(root + "/v1"), std::nullopt);
+  write(root + "/v1/memory/memory.limit_in_bytes", "1073741824");
+  EXPECT_EQ(internal::ContainerMemoryLimit(root + "/v1"), uint64_t{1073741824});
+  std::filesystem::remove_all(root);
+
+  const std::string w = internal::IndexBoundWarning("p.size", uint64_t{1} << 22, 800, uint64_t{2} << 30);
+  EXPECT_NE(w.find("p.size: 4194304 blocks may take about 3200 MiB"), std::string::npos) << w;
+  EXPECT_NE(w.find("limit (2048 MiB)"), std::string::npos) << w;
+  EXPECT_NE(w.find("at most 671088"), std::string::npos) << w;
+  EXPECT_EQ(internal::IndexBoundWarning("p.size", 671088, 800, uint64_t{2} << 30), "");
+  EXPECT_EQ(internal::IndexBoundWarning("p.size", uint64_t{1} << 22, 800, std::nullopt), "");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/container_memory.h"
 #include "epp/kv/index.h"
 #include "epp/runtime/redis.h"
 #include "epp/kv/subscriber.h"
@@ -43,6 +44,9 @@ struct PreciseOptions {
 };
 
 const ParamTable<PreciseOptions>& Table();
+
+// What a block with one holder costs in the index, measured (kv/index.h, docs/benchmarks.md).
+constexpr uint64_t kIndexBytesPerBlock = 800;
 
 class PrecisePrefixProducer : public Plugin,
                               public DataProducer,
@@ -342,6 +346,14 @@ absl::StatusOr<PreciseOptions> ReadPrecise(const Params& params) {
   }
   o.index.hash_seed = o.hash_seed;
   if (o.speculative_ttl_us <= 0) o.speculative_ttl_us = 2000000;  // llm-d: zero or negative means its default
+  // The default bound (2^22 blocks, about 3.3 GiB at one holder each) is more than many
+  // containers have: say so when the container's limit is known (kv/index.h has the figure).
+  if (std::string w = internal::IndexBoundWarning(
+          absl::StrCat(params.path().empty() ? "" : params.path() + ".",
+                       "indexerConfig.kvBlockIndexConfig.inMemoryConfig.size"),
+          o.index.max_blocks, kIndexBytesPerBlock, internal::ContainerMemoryLimit());
+      !w.empty())
+    o.notes.push_back(std::move(w));
   return o;
 }
 
