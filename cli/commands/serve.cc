@@ -208,7 +208,9 @@ void AddReferenceFlags(CLI::App* cmd, ServeOptions& o) {
        "OpenTelemetry spans per request over OTLP (default on; sent only when OTEL_EXPORTER_OTLP_ENDPOINT or "
        "OTEL_TRACES_EXPORTER names an exporter; docs/serve.md, Tracing)"},
       {"--enable-pprof", "Accepted; epp has no Go pprof handlers (a notice says so when true)"},
-      {"--enable-cert-reload", "Accepted; the certificate is read at start (a notice says so when true)"},
+      {"--enable-cert-reload",
+       "Re-read --cert-path's files and --client-ca when they change (default true here, false in the reference); "
+       "=false reads them once at start"},
       {"--metrics-endpoint-auth",
        "/metrics and /debug/decisions answer only a bearer token the API server authenticates and authorizes "
        "(TokenReview, SubjectAccessReview); default: on whenever serve uses a Kubernetes API"},
@@ -271,7 +273,11 @@ void AddServeFlags(CLI::App* cmd, ServeOptions& o, std::function<void()>& finish
   cmd->add_flag_callback("--no-secure-serving", [&o] { o.args.secure_serving = false; },
                          "Plaintext h2c: the same as --secure-serving=false");
   cmd->add_option("--cert-path", o.args.cert_path,
-                  "Directory with tls.crt and tls.key (default: a self-signed certificate made at start)");
+                  "Directory with tls.crt and tls.key, re-read when they change (default: a self-signed certificate "
+                  "made at start)");
+  cmd->add_option("--client-ca", o.args.client_ca,
+                  "PEM CA bundle: the ext_proc port requires a client certificate one of them signed (the gateway's) "
+                  "and refuses other TLS handshakes; re-read when it changes. Needs TLS");
   cmd->add_option("--max-request-bytes", o.args.max_request_bytes, "Largest request body accepted (larger: 413)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

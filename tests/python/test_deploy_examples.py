@@ -404,6 +404,31 @@ def test_kustomization_lists_every_manifest() -> None:
     assert listed == present
 
 
+def test_network_policy_admits_the_gateway_to_ext_proc_and_a_namespace_to_metrics(
+        manifests: Dict[Tuple[str, str], Dict[str, Any]]) -> None:
+    """deploy/networkpolicy/: ingress to the picker's Pods, ext_proc only from the gateway's Pods
+    (namespace and pod selector in one peer: both must match), /metrics from one namespace, no
+    rule for the health port (the kubelet's probes come from the Pod's node, always allowed)."""
+    (policy,) = load_all(DEPLOY_DIR / "networkpolicy" / "networkpolicy.yaml")
+    assert policy["kind"] == "NetworkPolicy" and "namespace" not in policy["metadata"]
+    spec = policy["spec"]
+    pod_labels = one(manifests, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert spec["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert spec["policyTypes"] == ["Ingress"]
+    args = epp_container(manifests)["args"]
+    grpc, health, metrics = (int(flag_value(args, f) or 0) for f in ("--grpc-port", "--grpc-health-port", "--metrics-port"))
+    assert all(len(rule["ports"]) == 1 and rule["ports"][0]["protocol"] == "TCP" for rule in spec["ingress"])
+    rules = {rule["ports"][0]["port"]: rule for rule in spec["ingress"]}
+    assert set(rules) == {grpc, metrics} and health not in rules
+    (gateway,) = rules[grpc]["from"]
+    assert set(gateway) == {"namespaceSelector", "podSelector"}
+    assert gateway["namespaceSelector"]["matchLabels"] and gateway["podSelector"]["matchLabels"]
+    (scraper,) = rules[metrics]["from"]
+    assert set(scraper) == {"namespaceSelector"}
+    # Opt-in: `kubectl apply -k deploy/` does not apply it before its selectors are edited.
+    assert "networkpolicy" not in (DEPLOY_DIR / "kustomization.yaml").read_text()
+
+
 def dockerfile_instructions() -> List[Tuple[str, str]]:
     text = (DEPLOY_DIR / "Dockerfile").read_text()
     joined = re.sub(r"\\\n", " ", text)

@@ -410,6 +410,50 @@ def test_serve_tls(served: Any) -> None:
         process(served.channel(handle.port), extproc.requests_from_capture(chat_capture()))
 
 
+def _openssl_cert(directory: Path, name: str, ca: Optional[str] = None) -> Tuple[bytes, bytes]:
+    """(certificate, key) PEM, EC P-256: a CA, or a client certificate the CA `ca` signs."""
+    import subprocess
+    crt, key = directory / f"{name}.crt", directory / f"{name}.key"
+    cmd = ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+           "-days", "2", "-subj", f"/CN={name}", "-keyout", str(key), "-out", str(crt)]
+    if ca is None:
+        cmd += ["-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign"]
+    else:
+        cmd += ["-CA", str(directory / f"{ca}.crt"), "-CAkey", str(directory / f"{ca}.key"),
+                "-addext", "basicConstraints=CA:FALSE", "-addext", "extendedKeyUsage=clientAuth"]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=60)
+    return crt.read_bytes(), key.read_bytes()
+
+
+def test_serve_client_ca(served: Any, tmp_path: Path) -> None:
+    _openssl_cert(tmp_path, "ca")
+    client_crt, client_key = _openssl_cert(tmp_path, "client", ca="ca")
+    _openssl_cert(tmp_path, "other-ca")
+    stranger_crt, stranger_key = _openssl_cert(tmp_path, "stranger", ca="other-ca")
+    handle = served.start(tls=True, client_ca=tmp_path / "ca.crt")
+    assert handle.cert_pem is not None
+    target = [("grpc.ssl_target_name_override", "localhost")]
+
+    def attempt(crt: Optional[bytes], key: Optional[bytes]) -> Optional[grpc.StatusCode]:
+        creds = grpc.ssl_channel_credentials(root_certificates=handle.cert_pem, private_key=key, certificate_chain=crt)
+        try:
+            responses = process(served.channel(handle.port, creds, options=target),
+                                extproc.requests_from_capture(chat_capture()))
+        except grpc.RpcError as e:
+            return e.code()
+        assert destination(responses[0]) in POOL
+        return None
+
+    assert attempt(client_crt, client_key) is None
+    assert attempt(None, None) == grpc.StatusCode.UNAVAILABLE
+    assert attempt(stranger_crt, stranger_key) == grpc.StatusCode.UNAVAILABLE
+    with pytest.raises(pyepp.ConfigError, match="client_ca: client certificates are checked in the TLS handshake, "
+                                                "and tls is off"):
+        served.start(client_ca=tmp_path / "ca.crt")
+    with pytest.raises(pyepp.ConfigError, match="client_ca: .*: no PEM certificate in it"):
+        served.start(tls=True, client_ca=tmp_path / "client.key")
+
+
 def _health_status(port: int, service: str) -> int:
     try:  # the generated client, when grpcio-health-checking is installed
         from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-not-found]

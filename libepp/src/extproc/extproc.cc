@@ -29,6 +29,7 @@
 #include "common/os_error.h"
 #include "envoy/service/ext_proc/v3/external_processor.grpc.pb.h"
 #include "extproc/session_impl.h"
+#include "extproc/tls_credentials.h"
 
 namespace epp {
 namespace {
@@ -144,6 +145,7 @@ struct ExtProcServer::Impl final : public pb::ExternalProcessor::CallbackService
   const EndpointSource* source = nullptr;
   ExtProcServerOptions options;
   ExtProcStats stats;
+  std::unique_ptr<internal::ReloadableTls> tls;  // with options.tls; outlives `server`, which uses it
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   std::atomic<int64_t> next_id{0};
@@ -490,10 +492,13 @@ absl::StatusOr<std::unique_ptr<ExtProcServer>> ExtProcServer::StartWith(const Sc
   if (options.tls) {
     if (options.cert_pem.empty() || options.key_pem.empty())
       return absl::InvalidArgumentError("TLS serving needs a certificate and a key");
-    grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({options.key_pem, options.cert_pem});
-    creds = grpc::SslServerCredentials(ssl);
+    auto tls = internal::ReloadableTls::Create({options.cert_pem, options.key_pem, options.client_ca_pem});
+    if (!tls.ok()) return absl::InvalidArgumentError(absl::StrCat("ext_proc TLS: ", tls.status().message()));
+    impl->tls = *std::move(tls);
+    creds = impl->tls->Credentials();
   } else {
+    if (!options.client_ca_pem.empty())
+      return absl::InvalidArgumentError("ext_proc: a client CA needs TLS (client certificates are checked in its handshake)");
     creds = grpc::InsecureServerCredentials();
   }
   // Reject ports gRPC would silently wrap modulo 65536.
@@ -559,6 +564,12 @@ void ExtProcServer::SetServing(bool serving) {
   SetHealthStatuses(impl_->server->GetHealthCheckService(), serving);
 }
 ExtProcStats& ExtProcServer::stats() { return impl_->stats; }
+
+absl::Status ExtProcServer::UpdateTls(const std::string& cert_pem, const std::string& key_pem,
+                                      const std::string& client_ca_pem) {
+  if (!impl_ || !impl_->tls) return absl::FailedPreconditionError("the ext_proc server does not serve TLS");
+  return impl_->tls->Update({cert_pem, key_pem, client_ca_pem});
+}
 
 void ExtProcServer::BeginDrain() {
   if (impl_) impl_->draining.store(true);

@@ -372,15 +372,14 @@ struct EppServer::Impl {
       if (path->empty()) continue;
       std::string* into = path == &c.reload_cert_file ? &cert : path == &c.reload_key_file ? &key : &ca;
       if (!read(*path, into)) {
-        log.Warn("ext_proc TLS: " + what + " changed, but " + *path +
-                 " cannot be read; new connections are still served what was loaded before");
+        log.Warn("ext_proc TLS: " + *path + " cannot be read; new connections keep getting what was loaded before");
         return;
       }
     }
     if (cert == tls_cert_pem && key == tls_key_pem && ca == tls_client_ca_pem) return;  // touched, same content
     if (absl::Status st = server->UpdateTls(cert, key, ca); !st.ok()) {
-      log.Warn("ext_proc TLS: " + what + " changed, but is not used: " + std::string(st.message()) +
-               "; new connections are still served what was loaded before");
+      log.Warn("ext_proc TLS: the changed " + what + (certs && cas ? " are" : " is") + " not used: " +
+               std::string(st.message()) + "; new connections keep getting what was loaded before");
       return;
     }
     std::string parts;

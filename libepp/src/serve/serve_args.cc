@@ -211,10 +211,31 @@ absl::Status Servers(const ServeArgs& a, ServeConfig& c) {
   if (!a.grpc_max_send_msg_size.empty()) {
     EPP_ASSIGN_OR_RETURN(c.grpc_max_send_bytes, ParseByteQuantity("grpc_max_send_msg_size", a.grpc_max_send_msg_size));
   }
+  // Checked here so that bad material is a configuration error naming its setting; the server
+  // checks again what it is given, at start and at each reload.
+  const bool reload = a.enable_cert_reload.value_or(true);
   if (a.secure_serving && !a.cert_path.empty()) {
-    EPP_ASSIGN_OR_RETURN(c.cert_pem, ReadWhole("cert_path", a.cert_path + "/tls.crt"));
-    EPP_ASSIGN_OR_RETURN(c.key_pem, ReadWhole("cert_path", a.cert_path + "/tls.key"));
+    const std::string crt = a.cert_path + "/tls.crt", key = a.cert_path + "/tls.key";
+    EPP_ASSIGN_OR_RETURN(c.cert_pem, ReadWhole("cert_path", crt));
+    EPP_ASSIGN_OR_RETURN(c.key_pem, ReadWhole("cert_path", key));
+    if (absl::Status st = CheckCertificateAndKey(c.cert_pem, c.key_pem); !st.ok())
+      return absl::InvalidArgumentError(absl::StrCat("cert_path: ", a.cert_path, " (tls.crt, tls.key): ", st.message()));
     c.tls_source = a.cert_path;
+    if (reload) {
+      c.reload_cert_file = crt;
+      c.reload_key_file = key;
+    }
+  }
+  if (!a.client_ca.empty()) {
+    if (!a.secure_serving)
+      return absl::InvalidArgumentError(
+          "client_ca: client certificates are checked in the TLS handshake, and secure_serving is off: turn TLS on "
+          "or drop client_ca");
+    EPP_ASSIGN_OR_RETURN(c.client_ca_pem, ReadWhole("client_ca", a.client_ca));
+    if (absl::Status st = CheckCertificateBundle(c.client_ca_pem); !st.ok())
+      return absl::InvalidArgumentError(absl::StrCat("client_ca: ", a.client_ca, ": ", st.message()));
+    c.client_ca_source = a.client_ca;
+    if (reload) c.reload_client_ca_file = a.client_ca;
   }
   return absl::OkStatus();
 }
@@ -309,8 +330,6 @@ void Notices(const ServeArgs& a, ServeConfig& c) {
   };
   if (a.enable_pprof.value_or(false))
     note("enable_pprof", "epp has no Go pprof handlers; profile the process with perf or heaptrack");
-  if (a.enable_cert_reload.value_or(false))
-    note("enable_cert_reload", "the certificate in cert_path is read at start; restart to serve a new one");
   if (!a.tls_min_version.empty() || !a.tls_cipher_suites.empty())
     note(a.tls_min_version.empty() ? "tls_cipher_suites" : "tls_min_version",
          "gRPC's defaults apply (TLS 1.2 and 1.3 with its cipher suites)");
@@ -433,7 +452,7 @@ const std::vector<std::string_view>& ServeSettingNames() {
       "pool_resync_interval", "pool_import", "clusters_file", "cluster_label", "kube_api_server", "kube_token_file",
       "kube_ca_file", "kube_insecure_skip_verify", "refresh_metrics_interval", "scrape_timeout", "scrape_gzip",
       "metrics_staleness_threshold", "detector_staleness", "metrics_pool_name", "listen_address", "grpc_port",
-      "grpc_health_port", "metrics_port", "secure_serving", "cert_path", "max_request_bytes", "stream_request_timeout",
+      "grpc_health_port", "metrics_port", "secure_serving", "cert_path", "client_ca", "max_request_bytes", "stream_request_timeout",
       "stream_idle_timeout", "handshake_timeout", "objective_flags", "disable_endpoint_subset_filter",
       "emit_endpoint_scores", "capture_dir", "capture_max_bytes", "max_buffered_request_bytes", "max_streams",
       "max_streams_per_connection", "decision_log", "decision_log_rate", "decision_log_prompts",

@@ -99,6 +99,7 @@ TEST(BuildServeConfigTest, ErrorsNameTheSetting) {
       {"metrics_port", [](ServeArgs& a) { a.metrics_port = 65536; }},
       {"listen_address", [](ServeArgs& a) { a.listen_address.clear(); }},
       {"cert_path", [](ServeArgs& a) { a.cert_path = "/nonexistent-epp-certs"; }},
+      {"client_ca", [](ServeArgs& a) { a.secure_serving = false; a.client_ca = "/etc/ca.pem"; }},
       {"max_request_bytes", [](ServeArgs& a) { a.max_request_bytes = 0; }},
       {"stream_request_timeout", [](ServeArgs& a) { a.stream_request_timeout = "-5s"; }},
       {"handshake_timeout", [](ServeArgs& a) { a.handshake_timeout = "0s"; }},

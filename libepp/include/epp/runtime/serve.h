@@ -299,6 +299,17 @@ struct ServeConfig {
   bool tls = true;
   std::string cert_pem, key_pem;  // with tls; both empty: a self-signed certificate made at start
   std::string tls_source;         // how the certificate came, for the start-up line
+  // With tls, non-empty: the ext_proc port requires client certificates that these CAs (a PEM
+  // bundle) signed (ExtProcServerOptions::client_ca_pem); client_ca_source says where it came
+  // from, for the start-up line.
+  std::string client_ca_pem, client_ca_source;
+  // With tls: files re-read while serving (empty: not reloaded), each looked at every
+  // tls_reload_interval. Once changed files look the same on two looks in a row they are read and
+  // checked (ExtProcServer::UpdateTls): new connections get them, open ones keep theirs; files that
+  // fail the checks (unreadable, unparsable, a key that does not match) leave the previous
+  // material in place, with a warning.
+  std::string reload_cert_file, reload_key_file, reload_client_ca_file;
+  std::chrono::milliseconds tls_reload_interval{1000};
   ExtProcOptions session;         // request limits, objectives, subset hint handling
   std::string capture_dir;
   uint64_t capture_max_bytes = uint64_t{1} << 30;  // all capture files together (ExtProcServerOptions)
@@ -388,7 +399,7 @@ class EppServer {
   const EndpointPool* pool() const;                    // nullptr with ServeConfig::endpoint_source
   const EndpointSource& endpoints() const;             // the pool, or the caller's source
   // The ext_proc server's certificate (PEM; the self-signed one when none was given), "" without
-  // TLS: what a client pins to trust the server.
+  // TLS: what a client pins to trust the server. The one served at start (reloads do not change it).
   const std::string& certificate_pem() const;
   ExtProcStats& stats();
   // The decision log, nullptr unless ServeConfig::decision_log.capacity > 0.

@@ -87,6 +87,12 @@ struct ServeArgs {
   int metrics_port = 9090;
   bool secure_serving = true;
   std::string cert_path;  // directory with tls.crt and tls.key; empty: a self-signed certificate
+  // A PEM CA bundle: with secure_serving, the ext_proc port requires a client certificate one of
+  // them signed (the gateway's), refusing the TLS handshake otherwise. Empty: none is asked for.
+  std::string client_ca;
+  // Re-read cert_path's files and client_ca when they change (ServeConfig::reload_*). Unset: on;
+  // the reference's --enable-cert-reload defaults to false. false: read once at start.
+  std::optional<bool> enable_cert_reload;
   // Also answer grpc.health.v1 on the ext_proc port, following readiness (GIE's --health-checking).
   bool health_checking = false;
   // Largest gRPC message accepted / sent on the ext_proc port, as a Kubernetes quantity ("10MiB",
@@ -147,8 +153,7 @@ struct ServeArgs {
   std::optional<bool> metrics_endpoint_auth;
   // ---- Reference flags epp accepts without doing what they ask (each one given true is named in
   // a start-up notice saying why): unset = not given.
-  std::optional<bool> enable_tracing, enable_pprof, enable_cert_reload, enable_grpc_stream_metrics,
-      allow_experimental_plugins;
+  std::optional<bool> enable_tracing, enable_pprof, enable_grpc_stream_metrics, allow_experimental_plugins;
   std::string refresh_prometheus_metrics_interval, tls_min_version, metrics_client_ca_file, metrics_cert_dir;
   std::vector<std::string> tls_cipher_suites;
 };
@@ -161,7 +166,8 @@ inline constexpr int kMaxDecisionLog = 1000000;
 
 // Checks every setting and builds the server's configuration (the logger is the caller's:
 // ServeConfig::log stays null). kInvalidArgument naming the setting for a bad value or a
-// combination that cannot work; kNotFound for a file that cannot be read (cert_path's, the
+// combination that cannot work or TLS material that does not pass CheckCertificateAndKey /
+// CheckCertificateBundle; kNotFound for a file that cannot be read (cert_path's, client_ca, the
 // cluster directory).
 absl::StatusOr<ServeConfig> BuildServeConfig(const ServeArgs& args);
 
