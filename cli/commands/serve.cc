@@ -328,6 +328,14 @@ void AddServeFlags(CLI::App* cmd, ServeOptions& o, std::function<void()>& finish
                   "sheddable); repeatable");
   cmd->add_flag("--disable-endpoint-subset-filter", o.args.disable_endpoint_subset_filter,
                 "Ignore the gateway's subset hint (GIE's flag)");
+  cmd->add_option("--trust-objective-header", o.args.trust_objective_header,
+                  "Let the request's x-llm-d-inference-objective / x-gateway-inference-objective choose its "
+                  "priority (false: ignored, priority 0; set false unless the gateway sets or strips them)")
+      ->capture_default_str();
+  cmd->add_option("--trust-model-rewrite-header", o.args.trust_model_rewrite_header,
+                  "Let the request's x-llm-d-model-name-rewrite / x-gateway-model-name-rewrite rewrite its model "
+                  "(false: ignored; only the cluster's InferenceModelRewrites rewrite)")
+      ->capture_default_str();
   cmd->add_flag("--emit-endpoint-scores", o.args.emit_endpoint_scores,
                 "Also put every candidate's total score (primary profile) in envoy.lb metadata as "
                 "x-gateway-destination-endpoint-scores (llm-d's flag)");

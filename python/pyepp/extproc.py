@@ -457,6 +457,7 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
           max_buffered_request_bytes: Union[int, str, None] = None, max_streams: Optional[int] = None,
           max_streams_per_connection: Optional[int] = None,
           objective_priorities: Optional[Mapping[str, int]] = None, ignore_subset_hint: bool = False,
+          trust_objective_header: bool = True, trust_model_rewrite_header: bool = True,
           emit_endpoint_scores: bool = False, request_timeout_s: Optional[float] = None,
           idle_timeout_s: Optional[float] = None, handshake_timeout_s: Optional[float] = None, decision_log: int = 0,
           decision_log_rate: Optional[int] = None, decision_log_prompts: bool = False, region: str = "",
@@ -571,6 +572,10 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     turns it on whenever the server uses a Kubernetes API (discovery, leader election), False
     serves them to anyone who reaches the port.
 
+    ``trust_objective_header`` / ``trust_model_rewrite_header`` (default True, as the reference):
+    False ignores the request's own objective headers (priority 0) / model-rewrite headers (only the
+    cluster's InferenceModelRewrites rewrite), counted in ``epp_untrusted_headers_ignored_total``.
+
     Memory budgets of the ext_proc port: ``max_buffered_request_bytes`` (what all streams may
     hold buffered, bytes or a quantity, default ``"192Mi"``, 0: no limit; a body past it is
     answered 429), ``max_streams`` (open streams, default 10000, 0: no limit; past it 429) and
@@ -610,6 +615,8 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
             raise TypeError("objective_priorities must map objective names (str) to priorities (int)")
         args.objective_flags = [f"{k}={v}" for k, v in objective_priorities.items()]
     args.disable_endpoint_subset_filter = bool(ignore_subset_hint)
+    args.trust_objective_header = bool(trust_objective_header)
+    args.trust_model_rewrite_header = bool(trust_model_rewrite_header)
     args.emit_endpoint_scores = bool(emit_endpoint_scores)
     args.health_checking = bool(health_checking)
     args.grpc_max_recv_msg_size = _byte_quantity(grpc_max_recv_msg_size, "grpc_max_recv_msg_size")

@@ -480,6 +480,8 @@ void BindExtProc(py::module_& m) {
       .def_readwrite("handshake_timeout", &epp::ServeArgs::handshake_timeout)
       .def_readwrite("objective_flags", &epp::ServeArgs::objective_flags)
       .def_readwrite("disable_endpoint_subset_filter", &epp::ServeArgs::disable_endpoint_subset_filter)
+      .def_readwrite("trust_objective_header", &epp::ServeArgs::trust_objective_header)
+      .def_readwrite("trust_model_rewrite_header", &epp::ServeArgs::trust_model_rewrite_header)
       .def_readwrite("emit_endpoint_scores", &epp::ServeArgs::emit_endpoint_scores)
       .def_readwrite("capture_dir", &epp::ServeArgs::capture_dir)
       .def_readwrite("max_buffered_request_bytes", &epp::ServeArgs::max_buffered_request_bytes)

@@ -434,6 +434,23 @@ def test_sheddable_objective_is_429_when_saturated(serve, tmp_path):
     assert s.metric("epp_requests_total", outcome="200") == 4
 
 
+def test_untrusted_objective_header_is_ignored(serve, tmp_path):
+    # --trust-objective-header=false: a client's sheddable objective no longer sheds it (and a
+    # high one would no longer lift it); the ignored header is counted.
+    busy = write_pool(tmp_path / "busy", [(POOL[0], 40, 64, 0.95), (POOL[1], 55, 64, 0.97)])
+    s = serve("--endpoints", busy, "--objective", "low=-1", "--trust-objective-header=false")
+    ch = s.channel()
+    first, _ = pick(ch, chat_body(), extra_headers=[("x-gateway-inference-objective", "low")])
+    assert destination(first) in POOL[:2]
+    assert s.metric("epp_untrusted_headers_ignored_total") == 1
+    assert s.metric("epp_requests_total", outcome="429") == 0
+
+
+def test_trust_header_flags_take_booleans_only(eppctl, pool):
+    r = eppctl("serve", "--endpoints", pool, "--trust-model-rewrite-header=maybe")
+    assert r.returncode != 0 and "trust-model-rewrite-header" in r.stderr, r.stderr
+
+
 def test_bodyless_get_is_answered_at_headers(serve, pool):
     s = serve("--endpoints", pool)
     with Stream(s.channel()) as st:

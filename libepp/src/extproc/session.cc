@@ -269,6 +269,10 @@ bool ExtProcSession::Impl::RewriteModel(bool unparsed, std::string& new_body, bo
       }
     if (!target.empty()) break;
   }
+  if (!target.empty() && !options.trust_model_rewrite_header) {
+    target.clear();  // not the client's to choose here: the cluster's rule (if any) decides
+    if (stats) stats->untrusted_headers_ignored++;
+  }
   if (target.empty() && options.policies) {
     const std::shared_ptr<const RequestPolicies> policies = options.policies->Get();
     if (const ModelRewriteRule* r = policies->RuleFor(request->model); r != nullptr) {
@@ -307,6 +311,10 @@ int ExtProcSession::Impl::ObjectivePriority() const {
   for (std::string_view name : {kLlmdObjectiveHeader, kObjectiveHeader}) {
     for (const auto& [k, v] : headers) {
       if (k != name) continue;
+      if (!options.trust_objective_header) {
+        if (stats) stats->untrusted_headers_ignored++;
+        return 0;
+      }
       // The cluster's InferenceObjectives first; the --objective flags are the offline form.
       if (options.policies) {
         const std::shared_ptr<const RequestPolicies> policies = options.policies->Get();

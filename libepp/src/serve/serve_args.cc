@@ -245,6 +245,8 @@ absl::Status Streams(const ServeArgs& a, ServeConfig& c) {
   if (a.max_request_bytes == 0) return absl::InvalidArgumentError("max_request_bytes: must be > 0");
   c.session.max_request_bytes = a.max_request_bytes;
   c.session.ignore_subset_hint = a.disable_endpoint_subset_filter;
+  c.session.trust_objective_header = a.trust_objective_header;
+  c.session.trust_model_rewrite_header = a.trust_model_rewrite_header;
   c.session.emit_endpoint_scores = a.emit_endpoint_scores;
   EPP_ASSIGN_OR_RETURN(Micros request, Duration("stream_request_timeout", a.stream_request_timeout, true));
   EPP_ASSIGN_OR_RETURN(Micros idle, Duration("stream_idle_timeout", a.stream_idle_timeout, true));
@@ -453,7 +455,8 @@ const std::vector<std::string_view>& ServeSettingNames() {
       "kube_ca_file", "kube_insecure_skip_verify", "refresh_metrics_interval", "scrape_timeout", "scrape_gzip",
       "metrics_staleness_threshold", "detector_staleness", "metrics_pool_name", "listen_address", "grpc_port",
       "grpc_health_port", "metrics_port", "secure_serving", "cert_path", "client_ca", "max_request_bytes", "stream_request_timeout",
-      "stream_idle_timeout", "handshake_timeout", "objective_flags", "disable_endpoint_subset_filter",
+      "stream_idle_timeout", "handshake_timeout", "objective_flags", "disable_endpoint_subset_filter", "trust_objective_header",
+      "trust_model_rewrite_header",
       "emit_endpoint_scores", "capture_dir", "capture_max_bytes", "max_buffered_request_bytes", "max_streams",
       "max_streams_per_connection", "decision_log", "decision_log_rate", "decision_log_prompts",
       "pool_watch", "endpoint_selector", "endpoint_target_ports", "model_server_metrics_scheme",

@@ -72,6 +72,10 @@ void WriteStreamCounters(Exposition& x, const ExtProcStats& s) {
            "Sidecar control headers (x-prefiller-host-port, x-encoder-hosts-ports, x-data-parallel-host-port) a client "
            "sent and the EPP removed before forwarding.",
            s.stripped_control_headers.load());
+  x.Single("epp_untrusted_headers_ignored_total", "counter",
+           "Objective and model-rewrite headers a request carried that the EPP ignored "
+           "(--trust-objective-header=false, --trust-model-rewrite-header=false).",
+           s.untrusted_headers_ignored.load());
   x.Family("epp_stream_timeouts_total", "counter",
            "ext_proc streams ended for a time limit: phase request (body not ended within "
            "--stream-request-timeout) or idle (no message within --stream-idle-timeout after the pick).");

@@ -425,6 +425,33 @@ TEST(ExtProcSessionTest, UnparsableBodyIs400NamingTheJsonPath) {
   }
 }
 
+// Issue #41: an operator whose gateway does not set these headers can stop clients from choosing
+// their own priority or model. Trusted (the default, as the reference), both take effect.
+TEST(ExtProcSessionTest, UntrustedObjectiveAndRewriteHeadersAreIgnoredAndCounted) {
+  SchedulerEnv env({Ep("10.0.0.1:8000")});
+  for (const bool trusted : {true, false}) {
+    SCOPED_TRACE(trusted);
+    ExtProcOptions options;
+    options.objective_priorities = {{"interactive", 5}};
+    options.trust_objective_header = trusted;
+    options.trust_model_rewrite_header = trusted;
+    ExtProcStats stats;
+    ExtProcSession s(*env.scheduler, env.pool, options, &stats);
+    const std::string body = ChatBody("m", "hello");
+    HttpRequestCapture capture = ChatCapture(body);
+    capture.headers.emplace_back(std::string(kObjectiveHeader), "interactive");
+    capture.headers.emplace_back(std::string(kLlmdModelNameRewriteHeader), "expensive-model");
+    const auto rs = Decode(Feed(s, BuildProcessingRequests(capture)));
+    ASSERT_EQ(rs.size(), 2u);
+    ASSERT_NE(s.request(), nullptr);
+    EXPECT_EQ(s.request()->priority, trusted ? 5 : 0);
+    EXPECT_EQ(s.request()->model, trusted ? "expensive-model" : "m");
+    const std::string forwarded = Streamed(rs[1]).body();
+    EXPECT_EQ(forwarded == body, !trusted) << forwarded;
+    EXPECT_EQ(stats.untrusted_headers_ignored.load(), trusted ? 0 : 2);
+  }
+}
+
 TEST(ExtProcSessionTest, SheddableObjectiveOnSaturatedPoolIs429) {
   SchedulerEnv env({Ep("10.0.0.1:8000", 10, 0.9), Ep("10.0.0.2:8000", 6, 0.5)});
   ExtProcOptions options;

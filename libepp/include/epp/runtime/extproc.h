@@ -172,6 +172,7 @@ struct ExtProcStats {
   std::atomic<int64_t> outcome_200{0}, outcome_400{0}, outcome_413{0}, outcome_429{0}, outcome_503{0}, outcome_500{0};
   std::atomic<int64_t> served_mismatch{0};   // served endpoint differed from the primary pick
   std::atomic<int64_t> stripped_control_headers{0};  // client-sent kSidecarControlHeaders removed
+  std::atomic<int64_t> untrusted_headers_ignored{0};  // objective / rewrite headers ignored (trust_* off)
   std::atomic<int64_t> capture_bytes{0}, capture_truncated{0};  // --capture: bytes written, files cut short
   // Memory budgets: requests answered 429 because their body did not fit the BufferBudget,
   // responses that stopped keeping their body for it, streams answered 429 past max_streams.
@@ -294,6 +295,13 @@ struct ExtProcOptions {
   // The cluster's objectives and rewrites when watched (their priorities win over the flags').
   std::shared_ptr<const RequestPolicyHandle> policies;
   bool ignore_subset_hint = false;  // GIE's --disable-endpoint-subset-filter
+  // Whether the request's own headers may choose its objective (x-llm-d-inference-objective,
+  // x-gateway-inference-objective) and rewrite its model (x-llm-d-model-name-rewrite,
+  // x-gateway-model-name-rewrite). true: as the reference (the gateway is expected to set or strip
+  // them). false: they are ignored (priority 0; only the cluster's InferenceModelRewrites rewrite),
+  // each ignored header counted in ExtProcStats::untrusted_headers_ignored.
+  bool trust_objective_header = true;
+  bool trust_model_rewrite_header = true;
   bool trace = false;               // keep the pick's explain trace (explain --ext-proc)
   // llm-d's --emit-endpoint-scores: every candidate's total score of the primary profile in
   // envoy.lb dynamic metadata as x-gateway-destination-endpoint-scores {"ip:port": score}.
@@ -411,7 +419,10 @@ class SchedulerHandle {
 struct ExtProcServerOptions {
   std::string listen = "0.0.0.0:9002";  // host:port; port 0 picks a free one
   bool tls = false;
-  std::string cert_pem, key_pem;        // required with tls
+  std::string cert_pem, key_pem;        // required with tls: the certificate (then its chain) and its key
+  // With tls, non-empty: every connection must present a client certificate that one of these CAs
+  // (a PEM bundle) signed, or its TLS handshake fails. Empty: no client certificate is asked for.
+  std::string client_ca_pem;
   ExtProcOptions session;
   // When set: every stream's messages as protobuf JSON lines, one file per stream, mode 0600, the
   // values of credential headers (authorization, proxy-authorization, cookie, set-cookie, x-api-key)
@@ -461,6 +472,12 @@ class ExtProcServer {
   void Shutdown(std::chrono::milliseconds drain);
   // With health_checking: the state this port's health service reports (liveness always serving).
   void SetServing(bool serving);
+  // With tls: new connections are served `cert_pem` and `key_pem` and, when the server started
+  // with a client CA, verify clients against `client_ca_pem`; open connections keep what they were
+  // set up with. Checked as Start checks them: kInvalidArgument saying what is wrong, and nothing
+  // changes. kFailedPrecondition without tls, or when `client_ca_pem` is empty and was not at
+  // Start (or the reverse): whether clients must present a certificate is fixed at Start.
+  absl::Status UpdateTls(const std::string& cert_pem, const std::string& key_pem, const std::string& client_ca_pem);
 
   struct Impl;
 
@@ -497,5 +514,14 @@ struct PemKeyPair {
   std::string key_pem;
 };
 absl::StatusOr<PemKeyPair> GenerateSelfSignedCertificate();
+
+// The checks ExtProcServer::Start and UpdateTls make on TLS material, for callers that want to
+// refuse it before (a configuration error rather than a server that cannot start). kInvalidArgument
+// with a message saying what is wrong, not where the material came from (callers prefix that).
+// `cert_pem`: PEM certificates, the server's first, then its chain; `key_pem`: the first one's
+// private key, PEM, not encrypted.
+absl::Status CheckCertificateAndKey(std::string_view cert_pem, std::string_view key_pem);
+// `pem`: one or more PEM certificates (a CA bundle), each of which parses.
+absl::Status CheckCertificateBundle(std::string_view pem);
 
 }  // namespace epp

@@ -106,6 +106,9 @@ struct ServeArgs {
   std::string handshake_timeout = "10s";
   std::vector<std::string> objective_flags;  // "NAME=PRIORITY" (negative = sheddable)
   bool disable_endpoint_subset_filter = false;
+  // May a client's own headers choose its objective / rewrite its model (ExtProcOptions)?
+  bool trust_objective_header = true;
+  bool trust_model_rewrite_header = true;
   bool emit_endpoint_scores = false;
   std::string capture_dir;  // created when missing (files 0600, credentials redacted)
   std::string capture_max_bytes = "1Gi";  // what every capture file together may hold
