@@ -479,7 +479,8 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
           shared_state_key_prefix: Optional[str] = None, shared_state_replica_id: Optional[str] = None,
           shared_state_interval_s: Optional[float] = None,
           shared_state_timeout_s: Optional[float] = None,
-          client_ca: Union[str, "os.PathLike[str]", None] = None) -> ServeHandle:
+          client_ca: Union[str, "os.PathLike[str]", None] = None,
+          cert_path: Union[str, "os.PathLike[str]", None] = None) -> ServeHandle:
     """Runs the Endpoint Picker in this process: libepp's ``EppServer``, what ``eppctl serve``
     runs, with its ext_proc server, grpc.health.v1 server and Prometheus ``/metrics``.
 
@@ -508,7 +509,9 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
 
     ``port`` 0 picks a free port. ``tls=True`` serves TLS with a fresh self-signed certificate
     (CN epp, SANs localhost and 127.0.0.1, a new one at every start) in
-    :attr:`ServeHandle.cert_pem`. ``client_ca`` (with ``tls=True``; ``eppctl serve --client-ca``):
+    :attr:`ServeHandle.cert_pem`; ``cert_path`` (with ``tls=True``; ``eppctl serve --cert-path``): a
+    directory holding ``tls.crt`` and ``tls.key`` (a mounted ``kubernetes.io/tls`` Secret) served
+    instead, re-read when they change. ``client_ca`` (with ``tls=True``; ``eppctl serve --client-ca``):
     a PEM file of CA certificates; every connection must then present a client certificate one of
     them signed (the gateway's), or its TLS handshake is refused. The file is re-read when it
     changes (new connections use the new bundle). ``health_port`` and
@@ -597,6 +600,7 @@ def serve(scheduler: Optional[Scheduler] = None, endpoints: Optional[Iterable[En
     args.metrics_port = _optional_port(metrics_port, "metrics_port")
     args.secure_serving = bool(tls)
     args.client_ca = _path(client_ca, "client_ca")
+    args.cert_path = _path(cert_path, "cert_path")
     if max_request_bytes is not None:
         if isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int) or max_request_bytes <= 0:
             raise ConfigError(f"max_request_bytes must be an int > 0, got {max_request_bytes!r}")

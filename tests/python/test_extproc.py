@@ -454,6 +454,22 @@ def test_serve_client_ca(served: Any, tmp_path: Path) -> None:
         served.start(tls=True, client_ca=tmp_path / "client.key")
 
 
+def test_serve_cert_path(served: Any, tmp_path: Path) -> None:
+    import subprocess
+    crt, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-days", "2", "-subj", "/CN=epp-test", "-addext", "subjectAltName=DNS:localhost",
+                    "-keyout", str(key), "-out", str(crt)], check=True, capture_output=True, timeout=60)
+    handle = served.start(tls=True, cert_path=tmp_path)
+    assert handle.cert_pem == crt.read_bytes()
+    creds = grpc.ssl_channel_credentials(root_certificates=crt.read_bytes())
+    responses = process(served.channel(handle.port, creds, options=[("grpc.ssl_target_name_override", "localhost")]),
+                        extproc.requests_from_capture(chat_capture()))
+    assert destination(responses[0]) in POOL
+    with pytest.raises(pyepp.NotFoundError, match="cert_path: cannot read .*nowhere/tls.crt"):
+        served.start(tls=True, cert_path=tmp_path / "nowhere")
+
+
 def _health_status(port: int, service: str) -> int:
     try:  # the generated client, when grpcio-health-checking is installed
         from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-not-found]
