@@ -189,6 +189,9 @@ def test_rotated_certificate_is_served_to_new_connections(serve, pool, pki, tmp_
 
     secret_dir(certs, "v3", *c)
     wait_until(lambda: served_der(s.grpc_port) == der(c[0]), "the next rotation is served", s)
+    # Counted: v2 and v3 applied (the unchanged first look is not a reload), the bad key failed.
+    assert s.metric("epp_tls_reloads_total", result="applied") == 2
+    assert s.metric("epp_tls_reloads_total", result="failed") >= 1
 
 
 def test_client_ca_file_is_reloaded(serve, pool, pki, tmp_path):

@@ -1,5 +1,6 @@
 // EppServer (epp/runtime/serve.h): a scheduler, its endpoint pool, and the ext_proc, health and metrics
 // servers around them; the configuration file watch and reload.
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
@@ -373,6 +374,7 @@ struct EppServer::Impl {
       std::string* into = path == &c.reload_cert_file ? &cert : path == &c.reload_key_file ? &key : &ca;
       if (!read(*path, into)) {
         log.Warn("ext_proc TLS: " + *path + " cannot be read; new connections keep getting what was loaded before");
+        tls_reloads_failed++;
         return;
       }
     }
@@ -380,6 +382,7 @@ struct EppServer::Impl {
     if (absl::Status st = server->UpdateTls(cert, key, ca); !st.ok()) {
       log.Warn("ext_proc TLS: the changed " + what + (certs && cas ? " are" : " is") + " not used: " +
                std::string(st.message()) + "; new connections keep getting what was loaded before");
+      tls_reloads_failed++;
       return;
     }
     std::string parts;
@@ -389,12 +392,15 @@ struct EppServer::Impl {
     tls_key_pem = std::move(key);
     tls_client_ca_pem = std::move(ca);
     log.Info("ext_proc TLS: " + parts + " in use for new connections (open ones keep theirs)");
+    tls_reloads++;
   }
+  std::atomic<int64_t> tls_reloads{0}, tls_reloads_failed{0};  // epp_tls_reloads_total{result}
 
   internal::ServeMetricsSources Sources() const {
     internal::ServeMetricsSources s;
     s.stats = &server->stats();
     s.buffer_budget = &server->buffer_budget();
+    if (!tls_watches.empty()) s.tls_reloads = std::make_pair(tls_reloads.load(), tls_reloads_failed.load());
     s.endpoints = endpoints;
     s.pool = pool.get();
     s.staleness_us = config.staleness.count();

@@ -677,6 +677,13 @@ std::string RenderServeMetrics(const ServeMetricsSources& src, int64_t now_us) {
   WritePickLatency(x, s);
   WriteStreamCounters(x, s);
   if (src.buffer_budget) WriteBudgets(x, s, *src.buffer_budget);
+  if (src.tls_reloads) {
+    x.Family("epp_tls_reloads_total", "counter",
+             "Changed ext_proc certificate or client-CA files: result applied (in use for new connections) or "
+             "failed (unreadable or invalid; the previous material stays).");
+    x.Sample("epp_tls_reloads_total", {{"result", "applied"}}, src.tls_reloads->first);
+    x.Sample("epp_tls_reloads_total", {{"result", "failed"}}, src.tls_reloads->second);
+  }
   if (src.kv_index) WriteKvEventMetrics(x, src);
   WriteTokenizerMetrics(x, src.scheduler->Tokenizers());
   WritePluginMetrics(x, src.scheduler->PluginMetrics());

@@ -28,6 +28,8 @@ namespace epp::internal {
 struct ServeMetricsSources {
   const ExtProcStats* stats = nullptr;
   const BufferBudget* buffer_budget = nullptr;  // the ext_proc server's
+  // Certificate / client-CA reloads (applied, failed); nullopt when nothing is watched.
+  std::optional<std::pair<int64_t, int64_t>> tls_reloads;
   const Scheduler* scheduler = nullptr;  // the one new streams use
   const EndpointSource* endpoints = nullptr;
   const EndpointPool* pool = nullptr;  // its counters; nullptr: a caller-kept source (all zero)
