@@ -455,7 +455,8 @@ TEST(RolloutScreenerTest, StrictHeaderPinsTheRevisionAndEverySelectorStampsTheRe
   }
   PickResult none = s->Pick(Chat(R"("hi")", {{"x-disagg-revision", "Z"}}), eps);
   EXPECT_EQ(none.status, 503);
-  const PluginMetric* m = FindMetric(s->PluginMetrics(), "llm_d_epp_disaggregatedset_strict_header_no_match_total",
+  const std::vector<PluginMetric> metrics = s->PluginMetrics();  // kept: m points into it
+  const PluginMetric* m = FindMetric(metrics, "llm_d_epp_disaggregatedset_strict_header_no_match_total",
                                      {{"selector", "revision"}});
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(m->value, 1);
