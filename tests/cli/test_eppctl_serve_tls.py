@@ -4,7 +4,6 @@ loopback with real gRPC clients; every key and certificate is made by the `opens
 the test's tmp dir (EC P-256, quick). Every wait is bounded; serve is stopped by its fixture.
 """
 import os
-import socket
 import ssl
 import subprocess
 import time
@@ -12,7 +11,7 @@ import time
 import pytest
 
 import extproc_wire as wire
-from test_eppctl_serve import POOL, chat_body, destination, pick, pool, serve  # noqa: F401  (fixtures)
+from test_eppctl_serve import POOL, chat_body, destination, pick, pool, serve, server_certificate  # noqa: F401  (fixtures)
 
 grpc = pytest.importorskip("grpc")
 
@@ -67,13 +66,7 @@ def replace_file(path, data):
 
 def served_der(port):
     """The certificate a new TLS connection to the ext_proc port is served (DER)."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    ctx.set_alpn_protocols(["h2"])
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        with ctx.wrap_socket(sock, server_hostname="localhost") as tls:
-            return tls.getpeercert(binary_form=True)
+    return ssl.PEM_cert_to_DER_cert(server_certificate(port).decode())
 
 
 def der(crt):

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <utility>
 
 namespace epp::internal {
 
@@ -22,17 +23,26 @@ inline std::string OsReason(int err = errno) { return err == 0 ? std::string("un
 // (SO_REUSEADDR): "Address already in use", "Cannot assign requested address", "Permission
 // denied", or the resolver's error for a host that does not resolve. Empty when the bind works
 // (the failure was elsewhere). Brackets around an IPv6 literal are allowed.
-inline std::string BindFailureReason(std::string host, int port) {
+// The addresses a TCP server listening on host:port binds (brackets around an IPv6 literal
+// dropped, empty = 0.0.0.0, passive, numeric port) into *out (freeaddrinfo it). Empty on success,
+// else "cannot resolve 'HOST': <resolver error>".
+inline std::string ResolveListenAddresses(std::string host, int port, addrinfo** out) {
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   if (host.empty()) host = "0.0.0.0";
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
   const std::string service = std::to_string(port);
-  if (const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res); rc != 0)
+  if (const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, out); rc != 0)
     return std::string("cannot resolve '") + host + "': " + ::gai_strerror(rc);
+  return "";
+}
+
+inline std::string BindFailureReason(std::string host, int port) {
+  addrinfo* res = nullptr;
+  if (std::string unresolved = ResolveListenAddresses(std::move(host), port, &res); !unresolved.empty())
+    return unresolved;
   std::string reason;
   for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
     const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);

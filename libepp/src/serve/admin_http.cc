@@ -816,18 +816,9 @@ const AdminHttpStats& AdminHttpServer::stats() const { return *impl_->stats; }
 absl::StatusOr<std::unique_ptr<AdminHttpServer>> AdminHttpServer::Start(const std::string& host, int port,
                                                                         Handlers handlers, AdminHttpOptions options) {
   if (port < 0 || port > 65535) return absl::InvalidArgumentError(absl::StrCat("port ", port, " is out of range"));
-  std::string bind_host = host;
-  if (bind_host.size() > 2 && bind_host.front() == '[' && bind_host.back() == ']')
-    bind_host = bind_host.substr(1, bind_host.size() - 2);
-  if (bind_host.empty()) bind_host = "0.0.0.0";
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* addrs = nullptr;
-  const std::string service = std::to_string(port);
-  if (const int rc = ::getaddrinfo(bind_host.c_str(), service.c_str(), &hints, &addrs); rc != 0)
-    return absl::UnavailableError(absl::StrCat("cannot resolve '", bind_host, "': ", ::gai_strerror(rc)));
+  if (std::string unresolved = ResolveListenAddresses(host, port, &addrs); !unresolved.empty())
+    return absl::UnavailableError(unresolved);
   int fd = -1;
   int err = 0;
   for (addrinfo* a = addrs; a != nullptr; a = a->ai_next) {
