@@ -23,6 +23,7 @@
 
 #include "envoy/service/ext_proc/v3/external_processor.grpc.pb.h"
 #include "extproc/extproc_testutil.h"
+#include "testing/epp_testing.h"
 
 namespace epp {
 namespace {
@@ -376,7 +377,8 @@ TEST(ExtProcServerTest, ThousandConcurrentStreams) {
         // 50 channels connect at once on a loaded 2-core machine: a connect attempt may fail
         // and be retried, which this load test is not about (one channel's 20 streams failed
         // together once, in a ctest -j2 run).
-        streams.push_back(std::make_unique<GatewayStream>(*stub, seconds(60), /*wait_for_ready=*/true));
+        streams.push_back(
+            std::make_unique<GatewayStream>(*stub, seconds(60 * epp::testing::TimeScale()), /*wait_for_ready=*/true));
         const std::string text = "thread " + std::to_string(t) + " stream " + std::to_string(i) + std::string(200, 'p');
         streams.back()->Send(BuildProcessingRequests(ChatCapture(ChatBody("m", text))));
       }

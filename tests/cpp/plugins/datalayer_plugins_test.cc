@@ -18,6 +18,7 @@
 #include "epp/registry.h"
 #include "epp/request.h"
 #include "epp/runtime/endpoints.h"
+#include "testing/epp_testing.h"
 #include "epp/runtime/http.h"
 #include "epp/scheduler.h"
 #include "epp/tools/sim.h"
@@ -71,7 +72,7 @@ std::string GpuConfig(int port) {
 
 ScrapeOptions ScrapeFor(const Scheduler& s) {
   ScrapeOptions o;
-  o.timeout = std::chrono::milliseconds(2000);
+  o.timeout = std::chrono::milliseconds(2000 * epp::testing::TimeScale());
   s.ConfigureScrape(o);
   return o;
 }

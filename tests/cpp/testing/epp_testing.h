@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -85,6 +86,15 @@ struct CycleFixture {
 };
 
 // ../shared/fixtures/<sub> (real captures, never copied into the project); may not exist.
+// How much slower than a normal build this one runs: $EPP_TEST_TIME_SCALE (scripts/test
+// --sanitize sets it: 10 under TSan, 3 under ASan), else 1. Deadlines that bound how long a
+// correct answer may take, never how fast it must be, are multiplied by it.
+inline int TimeScale() {
+  const char* v = std::getenv("EPP_TEST_TIME_SCALE");
+  const int n = v == nullptr ? 1 : std::atoi(v);
+  return n >= 1 && n <= 100 ? n : 1;
+}
+
 inline std::filesystem::path SharedFixtures(const std::string& sub = "") {
   return sub.empty() ? std::filesystem::path(EPP_SHARED_FIXTURES) : std::filesystem::path(EPP_SHARED_FIXTURES) / sub;
 }
