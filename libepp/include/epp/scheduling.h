@@ -105,9 +105,15 @@ struct LatencyInfo {
   bool tpot_valid = false;  // predicted TPOT < the (buffered) TPOT SLO, or neutral
   bool from_prior = false;  // the pool-wide model answered (the endpoint has few samples)
   // The pool-wide model's predicted TTFT over this endpoint's, for the same request and load: > 1
-  // for an endpoint faster than the pool's typical one (a mixed pool's faster GPU), 1 without
-  // samples of its own. estimated-ttft-scorer scales its prefill rate by it.
+  // for an endpoint faster than the pool's typical one (a mixed pool's faster GPU, or a less
+  // loaded server), 1 without samples of its own. estimated-ttft-scorer scales its prefill rate by
+  // it (speedSource: currentLoad).
   double relative_speed = 1;
+  // The endpoint's GPU speed against the pool's, from its lightly loaded responses only (nothing
+  // queued there when picked): their prefill cost per prompt token, so neither its backlog nor
+  // the fixed part of a TTFT enters it (latency predictor's light_speed). 1 until known.
+  // estimated-ttft-scorer scales its prefill rate by it with speedSource: lightLoad.
+  double light_speed = 1;
   // Requests the producer saw dispatched to this endpoint that have not ended (llm-d's
   // DispatchedRequestCount: 0 is an idle endpoint for the scorer and the admitter).
   int64_t dispatched = 0;

@@ -215,6 +215,8 @@ DesignRow Design(const LatencyFeatures& f) {
                    enc_matched};
 }
 
+bool IsLightlyLoaded(const LatencyFeatures& f) { return f.waiting_requests < 0.5 && f.inflight_prefill_tokens < 0.5; }
+
 double LinearFit::Eval(const DesignRow& x) const {
   double y = intercept;
   for (size_t j = 0; j < kColumns; ++j) y += weights[j] * x[j];
@@ -257,6 +259,7 @@ LatencyPrediction LatencySnapshot::Predict(std::string_view endpoint, const Late
     p.tpot_s = m->tpot.Eval(x);
     p.tpot_upper_s = p.tpot_s * m->tpot.upper_scale;
   }
+  p.light_speed = m->light_speed;
   p.samples = m->ttft.samples;
   p.from_prior = m->from_prior;
   return p;
@@ -268,6 +271,10 @@ struct LatencyPredictor::Store {
   std::vector<Sample> ring;  // full once size() == capacity; then `next` is the oldest
   size_t next = 0;
   std::atomic<int64_t> last_us{0};
+  // The lightly loaded TTFT samples (IsLightlyLoaded), in a ring of their own: a saturated
+  // server adds none, and its speed stays what they said.
+  std::vector<Sample> light;
+  size_t light_next = 0;
 
   // The samples, oldest first. REQUIRES: mu held.
   std::vector<Sample> Chronological() const {
@@ -278,6 +285,102 @@ struct LatencyPredictor::Store {
     return out;
   }
 };
+
+namespace {
+
+// EndpointModel::light_speed for each endpoint's light samples: the prefill cost per prompt token
+// (the slope b_i of y = a_i + b_i * v, weighted by 1/y^2 like the fits, where v is the uncached
+// tokens plus the pool model's attention term in token units plus g tokens per running request)
+// where it has kMinLightSamples of them, relative to the pool. The slope, not the TTFT ratio: a
+// TTFT also holds a fixed part (a scheduling step) that a faster GPU does not shorten, so TTFT
+// ratios understate the spread of speeds, while the slope is what estimated-ttft-scorer's
+// prefill rate is. NaN where unknown.
+std::vector<double> LightSpeeds(const std::vector<std::vector<Sample>>& light, const LinearFit& pool) {
+  const size_t endpoints = light.size();
+  std::vector<double> speeds(endpoints, std::numeric_limits<double>::quiet_NaN());
+  if (pool.samples == 0) return speeds;
+  // Tokens of attention per attention column unit, from the pool fit when both slopes are positive.
+  const double w_uncached = pool.weights[0], w_attention = pool.weights[2];
+  const double attention = w_uncached > 0 && w_attention > 0 ? std::min(w_attention / w_uncached, 10.0) : 0.0;
+  // Each endpoint's light samples as (u, y, weight).
+  struct Point {
+    double u, r, y, w;  // tokens, the running batch, TTFT, weight
+  };
+  std::vector<std::vector<Point>> points(endpoints);
+  for (size_t i = 0; i < endpoints; ++i) {
+    for (const Sample& smp : light[i]) {
+      const DesignRow x = Design(FromSample(smp));
+      points[i].push_back({x[0] + attention * x[2], x[4], smp.ttft, 1.0 / (static_cast<double>(smp.ttft) * smp.ttft)});
+    }
+    if (points[i].size() < kMinLightSamples) points[i].clear();
+  }
+  // First y = a + b_i * u with one fixed part a for the pool, by alternating the closed-form
+  // updates; then each endpoint's own (a_i, b_i) with a_i shrunk toward a as if kLightPriorSamples
+  // samples said a: an endpoint with few light samples, or with prompts all of one size, gets
+  // its slope against the pool's fixed part rather than trading one off against the other, and
+  // one with many (a slower GPU also waits longer for a step) gets its own.
+  constexpr double kLightPriorSamples = 8;
+  // The running batch: a prefill step also runs the batch's decode, which a faster GPU shortens
+  // as much; so the slope is on v = u + g * running, with g (token-equivalents per running
+  // request) shared by the pool. Without it a busy server's few light samples read it as slower.
+  std::vector<double> slope(endpoints, 0.0);
+  double fixed = 0, g = 0;
+  auto v = [&g](const Point& p) { return p.u + g * p.r; };
+  for (int round = 0; round < 50; ++round) {
+    for (size_t i = 0; i < endpoints; ++i) {
+      double num = 0, den = 0;
+      for (const Point& p : points[i]) {
+        num += p.w * v(p) * (p.y - fixed);
+        den += p.w * v(p) * v(p);
+      }
+      slope[i] = den > 0 ? num / den : 0;
+    }
+    double num = 0, den = 0, gnum = 0, gden = 0;
+    for (size_t i = 0; i < endpoints; ++i)
+      for (const Point& p : points[i]) {
+        num += p.w * (p.y - slope[i] * v(p));
+        den += p.w;
+        gnum += p.w * slope[i] * p.r * (p.y - fixed - slope[i] * p.u);
+        gden += p.w * slope[i] * slope[i] * p.r * p.r;
+      }
+    const double next = den > 0 ? std::max(0.0, num / den) : 0;
+    const double next_g = gden > 0 ? std::clamp(gnum / gden, 0.0, 1e6) : 0;
+    if (std::fabs(next - fixed) < 1e-9 && std::fabs(next_g - g) < 1e-6 * (1 + g)) break;
+    fixed = next;
+    g = next_g;
+  }
+  for (size_t i = 0; i < endpoints; ++i) {
+    if (points[i].empty()) continue;
+    double sw = 0, su = 0, sy = 0, suu = 0, suy = 0;
+    for (const Point& p : points[i]) {
+      const double vi = v(p);
+      sw += p.w;
+      su += p.w * vi;
+      sy += p.w * p.y;
+      suu += p.w * vi * vi;
+      suy += p.w * vi * p.y;
+    }
+    const double prior = kLightPriorSamples * sw / static_cast<double>(points[i].size());
+    const double a00 = sw + prior, det = a00 * suu - su * su;
+    slope[i] = det > 0 ? (a00 * suy - su * (sy + prior * fixed)) / det : 0;
+  }
+  // Speeds relative to the pool's endpoints as they are now: exp of minus each log slope's
+  // difference from their mean.
+  double mean = 0;
+  size_t known = 0;
+  for (size_t i = 0; i < endpoints; ++i) {
+    if (!(slope[i] > 0)) continue;
+    mean += std::log(slope[i]);
+    ++known;
+  }
+  if (known == 0) return speeds;
+  mean /= static_cast<double>(known);
+  for (size_t i = 0; i < endpoints; ++i)
+    if (slope[i] > 0) speeds[i] = std::exp(std::clamp(mean - std::log(slope[i]), -3.0, 3.0));
+  return speeds;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<LatencyPredictor>> LatencyPredictor::Create(const LatencyPredictorOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
@@ -370,6 +473,14 @@ bool LatencyPredictor::Add(std::string_view endpoint, const LatencyFeatures& f, 
       store->ring[store->next] = s;
       store->next = (store->next + 1) % store->ring.size();
     }
+    if (std::isfinite(ttft_s) && IsLightlyLoaded(f)) {
+      if (store->light.size() < kLightSamplesPerEndpoint) {
+        store->light.push_back(s);
+      } else {
+        store->light[store->light_next] = s;
+        store->light_next = (store->light_next + 1) % store->light.size();
+      }
+    }
   }
   changes_.fetch_add(1, std::memory_order_release);
   return true;
@@ -425,10 +536,11 @@ TrainStats LatencyPredictor::TrainNow() {
   ++rounds_;
 
   // Copy each ring under its own lock (a short hold: Observe waits for one ring copy at most).
-  std::vector<std::vector<Sample>> samples(stores.size());
+  std::vector<std::vector<Sample>> samples(stores.size()), light(stores.size());
   for (size_t i = 0; i < stores.size(); ++i) {
     std::lock_guard<std::mutex> lock(stores[i].second->mu);
     samples[i] = stores[i].second->Chronological();
+    light[i] = stores[i].second->light;
     stats.samples += samples[i].size();
   }
 
@@ -461,6 +573,7 @@ TrainStats LatencyPredictor::TrainNow() {
     (target == 0 ? snapshot->pool_.ttft : snapshot->pool_.tpot) = ToRaw(fit, scaling[target], rows, options_.quantile);
   }
   snapshot->pool_.from_prior = true;
+  const std::vector<double> light_speed = LightSpeeds(light, snapshot->pool_.ttft);
 
   // An endpoint with fewer samples than its own model needs is the pool model scaled to its speed:
   // the geometric mean of observed/pool-predicted over its samples, shrunk toward 1 as if one more
@@ -531,6 +644,7 @@ TrainStats LatencyPredictor::TrainNow() {
       const StdFit fit = Solve(rows, scaling[target], prior_beta, options_.prior_strength);
       out = ToRaw(fit, scaling[target], rows, options_.quantile);
     }
+    m.light_speed = light_speed[i];
     if (m.ttft.samples > 0 && samples[i].size() >= options_.min_endpoint_samples && !partial) {
       snapshot->models_.emplace(stores[i].first, std::move(m));
       ++stats.endpoint_models;

@@ -37,8 +37,9 @@
 // Bounds: at most max_endpoints endpoints (a new one evicts the least recently observed), at
 // most samples_per_endpoint samples each (a ring; the oldest goes), endpoints with no sample for
 // idle_evict_us are dropped at the next training round; the pool model trains on at most
-// max_pool_samples of them (a seeded sample). Memory: max_endpoints x samples_per_endpoint x
-// sizeof(Sample) (44 bytes) plus one snapshot (~250 bytes and the name per endpoint).
+// max_pool_samples of them (a seeded sample). Memory: max_endpoints x (samples_per_endpoint +
+// kLightSamplesPerEndpoint) x sizeof(Sample) (44 bytes) plus one snapshot (~260 bytes and the name
+// per endpoint).
 //
 // Threads: every method is thread-safe. Predict reads the published immutable LatencySnapshot
 // through a per-thread cached reference: one atomic load of the published version, no lock and
@@ -126,6 +127,9 @@ struct LatencyPrediction {
   // The pool-wide model's TTFT for the same features (NaN without one): ttft_s / pool_ttft_s is
   // how much slower than the pool's typical endpoint this one is predicted to be.
   double pool_ttft_s = std::numeric_limits<double>::quiet_NaN();
+  // The endpoint's speed relative to the pool from its lightly loaded samples (see
+  // EndpointModel::light_speed); NaN when not known.
+  double light_speed = std::numeric_limits<double>::quiet_NaN();
   int64_t samples = 0;      // TTFT samples behind the model that answered
   bool from_prior = false;  // the pool-wide model answered (the endpoint has too few samples)
   bool valid() const { return std::isfinite(ttft_s); }
@@ -144,7 +148,24 @@ struct LinearFit {
 struct EndpointModel {
   LinearFit ttft, tpot;
   bool from_prior = false;
+  // How fast this endpoint is against the pool's typical one (> 1: faster), from its lightly
+  // loaded TTFT samples only: those taken with no request waiting in its queue and no prefill the
+  // EPP had dispatched there still pending (IsLightlyLoaded). Their time is the server's own
+  // prefill, not queueing, so the ratio is the GPU's, where a whole-fit ratio at the current load
+  // also carries each server's backlog (and reads a busy fast server as slow). It is the ratio of
+  // prefill cost per prompt token (a slope, with a term for the running batch), against the
+  // geometric mean of the pool's endpoints. The last kLightSamplesPerEndpoint light samples are
+  // kept apart from the training ring, so a saturated server (which adds none) keeps the speed
+  // they said. NaN until an endpoint has kMinLightSamples of them.
+  double light_speed = std::numeric_limits<double>::quiet_NaN();
 };
+
+// A light sample: nothing waiting in the endpoint's queue and no prefill the EPP dispatched there
+// still pending when the request was picked.
+bool IsLightlyLoaded(const LatencyFeatures& features);
+// Light TTFT samples an endpoint needs for a light_speed, and how many it keeps.
+inline constexpr size_t kMinLightSamples = 4;
+inline constexpr size_t kLightSamplesPerEndpoint = 256;
 
 struct LatencyPredictorOptions {
   size_t max_endpoints = 256;

@@ -144,6 +144,65 @@ TEST(LatencyPredictorTest, EndpointsOfDifferentSpeedsGetDifferentModels) {
   EXPECT_LT(pool.ttft_s, p->Predict("slow:8000", f).ttft_s);
 }
 
+// light_speed: a GPU's speed from its lightly loaded responses only (the ratio of their prefill
+// cost per token, so the fixed part of a TTFT does not compress it). The fast server here also
+// carries a backlog that its features do not explain (another gateway's traffic, say): its
+// loaded responses take 6x what the features predict, so a ratio at the current load reads it as
+// slow. The light samples still read it as 4x the slow one (2x and 0.5x the pool's typical), and
+// that is kept while the window holds no light sample any more.
+TEST(LatencyPredictorTest, LightSpeedComesFromLightlyLoadedSamplesAndIsKept) {
+  ManualClock clock(1);
+  LatencyPredictorOptions o;
+  o.clock = &clock;
+  o.samples_per_endpoint = 128;
+  o.min_endpoint_samples = 16;
+  auto p = Make(o);
+  SeededRng rng(5);
+  const LinearServer fast{0.5}, slow{2.0};
+  auto light = [&] {
+    LatencyFeatures f = RandomFeatures(rng);
+    f.waiting_requests = 0;
+    f.inflight_prefill_tokens = 0;
+    f.running_requests = f.inflight_requests = 0;
+    return f;
+  };
+  for (int i = 0; i < 40; ++i) {
+    const LatencyFeatures f = light(), g = light();
+    p->Observe("fast:8000", f, fast.Ttft(f), NAN);
+    p->Observe("slow:8000", g, slow.Ttft(g), NAN);
+  }
+  p->TrainNow();
+  LatencyFeatures probe = light();
+  // Within 8%: each endpoint's fixed part is shrunk toward the pool's (here 0.01 s and 0.04 s
+  // around a shared one), which leans on the slopes a little.
+  EXPECT_NEAR(p->Predict("fast:8000", probe).light_speed, 2.0, 0.16);
+  EXPECT_NEAR(p->Predict("slow:8000", probe).light_speed, 0.5, 0.04);
+  EXPECT_TRUE(std::isnan(p->Predict("new:8000", probe).light_speed));
+  // Loaded from now on; the fast server's backlog makes it slower than the slow one at load.
+  for (int i = 0; i < 200; ++i) {
+    LatencyFeatures f = RandomFeatures(rng), g = RandomFeatures(rng);
+    f.waiting_requests = g.waiting_requests = 5;
+    p->Observe("fast:8000", f, 6 * 4 * fast.Ttft(f), NAN);
+    p->Observe("slow:8000", g, slow.Ttft(g), NAN);
+  }
+  ASSERT_TRUE(p->TrainNow().published);
+  probe = RandomFeatures(rng);
+  probe.waiting_requests = 5;
+  const LatencyPrediction a = p->Predict("fast:8000", probe), b = p->Predict("slow:8000", probe);
+  EXPECT_GT(a.ttft_s, b.ttft_s);                 // at load the fast one is the slower now
+  EXPECT_NEAR(a.light_speed, 2.0, 0.16);         // but its GPU is not: kept from the light samples
+  EXPECT_NEAR(b.light_speed, 0.5, 0.04);
+  // Light samples again, now at equal speeds: once they fill the light ring, the speeds follow.
+  for (size_t i = 0; i < kLightSamplesPerEndpoint; ++i) {
+    const LatencyFeatures f = light(), g = light();
+    p->Observe("fast:8000", f, slow.Ttft(f), NAN);
+    p->Observe("slow:8000", g, slow.Ttft(g), NAN);
+  }
+  p->TrainNow();
+  EXPECT_NEAR(p->Predict("fast:8000", probe).light_speed, 1.0, 0.02);
+  EXPECT_NEAR(p->Predict("slow:8000", probe).light_speed, 1.0, 0.02);
+}
+
 TEST(LatencyPredictorTest, ThePoolAnswersUntilAnEndpointHasEnoughSamples) {
   ManualClock clock(1);
   LatencyPredictorOptions o;

@@ -616,6 +616,30 @@ TEST(LatencyPluginsTest, EstimatedTtftScorerLearnsSpeedsAndHonoursSlos) {
   EXPECT_EQ(same[0], same[1]);
   EXPECT_EQ(same[1], same[2]);
 
+  // speedSource: lightLoad reads light_speed (the GPU's) instead, and in a mixed pool keeps a
+  // near-1 speed as it is (1.1 here) rather than snapping it to 1.
+  for (size_t i = 0; i < 3; ++i) c.ctx.latency.info[i].relative_speed = 1.0;
+  c.ctx.latency.info[0].light_speed = 2.0;
+  c.ctx.latency.info[1].light_speed = 1.1;
+  c.ctx.latency.info[2].light_speed = 0.5;
+  std::unique_ptr<Plugin> light = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
+  Scores(*light, c);
+  EXPECT_NE(light->AsScorer()->Explain(c.ctx, c.pool[0]).find("at 2000 tokens/s"), std::string::npos)
+      << light->AsScorer()->Explain(c.ctx, c.pool[0]);
+  EXPECT_NE(light->AsScorer()->Explain(c.ctx, c.pool[1]).find("at 1100 tokens/s"), std::string::npos)
+      << light->AsScorer()->Explain(c.ctx, c.pool[1]);
+  EXPECT_NE(light->AsScorer()->Explain(c.ctx, c.pool[2]).find("at 500 tokens/s"), std::string::npos);
+  // Every speed within 20% of 1: a uniform pool, all at the configured rate.
+  c.ctx.latency.info[0].light_speed = 1.15;
+  c.ctx.latency.info[2].light_speed = 0.9;
+  std::unique_ptr<Plugin> uniform = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
+  Scores(*uniform, c);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_NE(uniform->AsScorer()->Explain(c.ctx, c.pool[i]).find("at 1000 tokens/s"), std::string::npos) << i;
+  const Made bad = Make("estimated-ttft-scorer", "{speedSource: fastest}");
+  ASSERT_FALSE(bad.plugin.ok());
+  EXPECT_NE(bad.plugin.status().message().find("speedSource"), std::string_view::npos) << bad.plugin.status();
+
   // sloAware (off by default): a and b meet a 200 ms SLO, c is predicted at 400 ms (twice over).
   Cycle slo(pool, 200, 0);
   slo.Predict(0, 100, 0);

@@ -70,6 +70,7 @@ struct TtftOptions {
   double staleness_ms = 200;
   bool slo_aware = false;
   bool learn_speeds = true;
+  std::string speed_source = "currentLoad";  // or "lightLoad"
   Calibration cal;
 };
 
@@ -101,6 +102,10 @@ const ParamTable<TtftOptions>& Table() {
            .Bool("learnSpeeds", &TtftOptions::learn_speeds,
                  "with predicted-latency-producer: each endpoint's prefill rate is the configured one times "
                  "its predicted speed relative to the pool (mixed GPUs); ignored with calibratePrefillRate")
+           .String("speedSource", &TtftOptions::speed_source,
+                   "learnSpeeds' speed: currentLoad (the pool model's TTFT over the endpoint's at the current "
+                   "load) or lightLoad (the GPU's, from lightly loaded responses; docs/routing.md compares them)",
+                   {"currentLoad", "lightLoad"})
            .Bool("sloAware", &TtftOptions::slo_aware,
                  "with a request's SLO and predicted-latency-producer's predictions: while at least half of the "
                  "candidates are predicted to meet it, the cost of those predicted to miss it is multiplied by "
@@ -182,12 +187,20 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
   // idle-only samples (the predictor learns from every response, loaded or not). Changes under
   // 5% are ignored so the queues are not re-based at every pick.
   void LearnSpeedsLocked(const SchedulingContext& ctx, Candidates candidates) const {
+    const bool light = o_.speed_source == "lightLoad";
+    // Identical servers differ by the predictor's error (a median 10% on the simulator): a speed
+    // within 20% of 1 is noise, not a different GPU. currentLoad snaps each such endpoint to 1;
+    // lightLoad snaps the whole pool when every candidate is within it, and otherwise runs each at
+    // its own speed (snapping only the near-1 ones distorts the ratios between the GPUs).
+    bool mixed = false;
+    if (light)
+      for (const Endpoint* e : candidates)
+        if (const LatencyInfo* li = ctx.Latency(e); li && (li->light_speed <= 0.8 || li->light_speed >= 1.25)) mixed = true;
     for (const Endpoint* e : candidates) {
       const LatencyInfo* li = ctx.Latency(e);
       if (!li) continue;
-      // Identical servers differ by the predictor's error (a median 10% on the simulator): a
-      // relative speed within 20% of 1 is noise, not a different GPU.
-      const double speed = li->relative_speed > 0.8 && li->relative_speed < 1.25 ? 1.0 : li->relative_speed;
+      const double speed = light ? (mixed ? li->light_speed : 1.0)
+                                 : (li->relative_speed > 0.8 && li->relative_speed < 1.25 ? 1.0 : li->relative_speed);
       const double want = rate_ * speed, now = queues_.Rate(e->address);
       if (std::fabs(want - now) > 0.05 * now) queues_.SetRate(e->address, want, ctx.now_us);
     }
