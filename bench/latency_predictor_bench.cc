@@ -51,8 +51,11 @@ struct Pool {
     }
     predictor->TrainNow();
   }
+  // Half the samples lightly loaded (nothing waiting, no prefill in flight), so every endpoint's
+  // light ring fills and a round fits the light speeds over all of them too.
   void Observe(const std::string& name, double slow) {
-    const LatencyFeatures f = Features(rng);
+    LatencyFeatures f = Features(rng);
+    if (rng.Uniform() < 0.5) f.waiting_requests = f.inflight_prefill_tokens = 0;
     const double noise = 0.8 + 0.4 * rng.Uniform();
     const double ttft = slow * noise * (0.02 + 5e-5 * (f.input_tokens - f.prefix_hit_tokens) + 0.03 * f.waiting_requests +
                                         2e-6 * f.inflight_prefill_tokens);

@@ -111,9 +111,13 @@ struct LatencyInfo {
   double relative_speed = 1;
   // The endpoint's GPU speed against the pool's, from its lightly loaded responses only (nothing
   // queued there when picked): their prefill cost per prompt token, so neither its backlog nor
-  // the fixed part of a TTFT enters it (latency predictor's light_speed). 1 until known.
+  // the fixed part of a TTFT enters it (the latency predictor's light_speed). 1 until known.
   // estimated-ttft-scorer scales its prefill rate by it with speedSource: lightLoad.
   double light_speed = 1;
+  // The endpoint's prefill rate in tokens per second from the same light responses (the
+  // predictor's light_rate_tps); 0 until known. estimated-ttft-scorer's queues drain at it with
+  // speedSource: lightLoad.
+  double light_rate_tps = 0;
   // Requests the producer saw dispatched to this endpoint that have not ended (llm-d's
   // DispatchedRequestCount: 0 is an idle endpoint for the scorer and the admitter).
   int64_t dispatched = 0;

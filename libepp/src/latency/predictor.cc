@@ -260,6 +260,7 @@ LatencyPrediction LatencySnapshot::Predict(std::string_view endpoint, const Late
     p.tpot_upper_s = p.tpot_s * m->tpot.upper_scale;
   }
   p.light_speed = m->light_speed;
+  p.light_rate_tps = m->light_rate_tps;
   p.samples = m->ttft.samples;
   p.from_prior = m->from_prior;
   return p;
@@ -288,96 +289,99 @@ struct LatencyPredictor::Store {
 
 namespace {
 
-// EndpointModel::light_speed for each endpoint's light samples: the prefill cost per prompt token
-// (the slope b_i of y = a_i + b_i * v, weighted by 1/y^2 like the fits, where v is the uncached
-// tokens plus the pool model's attention term in token units plus g tokens per running request)
-// where it has kMinLightSamples of them, relative to the pool. The slope, not the TTFT ratio: a
-// TTFT also holds a fixed part (a scheduling step) that a faster GPU does not shorten, so TTFT
-// ratios understate the spread of speeds, while the slope is what estimated-ttft-scorer's
-// prefill rate is. NaN where unknown.
-std::vector<double> LightSpeeds(const std::vector<std::vector<Sample>>& light, const LinearFit& pool) {
+// EndpointModel::light_speed and light_rate_tps from each endpoint's light samples: the model is
+// TTFT = b_i * (c + u + g * running), weighted by 1/TTFT^2 like the fits, where u is the uncached
+// prompt tokens, c a fixed part and g the work each running request adds to a prefill step (its
+// decode), both in token-equivalents and shared by the pool, and b_i the endpoint's seconds per
+// token: a faster GPU shortens all three alike, so a speed is one scale factor per endpoint and
+// 1 / b_i is its prefill rate in tokens per second. Fitted by alternating the closed forms (b_i
+// given c and g; then c and g, both >= 0, given the b_i). Not a slope with a fixed intercept: a
+// TTFT ratio or a slope against an unscaled fixed part reads a mixed pool's spread wrongly (TTFT
+// ratios 1.2 / 1.0 / 0.8 on the simulator's 1.5 / 1 / 0.5 pool, slopes 1.70 / 1.07 / 0.49; this
+// model 1.61 / 1.07 / 0.53 against the true 1.61 / 1.075 / 0.54 relative to the pool's geometric
+// mean). The attention term is left out: the rate feeds estimated-ttft-scorer's queues, which are
+// linear in tokens. Endpoints with fewer than kMinLightSamples light samples get NaN.
+struct LightFit {
+  std::vector<double> speed, rate_tps;
+};
+LightFit FitLightSpeeds(const std::vector<std::vector<Sample>>& light) {
   const size_t endpoints = light.size();
-  std::vector<double> speeds(endpoints, std::numeric_limits<double>::quiet_NaN());
-  if (pool.samples == 0) return speeds;
-  // Tokens of attention per attention column unit, from the pool fit when both slopes are positive.
-  const double w_uncached = pool.weights[0], w_attention = pool.weights[2];
-  const double attention = w_uncached > 0 && w_attention > 0 ? std::min(w_attention / w_uncached, 10.0) : 0.0;
-  // Each endpoint's light samples as (u, y, weight).
+  LightFit out;
+  out.speed.assign(endpoints, std::numeric_limits<double>::quiet_NaN());
+  out.rate_tps.assign(endpoints, std::numeric_limits<double>::quiet_NaN());
   struct Point {
-    double u, r, y, w;  // tokens, the running batch, TTFT, weight
+    double u, r, y, w;  // uncached tokens, the running batch, TTFT, weight
   };
   std::vector<std::vector<Point>> points(endpoints);
   for (size_t i = 0; i < endpoints; ++i) {
+    if (light[i].size() < kMinLightSamples) continue;
     for (const Sample& smp : light[i]) {
       const DesignRow x = Design(FromSample(smp));
-      points[i].push_back({x[0] + attention * x[2], x[4], smp.ttft, 1.0 / (static_cast<double>(smp.ttft) * smp.ttft)});
+      points[i].push_back({x[0], x[4], smp.ttft, 1.0 / (static_cast<double>(smp.ttft) * smp.ttft)});
     }
-    if (points[i].size() < kMinLightSamples) points[i].clear();
   }
-  // First y = a + b_i * u with one fixed part a for the pool, by alternating the closed-form
-  // updates; then each endpoint's own (a_i, b_i) with a_i shrunk toward a as if kLightPriorSamples
-  // samples said a: an endpoint with few light samples, or with prompts all of one size, gets
-  // its slope against the pool's fixed part rather than trading one off against the other, and
-  // one with many (a slower GPU also waits longer for a step) gets its own.
-  constexpr double kLightPriorSamples = 8;
-  // The running batch: a prefill step also runs the batch's decode, which a faster GPU shortens
-  // as much; so the slope is on v = u + g * running, with g (token-equivalents per running
-  // request) shared by the pool. Without it a busy server's few light samples read it as slower.
-  std::vector<double> slope(endpoints, 0.0);
-  double fixed = 0, g = 0;
-  auto v = [&g](const Point& p) { return p.u + g * p.r; };
-  for (int round = 0; round < 50; ++round) {
+  std::vector<double> b(endpoints, 0.0);
+  double c = 0, g = 0;
+  for (int round = 0; round < 100; ++round) {
     for (size_t i = 0; i < endpoints; ++i) {
       double num = 0, den = 0;
       for (const Point& p : points[i]) {
-        num += p.w * v(p) * (p.y - fixed);
-        den += p.w * v(p) * v(p);
+        const double h = c + p.u + g * p.r;
+        num += p.w * h * p.y;
+        den += p.w * h * h;
       }
-      slope[i] = den > 0 ? num / den : 0;
+      b[i] = den > 0 ? num / den : 0;
     }
-    double num = 0, den = 0, gnum = 0, gden = 0;
-    for (size_t i = 0; i < endpoints; ++i)
+    // c + g * r = y / b_i - u, weighted by w * b_i^2 (the same residuals in seconds).
+    double s0 = 0, s1 = 0, s11 = 0, sz = 0, s1z = 0;
+    for (size_t i = 0; i < endpoints; ++i) {
+      if (!(b[i] > 0)) continue;
       for (const Point& p : points[i]) {
-        num += p.w * (p.y - slope[i] * v(p));
-        den += p.w;
-        gnum += p.w * slope[i] * p.r * (p.y - fixed - slope[i] * p.u);
-        gden += p.w * slope[i] * slope[i] * p.r * p.r;
+        const double w = p.w * b[i] * b[i], z = p.y / b[i] - p.u;
+        s0 += w;
+        s1 += w * p.r;
+        s11 += w * p.r * p.r;
+        sz += w * z;
+        s1z += w * p.r * z;
       }
-    const double next = den > 0 ? std::max(0.0, num / den) : 0;
-    const double next_g = gden > 0 ? std::clamp(gnum / gden, 0.0, 1e6) : 0;
-    if (std::fabs(next - fixed) < 1e-9 && std::fabs(next_g - g) < 1e-6 * (1 + g)) break;
-    fixed = next;
-    g = next_g;
-  }
-  for (size_t i = 0; i < endpoints; ++i) {
-    if (points[i].empty()) continue;
-    double sw = 0, su = 0, sy = 0, suu = 0, suy = 0;
-    for (const Point& p : points[i]) {
-      const double vi = v(p);
-      sw += p.w;
-      su += p.w * vi;
-      sy += p.w * p.y;
-      suu += p.w * vi * vi;
-      suy += p.w * vi * p.y;
     }
-    const double prior = kLightPriorSamples * sw / static_cast<double>(points[i].size());
-    const double a00 = sw + prior, det = a00 * suu - su * su;
-    slope[i] = det > 0 ? (a00 * suy - su * (sy + prior * fixed)) / det : 0;
+    if (!(s0 > 0)) break;
+    double nc = sz / s0, ng = 0;
+    const double det = s0 * s11 - s1 * s1;
+    if (det > 1e-9 * s0 * s11) {
+      nc = (s11 * sz - s1 * s1z) / det;
+      ng = (s0 * s1z - s1 * sz) / det;
+    }
+    if (ng < 0) {
+      ng = 0;
+      nc = sz / s0;
+    }
+    if (nc < 0) {
+      nc = 0;
+      ng = s11 > 0 ? std::max(0.0, s1z / s11) : 0;
+    }
+    const bool done = std::fabs(nc - c) <= 1e-6 * (1 + c) && std::fabs(ng - g) <= 1e-6 * (1 + g);
+    c = nc;
+    g = ng;
+    if (done) break;
   }
-  // Speeds relative to the pool's endpoints as they are now: exp of minus each log slope's
-  // difference from their mean.
+  // Speeds relative to the pool's endpoints as they are now: the geometric mean of the b_i over
+  // the endpoint's.
   double mean = 0;
   size_t known = 0;
   for (size_t i = 0; i < endpoints; ++i) {
-    if (!(slope[i] > 0)) continue;
-    mean += std::log(slope[i]);
+    if (!(b[i] > 0)) continue;
+    mean += std::log(b[i]);
     ++known;
   }
-  if (known == 0) return speeds;
+  if (known == 0) return out;
   mean /= static_cast<double>(known);
-  for (size_t i = 0; i < endpoints; ++i)
-    if (slope[i] > 0) speeds[i] = std::exp(std::clamp(mean - std::log(slope[i]), -3.0, 3.0));
-  return speeds;
+  for (size_t i = 0; i < endpoints; ++i) {
+    if (!(b[i] > 0)) continue;
+    out.speed[i] = std::exp(std::clamp(mean - std::log(b[i]), -3.0, 3.0));
+    out.rate_tps[i] = 1.0 / b[i];
+  }
+  return out;
 }
 
 }  // namespace
@@ -573,7 +577,7 @@ TrainStats LatencyPredictor::TrainNow() {
     (target == 0 ? snapshot->pool_.ttft : snapshot->pool_.tpot) = ToRaw(fit, scaling[target], rows, options_.quantile);
   }
   snapshot->pool_.from_prior = true;
-  const std::vector<double> light_speed = LightSpeeds(light, snapshot->pool_.ttft);
+  const LightFit light_fit = FitLightSpeeds(light);
 
   // An endpoint with fewer samples than its own model needs is the pool model scaled to its speed:
   // the geometric mean of observed/pool-predicted over its samples, shrunk toward 1 as if one more
@@ -644,7 +648,8 @@ TrainStats LatencyPredictor::TrainNow() {
       const StdFit fit = Solve(rows, scaling[target], prior_beta, options_.prior_strength);
       out = ToRaw(fit, scaling[target], rows, options_.quantile);
     }
-    m.light_speed = light_speed[i];
+    m.light_speed = light_fit.speed[i];
+    m.light_rate_tps = light_fit.rate_tps[i];
     if (m.ttft.samples > 0 && samples[i].size() >= options_.min_endpoint_samples && !partial) {
       snapshot->models_.emplace(stores[i].first, std::move(m));
       ++stats.endpoint_models;

@@ -130,6 +130,8 @@ struct LatencyPrediction {
   // The endpoint's speed relative to the pool from its lightly loaded samples (see
   // EndpointModel::light_speed); NaN when not known.
   double light_speed = std::numeric_limits<double>::quiet_NaN();
+  // Its prefill rate in tokens per second from the same samples (EndpointModel::light_rate_tps).
+  double light_rate_tps = std::numeric_limits<double>::quiet_NaN();
   int64_t samples = 0;      // TTFT samples behind the model that answered
   bool from_prior = false;  // the pool-wide model answered (the endpoint has too few samples)
   bool valid() const { return std::isfinite(ttft_s); }
@@ -151,13 +153,15 @@ struct EndpointModel {
   // How fast this endpoint is against the pool's typical one (> 1: faster), from its lightly
   // loaded TTFT samples only: those taken with no request waiting in its queue and no prefill the
   // EPP had dispatched there still pending (IsLightlyLoaded). Their time is the server's own
-  // prefill, not queueing, so the ratio is the GPU's, where a whole-fit ratio at the current load
-  // also carries each server's backlog (and reads a busy fast server as slow). It is the ratio of
-  // prefill cost per prompt token (a slope, with a term for the running batch), against the
-  // geometric mean of the pool's endpoints. The last kLightSamplesPerEndpoint light samples are
-  // kept apart from the training ring, so a saturated server (which adds none) keeps the speed
-  // they said. NaN until an endpoint has kMinLightSamples of them.
+  // work, not queueing, so the ratio is the GPU's, where a whole-fit ratio at the current load
+  // also carries each server's backlog (and reads a busy fast server as slow). The model
+  // (FitLightSpeeds in predictor.cc): TTFT = b * (c + uncached tokens + g * running requests),
+  // with c and g shared by the pool and b per endpoint; light_speed is the pool's geometric mean
+  // b over the endpoint's, light_rate_tps is 1 / b. The last kLightSamplesPerEndpoint light
+  // samples are kept apart from the training ring, so a saturated server (which adds none) keeps
+  // what they said. NaN until an endpoint has kMinLightSamples of them.
   double light_speed = std::numeric_limits<double>::quiet_NaN();
+  double light_rate_tps = std::numeric_limits<double>::quiet_NaN();
 };
 
 // A light sample: nothing waiting in the endpoint's queue and no prefill the EPP dispatched there

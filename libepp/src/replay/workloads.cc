@@ -512,9 +512,10 @@ const std::vector<std::pair<std::string, std::string>>& Baselines() {
        "  - pluginRef: latency-scorer\n  - pluginRef: weighted-random-picker\n"},
       // epp's own (examples/configs/epp.yaml, the same configuration).
       {"epp", EppYaml(false)},
-      // epp with the latency predictor: predicted-latency-producer learns every server's speed
-      // from its responses and estimated-ttft-scorer's learnSpeeds scales each server's prefill
-      // rate by it (mixed GPUs without calibration switches); examples/configs/epp-predicted.yaml.
+      // epp with the latency predictor: predicted-latency-producer measures every server's prefill
+      // rate on its lightly loaded responses and estimated-ttft-scorer's learnSpeeds drains each
+      // server's queue at it (mixed GPUs without calibration switches);
+      // examples/configs/epp-predicted.yaml.
       {"epp-predicted", EppYaml(true)},
   };
   return *kBaselines;

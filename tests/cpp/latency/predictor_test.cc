@@ -144,8 +144,8 @@ TEST(LatencyPredictorTest, EndpointsOfDifferentSpeedsGetDifferentModels) {
   EXPECT_LT(pool.ttft_s, p->Predict("slow:8000", f).ttft_s);
 }
 
-// light_speed: a GPU's speed from its lightly loaded responses only (the ratio of their prefill
-// cost per token, so the fixed part of a TTFT does not compress it). The fast server here also
+// light_speed: a GPU's speed from its lightly loaded responses only (one scale factor on the
+// pool's shape of a light TTFT, so the fixed part does not compress it). The fast server here also
 // carries a backlog that its features do not explain (another gateway's traffic, say): its
 // loaded responses take 6x what the features predict, so a ratio at the current load reads it as
 // slow. The light samples still read it as 4x the slow one (2x and 0.5x the pool's typical), and
@@ -173,11 +173,12 @@ TEST(LatencyPredictorTest, LightSpeedComesFromLightlyLoadedSamplesAndIsKept) {
   }
   p->TrainNow();
   LatencyFeatures probe = light();
-  // Within 8%: each endpoint's fixed part is shrunk toward the pool's (here 0.01 s and 0.04 s
-  // around a shared one), which leans on the slopes a little.
-  EXPECT_NEAR(p->Predict("fast:8000", probe).light_speed, 2.0, 0.16);
-  EXPECT_NEAR(p->Predict("slow:8000", probe).light_speed, 0.5, 0.04);
+  EXPECT_NEAR(p->Predict("fast:8000", probe).light_speed, 2.0, 0.06);
+  EXPECT_NEAR(p->Predict("slow:8000", probe).light_speed, 0.5, 0.015);
   EXPECT_TRUE(std::isnan(p->Predict("new:8000", probe).light_speed));
+  // Their prefill rates: 1 / (0.5 x 5e-5 s) and 1 / (2 x 5e-5 s) per token.
+  EXPECT_NEAR(p->Predict("fast:8000", probe).light_rate_tps, 40000, 2000);
+  EXPECT_NEAR(p->Predict("slow:8000", probe).light_rate_tps, 10000, 500);
   // Loaded from now on; the fast server's backlog makes it slower than the slow one at load.
   for (int i = 0; i < 200; ++i) {
     LatencyFeatures f = RandomFeatures(rng), g = RandomFeatures(rng);
@@ -190,8 +191,8 @@ TEST(LatencyPredictorTest, LightSpeedComesFromLightlyLoadedSamplesAndIsKept) {
   probe.waiting_requests = 5;
   const LatencyPrediction a = p->Predict("fast:8000", probe), b = p->Predict("slow:8000", probe);
   EXPECT_GT(a.ttft_s, b.ttft_s);                 // at load the fast one is the slower now
-  EXPECT_NEAR(a.light_speed, 2.0, 0.16);         // but its GPU is not: kept from the light samples
-  EXPECT_NEAR(b.light_speed, 0.5, 0.04);
+  EXPECT_NEAR(a.light_speed, 2.0, 0.06);         // but its GPU is not: kept from the light samples
+  EXPECT_NEAR(b.light_speed, 0.5, 0.015);
   // Light samples again, now at equal speeds: once they fill the light ring, the speeds follow.
   for (size_t i = 0; i < kLightSamplesPerEndpoint; ++i) {
     const LatencyFeatures f = light(), g = light();

@@ -616,26 +616,42 @@ TEST(LatencyPluginsTest, EstimatedTtftScorerLearnsSpeedsAndHonoursSlos) {
   EXPECT_EQ(same[0], same[1]);
   EXPECT_EQ(same[1], same[2]);
 
-  // speedSource: lightLoad reads light_speed (the GPU's) instead, and in a mixed pool keeps a
-  // near-1 speed as it is (1.1 here) rather than snapping it to 1.
+  // speedSource: lightLoad drains each queue at the rate measured on light responses
+  // (light_rate_tps), not prefillTokensPerSecond times a speed; in a mixed pool each at its own,
+  // a near-1 one included (1100 here).
   for (size_t i = 0; i < 3; ++i) c.ctx.latency.info[i].relative_speed = 1.0;
-  c.ctx.latency.info[0].light_speed = 2.0;
-  c.ctx.latency.info[1].light_speed = 1.1;
-  c.ctx.latency.info[2].light_speed = 0.5;
+  const double speeds[3] = {2.0, 1.1, 0.5}, rates[3] = {4000, 2200, 1000};
+  for (size_t i = 0; i < 3; ++i) {
+    c.ctx.latency.info[i].light_speed = speeds[i];
+    c.ctx.latency.info[i].light_rate_tps = rates[i];
+  }
+  auto at = [&](const Plugin& p, size_t i, const std::string& rate) {
+    const std::string why = p.AsScorer()->Explain(c.ctx, c.pool[i]);
+    EXPECT_NE(why.find("at " + rate + " tokens/s"), std::string::npos) << i << ": " << why;
+  };
   std::unique_ptr<Plugin> light = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
   Scores(*light, c);
-  EXPECT_NE(light->AsScorer()->Explain(c.ctx, c.pool[0]).find("at 2000 tokens/s"), std::string::npos)
-      << light->AsScorer()->Explain(c.ctx, c.pool[0]);
-  EXPECT_NE(light->AsScorer()->Explain(c.ctx, c.pool[1]).find("at 1100 tokens/s"), std::string::npos)
-      << light->AsScorer()->Explain(c.ctx, c.pool[1]);
-  EXPECT_NE(light->AsScorer()->Explain(c.ctx, c.pool[2]).find("at 500 tokens/s"), std::string::npos);
-  // Every speed within 20% of 1: a uniform pool, all at the configured rate.
-  c.ctx.latency.info[0].light_speed = 1.15;
-  c.ctx.latency.info[2].light_speed = 0.9;
+  at(*light, 0, "4000");
+  at(*light, 1, "2200");
+  at(*light, 2, "1000");
+  // Every light speed within 20% of 1: a uniform pool, all at the geometric mean of the rates
+  // (1000 x 1100 x 1210 -> 1100).
+  const double uniform_speeds[3] = {0.91, 1.0, 1.1}, uniform_rates[3] = {1000, 1100, 1210};
+  for (size_t i = 0; i < 3; ++i) {
+    c.ctx.latency.info[i].light_speed = uniform_speeds[i];
+    c.ctx.latency.info[i].light_rate_tps = uniform_rates[i];
+  }
   std::unique_ptr<Plugin> uniform = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
   Scores(*uniform, c);
-  for (size_t i = 0; i < 3; ++i)
-    EXPECT_NE(uniform->AsScorer()->Explain(c.ctx, c.pool[i]).find("at 1000 tokens/s"), std::string::npos) << i;
+  for (size_t i = 0; i < 3; ++i) at(*uniform, i, "1100");
+  // Nothing measured yet: prefillTokensPerSecond.
+  for (size_t i = 0; i < 3; ++i) {
+    c.ctx.latency.info[i].light_speed = 1;
+    c.ctx.latency.info[i].light_rate_tps = 0;
+  }
+  std::unique_ptr<Plugin> fresh = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
+  Scores(*fresh, c);
+  for (size_t i = 0; i < 3; ++i) at(*fresh, i, "1000");
   const Made bad = Make("estimated-ttft-scorer", "{speedSource: fastest}");
   ASSERT_FALSE(bad.plugin.ok());
   EXPECT_NE(bad.plugin.status().message().find("speedSource"), std::string_view::npos) << bad.plugin.status();

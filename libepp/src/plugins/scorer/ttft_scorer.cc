@@ -70,7 +70,7 @@ struct TtftOptions {
   double staleness_ms = 200;
   bool slo_aware = false;
   bool learn_speeds = true;
-  std::string speed_source = "currentLoad";  // or "lightLoad"
+  std::string speed_source = "lightLoad";  // or "currentLoad"
   Calibration cal;
 };
 
@@ -103,8 +103,9 @@ const ParamTable<TtftOptions>& Table() {
                  "with predicted-latency-producer: each endpoint's prefill rate is the configured one times "
                  "its predicted speed relative to the pool (mixed GPUs); ignored with calibratePrefillRate")
            .String("speedSource", &TtftOptions::speed_source,
-                   "learnSpeeds' speed: currentLoad (the pool model's TTFT over the endpoint's at the current "
-                   "load) or lightLoad (the GPU's, from lightly loaded responses; docs/routing.md compares them)",
+                   "learnSpeeds' source: lightLoad (the prefill rate measured on the endpoint's lightly loaded "
+                   "responses) or currentLoad (prefillTokensPerSecond times the pool model's TTFT over the endpoint's "
+                   "at the current load); docs/routing.md compares them",
                    {"currentLoad", "lightLoad"})
            .Bool("sloAware", &TtftOptions::slo_aware,
                  "with a request's SLO and predicted-latency-producer's predictions: while at least half of the "
@@ -181,29 +182,62 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
     for (double& s : scores) s = s > 0 ? best / s : 1.0;
   }
 
-  // learnSpeeds: an endpoint's rate follows the latency predictor's view of its speed relative to
-  // the pool (a GPU 1.5x as fast prefills at 1.5x the configured rate), so the fluid queues drain
-  // and the TTFT estimates run at each server's own pace without calibratePrefillRate's
-  // idle-only samples (the predictor learns from every response, loaded or not). Changes under
-  // 5% are ignored so the queues are not re-based at every pick.
+  // learnSpeeds: an endpoint's rate follows what the latency predictor learnt of it, so the fluid
+  // queues drain and the TTFT estimates run at each server's own pace without
+  // calibratePrefillRate's idle-only samples. speedSource picks what: lightLoad (the default) the
+  // prefill rate measured on its lightly loaded responses; currentLoad prefillTokensPerSecond times
+  // the pool model's TTFT over the endpoint's at the current load (a ratio that also carries its
+  // backlog, which the queues already count: docs/routing.md).
   void LearnSpeedsLocked(const SchedulingContext& ctx, Candidates candidates) const {
-    const bool light = o_.speed_source == "lightLoad";
-    // Identical servers differ by the predictor's error (a median 10% on the simulator): a speed
-    // within 20% of 1 is noise, not a different GPU. currentLoad snaps each such endpoint to 1;
-    // lightLoad snaps the whole pool when every candidate is within it, and otherwise runs each at
-    // its own speed (snapping only the near-1 ones distorts the ratios between the GPUs).
-    bool mixed = false;
-    if (light)
-      for (const Endpoint* e : candidates)
-        if (const LatencyInfo* li = ctx.Latency(e); li && (li->light_speed <= 0.8 || li->light_speed >= 1.25)) mixed = true;
+    if (o_.speed_source == "lightLoad") return LearnLightRatesLocked(ctx, candidates);
     for (const Endpoint* e : candidates) {
       const LatencyInfo* li = ctx.Latency(e);
       if (!li) continue;
-      const double speed = light ? (mixed ? li->light_speed : 1.0)
-                                 : (li->relative_speed > 0.8 && li->relative_speed < 1.25 ? 1.0 : li->relative_speed);
-      const double want = rate_ * speed, now = queues_.Rate(e->address);
-      if (std::fabs(want - now) > 0.05 * now) queues_.SetRate(e->address, want, ctx.now_us);
+      // Identical servers differ by the predictor's error (a median 10% on the simulator): a
+      // relative speed within 20% of 1 is noise, not a different GPU.
+      const double speed = li->relative_speed > 0.8 && li->relative_speed < 1.25 ? 1.0 : li->relative_speed;
+      SetRateLocked(e->address, rate_ * speed, ctx.now_us);
     }
+  }
+
+  // speedSource: lightLoad. Each endpoint's queue drains at the prefill rate the predictor
+  // measured on its lightly loaded responses (LatencyInfo::light_rate_tps), so neither its backlog
+  // nor prefillTokensPerSecond's guess enters it. When every candidate's light speed is within 20%
+  // of the pool's the pool is uniform and all run at the geometric mean of the measured rates (the
+  // differences are the fit's noise); otherwise each at its own. An endpoint not measured yet runs
+  // at that mean times its currentLoad speed.
+  void LearnLightRatesLocked(const SchedulingContext& ctx, Candidates candidates) const {
+    bool mixed = false;
+    double log_sum = 0;
+    int measured = 0;
+    for (const Endpoint* e : candidates) {
+      const LatencyInfo* li = ctx.Latency(e);
+      if (!li || !(li->light_rate_tps > 0)) continue;
+      if (li->light_speed <= 0.8 || li->light_speed >= 1.25) mixed = true;
+      log_sum += std::log(li->light_rate_tps);
+      ++measured;
+    }
+    // With fewer than half of the candidates measured, the measured ones say little of the
+    // others (on a saturated pool only the odd server is ever lightly loaded): the others keep
+    // prefillTokensPerSecond, and nothing is snapped.
+    const bool most = 2 * measured >= static_cast<int>(candidates.size());
+    const double mean = most ? std::exp(log_sum / measured) : rate_;
+    for (const Endpoint* e : candidates) {
+      const LatencyInfo* li = ctx.Latency(e);
+      if (li && li->light_rate_tps > 0) {
+        SetRateLocked(e->address, mixed || !most ? li->light_rate_tps : mean, ctx.now_us);
+      } else {
+        // Not measured yet (a server busy since it joined): currentLoad's speed until it is.
+        const double speed = !li || (li->relative_speed > 0.8 && li->relative_speed < 1.25) ? 1.0 : li->relative_speed;
+        SetRateLocked(e->address, mean * speed, ctx.now_us);
+      }
+    }
+  }
+
+  // Changes under 5% are ignored so the queues are not re-based at every pick.
+  void SetRateLocked(const std::string& address, double want, int64_t now_us) const {
+    const double now = queues_.Rate(address);
+    if (std::fabs(want - now) > 0.05 * now) queues_.SetRate(address, want, now_us);
   }
 
   // Per candidate, 1 when predicted-latency-producer predicts it meets the request's SLOs (TTFT,
