@@ -634,6 +634,10 @@ TEST(LatencyPluginsTest, EstimatedTtftScorerLearnsSpeedsAndHonoursSlos) {
   at(*light, 0, "4000");
   at(*light, 1, "2200");
   at(*light, 2, "1000");
+  // Explain says where the rate came from.
+  EXPECT_NE(light->AsScorer()->Explain(c.ctx, c.pool[0]).find("(measured on its lightly loaded responses)"),
+            std::string::npos)
+      << light->AsScorer()->Explain(c.ctx, c.pool[0]);
   // Every light speed within 20% of 1: a uniform pool, all at the geometric mean of the rates
   // (1000 x 1100 x 1210 -> 1100).
   const double uniform_speeds[3] = {0.91, 1.0, 1.1}, uniform_rates[3] = {1000, 1100, 1210};
@@ -652,6 +656,8 @@ TEST(LatencyPluginsTest, EstimatedTtftScorerLearnsSpeedsAndHonoursSlos) {
   std::unique_ptr<Plugin> fresh = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
   Scores(*fresh, c);
   for (size_t i = 0; i < 3; ++i) at(*fresh, i, "1000");
+  EXPECT_NE(fresh->AsScorer()->Explain(c.ctx, c.pool[0]).find("(not measured yet: configured)"), std::string::npos)
+      << fresh->AsScorer()->Explain(c.ctx, c.pool[0]);
   const Made bad = Make("estimated-ttft-scorer", "{speedSource: fastest}");
   ASSERT_FALSE(bad.plugin.ok());
   EXPECT_NE(bad.plugin.status().message().find("speedSource"), std::string_view::npos) << bad.plugin.status();

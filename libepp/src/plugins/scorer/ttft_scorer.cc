@@ -44,6 +44,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/strings.h"
 #include "plugins/scorer/prefill_queue.h"
 #include "plugins/scorer/scorer.h"
@@ -197,6 +198,8 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
       // relative speed within 20% of 1 is noise, not a different GPU.
       const double speed = li->relative_speed > 0.8 && li->relative_speed < 1.25 ? 1.0 : li->relative_speed;
       SetRateLocked(e->address, rate_ * speed, ctx.now_us);
+      rate_source_[e->address] = speed == 1.0 ? "configured; its speed at the current load is within 20% of the pool's"
+                                               : absl::StrCat("configured x its speed at the current load, ", Fixed2(speed));
     }
   }
 
@@ -225,14 +228,22 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
     for (const Endpoint* e : candidates) {
       const LatencyInfo* li = ctx.Latency(e);
       if (li && li->light_rate_tps > 0) {
-        SetRateLocked(e->address, mixed || !most ? li->light_rate_tps : mean, ctx.now_us);
+        const bool own = mixed || !most;
+        SetRateLocked(e->address, own ? li->light_rate_tps : mean, ctx.now_us);
+        rate_source_[e->address] = own ? "measured on its lightly loaded responses"
+                                       : "the pool's measured mean: every speed within 20% of the pool's";
       } else {
         // Not measured yet (a server busy since it joined): currentLoad's speed until it is.
         const double speed = !li || (li->relative_speed > 0.8 && li->relative_speed < 1.25) ? 1.0 : li->relative_speed;
         SetRateLocked(e->address, mean * speed, ctx.now_us);
+        rate_source_[e->address] =
+            absl::StrCat(most ? "not measured yet: the pool's measured mean" : "not measured yet: configured",
+                         speed == 1.0 ? "" : absl::StrCat(" x its speed at the current load, ", Fixed2(speed)));
       }
     }
   }
+
+  static std::string Fixed2(double v) { return absl::StrFormat("%.2f", v); }
 
   // Changes under 5% are ignored so the queues are not re-based at every pick.
   void SetRateLocked(const std::string& address, double want, int64_t now_us) const {
@@ -335,7 +346,10 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
   static constexpr size_t kMaxPending = 16384;
 
   std::string RateSourceLocked(const std::string& endpoint) const {
-    if (!cal_.enabled) return "";
+    if (!cal_.enabled) {
+      auto it = rate_source_.find(endpoint);
+      return it == rate_source_.end() ? "" : absl::StrCat(" (", it->second, ")");
+    }
     auto it = learned_.find(endpoint);
     const int64_t n = it == learned_.end() ? 0 : it->second.n;
     if (n < cal_.min_samples) return absl::StrCat(" (configured; ", n, " of ", cal_.min_samples, " responses timed)");
@@ -385,6 +399,8 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
   mutable double mean_uncached_ = 0;
   mutable std::map<uint64_t, Pending> pending_;
   mutable std::map<std::string, Learned, std::less<>> learned_;
+  // learnSpeeds: where each endpoint's rate came from at the last pick, for Explain.
+  mutable std::map<std::string, std::string, std::less<>> rate_source_;
 };
 
 }  // namespace
