@@ -466,6 +466,18 @@ def test_serve_cert_path(served: Any, tmp_path: Path) -> None:
     responses = process(served.channel(handle.port, creds, options=[("grpc.ssl_target_name_override", "localhost")]),
                         extproc.requests_from_capture(chat_capture()))
     assert destination(responses[0]) in POOL
+    # Rotated (certificate reload is on by default): cert_pem follows what new connections get.
+    old = crt.read_bytes()
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-days", "2", "-subj", "/CN=epp-test-2", "-addext", "subjectAltName=DNS:localhost",
+                    "-keyout", str(tmp_path / "new.key"), "-out", str(tmp_path / "new.crt")], check=True,
+                   capture_output=True, timeout=60)
+    (tmp_path / "new.key").replace(key)
+    (tmp_path / "new.crt").replace(crt)
+    deadline = time.monotonic() + 15  # looked at every second, applied once settled
+    while handle.cert_pem == old and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert handle.cert_pem == crt.read_bytes() != old
     with pytest.raises(pyepp.NotFoundError, match="cert_path: cannot read .*nowhere/tls.crt"):
         served.start(tls=True, cert_path=tmp_path / "nowhere")
 

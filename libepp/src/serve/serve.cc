@@ -83,8 +83,9 @@ struct EppServer::Impl {
   // cancel into it), so that it is destroyed between them.
   std::shared_ptr<FlowControlHandle> flow = std::make_shared<FlowControlHandle>();
   std::vector<std::shared_ptr<flowcontrol::FlowController>> retired_flows;  // under mu
-  std::string cert_pem;
-  // What the ext_proc port serves now (with TLS), and the files re-read into it (tls_thread).
+  // What the ext_proc port serves now (with TLS), and the files re-read into it (tls_thread, the
+  // only writer after start; writes under tls_mu, which certificate_pem() reads under).
+  mutable std::mutex tls_mu;
   std::string tls_cert_pem, tls_key_pem, tls_client_ca_pem;
   std::vector<internal::FileWatch> tls_watches;
   std::thread tls_thread;
@@ -388,9 +389,12 @@ struct EppServer::Impl {
     std::string parts;
     if (cert != tls_cert_pem || key != tls_key_pem) parts = "a new certificate from cert_path " + c.tls_source;
     if (ca != tls_client_ca_pem) parts += (parts.empty() ? "" : " and ") + std::string("a new client CA bundle from client_ca ") + c.client_ca_source;
-    tls_cert_pem = std::move(cert);
-    tls_key_pem = std::move(key);
-    tls_client_ca_pem = std::move(ca);
+    {
+      std::lock_guard<std::mutex> lock(tls_mu);
+      tls_cert_pem = std::move(cert);
+      tls_key_pem = std::move(key);
+      tls_client_ca_pem = std::move(ca);
+    }
     log.Info("ext_proc TLS: " + parts + " in use for new connections (open ones keep theirs)");
     tls_reloads++;
   }
@@ -620,7 +624,6 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     return absl::InvalidArgumentError(
         "client_ca: client certificates are checked in the TLS handshake, and secure_serving is off");
   }
-  m.cert_pem = so.cert_pem;
   EPP_ASSIGN_OR_RETURN(m.server, ExtProcServer::Start(*m.handle, *m.endpoints, so));
   m.server->SetServing(false);
   if (c.health_port >= 0) {
@@ -741,7 +744,10 @@ ConfigReloadCounters EppServer::config_reloads() const {
 std::shared_ptr<const Scheduler> EppServer::scheduler() const { return impl_->handle->Get(); }
 const EndpointPool* EppServer::pool() const { return impl_->pool.get(); }
 const EndpointSource& EppServer::endpoints() const { return *impl_->endpoints; }
-const std::string& EppServer::certificate_pem() const { return impl_->cert_pem; }
+std::string EppServer::certificate_pem() const {
+  std::lock_guard<std::mutex> lock(impl_->tls_mu);
+  return impl_->tls_cert_pem;
+}
 ExtProcStats& EppServer::stats() { return impl_->server->stats(); }
 const DecisionLog* EppServer::decision_log() const { return impl_->decisions.get(); }
 std::string EppServer::RenderMetrics() const { return impl_->Render(); }

@@ -399,8 +399,9 @@ class EppServer {
   const EndpointPool* pool() const;                    // nullptr with ServeConfig::endpoint_source
   const EndpointSource& endpoints() const;             // the pool, or the caller's source
   // The ext_proc server's certificate (PEM; the self-signed one when none was given), "" without
-  // TLS: what a client pins to trust the server. The one served at start (reloads do not change it).
-  const std::string& certificate_pem() const;
+  // TLS: what a client pins to trust the server. The one new connections get now: after a
+  // certificate reload (reload_cert_file), the reloaded one.
+  std::string certificate_pem() const;
   ExtProcStats& stats();
   // The decision log, nullptr unless ServeConfig::decision_log.capacity > 0.
   const DecisionLog* decision_log() const;
