@@ -42,6 +42,16 @@ LatencyFeatures FromSample(const Sample& s) {
   return f;
 }
 
+// Appends to a ring of `capacity` samples; once full, overwrites the oldest (`next`).
+void PushRing(std::vector<Sample>& ring, size_t& next, size_t capacity, const Sample& s) {
+  if (ring.size() < capacity) {
+    ring.push_back(s);
+  } else {
+    ring[next] = s;
+    next = (next + 1) % ring.size();
+  }
+}
+
 // Debian's Abseil has its own string_view: heterogeneous lookups take that one.
 absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
@@ -471,20 +481,8 @@ bool LatencyPredictor::Add(std::string_view endpoint, const LatencyFeatures& f, 
   {
     std::lock_guard<std::mutex> lock(store->mu);
     const Sample s = ToSample(f, ttft_s, tpot_s);
-    if (store->ring.size() < options_.samples_per_endpoint) {
-      store->ring.push_back(s);
-    } else {
-      store->ring[store->next] = s;
-      store->next = (store->next + 1) % store->ring.size();
-    }
-    if (std::isfinite(ttft_s) && IsLightlyLoaded(f)) {
-      if (store->light.size() < kLightSamplesPerEndpoint) {
-        store->light.push_back(s);
-      } else {
-        store->light[store->light_next] = s;
-        store->light_next = (store->light_next + 1) % store->light.size();
-      }
-    }
+    PushRing(store->ring, store->next, options_.samples_per_endpoint, s);
+    if (std::isfinite(ttft_s) && IsLightlyLoaded(f)) PushRing(store->light, store->light_next, kLightSamplesPerEndpoint, s);
   }
   changes_.fetch_add(1, std::memory_order_release);
   return true;

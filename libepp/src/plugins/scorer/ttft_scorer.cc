@@ -140,6 +140,7 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
   EstimatedTtftScorer(TypedName tn, TtftOptions o)
       : Plugin(std::move(tn)),
         o_(o),
+        light_rates_(o.speed_source == "lightLoad"),
         cal_(o.cal),
         rate_(o.rate),
         overhead_ms_(o.overhead_ms),
@@ -190,17 +191,21 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
   // the pool model's TTFT over the endpoint's at the current load (a ratio that also carries its
   // backlog, which the queues already count: docs/routing.md).
   void LearnSpeedsLocked(const SchedulingContext& ctx, Candidates candidates) const {
-    if (o_.speed_source == "lightLoad") return LearnLightRatesLocked(ctx, candidates);
+    if (light_rates_) return LearnLightRatesLocked(ctx, candidates);
     for (const Endpoint* e : candidates) {
       const LatencyInfo* li = ctx.Latency(e);
       if (!li) continue;
-      // Identical servers differ by the predictor's error (a median 10% on the simulator): a
-      // relative speed within 20% of 1 is noise, not a different GPU.
-      const double speed = li->relative_speed > 0.8 && li->relative_speed < 1.25 ? 1.0 : li->relative_speed;
-      SetRateLocked(e->address, rate_ * speed, ctx.now_us);
-      rate_source_[e->address] = speed == 1.0 ? "configured; its speed at the current load is within 20% of the pool's"
-                                               : absl::StrCat("configured x its speed at the current load, ", Fixed2(speed));
+      const double speed = CurrentLoadSpeed(li);
+      SetRateLocked(e->address, rate_ * speed, ctx.now_us, {RateOrigin::kConfigured, speed});
     }
+  }
+
+  // Identical servers differ by the predictor's error (a median 10% on the simulator): a speed
+  // within 20% of 1 is noise, not a different GPU.
+  static bool NearOne(double speed) { return speed > 0.8 && speed < 1.25; }
+  // currentLoad's speed: the relative speed, 1 when near it or unknown.
+  static double CurrentLoadSpeed(const LatencyInfo* li) {
+    return !li || NearOne(li->relative_speed) ? 1.0 : li->relative_speed;
   }
 
   // speedSource: lightLoad. Each endpoint's queue drains at the prefill rate the predictor
@@ -216,7 +221,7 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
     for (const Endpoint* e : candidates) {
       const LatencyInfo* li = ctx.Latency(e);
       if (!li || !(li->light_rate_tps > 0)) continue;
-      if (li->light_speed <= 0.8 || li->light_speed >= 1.25) mixed = true;
+      mixed = mixed || !NearOne(li->light_speed);
       log_sum += std::log(li->light_rate_tps);
       ++measured;
     }
@@ -229,26 +234,47 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
       const LatencyInfo* li = ctx.Latency(e);
       if (li && li->light_rate_tps > 0) {
         const bool own = mixed || !most;
-        SetRateLocked(e->address, own ? li->light_rate_tps : mean, ctx.now_us);
-        rate_source_[e->address] = own ? "measured on its lightly loaded responses"
-                                       : "the pool's measured mean: every speed within 20% of the pool's";
+        SetRateLocked(e->address, own ? li->light_rate_tps : mean, ctx.now_us,
+                      {own ? RateOrigin::kMeasured : RateOrigin::kPoolMean, 1.0});
       } else {
         // Not measured yet (a server busy since it joined): currentLoad's speed until it is.
-        const double speed = !li || (li->relative_speed > 0.8 && li->relative_speed < 1.25) ? 1.0 : li->relative_speed;
-        SetRateLocked(e->address, mean * speed, ctx.now_us);
-        rate_source_[e->address] =
-            absl::StrCat(most ? "not measured yet: the pool's measured mean" : "not measured yet: configured",
-                         speed == 1.0 ? "" : absl::StrCat(" x its speed at the current load, ", Fixed2(speed)));
+        const double speed = CurrentLoadSpeed(li);
+        SetRateLocked(e->address, mean * speed, ctx.now_us,
+                      {most ? RateOrigin::kUnmeasuredPoolMean : RateOrigin::kUnmeasuredConfigured, speed});
       }
     }
   }
 
-  static std::string Fixed2(double v) { return absl::StrFormat("%.2f", v); }
+  // Where learnSpeeds took an endpoint's rate from at the last pick (Explain says it); kept as
+  // what it was, and written out only when explained, not at every pick.
+  struct RateOrigin {
+    enum Kind { kConfigured, kMeasured, kPoolMean, kUnmeasuredPoolMean, kUnmeasuredConfigured } kind;
+    double speed;  // the current-load speed the rate was multiplied by (1: none)
+    std::string Text() const {
+      const std::string times =
+          speed == 1.0 ? "" : absl::StrFormat(" x its speed at the current load, %.2f", speed);
+      switch (kind) {
+        case kConfigured:
+          return speed == 1.0 ? "configured; its speed at the current load is within 20% of the pool's"
+                              : "configured" + times;
+        case kMeasured: return "measured on its lightly loaded responses";
+        case kPoolMean: return "the pool's measured mean: every speed within 20% of the pool's";
+        case kUnmeasuredPoolMean: return "not measured yet: the pool's measured mean" + times;
+        case kUnmeasuredConfigured: return "not measured yet: configured" + times;
+      }
+      return "";
+    }
+  };
 
   // Changes under 5% are ignored so the queues are not re-based at every pick.
-  void SetRateLocked(const std::string& address, double want, int64_t now_us) const {
+  void SetRateLocked(const std::string& address, double want, int64_t now_us, RateOrigin origin) const {
     const double now = queues_.Rate(address);
     if (std::fabs(want - now) > 0.05 * now) queues_.SetRate(address, want, now_us);
+    if (auto it = rate_origin_.find(address); it != rate_origin_.end()) {
+      it->second = origin;
+    } else {
+      rate_origin_.emplace(address, origin);
+    }
   }
 
   // Per candidate, 1 when predicted-latency-producer predicts it meets the request's SLOs (TTFT,
@@ -330,6 +356,7 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
     std::lock_guard<std::mutex> lock(mu_);
     queues_.Forget(endpoint);
     if (auto it = learned_.find(endpoint); it != learned_.end()) learned_.erase(it);
+    if (auto it = rate_origin_.find(endpoint); it != rate_origin_.end()) rate_origin_.erase(it);
   }
 
  private:
@@ -347,8 +374,8 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
 
   std::string RateSourceLocked(const std::string& endpoint) const {
     if (!cal_.enabled) {
-      auto it = rate_source_.find(endpoint);
-      return it == rate_source_.end() ? "" : absl::StrCat(" (", it->second, ")");
+      auto it = rate_origin_.find(endpoint);
+      return it == rate_origin_.end() ? "" : absl::StrCat(" (", it->second.Text(), ")");
     }
     auto it = learned_.find(endpoint);
     const int64_t n = it == learned_.end() ? 0 : it->second.n;
@@ -385,6 +412,7 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
   }
 
   const TtftOptions o_;  // as configured, for EffectiveParams
+  const bool light_rates_;  // speedSource: lightLoad
   const Calibration cal_;
   const double rate_;
   const double overhead_ms_;
@@ -400,7 +428,7 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
   mutable std::map<uint64_t, Pending> pending_;
   mutable std::map<std::string, Learned, std::less<>> learned_;
   // learnSpeeds: where each endpoint's rate came from at the last pick, for Explain.
-  mutable std::map<std::string, std::string, std::less<>> rate_source_;
+  mutable std::map<std::string, RateOrigin, std::less<>> rate_origin_;
 };
 
 }  // namespace
