@@ -118,6 +118,11 @@ struct LatencyInfo {
   // predictor's light_rate_tps); 0 until known. estimated-ttft-scorer's queues drain at it with
   // speedSource: lightLoad.
   double light_rate_tps = 0;
+  // The rate the endpoint drained its prefill at on its recent responses, whatever their load
+  // (the predictor's busy_rate_tps): the prefill work ahead of each and its own uncached tokens
+  // over their TTFTs. 0 until known. estimated-ttft-scorer uses it for an endpoint that has not
+  // been lightly loaded long enough to have a light_rate_tps.
+  double busy_rate_tps = 0;
   // Requests the producer saw dispatched to this endpoint that have not ended (llm-d's
   // DispatchedRequestCount: 0 is an idle endpoint for the scorer and the admitter).
   int64_t dispatched = 0;

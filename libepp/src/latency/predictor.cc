@@ -271,6 +271,7 @@ LatencyPrediction LatencySnapshot::Predict(std::string_view endpoint, const Late
   }
   p.light_speed = m->light_speed;
   p.light_rate_tps = m->light_rate_tps;
+  p.busy_rate_tps = m->busy_rate_tps;
   p.samples = m->ttft.samples;
   p.from_prior = m->from_prior;
   return p;
@@ -311,6 +312,19 @@ namespace {
 // model 1.61 / 1.07 / 0.53 against the true 1.61 / 1.075 / 0.54 relative to the pool's geometric
 // mean). The attention term is left out: the rate feeds estimated-ttft-scorer's queues, which are
 // linear in tokens. Endpoints with fewer than kMinLightSamples light samples get NaN.
+// EndpointModel::busy_rate_tps from an endpoint's samples, oldest first.
+double BusyRate(const std::vector<Sample>& samples) {
+  double work = 0, seconds = 0;
+  size_t n = 0;
+  for (auto it = samples.rbegin(); it != samples.rend() && n < kBusySamples; ++it) {
+    if (!std::isfinite(it->ttft)) continue;
+    work += static_cast<double>(it->inflight_prefill) + std::max(1.0, static_cast<double>(it->input - it->hit));
+    seconds += static_cast<double>(it->ttft);
+    ++n;
+  }
+  return n >= kMinLightSamples && seconds > 0 ? work / seconds : std::numeric_limits<double>::quiet_NaN();
+}
+
 struct LightFit {
   std::vector<double> speed, rate_tps;
 };
@@ -648,6 +662,7 @@ TrainStats LatencyPredictor::TrainNow() {
     }
     m.light_speed = light_fit.speed[i];
     m.light_rate_tps = light_fit.rate_tps[i];
+    m.busy_rate_tps = BusyRate(samples[i]);
     if (m.ttft.samples > 0 && samples[i].size() >= options_.min_endpoint_samples && !partial) {
       snapshot->models_.emplace(stores[i].first, std::move(m));
       ++stats.endpoint_models;

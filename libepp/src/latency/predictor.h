@@ -132,6 +132,8 @@ struct LatencyPrediction {
   double light_speed = std::numeric_limits<double>::quiet_NaN();
   // Its prefill rate in tokens per second from the same samples (EndpointModel::light_rate_tps).
   double light_rate_tps = std::numeric_limits<double>::quiet_NaN();
+  // The rate it drained prefill at on its recent responses (EndpointModel::busy_rate_tps).
+  double busy_rate_tps = std::numeric_limits<double>::quiet_NaN();
   int64_t samples = 0;      // TTFT samples behind the model that answered
   bool from_prior = false;  // the pool-wide model answered (the endpoint has too few samples)
   bool valid() const { return std::isfinite(ttft_s); }
@@ -162,6 +164,14 @@ struct EndpointModel {
   // what they said. NaN until an endpoint has kMinLightSamples of them.
   double light_speed = std::numeric_limits<double>::quiet_NaN();
   double light_rate_tps = std::numeric_limits<double>::quiet_NaN();
+  // The prefill rate the endpoint drained at on its last kBusySamples TTFT samples, whatever their
+  // load: the sum of each one's work (the prefill the EPP had dispatched there still pending at
+  // its pick, plus its own uncached tokens) over the sum of their TTFTs (a ratio of sums, so a
+  // few long waits weigh by their length). Under a FIFO prefill queue each TTFT is that work over
+  // the rate plus a step, so this is the rate the server actually gets through the queue the EPP
+  // sees, decode interference and batch-slot waits included: lower than light_rate_tps on a busy
+  // server, and measurable on one that is never lightly loaded. NaN until kMinLightSamples.
+  double busy_rate_tps = std::numeric_limits<double>::quiet_NaN();
 };
 
 // A light sample: nothing waiting in the endpoint's queue and no prefill the EPP dispatched there
@@ -170,6 +180,8 @@ bool IsLightlyLoaded(const LatencyFeatures& features);
 // Light TTFT samples an endpoint needs for a light_speed, and how many it keeps.
 inline constexpr size_t kMinLightSamples = 4;
 inline constexpr size_t kLightSamplesPerEndpoint = 256;
+// The recent TTFT samples EndpointModel::busy_rate_tps is taken over.
+inline constexpr size_t kBusySamples = 64;
 
 struct LatencyPredictorOptions {
   size_t max_endpoints = 256;

@@ -204,6 +204,58 @@ TEST(LatencyPredictorTest, LightSpeedComesFromLightlyLoadedSamplesAndIsKept) {
   EXPECT_NEAR(p->Predict("slow:8000", probe).light_speed, 1.0, 0.02);
 }
 
+TEST(LatencyPredictorTest, BusyRateIsTheWorkAheadOverTheTtftOfTheRecentSamples) {
+  ManualClock clock(1);
+  LatencyPredictorOptions o;
+  o.clock = &clock;
+  o.samples_per_endpoint = 256;
+  o.min_endpoint_samples = 4;
+  auto p = Make(o);
+  auto loaded = [](double ahead, double input, double hit) {
+    LatencyFeatures f;
+    f.waiting_requests = 3;
+    f.running_requests = 8;
+    f.input_tokens = input;
+    f.prefix_hit_tokens = hit;
+    f.inflight_prefill_tokens = ahead;
+    return f;
+  };
+  // Three samples: too few for a busy rate.
+  for (int i = 0; i < 3; ++i) p->Observe("a:8000", loaded(1000, 600, 100), 0.1, NAN);
+  p->TrainNow();
+  EXPECT_TRUE(std::isnan(p->Predict("a:8000", loaded(0, 100, 0)).busy_rate_tps));
+  // Old samples at 1,500 tokens/s, then kBusySamples at a ratio of sums of 6,000: work 1,000 + 500
+  // or 3,000 + 1,500 over TTFTs of 0.25 and 0.75 s (per-sample rates 6,000 both; a mean of
+  // per-sample rates and the ratio of sums agree here, so the next block tells them apart).
+  for (int i = 0; i < 10; ++i) p->Observe("a:8000", loaded(1000, 600, 100), 1.0, NAN);
+  for (size_t i = 0; i < kBusySamples; ++i) {
+    if (i % 2 == 0) p->Observe("a:8000", loaded(1000, 600, 100), 0.25, NAN);
+    else p->Observe("a:8000", loaded(3000, 1500, 0), 0.75, NAN);
+  }
+  ASSERT_TRUE(p->TrainNow().published);
+  EXPECT_NEAR(p->Predict("a:8000", loaded(0, 100, 0)).busy_rate_tps, 6000, 1e-6 * 6000);
+  // A TPOT-only observation is not a TTFT sample and changes nothing. Then 63 samples of 1 s
+  // alternating 2,000 and 6,000 tokens of work, and one that waited 10 s for 2,000: it weighs by
+  // its length (a mean of per-sample rates would count it as one sample of 63).
+  p->ObserveTpot("a:8000", loaded(0, 100, 0), 0.02);
+  for (size_t i = 0; i < kBusySamples - 1; ++i) p->Observe("a:8000", loaded(i % 2 ? 5000 : 1000, 1000, 0), 1.0, NAN);
+  p->Observe("a:8000", loaded(1000, 1000, 0), 10.0, NAN);
+  p->TrainNow();
+  EXPECT_NEAR(p->Predict("a:8000", loaded(0, 100, 0)).busy_rate_tps, (32 * 2000.0 + 31 * 6000.0 + 2000) / 73, 1e-3);
+  // A light server's busy rate is its prefill rate less the fixed part of each TTFT.
+  const LinearServer server{1.0};
+  SeededRng rng(9);
+  for (int i = 0; i < 100; ++i) {
+    LatencyFeatures f = RandomFeatures(rng);
+    f.waiting_requests = f.inflight_prefill_tokens = f.running_requests = f.inflight_requests = 0;
+    p->Observe("b:8000", f, server.Ttft(f), NAN);
+  }
+  p->TrainNow();
+  const LatencyPrediction b = p->Predict("b:8000", loaded(0, 100, 0));
+  EXPECT_LT(b.busy_rate_tps, b.light_rate_tps);
+  EXPECT_GT(b.busy_rate_tps, 0.3 * b.light_rate_tps);
+}
+
 TEST(LatencyPredictorTest, ThePoolAnswersUntilAnEndpointHasEnoughSamples) {
   ManualClock clock(1);
   LatencyPredictorOptions o;

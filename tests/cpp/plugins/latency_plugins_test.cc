@@ -658,6 +658,42 @@ TEST(LatencyPluginsTest, EstimatedTtftScorerLearnsSpeedsAndHonoursSlos) {
   for (size_t i = 0; i < 3; ++i) at(*fresh, i, "1000");
   EXPECT_NE(fresh->AsScorer()->Explain(c.ctx, c.pool[0]).find("(not measured yet: configured)"), std::string::npos)
       << fresh->AsScorer()->Explain(c.ctx, c.pool[0]);
+  // Two measured (4000 and 1000) and one never lightly loaded: it runs at the rate it got through
+  // its queue (busy_rate_tps), floored at a quarter of the slowest measured rate.
+  c.ctx.latency.info[0].light_speed = 2.0;
+  c.ctx.latency.info[0].light_rate_tps = 4000;
+  c.ctx.latency.info[2].light_speed = 0.5;
+  c.ctx.latency.info[2].light_rate_tps = 1000;
+  c.ctx.latency.info[1].busy_rate_tps = 3000;
+  std::unique_ptr<Plugin> busy = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
+  Scores(*busy, c);
+  at(*busy, 0, "4000");
+  at(*busy, 1, "3000");
+  at(*busy, 2, "1000");
+  EXPECT_NE(busy->AsScorer()->Explain(c.ctx, c.pool[1]).find("(not lightly loaded yet: the rate it got through its prefill queue"),
+            std::string::npos)
+      << busy->AsScorer()->Explain(c.ctx, c.pool[1]);
+  // With the measured ones' busy rates known (8000 and 2000: geometric mean 4000), its own 3000 is
+  // a speed of 0.75, times the measured light rates' geometric mean (2000): 1500.
+  c.ctx.latency.info[0].busy_rate_tps = 8000;
+  c.ctx.latency.info[2].busy_rate_tps = 2000;
+  std::unique_ptr<Plugin> relative = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
+  Scores(*relative, c);
+  at(*relative, 1, "1500");
+  EXPECT_NE(relative->AsScorer()->Explain(c.ctx, c.pool[1]).find("the pool's measured mean x its speed from the rates"),
+            std::string::npos)
+      << relative->AsScorer()->Explain(c.ctx, c.pool[1]);
+  // 3600 is within 20% of the others' 4000: the measured mean itself.
+  c.ctx.latency.info[1].busy_rate_tps = 3600;
+  std::unique_ptr<Plugin> near = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
+  Scores(*near, c);
+  at(*near, 1, "2000");
+  c.ctx.latency.info[1].busy_rate_tps = 40;  // waits that were not prefill
+  std::unique_ptr<Plugin> starved = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
+  Scores(*starved, c);
+  at(*starved, 1, "250");
+  EXPECT_NE(starved->AsScorer()->Explain(c.ctx, c.pool[1]).find("a quarter of the slowest measured rate"), std::string::npos)
+      << starved->AsScorer()->Explain(c.ctx, c.pool[1]);
   const Made bad = Make("estimated-ttft-scorer", "{speedSource: fastest}");
   ASSERT_FALSE(bad.plugin.ok());
   EXPECT_NE(bad.plugin.status().message().find("speedSource"), std::string_view::npos) << bad.plugin.status();

@@ -271,6 +271,7 @@ class PredictedLatencyProducer : public Plugin,
         li.relative_speed = std::clamp(p.pool_ttft_s / p.ttft_s, 0.05, 20.0);
       if (std::isfinite(p.light_speed)) li.light_speed = std::clamp(p.light_speed, 0.05, 20.0);
       if (std::isfinite(p.light_rate_tps) && p.light_rate_tps > 0) li.light_rate_tps = p.light_rate_tps;
+      if (std::isfinite(p.busy_rate_tps) && p.busy_rate_tps > 0) li.busy_rate_tps = p.busy_rate_tps;
       li.ttft_ms = 1000 * (std::isfinite(p.ttft_upper_s) ? p.ttft_upper_s : p.ttft_s);
       li.tpot_ms = std::isfinite(p.tpot_upper_s) ? 1000 * p.tpot_upper_s : (std::isfinite(p.tpot_s) ? 1000 * p.tpot_s : 0);
       // llm-d's validatePrediction.

@@ -39,6 +39,7 @@
 // the prefix there, so no endpoint is starved while work waits elsewhere.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <vector>
 #include <mutex>
@@ -212,22 +213,39 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
   // measured on its lightly loaded responses (LatencyInfo::light_rate_tps), so neither its backlog
   // nor prefillTokensPerSecond's guess enters it. When every candidate's light speed is within 20%
   // of the pool's the pool is uniform and all run at the geometric mean of the measured rates (the
-  // differences are the fit's noise); otherwise each at its own. An endpoint not measured yet runs
-  // at that mean times its currentLoad speed.
+  // differences are the fit's noise); otherwise each at its own.
+  //
+  // An endpoint never lightly loaded long enough (saturated since it joined; in a pool in overload,
+  // most of them) has no light rate. Its speed then comes from busy rates (LatencyInfo::
+  // busy_rate_tps, the rate each got through its prefill queue at on its recent responses): its
+  // own over the measured endpoints' geometric mean, snapped to 1 within 20%, times the measured
+  // mean. Busy rates are below light ones (decode steps and batch-slot waits are in them), so only
+  // their ratio is used, against the same figure of the others. Waits that are not prefill (no
+  // free batch slot or KV block) pull a busy rate toward 0 and would starve the endpoint, so the
+  // rate is floored at kBusyFloor of the slowest measured rate (of prefillTokensPerSecond with none
+  // measured). With no TTFT sample at all: the mean times its currentLoad speed. (That speed was
+  // the fallback before busy rates: on a pool in overload it read 0.3-10x and put a fast server's
+  // rate at 10x the truth; docs/routing.md.)
+  static constexpr double kBusyFloor = 0.25;
   void LearnLightRatesLocked(const SchedulingContext& ctx, Candidates candidates) const {
     bool mixed = false;
-    double log_sum = 0;
-    int measured = 0;
+    double log_sum = 0, busy_log_sum = 0, min_light = std::numeric_limits<double>::infinity();
+    int measured = 0, busy_measured = 0;
     for (const Endpoint* e : candidates) {
       const LatencyInfo* li = ctx.Latency(e);
       if (!li || !(li->light_rate_tps > 0)) continue;
       mixed = mixed || !NearOne(li->light_speed);
+      min_light = std::min(min_light, li->light_rate_tps);
       log_sum += std::log(li->light_rate_tps);
       ++measured;
+      if (li->busy_rate_tps > 0) {
+        busy_log_sum += std::log(li->busy_rate_tps);
+        ++busy_measured;
+      }
     }
     // With fewer than half of the candidates measured, the measured ones say little of the
-    // others (on a saturated pool only the odd server is ever lightly loaded): the others keep
-    // prefillTokensPerSecond, and nothing is snapped.
+    // others (on a saturated pool only the odd server is ever lightly loaded): their mean is not
+    // used (prefillTokensPerSecond stands in for it), and nothing is snapped.
     const bool most = 2 * measured >= static_cast<int>(candidates.size());
     const double mean = most ? std::exp(log_sum / measured) : rate_;
     for (const Endpoint* e : candidates) {
@@ -236,8 +254,21 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
         const bool own = mixed || !most;
         SetRateLocked(e->address, own ? li->light_rate_tps : mean, ctx.now_us,
                       {own ? RateOrigin::kMeasured : RateOrigin::kPoolMean, 1.0});
+      } else if (li && li->busy_rate_tps > 0) {
+        // Never lightly loaded long enough: its busy rate against the measured endpoints' is its
+        // speed (with none of those, its busy rate itself), floored.
+        const double floor = (measured > 0 ? min_light : rate_) * kBusyFloor;
+        double speed = 1, want = li->busy_rate_tps;
+        if (busy_measured > 0) {
+          speed = li->busy_rate_tps / std::exp(busy_log_sum / busy_measured);
+          if (NearOne(speed)) speed = 1;
+          want = mean * speed;
+        }
+        const bool floored = want < floor;
+        SetRateLocked(e->address, floored ? floor : want, ctx.now_us,
+                      {floored ? RateOrigin::kBusyFloor : (busy_measured > 0 ? RateOrigin::kBusySpeed : RateOrigin::kBusy), speed, most});
       } else {
-        // Not measured yet (a server busy since it joined): currentLoad's speed until it is.
+        // Not measured at all yet (no TTFT samples): currentLoad's speed until it is.
         const double speed = CurrentLoadSpeed(li);
         SetRateLocked(e->address, mean * speed, ctx.now_us,
                       {most ? RateOrigin::kUnmeasuredPoolMean : RateOrigin::kUnmeasuredConfigured, speed});
@@ -248,8 +279,9 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
   // Where learnSpeeds took an endpoint's rate from at the last pick (Explain says it); kept as
   // what it was, and written out only when explained, not at every pick.
   struct RateOrigin {
-    enum Kind { kConfigured, kMeasured, kPoolMean, kUnmeasuredPoolMean, kUnmeasuredConfigured } kind;
-    double speed;  // the current-load speed the rate was multiplied by (1: none)
+    enum Kind { kConfigured, kMeasured, kPoolMean, kUnmeasuredPoolMean, kUnmeasuredConfigured, kBusy, kBusySpeed, kBusyFloor } kind;
+    double speed;  // the current-load (or, kBusySpeed, busy-rate) speed the rate was multiplied by (1: none)
+    bool measured_mean = false;  // kBusySpeed: the speed multiplied the pool's measured mean (else the configured rate)
     std::string Text() const {
       const std::string times =
           speed == 1.0 ? "" : absl::StrFormat(" x its speed at the current load, %.2f", speed);
@@ -261,6 +293,15 @@ class EstimatedTtftScorer : public Plugin, public Scorer, public RequestObserver
         case kPoolMean: return "the pool's measured mean: every speed within 20% of the pool's";
         case kUnmeasuredPoolMean: return "not measured yet: the pool's measured mean" + times;
         case kUnmeasuredConfigured: return "not measured yet: configured" + times;
+        case kBusy: return "not lightly loaded yet: the rate it got through its prefill queue at on its recent responses";
+        case kBusySpeed:
+          return absl::StrFormat(
+              "not lightly loaded yet: %s x its speed from the rates it and the measured servers got through their "
+              "prefill queues at, %.2f",
+              measured_mean ? "the pool's measured mean" : "configured", speed);
+        case kBusyFloor:
+          return "not lightly loaded yet, and its recent responses waited for more than prefill: a quarter of the "
+                 "slowest measured rate (or of the configured one)";
       }
       return "";
     }
