@@ -227,6 +227,10 @@ absl::Status RedisSharedState::Impl::Round() {
     co.connect_timeout = o.timeout;
     co.io_timeout = o.timeout;
     co.ca_file = o.ca_file;
+    // Every value this connection reads is ours: a record is at most kMaxEntryBytes plus one
+    // update (a 16 MiB request's blocks are under 2 MiB of hashes), so a longer bulk string is
+    // refused before it is buffered whole.
+    co.limits.max_bulk_bytes = kMaxEntryBytes + (size_t{7} << 20);
     absl::StatusOr<std::unique_ptr<RedisConnection>> c = RedisConnection::Connect(address, co);
     if (!c.ok()) {
       Failed(c.status(), std::move(batch));

@@ -177,6 +177,38 @@ TEST(Resp, LimitsBoundDepthArraysAndLines) {
   RespReader line(l);
   line.Feed(std::string(40, '+'));  // no CRLF yet, already past the limit
   EXPECT_FALSE(line.Next().ok());
+  // One answer's bytes: each element under the other limits, the whole past max_value_bytes,
+  // refused as soon as that much is buffered, whole or still arriving.
+  RespReader::Limits v;
+  v.max_value_bytes = 64;
+  RespReader small(v);
+  small.Feed("*2\r\n$20\r\n" + std::string(20, 'a') + "\r\n$20\r\n" + std::string(20, 'b') + "\r\n");
+  auto fits = small.Next();
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  ASSERT_TRUE(fits->has_value());
+  EXPECT_EQ((*fits)->elements.size(), 2u);
+  RespReader whole_big(v);
+  whole_big.Feed("*3\r\n$20\r\n" + std::string(20, 'a') + "\r\n$20\r\n" + std::string(20, 'b') + "\r\n$20\r\n" +
+                 std::string(20, 'c') + "\r\n");
+  auto too_big = whole_big.Next();
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_NE(std::string(too_big.status().message()).find("an answer longer than the limit (64 bytes)"), std::string::npos)
+      << too_big.status();
+  RespReader arriving(v);
+  arriving.Feed("*1000\r\n");
+  for (int i = 0; i < 7; ++i) {
+    auto partial = arriving.Next();
+    ASSERT_TRUE(partial.ok()) << i;
+    EXPECT_FALSE(partial->has_value());
+    arriving.Feed(":1\r\n:2\r\n");
+  }
+  auto refused = arriving.Next();  // 7 + 7 x 8 = 63 bytes buffered: still in
+  ASSERT_TRUE(refused.ok());
+  arriving.Feed(":3\r\n");
+  refused = arriving.Next();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.status().message()).find("RESP byte 0: an answer longer"), std::string::npos)
+      << refused.status();
   // A huge declared array allocates nothing before its elements arrive.
   RespReader big;
   big.Feed("*1000000\r\n:1\r\n");

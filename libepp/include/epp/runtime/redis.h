@@ -67,6 +67,10 @@ class RespReader {
     size_t max_array_elements = size_t{1} << 20;
     int max_depth = 8;
     size_t max_line_bytes = 64 << 10;  // a simple string, error or integer line
+    // One whole answer (a value with everything nested in it), as bytes on the wire: refused as
+    // soon as that many are buffered without completing it, so many values each under the other
+    // limits cannot add up past it either.
+    size_t max_value_bytes = size_t{1} << 30;
   };
   RespReader() = default;
   explicit RespReader(Limits limits) : limits_(limits) {}
