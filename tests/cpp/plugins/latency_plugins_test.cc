@@ -629,8 +629,13 @@ TEST(LatencyPluginsTest, EstimatedTtftScorerLearnsSpeedsAndHonoursSlos) {
     const std::string why = p.AsScorer()->Explain(c.ctx, c.pool[i]);
     EXPECT_NE(why.find("at " + rate + " tokens/s"), std::string::npos) << i << ": " << why;
   };
-  std::unique_ptr<Plugin> light = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
-  Scores(*light, c);
+  // A fresh scorer with speedSource: lightLoad that has scored c once (its rates are set then).
+  auto light_scored = [&] {
+    std::unique_ptr<Plugin> p = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
+    Scores(*p, c);
+    return p;
+  };
+  std::unique_ptr<Plugin> light = light_scored();
   at(*light, 0, "4000");
   at(*light, 1, "2200");
   at(*light, 2, "1000");
@@ -645,16 +650,14 @@ TEST(LatencyPluginsTest, EstimatedTtftScorerLearnsSpeedsAndHonoursSlos) {
     c.ctx.latency.info[i].light_speed = uniform_speeds[i];
     c.ctx.latency.info[i].light_rate_tps = uniform_rates[i];
   }
-  std::unique_ptr<Plugin> uniform = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
-  Scores(*uniform, c);
+  std::unique_ptr<Plugin> uniform = light_scored();
   for (size_t i = 0; i < 3; ++i) at(*uniform, i, "1100");
   // Nothing measured yet: prefillTokensPerSecond.
   for (size_t i = 0; i < 3; ++i) {
     c.ctx.latency.info[i].light_speed = 1;
     c.ctx.latency.info[i].light_rate_tps = 0;
   }
-  std::unique_ptr<Plugin> fresh = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
-  Scores(*fresh, c);
+  std::unique_ptr<Plugin> fresh = light_scored();
   for (size_t i = 0; i < 3; ++i) at(*fresh, i, "1000");
   EXPECT_NE(fresh->AsScorer()->Explain(c.ctx, c.pool[0]).find("(not measured yet: configured)"), std::string::npos)
       << fresh->AsScorer()->Explain(c.ctx, c.pool[0]);
@@ -665,8 +668,7 @@ TEST(LatencyPluginsTest, EstimatedTtftScorerLearnsSpeedsAndHonoursSlos) {
   c.ctx.latency.info[2].light_speed = 0.5;
   c.ctx.latency.info[2].light_rate_tps = 1000;
   c.ctx.latency.info[1].busy_rate_tps = 3000;
-  std::unique_ptr<Plugin> busy = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
-  Scores(*busy, c);
+  std::unique_ptr<Plugin> busy = light_scored();
   at(*busy, 0, "4000");
   at(*busy, 1, "3000");
   at(*busy, 2, "1000");
@@ -677,20 +679,17 @@ TEST(LatencyPluginsTest, EstimatedTtftScorerLearnsSpeedsAndHonoursSlos) {
   // a speed of 0.75, times the measured light rates' geometric mean (2000): 1500.
   c.ctx.latency.info[0].busy_rate_tps = 8000;
   c.ctx.latency.info[2].busy_rate_tps = 2000;
-  std::unique_ptr<Plugin> relative = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
-  Scores(*relative, c);
+  std::unique_ptr<Plugin> relative = light_scored();
   at(*relative, 1, "1500");
   EXPECT_NE(relative->AsScorer()->Explain(c.ctx, c.pool[1]).find("the pool's measured mean x its speed from the rates"),
             std::string::npos)
       << relative->AsScorer()->Explain(c.ctx, c.pool[1]);
   // 3600 is within 20% of the others' 4000: the measured mean itself.
   c.ctx.latency.info[1].busy_rate_tps = 3600;
-  std::unique_ptr<Plugin> near = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
-  Scores(*near, c);
+  std::unique_ptr<Plugin> near = light_scored();
   at(*near, 1, "2000");
   c.ctx.latency.info[1].busy_rate_tps = 40;  // waits that were not prefill
-  std::unique_ptr<Plugin> starved = Plug("estimated-ttft-scorer", "{prefillTokensPerSecond: 1000, speedSource: lightLoad}");
-  Scores(*starved, c);
+  std::unique_ptr<Plugin> starved = light_scored();
   at(*starved, 1, "250");
   EXPECT_NE(starved->AsScorer()->Explain(c.ctx, c.pool[1]).find("a quarter of the slowest measured rate"), std::string::npos)
       << starved->AsScorer()->Explain(c.ctx, c.pool[1]);
