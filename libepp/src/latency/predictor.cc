@@ -301,12 +301,18 @@ struct LatencyPredictor::Store {
 namespace {
 
 // EndpointModel::light_speed and light_rate_tps from each endpoint's light samples: the model is
-// TTFT = b_i * (c + u + g * running), weighted by 1/TTFT^2 like the fits, where u is the uncached
-// prompt tokens, c a fixed part and g the work each running request adds to a prefill step (its
-// decode), both in token-equivalents and shared by the pool, and b_i the endpoint's seconds per
-// token: a faster GPU shortens all three alike, so a speed is one scale factor per endpoint and
-// 1 / b_i is its prefill rate in tokens per second. Fitted by alternating the closed forms (b_i
-// given c and g; then c and g, both >= 0, given the b_i). Not a slope with a fixed intercept: a
+// TTFT = b_i * (c + u + g * running), in relative error (weighted by 1/TTFT^2 like the fits), where
+// u is the uncached prompt tokens, c a fixed part and g the work each running request adds to a
+// prefill step (its decode), both in token-equivalents and shared by the pool, and b_i the
+// endpoint's seconds per token: a faster GPU shortens all three alike, so a speed is one scale
+// factor per endpoint and 1 / b_i is its prefill rate in tokens per second. Fitted by alternating:
+// b_i given c and g in closed form over the endpoint's samples whose scale TTFT / (c + u + g *
+// running) is within kLightOutlier of the median scale (u is what the EPP's index believed
+// uncached: a response whose prompt the server had cached anyway answers in a step, its scale a
+// fraction of the truth, and with 1/TTFT^2 weights a few of them carried the fit: on the Mooncake
+// trace one server read 26x its rate); then c and g, both >= 0, in closed form given the b_i.
+// (The median itself as b_i was tried: it reads the conversation pools' rates differently, and
+// lost 29 points of SLO attainment on one seed; docs/latency.md.) Not a slope with a fixed intercept: a
 // TTFT ratio or a slope against an unscaled fixed part reads a mixed pool's spread wrongly (TTFT
 // ratios 1.2 / 1.0 / 0.8 on the simulator's 1.5 / 1 / 0.5 pool, slopes 1.70 / 1.07 / 0.49; this
 // model 1.61 / 1.07 / 0.53 against the true 1.61 / 1.075 / 0.54 relative to the pool's geometric
@@ -328,6 +334,7 @@ double BusyRate(const std::vector<Sample>& samples) {
 struct LightFit {
   std::vector<double> speed, rate_tps;
 };
+constexpr double kLightOutlier = 3;  // a light sample off its endpoint's median scale by more is left out
 LightFit FitLightSpeeds(const std::vector<std::vector<Sample>>& light) {
   const size_t endpoints = light.size();
   LightFit out;
@@ -344,17 +351,28 @@ LightFit FitLightSpeeds(const std::vector<std::vector<Sample>>& light) {
       points[i].push_back({x[0], x[4], smp.ttft, 1.0 / (static_cast<double>(smp.ttft) * smp.ttft)});
     }
   }
-  std::vector<double> b(endpoints, 0.0);
+  std::vector<double> b(endpoints, 0.0), scale;
   double c = 0, g = 0;
   for (int round = 0; round < 100; ++round) {
     for (size_t i = 0; i < endpoints; ++i) {
+      scale.clear();
+      for (const Point& p : points[i]) {
+        const double h = c + p.u + g * p.r;
+        if (h > 0) scale.push_back(p.y / h);
+      }
+      b[i] = 0;
+      if (scale.empty()) continue;
+      auto mid = scale.begin() + static_cast<std::ptrdiff_t>(scale.size() / 2);
+      std::nth_element(scale.begin(), mid, scale.end());
+      const double median = *mid;
       double num = 0, den = 0;
       for (const Point& p : points[i]) {
         const double h = c + p.u + g * p.r;
+        if (!(h > 0) || p.y < median * h / kLightOutlier || p.y > median * h * kLightOutlier) continue;
         num += p.w * h * p.y;
         den += p.w * h * h;
       }
-      b[i] = den > 0 ? num / den : 0;
+      b[i] = den > 0 ? num / den : median;
     }
     // c + g * r = y / b_i - u, weighted by w * b_i^2 (the same residuals in seconds).
     double s0 = 0, s1 = 0, s11 = 0, sz = 0, s1z = 0;
