@@ -327,7 +327,7 @@ def test_server_speed_makes_a_mixed_pool(eppctl):
 # the durations scaled exactly, and the bound beside each policy's TTFT. Arrivals are at 0, 0.3,
 # 0.5, 1.0 and 2.0 s in each file.
 NAMED = ["round-robin", "random", "least-queue", "least-inflight", "gie-default", "sglang-cache-aware",
-         "llm-d-default", "llm-d-legacy-blend", "vllm-loadaware", "dynamo-kv", "orca-wrr", "llm-d-predicted-latency", "epp", "epp-predicted"]
+         "llm-d-default", "llm-d-legacy-blend", "vllm-loadaware", "dynamo-kv", "orca-wrr", "llm-d-predicted-latency", "epp", "epp-static"]
 ARRIVALS_MS = [0, 300, 500, 1000, 2000]
 LENGTHS = [(1200, 40), (300, 20), (2500, 80), (40, 5), (900, 30)]
 

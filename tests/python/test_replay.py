@@ -55,7 +55,7 @@ def without_wall_time(report: Dict[str, Any]) -> Dict[str, Any]:
 def test_named_policies_on_a_shared_prefix_workload() -> None:
     assert pyepp.named_policies() == ["round-robin", "random", "least-queue", "least-inflight", "gie-default",
                                       "gie-precise", "gie-precise-speculative", "sglang-cache-aware", "llm-d-default",
-                                      "llm-d-legacy-blend", "vllm-loadaware", "dynamo-kv", "orca-wrr", "llm-d-predicted-latency", "epp", "epp-predicted"]
+                                      "llm-d-legacy-blend", "vllm-loadaware", "dynamo-kv", "orca-wrr", "llm-d-predicted-latency", "epp", "epp-static"]
     report = pyepp.replay(TINY, ["round-robin", "gie-default", "sglang-cache-aware"], servers=3)
     assert list(report) == ["trace", "policies"]
     assert list(report["trace"]) == TRACE_KEYS

@@ -443,8 +443,8 @@ std::string GiePreciseYaml(bool speculative) {
       "  - {pluginRef: prefix-cache-scorer, weight: 3}\n  - pluginRef: max-score-picker\n");
 }
 
-// epp's own policy (examples/configs/epp.yaml), with the latency predictor feeding it when
-// `predicted` (examples/configs/epp-predicted.yaml).
+// epp's own policy with the latency predictor feeding it when `predicted`
+// (examples/configs/epp.yaml), without it otherwise (examples/configs/epp-static.yaml).
 std::string EppYaml(bool predicted) {
   return absl::StrCat(
       "plugins:\n- type: approx-prefix-cache-producer\n  parameters: {maxPrefixTokensToMatch: 131072}\n",
@@ -510,13 +510,13 @@ const std::vector<std::pair<std::string, std::string>>& Baselines() {
        "  - pluginRef: predicted-latency-producer\n  - pluginRef: strict-affinity-filter\n"
        "  - pluginRef: slo-headroom-tier-filter\n  - pluginRef: loose-affinity-filter\n"
        "  - pluginRef: latency-scorer\n  - pluginRef: weighted-random-picker\n"},
-      // epp's own (examples/configs/epp.yaml, the same configuration).
-      {"epp", EppYaml(false)},
-      // epp with the latency predictor: predicted-latency-producer measures every server's prefill
-      // rate on its lightly loaded responses and estimated-ttft-scorer's learnSpeeds drains each
-      // server's queue at it (mixed GPUs without calibration switches);
-      // examples/configs/epp-predicted.yaml.
-      {"epp-predicted", EppYaml(true)},
+      // epp's own (examples/configs/epp.yaml, the same configuration): the latency predictor's
+      // predicted-latency-producer measures every server's prefill rate on its lightly loaded
+      // responses and estimated-ttft-scorer's learnSpeeds drains each server's queue at it.
+      {"epp", EppYaml(true)},
+      // The same without the predictor: every server at the configured rate
+      // (examples/configs/epp-static.yaml; `epp` until 2026-12-07).
+      {"epp-static", EppYaml(false)},
   };
   return *kBaselines;
 }

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "replay/render.h"
 #include "testing/epp_testing.h"
 
@@ -758,9 +759,8 @@ namespace epp {
 namespace {
 
 TEST(EppPolicyTest, NamedPolicyIsTheExampleConfigAndSpreadsSameInstantArrivals) {
-  // examples/configs/epp.yaml and `--policy epp` are one configuration: identical runs.
-  auto file = ResolveReplayPolicy(std::string(EPP_SOURCE_DIR) + "/examples/configs/epp.yaml", 0);
-  ASSERT_TRUE(file.ok()) << file.status();
+  // examples/configs/epp.yaml and `--policy epp` are one configuration (identical runs), and so
+  // are examples/configs/epp-static.yaml and `--policy epp-static`.
   SharedPrefixWorkload w;
   w.groups = 4;
   w.prompts_per_group = 6;
@@ -770,10 +770,15 @@ TEST(EppPolicyTest, NamedPolicyIsTheExampleConfigAndSpreadsSameInstantArrivals) 
   ASSERT_TRUE(trace.ok()) << trace.status();
   ReplayOptions o;
   o.servers = 4;
-  auto r = RunReplay(*trace, {Policy("epp"), *file}, o);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->policies[0].ttft_samples_s, r->policies[1].ttft_samples_s);
-  EXPECT_EQ(r->policies[0].requests_per_server, r->policies[1].requests_per_server);
+  for (const std::string name : {"epp", "epp-static"}) {
+    SCOPED_TRACE(name);
+    auto file = ResolveReplayPolicy(absl::StrCat(EPP_SOURCE_DIR, "/examples/configs/", name, ".yaml"), 0);
+    ASSERT_TRUE(file.ok()) << file.status();
+    auto r = RunReplay(*trace, {Policy(name), *file}, o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->policies[0].ttft_samples_s, r->policies[1].ttft_samples_s);
+    EXPECT_EQ(r->policies[0].requests_per_server, r->policies[1].requests_per_server);
+  }
   // Eight identical-length cold requests in the same microsecond on four servers: each pick adds
   // its prefill to that server's queue at once, so they land two per server, not all on one.
   std::vector<ReplayRequest> burst;
