@@ -1,8 +1,9 @@
 // State shared between EPP replicas (issue #39). Independent replicas behind one gateway each
 // learn only their own picks: the approximate prefix index holds a fraction of the truth and the
 // in-flight counts are undercounted by the number of replicas. A SharedPrefixBus carries the
-// blocks each replica's approx-prefix-cache-producer records to the others' producers; the
-// scheduler adds the other replicas' in-flight counts to its own (Scheduler::SetRemoteLoad).
+// blocks each replica's approx-prefix-cache-producer records to the others' producers (and, with
+// Redis, program-aware-fairness's attained service per flow); the scheduler adds the other
+// replicas' in-flight counts to its own (Scheduler::SetRemoteLoad).
 //
 // Two carriers: RedisSharedState (epp/runtime/redis_state.h) for `eppctl serve --shared-state`,
 // and PrefixBusHub below, in process and in the caller's time, which replay uses to model
@@ -17,6 +18,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace epp {
@@ -35,6 +37,21 @@ class SharedPrefixBus {
   using Sink = std::function<void(std::string_view endpoint, std::span<const uint64_t> hashes, int64_t capacity)>;
   virtual uint64_t Subscribe(std::string_view producer, Sink sink) = 0;
   virtual void Unsubscribe(uint64_t id) = 0;
+
+  // Attained service per flow, for flow control's program-aware-fairness (least attained service
+  // over the pool, not over this replica's share of it). `source` returns this replica's service
+  // per flow id under policy name `policy`, decayed to now; `sink` receives the other live
+  // replicas' services summed per flow id for the same policy name (empty when there are none or
+  // the carrier is down). The carrier calls both from its own thread, once per round;
+  // UnshareFlowService(id) waits for a call in progress. A carrier that does not share them
+  // (replay's hub) returns 0 and never calls either.
+  using FlowServices = std::vector<std::pair<std::string, double>>;
+  using ServiceSource = std::function<FlowServices()>;
+  using ServiceSink = std::function<void(const FlowServices& others)>;
+  virtual uint64_t ShareFlowService(std::string_view /*policy*/, ServiceSource /*source*/, ServiceSink /*sink*/) {
+    return 0;
+  }
+  virtual void UnshareFlowService(uint64_t /*id*/) {}
 };
 
 // Delivery to the subscribers of one bus, shared by the carriers: a registry of sinks by

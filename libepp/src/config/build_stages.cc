@@ -20,6 +20,7 @@ BuildState::BuildState(EppConfig c, const PluginRegistry& r, const PluginContext
     : config(std::move(c)), registry(r), previous(prev), impl(std::make_unique<Scheduler::Impl>()) {
   impl->warnings = config.warnings;
   impl->clock = ctx.clock ? ctx.clock : &SteadyClock::Get();
+  impl->shared_prefix = ctx.shared_prefix;
   if (ctx.rng) {
     impl->rng = ctx.rng;
   } else {

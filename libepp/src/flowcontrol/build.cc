@@ -143,6 +143,7 @@ absl::StatusOr<ControllerConfig> BuildControllerConfig(const EppConfig& config, 
   };
   PluginContext context;
   if (impl.clock != nullptr) context.clock = impl.clock;
+  context.shared_prefix = impl.shared_prefix;
   EPP_ASSIGN_OR_RETURN(ControllerConfig out, BuildControllerConfig(config, lookup, registry, context));
   if (impl.detector_plugin != nullptr && impl.detector_plugin->type() == "concurrency-detector")
     out.eviction_confirmation_grace_us = kLeadingSensorGraceUs;

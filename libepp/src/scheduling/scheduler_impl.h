@@ -112,6 +112,7 @@ struct Scheduler::Impl {
   std::unique_ptr<Rng> owned_rng;
   Rng* rng = nullptr;
   Clock* clock = nullptr;
+  SharedPrefixBus* shared_prefix = nullptr;  // the PluginContext's: flow-control policies built later share through it
   // Every plugin, config order. Shared: a rebuilt scheduler (config reload) keeps the instances
   // whose name, type and effective parameters did not change, state included.
   std::vector<std::shared_ptr<Plugin>> plugins;

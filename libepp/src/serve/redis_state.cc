@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -107,6 +108,19 @@ struct RedisSharedState::Impl {
   std::map<uint64_t, std::string> subscriptions;  // id -> producer
   SharedStateStats stats;                          // under mu
 
+  // ShareFlowService registrations. Its own mutex, held while the thread calls a source or a
+  // sink, so that UnshareFlowService waits for a call in progress (the callbacks take their
+  // plugin's lock, never this one).
+  struct ServiceShare {
+    std::string policy;
+    ServiceSource source;
+    ServiceSink sink;
+  };
+  std::mutex services_mu;
+  std::map<uint64_t, ServiceShare> services;
+  uint64_t next_service_id = 1;
+  void DeliverServices(const std::map<std::string, std::map<std::string, double>>& others);
+
   // The thread's own.
   std::function<std::shared_ptr<const Scheduler>()> scheduler;
   std::function<std::vector<std::string>()> endpoints;
@@ -126,6 +140,7 @@ struct RedisSharedState::Impl {
   std::string Key(std::string_view what) const { return o.key_prefix + std::string(what); }
   std::string StreamKey(std::string_view producer) const { return o.key_prefix + "prefix:" + std::string(producer); }
   std::string LoadKey(std::string_view replica) const { return o.key_prefix + "load:" + std::string(replica); }
+  std::string ServiceKey(std::string_view replica) const { return o.key_prefix + "service:" + std::string(replica); }
 
   absl::Status Round();
   void Failed(const absl::Status& st, std::deque<Pending> unsent);
@@ -187,9 +202,44 @@ void RedisSharedState::Unsubscribe(uint64_t id) {
   impl_->subscriptions.erase(id);
 }
 
+uint64_t RedisSharedState::ShareFlowService(std::string_view policy, ServiceSource source, ServiceSink sink) {
+  std::lock_guard<std::mutex> lock(impl_->services_mu);
+  const uint64_t id = impl_->next_service_id++;
+  impl_->services[id] = Impl::ServiceShare{std::string(policy), std::move(source), std::move(sink)};
+  return id;
+}
+
+void RedisSharedState::UnshareFlowService(uint64_t id) {
+  std::lock_guard<std::mutex> lock(impl_->services_mu);
+  impl_->services.erase(id);
+}
+
+void RedisSharedState::Impl::DeliverServices(const std::map<std::string, std::map<std::string, double>>& others) {
+  std::lock_guard<std::mutex> lock(services_mu);
+  for (const auto& [id, share] : services) {
+    FlowServices list;
+    if (auto it = others.find(share.policy); it != others.end()) list.assign(it->second.begin(), it->second.end());
+    share.sink(list);
+  }
+}
+
+// A replica's attained service per flow, the value of its service key: a line per flow,
+// "policy<TAB>flow<TAB>service". Flow ids come from clients (fairness-id headers): one with a tab
+// or a newline, or longer than kMaxFlowIdBytes, is not shared; at most kMaxSharedFlows per
+// policy, the most served first (the heavy flows are the ones the other replicas must know of to
+// hold them back).
+namespace {
+constexpr size_t kMaxFlowIdBytes = 256;
+constexpr size_t kMaxSharedFlows = 4096;
+bool Shareable(absl::string_view s) {
+  return !s.empty() && s.size() <= kMaxFlowIdBytes && s.find_first_of("\t\n") == absl::string_view::npos;
+}
+}  // namespace
+
 void RedisSharedState::Impl::Failed(const absl::Status& st, std::deque<Pending> unsent) {
   conn.reset();
   if (std::shared_ptr<const Scheduler> s = scheduler ? scheduler() : nullptr) s->SetRemoteLoad({});
+  DeliverServices({});
   bool first = false;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -269,6 +319,26 @@ absl::Status RedisSharedState::Impl::Round() {
       absl::StrAppend(&load, e, " ", requests, " ", tokens, "\n");
     }
   cmds.push_back({"SET", LoadKey(o.replica_id), load, "PX", std::to_string(o.load_ttl.count())});
+  // 2b. This replica's attained service per flow (program-aware-fairness), the same way.
+  bool sharing_services = false;
+  {
+    std::string service;
+    std::lock_guard<std::mutex> lock(services_mu);
+    sharing_services = !services.empty();
+    for (const auto& [id, share] : services) {
+      if (!Shareable(share.policy)) continue;
+      FlowServices mine = share.source();
+      std::erase_if(mine, [](const auto& f) { return !Shareable(f.first) || !(f.second > 0) || !std::isfinite(f.second); });
+      if (mine.size() > kMaxSharedFlows) {
+        std::partial_sort(mine.begin(), mine.begin() + kMaxSharedFlows, mine.end(),
+                          [](const auto& a, const auto& b) { return a.second > b.second; });
+        mine.resize(kMaxSharedFlows);
+      }
+      for (const auto& [flow, value] : mine) absl::StrAppend(&service, share.policy, "\t", flow, "\t", value, "\n");
+    }
+    if (sharing_services)
+      cmds.push_back({"SET", ServiceKey(o.replica_id), service, "PX", std::to_string(o.load_ttl.count())});
+  }
   cmds.push_back({"SADD", Key("replicas"), o.replica_id});
   for (const std::string& g : gone) cmds.push_back({"SREM", Key("replicas"), g});
   // 3. The other replicas' prefix updates since the last read (from the start at first: warm).
@@ -290,6 +360,12 @@ absl::Status RedisSharedState::Impl::Round() {
   if (!asked.empty()) {
     std::vector<std::string> m{"MGET"};
     for (const std::string& r : asked) m.push_back(LoadKey(r));
+    cmds.push_back(std::move(m));
+  }
+  const size_t service_mget_at = cmds.size();
+  if (sharing_services && !asked.empty()) {
+    std::vector<std::string> m{"MGET"};
+    for (const std::string& r : asked) m.push_back(ServiceKey(r));
     cmds.push_back(std::move(m));
   }
 
@@ -386,6 +462,30 @@ absl::Status RedisSharedState::Impl::Round() {
     }
   }
   if (sched != nullptr) sched->SetRemoteLoad(remote);
+  // The other replicas' attained service per flow, summed per policy and flow.
+  if (sharing_services) {
+    std::map<std::string, std::map<std::string, double>> services_by_policy;
+    if (!asked.empty() && service_mget_at < answers->size()) {
+      const RespValue& m = (*answers)[service_mget_at];
+      for (const RespValue& v : m.elements) {
+        if (v.type != RespValue::Type::kBulkString) continue;  // gone, or sharing nothing
+        size_t lines = 0;
+        for (absl::string_view line : absl::StrSplit(v.text, '\n', absl::SkipEmpty())) {
+          std::vector<absl::string_view> f = absl::StrSplit(line, '\t');
+          double value = 0;
+          if (++lines > kMaxSharedFlows * 16 || f.size() != 3 || !Shareable(f[0]) || !Shareable(f[1]) ||
+              !absl::SimpleAtod(f[2], &value) || !(value > 0) || !std::isfinite(value)) {
+            ++bad;
+            continue;
+          }
+          std::map<std::string, double>& flows = services_by_policy[std::string(f[0])];
+          if (flows.size() >= kMaxSharedFlows * 4 && !flows.contains(std::string(f[1]))) continue;
+          flows[std::string(f[1])] += value;
+        }
+      }
+    }
+    DeliverServices(services_by_policy);
+  }
   others.clear();
   for (const RespValue& r : (*answers)[members_at].elements)
     if (r.type == RespValue::Type::kBulkString && r.text != o.replica_id) others.push_back(r.text);
@@ -463,6 +563,7 @@ void RedisSharedState::Stop() {
   // Leave at once rather than after the expiry: the others stop counting this replica's load.
   if (impl_->conn != nullptr && impl_->conn->ok()) {
     std::vector<std::vector<std::string>> bye{{"DEL", impl_->LoadKey(impl_->o.replica_id)},
+                                              {"DEL", impl_->ServiceKey(impl_->o.replica_id)},
                                               {"SREM", impl_->Key("replicas"), impl_->o.replica_id}};
     (void)impl_->conn->Pipeline(bye);
   }

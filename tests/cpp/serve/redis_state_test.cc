@@ -22,6 +22,9 @@
 #include "epp/registry.h"
 #include "epp/runtime/extproc.h"
 #include "epp/scheduler.h"
+#include "flowcontrol/policies.h"
+#include "plugins/flowcontrol/flowcontrol.h"
+#include "plugins/plugins.h"
 #include "testing/epp_testing.h"
 #include "testing/redis_server.h"
 
@@ -386,6 +389,89 @@ TEST(RedisSharedState, InflightCountsAddUpAcrossReplicasAndExpireWithAReplica) {
   auto gone = (*conn)->Command({"EXISTS", "epp:test:load:a"});
   ASSERT_TRUE(gone.ok());
   EXPECT_EQ(gone->integer, 0);
+}
+
+// A flow queue holding one request waiting since `enqueue_us`, for the fairness test.
+class OneRequestQueue : public flowcontrol::FlowQueue {
+ public:
+  OneRequestQueue(std::string id, int64_t enqueue_us) : id_(std::move(id)) {
+    item_.flow_id = id_;
+    item_.enqueue_us = item_.received_us = enqueue_us;
+  }
+  std::string_view flow_id() const override { return id_; }
+  size_t size() const override { return 1; }
+  uint64_t bytes() const override { return 0; }
+  const flowcontrol::QueuedItem& head() const override { return item_; }
+  flowcontrol::OrderingKey head_key() const override { return {}; }
+
+ private:
+  std::string id_;
+  flowcontrol::QueuedItem item_;
+};
+
+// program-aware-fairness picks the least attained service. Replica a served "heavy" 5,000
+// weighted tokens; on replica b, which served neither, "heavy" and "light" wait equally long:
+// alone, b sees a tie (the first flow id, "heavy", wins); sharing, it sees heavy's service and
+// picks "light". When a goes, its service goes with it.
+TEST(RedisSharedState, LeastAttainedServiceCountsWhatTheOtherReplicasServed) {
+  SKIP_WITHOUT_REDIS();
+  RedisServerProcess redis;
+  ASSERT_TRUE(redis.WaitReady());
+  auto state = [&](const std::string& id) {
+    SharedStateOptions o;
+    o.address = redis.url();
+    o.replica_id = id;
+    o.key_prefix = "epp:test:";
+    return *RedisSharedState::Create(o);
+  };
+  std::unique_ptr<RedisSharedState> a = state("a"), b = state("b");
+  auto fairness = [](RedisSharedState* bus) {
+    PluginContext ctx;
+    ctx.shared_prefix = bus;
+    auto p = BuiltinRegistry().Create("program-aware-fairness", "fair", Params(), ctx);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return *std::move(p);
+  };
+  std::unique_ptr<Plugin> fa = fairness(a.get()), fb = fairness(b.get());
+  const auto& stats_b = dynamic_cast<const plugins::ProgramAwareStats&>(*fb);
+  ResponseUsage served;
+  served.prompt_tokens = 5000;
+  const int64_t now = SteadyClock::Get().NowMicros();
+  plugins::FlowControlPoliciesOf(*fa).fairness->Completed("heavy", served, now);
+
+  OneRequestQueue heavy("heavy", now - 1'000'000), light("light", now - 1'000'000);
+  std::unique_ptr<flowcontrol::FairnessState> band = plugins::FlowControlPoliciesOf(*fb).fairness->NewBandState(0);
+  band->HeadChanged(heavy);
+  band->HeadChanged(light);
+  ASSERT_EQ(band->Pick(now), &heavy);  // nothing shared yet: a tie
+
+  ASSERT_TRUE(a->RunRoundForTest().ok());  // a writes its service (and joins the replicas)
+  ASSERT_TRUE(b->RunRoundForTest().ok());  // b learns a is there
+  ASSERT_TRUE(b->RunRoundForTest().ok());  // ... and reads a's service
+  EXPECT_NEAR(stats_b.PoolAttainedService("heavy", now), 5000, 1);
+  EXPECT_DOUBLE_EQ(stats_b.AttainedService("heavy", now), 0);  // b's own
+  EXPECT_EQ(band->Pick(now), &light);
+
+  // a stops cleanly: its keys go, and b's next round finds no service from it.
+  a->Stop();
+  ASSERT_TRUE(b->RunRoundForTest().ok());
+  EXPECT_DOUBLE_EQ(stats_b.PoolAttainedService("heavy", now), 0);
+  EXPECT_EQ(band->Pick(now), &heavy);
+
+  // A flow id with a tab, or a service line that is not three fields, is skipped, not summed.
+  auto conn = RedisConnection::Connect(UnixAddress(redis));
+  ASSERT_TRUE(conn.ok());
+  std::vector<std::vector<std::string>> ghost{
+      {"SET", "epp:test:service:ghost", "fair\theavy\t70\nfair\tx\ty\tz\nfair\tlight\tnan\n", "PX", "5000"},
+      {"SADD", "epp:test:replicas", "ghost"}};
+  ASSERT_TRUE((*conn)->Pipeline(ghost).ok());
+  ASSERT_TRUE(b->RunRoundForTest().ok());
+  ASSERT_TRUE(b->RunRoundForTest().ok());
+  EXPECT_NEAR(stats_b.PoolAttainedService("heavy", now), 70, 1e-9);
+  EXPECT_DOUBLE_EQ(stats_b.PoolAttainedService("light", now), 0);
+  EXPECT_NE(b->stats().last_error.find("malformed"), std::string::npos) << b->stats().last_error;
+  fb.reset();  // unshares before its state goes
+  fa.reset();
 }
 
 TEST(RedisSharedState, RedisKilledFallsBackToLocalStateAndRecovers) {

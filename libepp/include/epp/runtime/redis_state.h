@@ -7,7 +7,9 @@
 //   - in-flight requests and tokens per endpoint: each replica writes its own counts to
 //     `<prefix>load:<replica>` with an expiry (load_ttl) and reads the others', which its picks
 //     add to their own (Scheduler::SetRemoteLoad); a replica that dies stops refreshing its key,
-//     and its counts vanish after load_ttl.
+//     and its counts vanish after load_ttl;
+//   - with flow control's program-aware-fairness, each flow's attained service, the same way
+//     (`<prefix>service:<replica>`), so least attained service is over the pool's service.
 // One background thread does all of it, one pipelined round trip per `interval`: the pick path
 // never waits on Redis (Publish queues under a mutex, bounded). Staleness: another replica's pick
 // is in this one's index about 2 x interval + one round trip after it was made (at the default
@@ -89,6 +91,12 @@ class RedisSharedState final : public SharedPrefixBus {
                int64_t capacity) override;
   uint64_t Subscribe(std::string_view producer, Sink sink) override;
   void Unsubscribe(uint64_t id) override;
+  // Attained service per flow: each replica writes its own to `<prefix>service:<replica>` (a
+  // line per flow, "policy<TAB>flow<TAB>service", at most 4096 flows per policy, the most served;
+  // flow ids over 256 bytes or with a tab or newline are not shared) with the load key's expiry,
+  // and reads the others' in the same round; down or alone, the sinks get an empty list.
+  uint64_t ShareFlowService(std::string_view policy, ServiceSource source, ServiceSink sink) override;
+  void UnshareFlowService(uint64_t id) override;
 
   struct Impl;
 

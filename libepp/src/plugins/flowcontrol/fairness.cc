@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "epp/param_table.h"
+#include "epp/shared_state.h"
 #include "flowcontrol/policies.h"
 #include "plugins/flowcontrol/flowcontrol.h"
 
@@ -186,7 +187,25 @@ class ProgramAwareState : public FairnessState {
 
 class ProgramAwareFairness : public Plugin, public FairnessPolicy, public ProgramAwareStats {
  public:
-  ProgramAwareFairness(TypedName tn, ProgramAwareOptions o) : Plugin(std::move(tn)), o_(std::move(o)) {}
+  // With shared state (`serve --shared-state`), the other replicas' attained service per program
+  // is added to this replica's when it picks, so least attained service is over the pool: a
+  // program that got its service through another replica is not the least served here. What
+  // arrives is one to two rounds old (50-100 ms at the default interval), against a half-life of
+  // a minute; it is replaced every round, not decayed in between.
+  ProgramAwareFairness(TypedName tn, ProgramAwareOptions o, SharedPrefixBus* bus, Clock* clock)
+      : Plugin(std::move(tn)), o_(std::move(o)), bus_(bus), clock_(clock != nullptr ? clock : &SteadyClock::Get()) {
+    if (bus_ != nullptr)
+      share_id_ = bus_->ShareFlowService(
+          name(), [this] { return LocalServices(); },
+          [this](const SharedPrefixBus::FlowServices& others) {
+            std::lock_guard<std::mutex> lock(mu_);
+            remote_.clear();
+            for (const auto& [flow, service] : others) remote_[flow] = service;
+          });
+  }
+  ~ProgramAwareFairness() override {
+    if (bus_ != nullptr) bus_->UnshareFlowService(share_id_);
+  }
   Params EffectiveParams() const override { return ProgramAwareTable().Effective(o_); }
 
   std::unique_ptr<FairnessState> NewBandState(int) const override { return std::make_unique<ProgramAwareState>(*this); }
@@ -236,7 +255,7 @@ class ProgramAwareFairness : public Plugin, public FairnessPolicy, public Progra
         if (q->size() == 0) continue;
         Program& p = GetLocked(id, now_us);
         Decay(p, now_us);
-        const Entry e{q, p.service, WholeMs(now_us - q->head().enqueue_us)};
+        const Entry e{q, p.service + RemoteLocked(id), WholeMs(now_us - q->head().enqueue_us)};
         if (entries.empty()) {
           min_s = max_s = e.service;
           min_w = max_w = e.wait_ms;
@@ -269,6 +288,11 @@ class ProgramAwareFairness : public Plugin, public FairnessPolicy, public Progra
     Decay(it->second, now_us);
     return it->second.service;
   }
+  double PoolAttainedService(std::string_view flow_id, int64_t now_us) const override {
+    const double local = AttainedService(flow_id, now_us);
+    std::lock_guard<std::mutex> lock(mu_);
+    return local + RemoteLocked(flow_id);
+  }
   double AverageWaitMs(std::string_view flow_id) const override {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = programs_.find(ToAbsl(flow_id));
@@ -290,6 +314,25 @@ class ProgramAwareFairness : public Plugin, public FairnessPolicy, public Progra
 
  private:
   static double RangeNormalize(double v, double lo, double hi) { return hi == lo ? 0.5 : (v - lo) / (hi - lo); }
+
+  double RemoteLocked(std::string_view flow_id) const {
+    if (remote_.empty()) return 0;
+    auto it = remote_.find(ToAbsl(flow_id));
+    return it == remote_.end() ? 0 : it->second;
+  }
+
+  // What this replica shares: every program's service, decayed to now.
+  SharedPrefixBus::FlowServices LocalServices() const {
+    const int64_t now_us = clock_->NowMicros();
+    std::lock_guard<std::mutex> lock(mu_);
+    SharedPrefixBus::FlowServices out;
+    out.reserve(programs_.size());
+    for (auto& [id, p] : programs_) {
+      Decay(p, now_us);
+      if (p.service > 0) out.emplace_back(id, p.service);
+    }
+    return out;
+  }
 
   // A program seen for the first time counts as just completed, so one that never completes still
   // becomes evictable a TTL later.
@@ -349,8 +392,12 @@ class ProgramAwareFairness : public Plugin, public FairnessPolicy, public Progra
   }
 
   ProgramAwareOptions o_;
+  SharedPrefixBus* const bus_;
+  Clock* const clock_;
+  uint64_t share_id_ = 0;
   mutable std::mutex mu_;
   mutable absl::flat_hash_map<std::string, Program> programs_;
+  mutable absl::flat_hash_map<std::string, double> remote_;  // the other replicas' service per program
   mutable bool swept_ = false;
   mutable int64_t last_sweep_us_ = 0;
 };
@@ -371,7 +418,7 @@ PluginOr CreateRoundRobinFairness(const std::string& name, const Params& params,
 
 PluginSchema ProgramAwareFairnessSchema() { return ProgramAwareTable().Schema(); }
 
-PluginOr CreateProgramAwareFairness(const std::string& name, const Params& params, const PluginContext&) {
+PluginOr CreateProgramAwareFairness(const std::string& name, const Params& params, const PluginContext& ctx) {
   // Removed by llm-d-router #2120: the reference's strict decoding fails a config that still
   // sets it, and so does epp, saying what replaced it.
   if (params.is_map()) {
@@ -383,7 +430,8 @@ PluginOr CreateProgramAwareFairness(const std::string& name, const Params& param
     }
   }
   EPP_ASSIGN_OR_RETURN(ProgramAwareOptions o, ProgramAwareTable().Read(params));
-  return std::make_unique<ProgramAwareFairness>(TN(kProgramAwareFairnessType, name), std::move(o));
+  return std::make_unique<ProgramAwareFairness>(TN(kProgramAwareFairnessType, name), std::move(o), ctx.shared_prefix,
+                                                ctx.clock);
 }
 
 }  // namespace epp::plugins

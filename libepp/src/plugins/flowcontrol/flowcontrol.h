@@ -54,6 +54,9 @@ class ProgramAwareStats {
   // Attained service of `flow_id` in weighted tokens (input + 2 x output), decayed to `now_us`;
   // 0 for a program it does not track.
   virtual double AttainedService(std::string_view flow_id, int64_t now_us) const = 0;
+  // The same plus what the other replicas reported for it through shared state (the service its
+  // picks compare); equal to AttainedService without shared state.
+  virtual double PoolAttainedService(std::string_view flow_id, int64_t now_us) const = 0;
   // Running mean of the queue wait of the program's dispatched requests, in milliseconds.
   virtual double AverageWaitMs(std::string_view flow_id) const = 0;
   virtual int64_t InFlight(std::string_view flow_id) const = 0;
