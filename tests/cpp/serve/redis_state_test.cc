@@ -16,12 +16,14 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "epp/config.h"
 #include "epp/prefix_cache.h"
 #include "epp/registry.h"
 #include "epp/runtime/extproc.h"
 #include "epp/scheduler.h"
+#include "flowcontrol/build.h"
 #include "flowcontrol/policies.h"
 #include "plugins/flowcontrol/flowcontrol.h"
 #include "plugins/plugins.h"
@@ -472,6 +474,64 @@ TEST(RedisSharedState, LeastAttainedServiceCountsWhatTheOtherReplicasServed) {
   EXPECT_NE(b->stats().last_error.find("malformed"), std::string::npos) << b->stats().last_error;
   fb.reset();  // unshares before its state goes
   fa.reset();
+}
+
+// What serve builds: a config's program-aware-fairness, built with the shared state in its
+// PluginContext, writes the service its band's completions gave each program into this
+// replica's service key.
+TEST(RedisSharedState, AConfigsProgramAwareFairnessSharesThroughTheServeContext) {
+  SKIP_WITHOUT_REDIS();
+  RedisServerProcess redis;
+  ASSERT_TRUE(redis.WaitReady());
+  SharedStateOptions o;
+  o.address = redis.url();
+  o.replica_id = "a";
+  o.key_prefix = "epp:test:";
+  std::unique_ptr<RedisSharedState> state = *RedisSharedState::Create(o);
+  auto cfg = ParseConfig(R"(apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+featureGates: ["flowControl"]
+plugins:
+- type: queue-scorer
+- type: program-aware-fairness
+  name: las
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+flowControl:
+  defaultPriorityBand:
+    fairnessPolicyRef: las
+)",
+                         "fc.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  SeededRng rng(1);
+  PluginContext ctx{&SteadyClock::Get(), &rng};
+  ctx.shared_prefix = state.get();
+  auto sched = BuildScheduler(*cfg, BuiltinRegistry(), ctx);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  auto fc = flowcontrol::BuildControllerConfig(*cfg, **sched, BuiltinRegistry());
+  ASSERT_TRUE(fc.ok()) << fc.status();
+  ResponseUsage usage;
+  usage.prompt_tokens = 300;
+  usage.completion_tokens = 100;
+  fc->default_band.fairness->Completed("tenant-1", usage, SteadyClock::Get().NowMicros());
+  ASSERT_TRUE(state->RunRoundForTest().ok());
+  auto conn = RedisConnection::Connect(UnixAddress(redis));
+  ASSERT_TRUE(conn.ok());
+  auto got = (*conn)->Command({"GET", "epp:test:service:a"});
+  ASSERT_TRUE(got.ok()) << got.status();
+  // 300 + 2 x 100, decayed by the microseconds since (half-life 60 s): "500" or "499.99...".
+  EXPECT_EQ(got->text.rfind("las\ttenant-1\t", 0), 0u) << got->text;
+  double value = 0;
+  ASSERT_TRUE(absl::SimpleAtod(got->text.substr(std::string("las\ttenant-1\t").size()), &value)) << got->text;
+  EXPECT_NEAR(value, 500, 0.5);
+  fc = absl::InternalError("released");  // the controller config's plugins before the scheduler
+  sched = absl::InternalError("released");
+  state->Stop();
+  auto after = (*conn)->Command({"EXISTS", "epp:test:service:a"});
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->integer, 0);  // a clean stop deletes it
 }
 
 TEST(RedisSharedState, RedisKilledFallsBackToLocalStateAndRecovers) {
