@@ -69,8 +69,9 @@ struct EppServer::Impl {
   ServeConfig config;
   const Logger& log;
   SeededRng rng;  // shared by every scheduler built here (plugins keep a pointer to it)
-  // --shared-state: the other replicas' prefix updates and in-flight counts. Declared before the
-  // schedulers (their prefix producers subscribe to it): destroyed after them.
+  // --shared-state: the other replicas' prefix updates, in-flight counts and programs' attained
+  // service. Declared before the schedulers and the flow-control layers (their prefix producers
+  // and program-aware fairness policies subscribe to it): destroyed after them.
   std::unique_ptr<RedisSharedState> shared;
   PluginRegistry registry = BuiltinRegistry();
   std::unique_ptr<SchedulerHandle> handle;
