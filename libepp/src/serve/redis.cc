@@ -300,8 +300,8 @@ absl::StatusOr<std::optional<RespValue>> RespReader::Next() {
   }
   const size_t value_bytes = *got ? at - pos_ : buffered();
   if (value_bytes > limits_.max_value_bytes) {
-    failed_ = absl::InvalidArgumentError(absl::StrCat("RESP byte ", offset_ + pos_, ": an answer longer than the limit (",
-                                                      limits_.max_value_bytes, " bytes)"));
+    failed_ = absl::ResourceExhaustedError(absl::StrCat("RESP byte ", offset_ + pos_, ": an answer longer than the limit (",
+                                                        limits_.max_value_bytes, " bytes)"));
     return failed_;
   }
   if (!*got) return std::optional<RespValue>();

@@ -132,6 +132,10 @@ struct RedisSharedState::Impl {
   bool connected_once = false;
   bool reported_down = false;
   bool backlog = false;
+  // Stream entries the next XREAD asks for: o.read_count, halved each time an answer passes
+  // o.max_round_bytes (down to 1), back to o.read_count once a read finds no backlog.
+  size_t read_count_now = 1;
+  bool shrunk = false;  // the last round failed on the byte budget: the next one at once
 
   std::thread thread;
   std::condition_variable cv;
@@ -161,6 +165,9 @@ absl::StatusOr<std::unique_ptr<RedisSharedState>> RedisSharedState::Create(Share
     return absl::InvalidArgumentError("shared state: the load expiry must be longer than the interval");
   if (options.stream_max_entries < 1) return absl::InvalidArgumentError("shared state: stream_max_entries must be >= 1");
   options.read_count = std::max<size_t>(1, options.read_count);
+  if (options.max_round_bytes < (size_t{16} << 20))
+    return absl::InvalidArgumentError("shared state: max_round_bytes must be >= 16 MiB (one stream entry is up to 8)");
+  impl->read_count_now = options.read_count;
   impl->o = std::move(options);
   return std::unique_ptr<RedisSharedState>(new RedisSharedState(std::move(impl)));
 }
@@ -281,6 +288,10 @@ absl::Status RedisSharedState::Impl::Round() {
     // update (a 16 MiB request's blocks are under 2 MiB of hashes), so a longer bulk string is
     // refused before it is buffered whole.
     co.limits.max_bulk_bytes = kMaxEntryBytes + (size_t{7} << 20);
+    // And one answer (the XREAD's: up to read_count entries) at most max_round_bytes: past it
+    // the read count halves and the round is retried at once (below), so a round's memory is
+    // bounded and a backlog of large entries is still read, a few at a time.
+    co.limits.max_value_bytes = o.max_round_bytes;
     absl::StatusOr<std::unique_ptr<RedisConnection>> c = RedisConnection::Connect(address, co);
     if (!c.ok()) {
       Failed(c.status(), std::move(batch));
@@ -344,7 +355,7 @@ absl::Status RedisSharedState::Impl::Round() {
   // 3. The other replicas' prefix updates since the last read (from the start at first: warm).
   const size_t xread_at = cmds.size();
   if (!producers.empty()) {
-    std::vector<std::string> x{"XREAD", "COUNT", std::to_string(o.read_count), "STREAMS"};
+    std::vector<std::string> x{"XREAD", "COUNT", std::to_string(read_count_now), "STREAMS"};
     for (const std::string& p : producers) x.push_back(StreamKey(p));
     for (const std::string& p : producers) {
       auto it = last_id.find(StreamKey(p));
@@ -371,9 +382,22 @@ absl::Status RedisSharedState::Impl::Round() {
 
   absl::StatusOr<std::vector<RespValue>> answers = conn->Pipeline(cmds);
   if (!answers.ok()) {
+    // An answer past the byte budget (RespReader: ResourceExhausted): read fewer entries, at
+    // once. A round past the timeout reads fewer too (with the usual backoff): a backlog too
+    // large to read within it would otherwise time out on the same read every round.
+    const bool over_budget = absl::IsResourceExhausted(answers.status());
+    const bool slow = absl::IsDeadlineExceeded(answers.status());
+    shrunk = over_budget && read_count_now > 1;
+    if ((over_budget || slow) && read_count_now > 1) {
+      read_count_now = std::max<size_t>(1, read_count_now / 2);
+      std::lock_guard<std::mutex> lock(mu);
+      stats.read_count = static_cast<int64_t>(read_count_now);
+      stats.read_shrinks++;
+    }
     Failed(answers.status(), std::move(batch));
     return answers.status();
   }
+  shrunk = false;
   gone.clear();
   // A refused XADD (a full server, a key of another type): the updates are lost, counted.
   int64_t refused = 0;
@@ -433,7 +457,8 @@ absl::Status RedisSharedState::Impl::Round() {
       }
     }
   }
-  backlog = entries_read >= o.read_count;
+  backlog = entries_read >= read_count_now;
+  if (!backlog) read_count_now = o.read_count;
 
   // The other replicas' counts: a missing key is a replica that stopped refreshing (dead).
   std::vector<RemoteLoad> remote;
@@ -508,6 +533,7 @@ absl::Status RedisSharedState::Impl::Round() {
     stats.bytes_sent = static_cast<int64_t>(conn->bytes_sent());
     stats.bytes_received = static_cast<int64_t>(conn->bytes_received());
     stats.last_round_seconds = seconds;
+    stats.read_count = static_cast<int64_t>(read_count_now);
     if (bad > 0) stats.last_error = absl::StrCat(bad, " malformed entries from other replicas skipped");
   }
   connected_once = true;
@@ -527,6 +553,8 @@ void RedisSharedState::Impl::Loop() {
     if (st.ok()) {
       backoff = o.interval;
       wait = backlog ? std::chrono::steady_clock::duration::zero() : o.interval - (std::chrono::steady_clock::now() - started);
+    } else if (shrunk) {
+      wait = std::chrono::steady_clock::duration::zero();  // at once, reading fewer entries
     } else {
       wait = backoff;
       backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::milliseconds(2000));

@@ -265,13 +265,14 @@ struct Replica {
   std::vector<Endpoint> endpoints;
 
   Replica(const std::string& url, const std::string& id, uint64_t seed,
-          std::chrono::milliseconds ttl = std::chrono::milliseconds(0))
+          std::chrono::milliseconds ttl = std::chrono::milliseconds(0), size_t max_round_bytes = 0)
       : rng(seed) {
     SharedStateOptions o;
     o.address = url;
     o.replica_id = id;
     o.key_prefix = "epp:test:";
     o.load_ttl = ttl;
+    if (max_round_bytes > 0) o.max_round_bytes = max_round_bytes;
     state = *RedisSharedState::Create(o);
     PluginContext ctx{&SteadyClock::Get(), &rng};
     ctx.shared_prefix = state.get();
@@ -591,6 +592,56 @@ TEST(RedisSharedState, AReplicaThatStartsLaterStartsWarm) {
   }
 }
 
+// A round reads at most max_round_bytes in one answer. 24 stream entries of 1 MiB (another
+// writer's: not records epp decodes) sit before a's updates; a replica with a 16 MiB budget asks
+// for 512 entries, is refused, halves the count until the entries fit, reads the backlog a few at
+// a time, then goes back to 512, and a's updates still reach it.
+TEST(RedisSharedState, ARoundsAnswerIsBoundedAndABigBacklogIsReadFewEntriesAtATime) {
+  SKIP_WITHOUT_REDIS();
+  RedisServerProcess redis;
+  ASSERT_TRUE(redis.WaitReady());
+  Replica a(redis.url(), "a", 1);
+  a.Bind();
+  PickResult warm = a.scheduler->Pick(Conversation(100), a.endpoints);
+  a.scheduler->Release(warm);
+  ASSERT_TRUE(WaitFor([&] { return a.state->stats().published >= 1; }));
+  auto conn = RedisConnection::Connect(UnixAddress(redis));
+  ASSERT_TRUE(conn.ok());
+  auto keys = (*conn)->Command({"KEYS", "epp:test:prefix:*"});
+  ASSERT_TRUE(keys.ok());
+  ASSERT_EQ(keys->elements.size(), 1u);
+  const std::string stream = keys->elements[0].text;
+  for (int i = 0; i < 24; ++i)
+    ASSERT_TRUE((*conn)->Command({"XADD", stream, "*", "r", "other", "b", std::string(size_t{1} << 20, 'x')}).ok());
+  std::vector<std::string> first;
+  for (int i = 0; i < 6; ++i) {
+    PickResult r = a.scheduler->Pick(Conversation(i), a.endpoints);
+    first.push_back(r.endpoints.front());
+    a.scheduler->Release(r);
+  }
+  ASSERT_TRUE(WaitFor([&] { return a.state->stats().published >= 7; }));
+
+  Replica late(redis.url(), "late", 3, std::chrono::milliseconds(0), size_t{16} << 20);
+  late.Bind();
+  ASSERT_TRUE(WaitFor([&] { return late.state->stats().applied >= 7; },
+                      std::chrono::milliseconds(20000 * testing::TimeScale())))
+      << "applied " << late.state->stats().applied << ", errors " << late.state->stats().errors << ": "
+      << late.state->stats().last_error;
+  const SharedStateStats st = late.state->stats();
+  // From 512 to at most 16 entries a read (a's first small one and 15 of 1 MiB fit in 16 MiB,
+  // 17 entries do not): five halvings at least (rounds that passed the 250 ms timeout on this
+  // much data count among them).
+  EXPECT_GE(st.read_shrinks, 5);
+  EXPECT_GE(st.errors, 5);
+  EXPECT_EQ(st.read_count, 512);  // back once the backlog was read
+  EXPECT_TRUE(st.up);
+  for (int i = 0; i < 6; ++i) {
+    PickResult r = late.scheduler->Pick(Conversation(i), late.endpoints);
+    EXPECT_EQ(r.endpoints.front(), first[static_cast<size_t>(i)]) << i;
+    late.scheduler->Release(r);
+  }
+}
+
 TEST(RedisSharedState, UpdatesForEndpointsOutsideThePoolAreIgnored) {
   SKIP_WITHOUT_REDIS();
   RedisServerProcess redis;
@@ -624,6 +675,11 @@ TEST(RedisSharedState, OptionsAreChecked) {
   EXPECT_EQ((*good)->options().load_ttl, std::chrono::milliseconds(10000));
   EXPECT_EQ((*good)->options().key_prefix, "epp:default:");
   EXPECT_FALSE((*good)->options().replica_id.empty());
+  EXPECT_EQ((*good)->options().max_round_bytes, size_t{64} << 20);
+  o.max_round_bytes = size_t{8} << 20;  // one entry may be 8 MiB: a round could never read it
+  auto small = RedisSharedState::Create(o);
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find("max_round_bytes"), std::string_view::npos);
 }
 
 }  // namespace

@@ -51,6 +51,10 @@ struct SharedStateOptions {
   int64_t stream_max_entries = 4096;        // MAXLEN ~ of each prefix stream (an entry: one round's updates)
   size_t max_pending = 8192;                // updates queued while Redis is slow or down
   size_t read_count = 512;                  // stream entries read per round (more: the next round at once)
+  // One answer's bytes (the stream read's): past it the round fails, the read count halves and
+  // the next round runs at once (a round past `timeout` halves it too, after the backoff); the
+  // count returns to read_count once a read finds no backlog.
+  size_t max_round_bytes = size_t{64} << 20;
 };
 
 struct SharedStateStats {
@@ -63,6 +67,8 @@ struct SharedStateStats {
   int64_t replicas = 0;           // replicas with live counts, this one included
   int64_t remote_requests = 0;    // other replicas' in-flight requests, summed
   int64_t bytes_sent = 0, bytes_received = 0;
+  int64_t read_count = 0;         // stream entries the next read asks for (lower while a backlog is over budget)
+  int64_t read_shrinks = 0;       // times it was halved (an answer over max_round_bytes, or a round past the timeout)
   double last_round_seconds = 0;  // duration of the last successful round
   std::string last_error;
 };
