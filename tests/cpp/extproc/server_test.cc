@@ -479,7 +479,9 @@ TEST(ExtProcServerTest, ShutdownCancelsStreamsLeftAfterTheDrainWindow) {
 // Waits up to 5 s for `done`; false when it never held.
 template <typename F>
 bool Eventually(F done) {
-  for (auto until = steady_clock::now() + seconds(5); steady_clock::now() < until; std::this_thread::sleep_for(milliseconds(5)))
+  // 5 s, times the sanitizers' slowdown (tearing down a thousand streams under TSan takes longer).
+  for (auto until = steady_clock::now() + seconds(5 * epp::testing::TimeScale()); steady_clock::now() < until;
+       std::this_thread::sleep_for(milliseconds(5)))
     if (done()) return true;
   return done();
 }
