@@ -14,6 +14,7 @@
 
 #include "conformance/conformance_impl.h"
 #include "epp/runtime/serve.h"
+#include "testing/epp_testing.h"
 
 namespace epp {
 namespace {
@@ -68,6 +69,7 @@ TEST(Conformance, SelectedChecksPassAgainstEppServer) {
   o.target = "127.0.0.1:" + std::to_string((*server)->grpc_port());
   o.health_target = "127.0.0.1:" + std::to_string((*server)->health_port());
   o.endpoints_out = pool;
+  o.stream_timeout *= epp::testing::TimeScale();  // a 200 KB echo under TSan takes longer than 5 s
   o.only = {"health-services", "destination-header-and-metadata", "subset-empty-503", "request-body-echo",
             "response-path-streaming"};
   std::vector<std::string> seen;
