@@ -271,8 +271,11 @@ absl::StatusOr<TracingOptions> TracingOptions::FromEnvironment(
   o.resource_attributes.emplace_back("telemetry.sdk.language", "cpp");
   for (auto& [k, v] : attrs) {
     if (k == "service.name") continue;
+    // (A named reference, not the binding, in the lambda: clang before 16, which builds the
+    // fuzz targets, cannot capture structured bindings.)
+    const std::string& key = k;
     auto it = std::find_if(o.resource_attributes.begin(), o.resource_attributes.end(),
-                           [&](const auto& kv) { return kv.first == k; });
+                           [&](const auto& kv) { return kv.first == key; });
     if (it != o.resource_attributes.end()) {
       it->second = v;  // the user's value wins over epp's
     } else {
@@ -493,7 +496,9 @@ std::string EncodeOtlpProtobuf(const TracingOptions& options, std::span<const Sp
     rs.Message(1, [&](Wire& res) {  // Resource.attributes 1
       for (const auto& [k, v] : options.resource_attributes) EncodeKeyValue(res, 1, k, SpanValue(v));
     });
-    for (const auto& [scope, members] : ByScope(spans)) {
+    for (const auto& by_scope : ByScope(spans)) {
+      const auto& scope = by_scope.first;  // not a structured binding: captured below (clang < 16)
+      const auto& members = by_scope.second;
       rs.Message(2, [&](Wire& ss) {  // ScopeSpans {scope 1, spans 2}
         ss.Message(1, [&](Wire& sc) {  // InstrumentationScope {name 1, version 2}
           sc.Bytes(1, std::string_view(scope));
