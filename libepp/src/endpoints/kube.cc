@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/json.h"
 #include "endpoints/kube_internal.h"
 
@@ -743,11 +745,9 @@ std::string LabelSelector::String() const {
   std::string out;
   for (const LabelRequirement& r : requirements) {
     if (!out.empty()) out += ",";
-    auto list = [&r] {
-      std::string l;
-      for (const std::string& v : r.values) l += (l.empty() ? "" : ",") + v;
-      return "(" + l + ")";
-    };
+    // Joined with a comma after every value but the last: an empty value (Kubernetes allows
+    // "in (,a)") keeps its place, so "(,a)" prints back as "(,a)", not "(a)".
+    auto list = [&r] { return absl::StrCat("(", absl::StrJoin(r.values, ","), ")"); };
     switch (r.op) {
       case LabelRequirement::Op::kEquals: out += r.key + "=" + r.values.front(); break;
       case LabelRequirement::Op::kNotEquals: out += r.key + "!=" + r.values.front(); break;

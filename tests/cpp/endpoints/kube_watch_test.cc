@@ -28,6 +28,13 @@ TEST(LabelSelectorTest, ParsesEveryOperatorAndPrintsCanonically) {
   EXPECT_EQ(ParseLabelSelector("app==vllm")->String(), "app=vllm");
   EXPECT_TRUE(ParseLabelSelector("")->empty());
   EXPECT_EQ(ParseLabelSelector("example.com/role=prefill")->String(), "example.com/role=prefill");
+  // An empty value in a set (Kubernetes takes "(,a)" as {"", "a"}) keeps its place when printed;
+  // it was dropped, so the text named another selector (found by fuzz_kube_policies).
+  const LabelSelector empty_value = *ParseLabelSelector("env in (,staging),!legacy");
+  EXPECT_EQ(empty_value.String(), "env in (,staging),!legacy");
+  EXPECT_EQ(*ParseLabelSelector(empty_value.String()), empty_value);
+  EXPECT_TRUE(empty_value.Matches({{"env", ""}}));
+  EXPECT_EQ(ParseLabelSelector("env in ()")->String(), "env in ()");
 }
 
 TEST(LabelSelectorTest, MatchesAsKubernetesDoes) {
