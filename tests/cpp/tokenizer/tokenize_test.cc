@@ -37,6 +37,10 @@ TEST(TokenizeResponseTest, ReadsEachShapeAndNamesThePlaceOfAnError) {
   auto tok = ParseTokenizeResponse(TokenizeEndpoint::kTokenize, R"({"count":2,"max_model_len":8,"tokens":[5,6]})");
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_EQ(*tok, (std::vector<uint32_t>{5, 6}));
+  // "-0" is the integer 0 in JSON: id 0 (fuzz_tokenize_response's regression minus-zero-id-is-id-zero.json).
+  auto zero = ParseTokenizeResponse(TokenizeEndpoint::kChatRender, R"({"token_ids":[-0]})");
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_EQ(*zero, (std::vector<uint32_t>{0}));
   const std::tuple<TokenizeEndpoint, const char*, const char*> bad[] = {
       {TokenizeEndpoint::kChatRender, R"({"token_ids":[1,-2]})", "token_ids[1]: not a token id"},
       {TokenizeEndpoint::kChatRender, R"({"token_ids":[4294967296]})", "token_ids[0]"},
