@@ -10,6 +10,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -602,8 +603,11 @@ class SelectorParser {
       if (text_[pos_] != ',') return Error("expected ',' or the end");
       ++pos_;
     }
+    // A total order (key, operator, values): requirements that tie on key and operator
+    // ("app=a,app=b") otherwise kept whatever order the sort left them in, and the canonical text
+    // was not canonical (found by fuzz_kube_policies).
     std::sort(out.requirements.begin(), out.requirements.end(), [](const LabelRequirement& a, const LabelRequirement& b) {
-      return a.key != b.key ? a.key < b.key : static_cast<int>(a.op) < static_cast<int>(b.op);
+      return std::tie(a.key, a.op, a.values) < std::tie(b.key, b.op, b.values);
     });
     return out;
   }

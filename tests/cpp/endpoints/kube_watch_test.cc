@@ -35,6 +35,11 @@ TEST(LabelSelectorTest, ParsesEveryOperatorAndPrintsCanonically) {
   EXPECT_EQ(*ParseLabelSelector(empty_value.String()), empty_value);
   EXPECT_TRUE(empty_value.Matches({{"env", ""}}));
   EXPECT_EQ(ParseLabelSelector("env in ()")->String(), "env in ()");
+  // Requirements on one key with one operator are ordered by value too: the same selector
+  // whatever order they came in (they had kept the sort's arbitrary order).
+  const LabelSelector ab = *ParseLabelSelector("app=b,x,app=a,app=c");
+  EXPECT_EQ(ab.String(), "app=a,app=b,app=c,x");
+  EXPECT_EQ(*ParseLabelSelector("app=c,app=a,x,app=b"), ab);
 }
 
 TEST(LabelSelectorTest, MatchesAsKubernetesDoes) {

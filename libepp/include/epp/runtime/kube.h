@@ -185,7 +185,7 @@ struct LabelRequirement {
 };
 
 struct LabelSelector {
-  std::vector<LabelRequirement> requirements;  // sorted by key, then operator
+  std::vector<LabelRequirement> requirements;  // sorted by key, then operator, then values
 
   bool empty() const { return requirements.empty(); }
   bool Matches(const std::map<std::string, std::string>& labels) const;
