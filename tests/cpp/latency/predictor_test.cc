@@ -46,6 +46,24 @@ LatencyFeatures RandomFeatures(SeededRng& rng) {
   return f;
 }
 
+// RandomFeatures on an unloaded endpoint: nothing waiting, running or in flight (a light sample).
+LatencyFeatures LightFeatures(SeededRng& rng) {
+  LatencyFeatures f = RandomFeatures(rng);
+  f.waiting_requests = 0;
+  f.inflight_prefill_tokens = 0;
+  f.running_requests = f.inflight_requests = 0;
+  return f;
+}
+
+// A predictor for the light-sample tests: 128 samples per endpoint, a model from 16 on.
+std::unique_ptr<LatencyPredictor> MakeLight(ManualClock& clock) {
+  LatencyPredictorOptions o;
+  o.clock = &clock;
+  o.samples_per_endpoint = 128;
+  o.min_endpoint_samples = 16;
+  return Make(o);
+}
+
 // A server whose TTFT and TPOT are linear in the features; `slow` multiplies every term.
 struct LinearServer {
   double slow = 1;
@@ -152,20 +170,10 @@ TEST(LatencyPredictorTest, EndpointsOfDifferentSpeedsGetDifferentModels) {
 // that is kept while the window holds no light sample any more.
 TEST(LatencyPredictorTest, LightSpeedComesFromLightlyLoadedSamplesAndIsKept) {
   ManualClock clock(1);
-  LatencyPredictorOptions o;
-  o.clock = &clock;
-  o.samples_per_endpoint = 128;
-  o.min_endpoint_samples = 16;
-  auto p = Make(o);
+  auto p = MakeLight(clock);
   SeededRng rng(5);
   const LinearServer fast{0.5}, slow{2.0};
-  auto light = [&] {
-    LatencyFeatures f = RandomFeatures(rng);
-    f.waiting_requests = 0;
-    f.inflight_prefill_tokens = 0;
-    f.running_requests = f.inflight_requests = 0;
-    return f;
-  };
+  auto light = [&] { return LightFeatures(rng); };
   for (int i = 0; i < 40; ++i) {
     const LatencyFeatures f = light(), g = light();
     p->Observe("fast:8000", f, fast.Ttft(f), NAN);
@@ -213,20 +221,13 @@ TEST(LatencyPredictorTest, LightSpeedComesFromLightlyLoadedSamplesAndIsKept) {
 // weights they carried it.
 TEST(LatencyPredictorTest, LightRateIgnoresAMinorityOfSamplesTheServerHadCached) {
   ManualClock clock(1);
-  LatencyPredictorOptions o;
-  o.clock = &clock;
-  o.samples_per_endpoint = 128;
-  o.min_endpoint_samples = 16;
-  auto p = Make(o);
+  auto p = MakeLight(clock);
   SeededRng rng(9);
   const LinearServer server{1.0};
-  auto light = [&] {
-    LatencyFeatures f = RandomFeatures(rng);
+  auto light = [&] {  // long prompts, mostly uncached
+    LatencyFeatures f = LightFeatures(rng);
     f.input_tokens = std::floor(8000 + rng.Uniform() * 32000);
     f.prefix_hit_tokens = std::floor(rng.Uniform() * 0.2 * f.input_tokens);
-    f.waiting_requests = 0;
-    f.inflight_prefill_tokens = 0;
-    f.running_requests = f.inflight_requests = 0;
     return f;
   };
   for (int i = 0; i < 100; ++i) {
