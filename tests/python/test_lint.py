@@ -34,6 +34,14 @@ def test_lint_formats_and_errors(tmp_path) -> None:
     assert broken["findings"][0]["rule"] == "LINT001"
 
 
+def test_a_token_no_document_can_start_with_is_reported_not_looped_on() -> None:
+    # yaml-cpp 0.7 alone loops forever, allocating, on these (fuzz_lint found it in a manifest).
+    for text, line in [(",a: 1\n", 1), ("apiVersion: v1\nkind: Service\n---\n,a: 1\n", 4)]:
+        r = pyepp.lint_text(text, file="s.yaml")
+        (f,) = r["findings"]
+        assert f["rule"] == "LINT001" and f["line"] == line and "unexpected ','" in f["message"], f
+
+
 def test_alias_expansion_is_reported_not_walked() -> None:
     levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     for i in range(1, 8):

@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "common/strings.h"
 #include "common/yaml_limits.h"
+#include "common/yaml_load.h"
 #include "common/yaml_where.h"
 #include "epp/config.h"
 #include "epp/request.h"
@@ -832,49 +832,10 @@ absl::StatusOr<const Embedded*> PickEmbedded(const std::vector<Embedded>& found,
                                     "); expected exactly one");
 }
 
-// Sees only where each document starts.
-class DocumentStarts : public YAML::EventHandler {
- public:
-  void OnDocumentStart(const YAML::Mark& mark) override { start = mark; }
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
-
-  YAML::Mark start;
-};
-
-// YAML::LoadAll, except that it terminates: yaml-cpp 0.7 loops forever on input such as
-// ",a: 1" (the parser yields an empty document without consuming the stray token, again and
-// again). A first pass over the events stops when a document starts where the previous one did.
-// Throws YAML::Exception like LoadAll.
-absl::StatusOr<std::vector<YAML::Node>> LoadAllDocuments(const std::string& text, std::string_view source) {
-  std::istringstream in(text);
-  YAML::Parser parser(in);
-  DocumentStarts starts;
-  int last_pos = -1;
-  while (parser.HandleNextDocument(starts)) {
-    if (starts.start.pos == last_pos) {
-      const YAML::Mark m = starts.start;
-      const std::string what = m.pos >= 0 && static_cast<size_t>(m.pos) < text.size()
-                                   ? "unexpected '" + text.substr(m.pos, 1) + "'"
-                                   : "unexpected content";
-      return absl::InvalidArgumentError(YamlWhere(source, m) + ": " + what);
-    }
-    last_pos = starts.start.pos;
-  }
-  return YAML::LoadAll(text);
-}
-
 absl::StatusOr<EppConfig> ParseText(std::string_view yaml, std::string_view source, bool search_embedded) {
   std::vector<YAML::Node> docs;
   try {
-    EPP_ASSIGN_OR_RETURN(std::vector<YAML::Node> all, LoadAllDocuments(std::string(yaml), source));
-    for (YAML::Node& d : all) {
+    for (YAML::Node& d : internal::LoadAllDocuments(std::string(yaml))) {
       // Bound every walk below (parsing, the embedded-config search, parameter trees).
       EPP_RETURN_IF_ERROR(internal::CheckYamlExpansion(d, source));
       if (!d.IsNull()) docs.push_back(d);  // a stray "---" adds an empty document

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/yaml_limits.h"
+#include "common/yaml_load.h"
 #include "common/yaml_where.h"
 #include "epp/config.h"
 #include "epp/registry.h"
@@ -164,7 +165,7 @@ class Linter {
   void Add(std::string_view text, const std::string& file) {
     std::vector<YAML::Node> docs;
     try {
-      docs = YAML::LoadAll(std::string(text));
+      docs = internal::LoadAllDocuments(std::string(text));
     } catch (const YAML::Exception& e) {
       Emit("LINT001", LintSeverity::kError, file, YamlLine(e.mark), "", e.msg,
            "fix the YAML syntax (`kubectl apply --dry-run=client -f FILE` shows the same error)");
