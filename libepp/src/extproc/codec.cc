@@ -90,7 +90,9 @@ absl::StatusOr<HttpRequestCapture> CaptureToHttpRequest(std::string_view json, s
     }
   }
   if (!path_override.empty()) path = std::string(path_override);
-  c.path = path.empty() ? std::string(kDefaultRequestPath) : path;
+  // Neither the capture nor its headers name a path: the body's members imply the API, as
+  // ParseCaptureEnvelope reads the same capture (a bare Responses body goes to /v1/responses).
+  c.path = path.empty() ? std::string(InferRequestPath(c.body)) : path;
   return c;
 }
 

@@ -247,6 +247,17 @@ TEST(CaptureToHttpRequestTest, EnvelopesAndBareBodiesAsTheGatewaySendsThem) {
   const std::string bare = R"({"model": "m", "prompt": "hi", "path": "/v1/completions"})";
   EXPECT_EQ(CaptureToHttpRequest(bare)->body, bare);
   EXPECT_EQ(CaptureToHttpRequest(R"({"model": "m"})")->path, std::string(kDefaultRequestPath));
+  // Without a path the body implies one, as ParseCaptureEnvelope infers it from the same capture
+  // (fuzz_capture_envelope found a bare Responses body sent to /v1/completions).
+  for (const char* capture : {R"({"model": "m", "input": "tell a story"})", R"({"body": {"model": "m", "input": "x"}})",
+                              R"({"body": "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}"})",
+                              R"({"model": "m", "input": "x", "encoding_format": "float"})"}) {
+    auto http = CaptureToHttpRequest(capture);
+    auto parsed = ParseCaptureEnvelope(capture);
+    ASSERT_TRUE(http.ok() && parsed.ok()) << capture;
+    EXPECT_EQ(http->path, parsed->path) << capture;
+    EXPECT_NE(http->path, std::string(kDefaultRequestPath)) << capture;
+  }
   // Errors name what is wrong.
   for (const char* bad : {"[1]", "{", R"({"headers": [], "body": {}})", R"({"headers": {"a": 1}, "body": {}})"}) {
     auto r = CaptureToHttpRequest(bad);
