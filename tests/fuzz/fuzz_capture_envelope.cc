@@ -2,9 +2,9 @@
 // through ParseCaptureEnvelope: an envelope {"path", "headers", "body"} with the body as an object
 // or as a JSON string, or a bare body with an optional "path"; and through CaptureToHttpRequest
 // (the same capture as the HTTP request `explain --ext-proc` and pyepp send), whose messages are
-// built with BuildProcessingRequests. Invariants: a parsed request has a model, lower-case header
-// names, and a path override replaces the path; a capture that parses converts, to the same path,
-// and its body parses as the same request.
+// built with BuildProcessingRequests. Invariants: a parsed request has a model (none when its path
+// is routed unread), lower-case header names, and a path override replaces the path; a capture
+// that parses converts, to the same path, and its body parses as the same request.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -21,7 +21,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     EPP_FUZZ_CHECK(r.status().code() == absl::StatusCode::kInvalidArgument, r.status().ToString());
     return 0;
   }
-  EPP_FUZZ_CHECK(!r->model.empty(), "parsed a capture without a model");
+  // A path no API claims is routed unread (llm-d's passthrough): nothing is read from the body.
+  if (r->api == epp::ApiKind::kOther) EPP_FUZZ_CHECK(r->model.empty() && r->prompt.empty(), r->path);
+  else EPP_FUZZ_CHECK(!r->model.empty(), "parsed a capture without a model");
   EPP_FUZZ_CHECK(!r->path.empty(), "parsed a capture without a path");
   for (const auto& [name, value] : r->headers) {
     EPP_FUZZ_CHECK(name == absl::AsciiStrToLower(name), name);
@@ -31,7 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   EPP_FUZZ_CHECK(http.ok(), http.status().ToString());
   EPP_FUZZ_CHECK(http->path == r->path, http->path + " vs " + r->path);
   (void)epp::BuildProcessingRequests(*http);
-  absl::StatusOr<epp::InferenceRequest> body = epp::ParseOpenAIRequest(http->path, http->body);
+  // The same parser set reads the sent body (ParseOpenAIRequest alone reads every path as OpenAI).
+  absl::StatusOr<epp::InferenceRequest> body = epp::ParseRequest(http->path, http->body);
   EPP_FUZZ_CHECK(body.ok(), body.status().ToString());
   EPP_FUZZ_CHECK(body->model == r->model && body->api == r->api && body->stream == r->stream &&
                      body->cache_salt == r->cache_salt,
