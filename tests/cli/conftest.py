@@ -10,6 +10,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "helpers"))  # sha
 
 ROOT = pathlib.Path(os.environ.get("EPP_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 FIXTURES = pathlib.Path(os.environ.get("EPP_SHARED_FIXTURES", ROOT.parent / "shared" / "fixtures"))
+# Waits for a condition multiply their timeouts by this (scripts/test --sanitize exports it: an
+# instrumented eppctl is that much slower).
+TIME_SCALE = float(os.environ.get("EPP_TEST_TIME_SCALE") or 1)
 
 
 def _eppctl_path():

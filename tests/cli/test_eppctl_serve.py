@@ -21,7 +21,7 @@ import pytest
 
 grpc = pytest.importorskip("grpc")
 
-from conftest import _eppctl_path  # noqa: E402
+from conftest import TIME_SCALE, _eppctl_path  # noqa: E402
 import extproc_wire as wire  # noqa: E402  (tests/cli is on sys.path via conftest.py)
 
 ROOT = pathlib.Path(os.environ.get("EPP_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
@@ -140,6 +140,7 @@ class Serve:
         return self.metrics().get((name, tuple(sorted(labels.items()))))
 
     def wait_metric(self, name, pred, timeout=15, **labels):
+        timeout *= TIME_SCALE
         deadline = time.monotonic() + timeout
         while True:
             v = self.metric(name, **labels)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import _eppctl_path
+from conftest import TIME_SCALE, _eppctl_path
 from test_eppctl_serve import Serve, Stream, ROOT, body_of, chat_body, destination, pick  # noqa: F401
 import extproc_wire as wire
 
@@ -92,6 +92,7 @@ def fake_api():
 
 
 def wait_for(pred, what, timeout=15, log=None):
+    timeout *= TIME_SCALE
     deadline = time.monotonic() + timeout
     while not pred():
         if time.monotonic() > deadline:
@@ -113,7 +114,8 @@ def test_pool_pods_are_endpoints_and_a_not_ready_pod_is_dropped(kube_serve, pods
     assert s.metric("epp_endpoints") == 2
     s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 0, endpoint=a)
     s.wait_metric("epp_endpoint_waiting_queue_size", lambda v: v == 0, endpoint=b)
-    assert s.metrics()[("inference_pool_ready_pods", (("name", POOL),))] == 2
+    # Ready = fresh metrics at the moment of the read: waited for, as a slow (sanitized) scrape may lag.
+    wait_for(lambda: s.metrics().get(("inference_pool_ready_pods", (("name", POOL),))) == 2, "2 ready pods", log=s.log)
     assert "2 endpoints from inferencepool ns1/llama" in s.log()
     with api.lock:
         reqs = list(api.requests)

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from conftest import _eppctl_path
+from conftest import TIME_SCALE, _eppctl_path
 from test_eppctl_serve import POOL, Serve, chat_body, destination, pick, pool, serve  # noqa: F401
 
 
@@ -115,7 +115,7 @@ def test_top_interactive_in_tmux(serve, pool):
         return tmux("capture-pane", "-p", "-t", "top").stdout
 
     def wait_screen(pred, what, timeout=15):
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout * TIME_SCALE
         while time.monotonic() < deadline:
             text = screen()
             if pred(text):
@@ -133,8 +133,9 @@ def test_top_interactive_in_tmux(serve, pool):
         text = wait_screen(lambda t: "> 4 " in t, "the fourth decision selected")
         assert "picked 4" in text
         tmux("send-keys", "-t", "top", "Enter")
-        text = wait_screen(lambda t: "decision explanation" in t, "a decision's explanation")
-        assert "winner" in text and "profile default" in text
+        # The whole explanation, not its first line: a capture may catch the screen half drawn.
+        wait_screen(lambda t: "decision explanation" in t and "winner" in t and "profile default" in t,
+                    "a decision's explanation")
         tmux("send-keys", "-t", "top", "Escape")
         wait_screen(lambda t: "DECISIONS" in t, "the tables again")
         tmux("send-keys", "-t", "top", "s")
