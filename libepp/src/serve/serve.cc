@@ -665,8 +665,11 @@ absl::StatusOr<std::unique_ptr<EppServer>> EppServer::Start(ServeConfig config) 
     const EndpointSource* source = m.endpoints;
     m.shared->Start([raw] { return raw->handle->Get(); },
                     [source] {
+                      // Held for the loop: `*source->Snapshot()` in the range would free the
+                      // vector under it when the scrape loop installs the next one.
+                      const std::shared_ptr<const std::vector<Endpoint>> pool = source->Snapshot();
                       std::vector<std::string> out;
-                      for (const Endpoint& e : *source->Snapshot()) out.push_back(e.address);
+                      for (const Endpoint& e : *pool) out.push_back(e.address);
                       return out;
                     },
                     &m.log);

@@ -12,7 +12,9 @@
 #include "epp/registry.h"
 #include "epp/runtime/serve.h"
 #include "epp/runtime/http.h"
+#include "epp/metrics.h"
 #include "testing/epp_testing.h"
+#include "testing/redis_server.h"
 
 namespace epp {
 namespace {
@@ -114,6 +116,47 @@ class EppServerTest : public ::testing::Test {
   fs::path dir_;
   std::string config_;
 };
+
+// Every shared-state round reads the pool's addresses while the scrape loop installs a new
+// snapshot after each read; the round must hold the snapshot it walks. It did not (a range-for
+// over `*Snapshot()` frees the vector under the loop): a data race and a use after free that the
+// pytest suites found under TSan. This test fails under `scripts/test --sanitize thread` (and ASan)
+// without the fix; in a plain build it checks that both loops ran together.
+TEST_F(EppServerTest, SharedStateRoundsReadThePoolWhileScrapesReplaceIt) {
+  if (!testing::RedisServerProcess::Available()) GTEST_SKIP() << "redis-server is not installed (scripts/setup installs it)";
+  testing::RedisServerProcess redis;
+  const std::string prom = (dir_ / "m.prom").string();
+  Write(prom, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 1\n"
+              "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 2\n"
+              "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0.5\n");
+  ServeConfig c = Base();
+  for (EndpointSpec& e : c.endpoints) e.metrics = prom;
+  c.refresh_interval = std::chrono::milliseconds(5);
+  SharedStateOptions shared;
+  shared.address = redis.url();
+  shared.interval = std::chrono::milliseconds(5);
+  c.shared_state = shared;
+  auto server = EppServer::Start(std::move(c));
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto counter = [&](const char* name) {
+    absl::StatusOr<MetricFamilies> m = ParsePrometheusText(Metrics(**server));
+    if (!m.ok()) return 0.0;
+    for (const MetricFamily* f : m->FindBySampleName(name))
+      for (const Sample& sample : f->samples)
+        if (sample.name == name) return sample.value;
+    return 0.0;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20) * testing::TimeScale();
+  double rounds = 0, scrapes = 0;
+  while ((rounds < 40 || scrapes < 40) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    rounds = counter("epp_shared_state_rounds_total");
+    scrapes = counter("epp_scrape_cycles_total");
+  }
+  EXPECT_GE(rounds, 40) << "shared-state rounds";
+  EXPECT_GE(scrapes, 40) << "scrape cycles";
+  (*server)->Shutdown(std::chrono::milliseconds(0));
+}
 
 TEST_F(EppServerTest, StartsOnFreePortsAndServesMetrics) {
   auto server = EppServer::Start(Base());

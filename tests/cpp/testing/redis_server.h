@@ -4,6 +4,7 @@
 #pragma once
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,8 +89,13 @@ class RedisServerProcess {
       if (extra_[i] == "--port") has_port = true;
     if (has_port) args.erase(args.begin() + 1, args.begin() + 3);
     args.insert(args.end(), extra_.begin(), extra_.end());
+    const pid_t parent = ::getpid();
     pid_ = ::fork();
     if (pid_ == 0) {
+      // Stopped with the test process even when it cannot run its destructors (a sanitizer's
+      // halt_on_error, a crash): the server must not outlive the test.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(1);
       std::vector<char*> argv;
       for (std::string& s : args) argv.push_back(s.data());
       argv.push_back(nullptr);
